@@ -1,0 +1,1 @@
+"""ARC-AGI data: sources, validation, augmentation, dataset build, pictures. numpy + numba only (no torch)."""
