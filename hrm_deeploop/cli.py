@@ -136,9 +136,29 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
+def register_schemas() -> None:
+    """Typed schemas for the shared config groups, so YAML files and overrides are checked.
+
+    A group file extends its schema (`defaults: [_schema_hrm]`), so any field of the dataclass
+    can be overridden on the command line and a misspelled key is an error at compose time.
+    """
+    from hydra.core.config_store import ConfigStore
+
+    from hrm_deeploop.gpt import GPTConfig
+    from hrm_deeploop.hrm import HRMConfig
+    from hrm_deeploop.scaling import ScalingConfig
+
+    cs = ConfigStore.instance()
+    cs.store(group="scaling", name="_schema", node=ScalingConfig)
+    cs.store(group="model", name="_schema_hrm", node=HRMConfig)
+    cs.store(group="model", name="_schema_gpt", node=GPTConfig)
+
+
 def run_subcommand(name: str, overrides: list[str]) -> int:
     """Compose the config for `name` with Hydra and run it. Returns the exit code."""
     import hydra
+
+    register_schemas()
 
     sub = SUBCOMMANDS[name]
     code: list[int] = [0]

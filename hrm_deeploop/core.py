@@ -1,0 +1,289 @@
+"""The looped-block core shared by HRM and the looped GPT.
+
+RMSNorm, rotary embedding, multi-head attention on SDPA, SwiGLU, a two-sublayer block with a
+residual policy (alpha in the forward pass, beta once at init), and `LoopedCore`: K physical
+blocks applied for R rounds with optional input injection. Architecture only: no distributed,
+no config files, no environment variables.
+
+Module and parameter names follow HRM (`layers.N.self_attn.qkv_proj`, `mlp.gate_up_proj`, ...)
+so official checkpoints map onto this code by stripping prefixes only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from hrm_deeploop.scaling import Residual
+
+# Set False to force the plain PyTorch residual-norm path on CUDA (benchmarks, debugging).
+USE_FUSED_RESIDUAL_NORM = True
+
+
+# ---- init ------------------------------------------------------------------------------------
+
+def trunc_normal_(t: Tensor, std: float = 1.0, lower: float = -2.0, upper: float = 2.0) -> Tensor:
+    """JAX-style truncated normal whose actual std equals `std` (HRM models/common.py semantics).
+
+    Samples N(0, comp_std) truncated to [lower, upper] * comp_std, with comp_std chosen so the
+    truncated distribution's std is `std` (|x| <= 2.2737 * std for the default bounds).
+    """
+    with torch.no_grad():
+        if std == 0:
+            return t.zero_()
+        sqrt2 = math.sqrt(2)
+        a, b = math.erf(lower / sqrt2), math.erf(upper / sqrt2)
+        z = (b - a) / 2
+        c = (2 * math.pi) ** -0.5
+        pdf_u, pdf_l = c * math.exp(-0.5 * lower**2), c * math.exp(-0.5 * upper**2)
+        comp_std = std / math.sqrt(1 - (upper * pdf_u - lower * pdf_l) / z - ((pdf_u - pdf_l) / z) ** 2)
+        t.uniform_(a, b)
+        t.erfinv_()
+        t.mul_(sqrt2 * comp_std)
+        t.clip_(lower * comp_std, upper * comp_std)
+    return t
+
+
+# ---- building blocks ---------------------------------------------------------------------------
+
+def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+    """RMSNorm over the last dim, computed in fp32 and cast back to x's dtype."""
+    x32 = x.float()
+    y = x32 * torch.rsqrt(x32.square().mean(-1, keepdim=True) + eps)
+    if weight is not None:
+        y = y * weight.float()
+    return y.to(x.dtype)
+
+
+def residual_rms_norm(x: Tensor, f: Tensor, alpha: float, weight: Tensor | None, eps: float) -> Tensor:
+    """Post-LN residual step y = RMSNorm(alpha * x + f): the fused Triton kernel on CUDA."""
+    if USE_FUSED_RESIDUAL_NORM and x.is_cuda:
+        from hrm_deeploop.kernels.residual_norm import residual_rms_norm as fused
+
+        return fused(x, f, alpha, weight, eps)
+    s = f + x if alpha == 1.0 else alpha * x + f
+    return rms_norm(s, weight, eps)
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm with an optional learnable gain (HRM's is weightless, eps 1e-5)."""
+
+    def __init__(self, dim: int, eps: float = 1e-5, weight: bool = False):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim)) if weight else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return rms_norm(x, self.weight, self.eps)
+
+
+class Linear(nn.Module):
+    """Bias-optional linear layer whose fp32 master weight is cast to the input dtype at use.
+
+    This is HRM's CastedLinear: bf16 compute with fp32 weights, with or without autocast.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(out_features, in_features))
+        self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        trunc_normal_(self.weight, std=1.0 / math.sqrt(self.weight.shape[1]))  # truncated LeCun normal
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        bias = self.bias.to(x.dtype) if self.bias is not None else None
+        return F.linear(x, self.weight.to(x.dtype), bias)
+
+
+class Rotary(nn.Module):
+    """Rotary position embedding tables (fp32, non-persistent), 'rotate half' convention."""
+
+    def __init__(self, head_dim: int, max_len: int, theta: float = 10000.0):
+        super().__init__()
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+        freqs = torch.outer(torch.arange(max_len, dtype=torch.float32), inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)  # (T, D)
+        self.register_buffer("cos", emb.cos(), persistent=False)
+        self.register_buffer("sin", emb.sin(), persistent=False)
+
+    def forward(self, seq_len: int) -> tuple[Tensor, Tensor]:
+        return self.cos[:seq_len], self.sin[:seq_len]
+
+
+def _rotate_half(x: Tensor) -> Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rope(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+    """q, k: (B, T, H, D); cos, sin: (T, D). Rotation in fp32, result in the input dtype."""
+    cos, sin = cos[:, None, :], sin[:, None, :]  # (T, 1, D)
+    q32, k32 = q.float(), k.float()
+    q_out = q32 * cos + _rotate_half(q32) * sin
+    k_out = k32 * cos + _rotate_half(k32) * sin
+    return q_out.to(q.dtype), k_out.to(k.dtype)
+
+
+class Attention(nn.Module):
+    """Multi-head attention: fused bias-free QKV ([q heads | k heads | v heads]), SDPA, RoPE."""
+
+    def __init__(self, dim: int, num_heads: int, causal: bool, head_dim: int | None = None):
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = head_dim or dim // num_heads
+        self.causal = causal
+        self.qkv_proj = Linear(dim, 3 * num_heads * self.head_dim)
+        self.o_proj = Linear(num_heads * self.head_dim, dim)
+
+    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None = None) -> Tensor:
+        B, T, _ = x.shape
+        qkv = self.qkv_proj(x).view(B, T, 3 * self.num_heads, self.head_dim)
+        q, k, v = qkv.split(self.num_heads, dim=2)  # each (B, T, H, D)
+        if rope is not None:
+            q, k = apply_rope(q, k, *rope)
+        y = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=self.causal
+        )  # (B, H, T, D)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, self.num_heads * self.head_dim))
+
+
+def swiglu_width(dim: int, expansion: float, multiple: int = 256) -> int:
+    """HRM's SwiGLU inner width: round(expansion * dim * 2/3) rounded up to `multiple`."""
+    inner = round(expansion * dim * 2 / 3)
+    return -(inner // -multiple) * multiple
+
+
+class SwiGLU(nn.Module):
+    """Fused gate/up projection (first half gate, second half up), then down."""
+
+    def __init__(self, dim: int, expansion: float, multiple: int = 256):
+        super().__init__()
+        self.inner = swiglu_width(dim, expansion, multiple)
+        self.gate_up_proj = Linear(dim, 2 * self.inner)
+        self.down_proj = Linear(self.inner, dim)
+
+    def forward(self, x: Tensor) -> Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class Block(nn.Module):
+    """Attention and SwiGLU sublayers under one residual policy.
+
+    post: x <- RMSNorm(alpha * x + f(x))   (baseline alpha=1 is HRM's block)
+    pre:  x <- x + eps * f(RMSNorm(x))
+    """
+
+    def __init__(self, dim: int, num_heads: int, expansion: float, causal: bool, residual: Residual,
+                 norm_eps: float = 1e-5, norm_weight: bool = False, mlp_multiple: int = 256):
+        super().__init__()
+        self.residual = residual
+        self.norm_eps = norm_eps
+        self.self_attn = Attention(dim, num_heads, causal)
+        self.mlp = SwiGLU(dim, expansion, mlp_multiple)
+        self.attn_norm = RMSNorm(dim, norm_eps, weight=norm_weight)
+        self.mlp_norm = RMSNorm(dim, norm_eps, weight=norm_weight)
+
+    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None = None) -> Tensor:
+        r = self.residual
+        if r.norm == "post":
+            x = residual_rms_norm(x, self.self_attn(x, rope), r.alpha, self.attn_norm.weight, self.norm_eps)
+            x = residual_rms_norm(x, self.mlp(x), r.alpha, self.mlp_norm.weight, self.norm_eps)
+        else:
+            x = x + r.eps * self.self_attn(self.attn_norm(x), rope)
+            x = x + r.eps * self.mlp(self.mlp_norm(x))
+        return x
+
+    def beta_matrices(self) -> dict[str, tuple[Tensor, slice]]:
+        """The residual-branch matrices (and row ranges) that take the beta gain, by target name."""
+        hd = self.self_attn.num_heads * self.self_attn.head_dim
+        inner = self.mlp.inner
+        return {
+            "v": (self.self_attn.qkv_proj.weight, slice(2 * hd, 3 * hd)),  # value rows of the fused QKV
+            "o": (self.self_attn.o_proj.weight, slice(None)),
+            "gate": (self.mlp.gate_up_proj.weight, slice(0, inner)),
+            "up": (self.mlp.gate_up_proj.weight, slice(inner, 2 * inner)),
+            "down": (self.mlp.down_proj.weight, slice(None)),
+        }
+
+
+def init_block_(block: Block) -> None:
+    """(Re)initialise one block: truncated LeCun normal on every matrix, unit norm gains, then the
+    beta gain on the residual-branch matrices named in `block.residual.beta_targets`
+    (query and key rows are never scaled)."""
+    seen = set()
+    for module in block.modules():
+        if isinstance(module, Linear):
+            module.reset_parameters()
+            seen.add(id(module.weight))
+        elif isinstance(module, RMSNorm) and module.weight is not None:
+            nn.init.ones_(module.weight)
+            seen.add(id(module.weight))
+    missing = [n for n, p in block.named_parameters() if id(p) not in seen]
+    assert not missing, f"init_block_ does not initialise {missing}"
+    beta = block.residual.beta
+    if beta != 1.0:
+        with torch.no_grad():
+            mats = block.beta_matrices()
+            for target in block.residual.beta_targets:
+                w, rows = mats[target]
+                w[rows].mul_(beta)
+
+
+class LoopedCore(nn.Module):
+    """K physical blocks applied for R rounds (unrolled depth N = K*R).
+
+    The blocks are stored once and reused every round, so gradients from all R visits accumulate
+    into the same tensors. `injection`, if given, is added to the stream at the start of every
+    round (HRM's input injection: module(z, u) = blocks(z + u)). With the pre-LN policy a final
+    RMSNorm closes the stack.
+    """
+
+    def __init__(self, blocks: Iterable[Block], num_rounds: int = 1, checkpoint_rounds: bool = False):
+        super().__init__()
+        self.layers = nn.ModuleList(blocks)
+        assert len(self.layers) > 0, "LoopedCore needs at least one block"
+        self.num_rounds = num_rounds
+        self.checkpoint_rounds = checkpoint_rounds
+        first = self.layers[0]
+        dim = first.self_attn.o_proj.weight.shape[0]
+        self.final_norm = (
+            RMSNorm(dim, first.norm_eps, weight=first.attn_norm.weight is not None)
+            if first.residual.norm == "pre" else None
+        )
+
+    def _round(self, x: Tensor, rope: tuple[Tensor, Tensor] | None) -> Tensor:
+        for block in self.layers:
+            x = block(x, rope)
+        return x
+
+    def forward(self, x: Tensor, injection: Tensor | None = None, rope: tuple[Tensor, Tensor] | None = None,
+                num_rounds: int | None = None) -> Tensor:
+        for _ in range(self.num_rounds if num_rounds is None else num_rounds):
+            if injection is not None:
+                x = x + injection
+            if self.checkpoint_rounds and torch.is_grad_enabled():
+                x = torch.utils.checkpoint.checkpoint(self._round, x, rope, use_reentrant=False)
+            else:
+                x = self._round(x, rope)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x
+
+
+def make_blocks(num_blocks: int, dim: int, num_heads: int, expansion: float, causal: bool,
+                residual: Residual, norm_eps: float = 1e-5, norm_weight: bool = False,
+                mlp_multiple: int = 256) -> list[Block]:
+    blocks = [Block(dim, num_heads, expansion, causal, residual, norm_eps, norm_weight, mlp_multiple)
+              for _ in range(num_blocks)]
+    for b in blocks:
+        init_block_(b)
+    return blocks

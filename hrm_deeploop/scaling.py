@@ -1,0 +1,226 @@
+"""Depth accounting and residual-scaling schemes (DeepLoop paper sections 2-4).
+
+One module, used by both models. A scheme turns an unrolled depth N into a `Residual` policy
+for the blocks of one module:
+
+| scheme       | norm | alpha           | beta             |
+|--------------|------|-----------------|------------------|
+| baseline     | post | 1               | 1                |
+| deepnorm     | post | (2N)^(1/4)      | (8N)^(-1/4)      |
+| deeploop     | post | (2N)^(1/2)      | (8N)^(-1/2)      |
+| power        | post | (2N)^p          | (8N)^(-p)        |
+| looped_eps   | pre  | h <- h + eps*f(RMSNorm(h)), eps = lambda / (R * sqrt(K)) |
+
+Depth: a single loop of K blocks for R rounds has N = K*R, M = 2N sublayer visits. The
+hierarchical H/L reasoner (C outer cycles, C_L inner L iterations, K_H and K_L blocks) has
+forward M = 2*C*(K_H + C_L*K_L) and gradient-visible M_g = 2*(K_H + C_L*K_L), N_g = M_g/2
+(paper eq. 15-16). HRM scales every block from N_g (12 at defaults).
+
+Conventions for HRM's N (config `scaling.hrm_depth`):
+- `paper` (default): N_g = K_H + C_L*K_L, the whole last H-cycle counted as gradient visible.
+- `autograd`: the visits the one-step gradient really back-propagates through: one L call and one
+  H call, N = K_H + K_L (8 blocks = 16 sublayers at defaults; reference spec section 8).
+Per-module assignment (`scaling.per_module=true`, paper eq. 18): H uses N_H = K_H (it is
+gradient-visited once), L uses N_L = C_L*K_L (`paper`) or K_L (`autograd`), each with the
+scheme's exponent. Default: one shared N_g for both modules, as in the paper's experiments.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from hrm_deeploop.errors import ConfigError
+
+SCHEMES = ("baseline", "deepnorm", "deeploop", "power", "looped_eps")
+# Residual-branch matrices that receive the beta init gain. "gate" (SwiGLU gate) is excluded by
+# default: with both the up and the down projections scaled, each branch carries beta^2, the same
+# for attention (v, o) and MLP (up, down). Add "gate" to scale all three MLP matrices.
+DEFAULT_BETA_TARGETS = ("v", "o", "up", "down")
+BETA_TARGET_CHOICES = ("v", "o", "up", "down", "gate")
+
+
+@dataclass
+class ScalingConfig:
+    scheme: str = "baseline"
+    p: float | None = None  # exponent for `power`
+    eps_lambda: float = 1.0  # lambda for `looped_eps`
+    hrm_depth: str = "paper"  # paper | autograd
+    per_module: bool = False
+    beta_targets: list[str] = field(default_factory=lambda: list(DEFAULT_BETA_TARGETS))
+
+    def __post_init__(self) -> None:
+        if self.scheme not in SCHEMES:
+            raise ConfigError(f"scaling.scheme='{self.scheme}' is not one of {', '.join(SCHEMES)}")
+        if self.scheme == "power" and self.p is None:
+            raise ConfigError("scaling.p must be set for scheme=power")
+        if self.hrm_depth not in ("paper", "autograd"):
+            raise ConfigError(f"scaling.hrm_depth='{self.hrm_depth}' must be 'paper' or 'autograd'")
+        bad = [t for t in self.beta_targets if t not in BETA_TARGET_CHOICES]
+        if bad:
+            raise ConfigError(f"scaling.beta_targets has unknown entries {bad}; choose from {BETA_TARGET_CHOICES}")
+
+    @property
+    def exponent(self) -> float | None:
+        return {"baseline": 0.0, "deepnorm": 0.25, "deeploop": 0.5, "power": self.p}.get(self.scheme)
+
+
+@dataclass(frozen=True)
+class Residual:
+    """How one block combines its residual stream x with a sublayer output f(x)."""
+
+    norm: str = "post"  # post: x <- RMSNorm(alpha*x + f(x)); pre: x <- x + eps*f(RMSNorm(x))
+    alpha: float = 1.0
+    beta: float = 1.0  # init gain on the residual-branch matrices (applied once, at init)
+    eps: float = 1.0  # pre-LN branch scale
+    beta_targets: tuple[str, ...] = DEFAULT_BETA_TARGETS
+
+
+@dataclass(frozen=True)
+class Depth:
+    """Depth figures for one model; None where not applicable."""
+
+    N: int
+    M: int
+    N_g: int | None
+    M_g: int | None
+    modules: dict[str, dict[str, int]]  # per module: the loop geometry (K, R) and the N used for scaling
+
+
+def loop_depth(num_blocks: int, num_rounds: int) -> Depth:
+    """Single looped core: K blocks applied for R rounds."""
+    _positive(num_blocks=num_blocks, num_rounds=num_rounds)
+    n = num_blocks * num_rounds
+    return Depth(N=n, M=2 * n, N_g=None, M_g=None, modules={"core": {"K": num_blocks, "R": num_rounds, "N": n}})
+
+
+def hrm_depth(num_h_layers: int, num_l_layers: int, num_h_cycles: int, num_l_cycles: int,
+              convention: str = "paper", per_module: bool = False) -> Depth:
+    """HRM's two-module loop (paper eq. 15-16), with the chosen gradient-visible convention."""
+    _positive(num_h_layers=num_h_layers, num_l_layers=num_l_layers,
+              num_h_cycles=num_h_cycles, num_l_cycles=num_l_cycles)
+    k_h, k_l, c, c_l = num_h_layers, num_l_layers, num_h_cycles, num_l_cycles
+    m = 2 * c * (k_h + c_l * k_l)
+    if convention == "paper":
+        m_g = 2 * (k_h + c_l * k_l)
+        n_h, n_l = k_h, c_l * k_l
+    elif convention == "autograd":
+        m_g = 2 * (k_h + k_l)
+        n_h, n_l = k_h, k_l
+    else:
+        raise ConfigError(f"scaling.hrm_depth='{convention}' must be 'paper' or 'autograd'")
+    n_g = m_g // 2
+    if not per_module:
+        n_h = n_l = n_g
+    return Depth(
+        N=m // 2, M=m, N_g=n_g, M_g=m_g,
+        modules={"H": {"K": k_h, "R": 1, "N": n_h}, "L": {"K": k_l, "R": c_l, "N": n_l}},
+    )
+
+
+def alpha_beta(scheme: str, n: int, p: float | None = None) -> tuple[float, float]:
+    """(alpha, beta) of a Post-LN scheme for unrolled depth n."""
+    exponent = {"baseline": 0.0, "deepnorm": 0.25, "deeploop": 0.5, "power": p}.get(scheme)
+    if exponent is None:
+        raise ConfigError(f"no (alpha, beta) for scheme '{scheme}'" + (" without p" if scheme == "power" else ""))
+    if exponent == 0.0:
+        return 1.0, 1.0
+    return (2 * n) ** exponent, (8 * n) ** (-exponent)
+
+
+def residual_for(cfg: ScalingConfig, n: int, num_blocks: int, num_rounds: int) -> Residual:
+    """The residual policy for one module with depth n (K blocks, R rounds)."""
+    targets = tuple(cfg.beta_targets)
+    if cfg.scheme == "looped_eps":
+        return Residual(norm="pre", eps=cfg.eps_lambda / (num_rounds * math.sqrt(num_blocks)), beta_targets=targets)
+    alpha, beta = alpha_beta(cfg.scheme, n, cfg.p)
+    return Residual(norm="post", alpha=alpha, beta=beta, beta_targets=targets)
+
+
+def module_residuals(cfg: ScalingConfig, depth: Depth) -> dict[str, Residual]:
+    return {name: residual_for(cfg, m["N"], m["K"], m["R"]) for name, m in depth.modules.items()}
+
+
+def _positive(**values: int) -> None:
+    for k, v in values.items():
+        if int(v) < 1:
+            raise ConfigError(f"model.{k} must be >= 1, got {v}")
+
+
+# ---- `hrm-deeploop scales` -------------------------------------------------------------------
+
+def describe(model_cfg: Any, scaling: ScalingConfig) -> dict:
+    """JSON-able report: N, M, N_g, M_g and {alpha, beta} (or eps) per module."""
+    depth = model_depth(model_cfg, scaling)
+    res = module_residuals(scaling, depth)
+    modules = {}
+    for name, r in res.items():
+        entry: dict[str, Any] = dict(depth.modules[name])
+        entry.update(alpha=r.alpha, beta=r.beta, norm=r.norm)
+        if r.norm == "pre":
+            entry["eps"] = r.eps
+        modules[name] = entry
+    return {
+        "model": model_cfg.name,
+        "scheme": scaling.scheme,
+        "exponent": scaling.exponent,
+        "hrm_depth": scaling.hrm_depth if model_cfg.name == "hrm" else None,
+        "N": depth.N, "M": depth.M, "N_g": depth.N_g, "M_g": depth.M_g,
+        "modules": modules,
+    }
+
+
+def model_depth(model_cfg: Any, scaling: ScalingConfig) -> Depth:
+    if model_cfg.name == "hrm":
+        return hrm_depth(model_cfg.num_h_layers, model_cfg.num_l_layers, model_cfg.num_h_cycles,
+                         model_cfg.num_l_cycles, scaling.hrm_depth, scaling.per_module)
+    if model_cfg.name == "gpt":
+        return loop_depth(model_cfg.num_blocks, model_cfg.num_rounds)
+    raise ConfigError(f"model.name='{model_cfg.name}' is not 'hrm' or 'gpt'")
+
+
+def format_table(report: dict) -> str:
+    def fmt(v: Any) -> str:
+        if v is None:
+            return "-"
+        return f"{v:.6f}" if isinstance(v, float) else str(v)
+
+    head = [f"model={report['model']}  scheme={report['scheme']}"
+            + (f"  p={report['exponent']}" if report["exponent"] is not None else "")
+            + (f"  hrm_depth={report['hrm_depth']}" if report["hrm_depth"] else "")]
+    head.append("  ".join(f"{k}={fmt(report[k])}" for k in ("N", "M", "N_g", "M_g")))
+    cols = ["module", "K", "R", "N used", "norm", "alpha", "beta", "eps"]
+    rows = [[name, m["K"], m["R"], m["N"], m["norm"], m["alpha"], m["beta"], m.get("eps")]
+            for name, m in report["modules"].items()]
+    cells = [cols] + [[fmt(v) for v in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(cols))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(head + [""] + lines)
+
+
+@dataclass
+class ScalesConfig:
+    model: Any = None
+    scaling: ScalingConfig = field(default_factory=ScalingConfig)
+    format: str = "table"
+
+
+def run(cfg: Any) -> int:
+    from hrm_deeploop.config import typed
+    from hrm_deeploop.models import model_config
+
+    model = model_config(cfg.get("model"))
+    scaling = typed(cfg.get("scaling"), ScalingConfig, "scaling.")
+    rest = {k: v for k, v in cfg.items() if k not in ("model", "scaling")}
+    opts = typed(rest, ScalesConfig)
+    report = describe(model, scaling)
+    if opts.format == "json":
+        print(json.dumps(report, indent=2))
+    elif opts.format == "table":
+        print(format_table(report))
+    else:
+        raise ConfigError(f"format='{opts.format}' must be 'table' or 'json'")
+    return 0
