@@ -1,0 +1,146 @@
+"""Process group, device and dtype, decided once. Everything else reads x.device / x.dtype.
+
+Single-process CPU is the default. Under torchrun (RANK / WORLD_SIZE / LOCAL_RANK in the
+environment) we join the process group: NCCL on CUDA, gloo on CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from hrm_deeploop.errors import ConfigError
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
+
+
+@dataclass(frozen=True)
+class Env:
+    rank: int
+    local_rank: int
+    world_size: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+_ENV: Env | None = None
+
+
+def setup(device: str = "auto") -> Env:
+    """Detect torchrun, pick the device ('auto' = CUDA when present), join the process group."""
+    global _ENV
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device='{device}' but CUDA is not available")
+        dev = torch.device("cuda", local_rank if world > 1 else (torch.device(device).index or 0))
+        torch.cuda.set_device(dev)
+    elif device == "cpu":
+        dev = torch.device("cpu")
+    else:
+        raise ConfigError(f"device='{device}' must be auto, cpu or cuda[:N]")
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
+    _ENV = Env(rank=rank, local_rank=local_rank, world_size=world, device=dev)
+    return _ENV
+
+
+def env() -> Env:
+    return _ENV if _ENV is not None else Env(0, 0, 1, torch.device("cpu"))
+
+
+def teardown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def is_main() -> bool:
+    return env().is_main
+
+
+def print0(*args, **kwargs) -> None:
+    """Print on rank 0 only."""
+    if is_main():
+        print(*args, **kwargs, flush=True)
+
+
+def barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def compute_dtype(name: str, device: torch.device) -> torch.dtype:
+    """The forward compute dtype: the configured one on CUDA; float32 on CPU (bf16 matmuls on CPU
+    are slow and the tests compare fp32 numbers)."""
+    if name not in DTYPES:
+        raise ConfigError(f"dtype '{name}' is not one of {sorted(DTYPES)}")
+    return DTYPES[name] if device.type == "cuda" else torch.float32
+
+
+@contextlib.contextmanager
+def autocast(device: torch.device, dtype: torch.dtype) -> Iterator[None]:
+    """bf16/fp16 autocast on CUDA; a no-op for float32 or on CPU."""
+    if device.type == "cuda" and dtype in (torch.bfloat16, torch.float16):
+        with torch.autocast("cuda", dtype=dtype):
+            yield
+    else:
+        yield
+
+
+def seed_all(seed: int) -> None:
+    """Seed torch (and Python's/NumPy's legacy RNGs, which we never use, for third-party code)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def all_reduce_(t: torch.Tensor, op: str = "sum") -> torch.Tensor:
+    if dist.is_initialized():
+        dist.all_reduce(t, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX)
+    return t
+
+
+def broadcast_object(obj):
+    if not dist.is_initialized():
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def wrap_ddp(model: torch.nn.Module, e: Env) -> torch.nn.Module:
+    """DistributedDataParallel when running under torchrun; the bare model otherwise."""
+    if not e.distributed:
+        return model
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    return DDP(model, device_ids=[e.device.index] if e.device.type == "cuda" else None)
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The bare module under DDP and torch.compile wrappers."""
+    while True:
+        if hasattr(model, "module"):
+            model = model.module
+        elif hasattr(model, "_orig_mod"):
+            model = model._orig_mod
+        else:
+            return model

@@ -1,0 +1,111 @@
+"""Optimisers and schedules: AdamATan2 (CUDA kernel or pure torch), sparse SignSGD, warmup+cosine."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+
+class AdamATan2(torch.optim.Optimizer):
+    """Adam with atan2 instead of division (no epsilon), the update of imoneoi/adam-atan2:
+
+        p <- p * (1 - lr * wd)
+        m <- b1 * m + (1 - b1) * g ;  v <- b2 * v + (1 - b2) * g^2
+        p <- p - lr / (1 - b1^t) * atan2(m, sqrt(v) / sqrt(1 - b2^t))
+
+    Pure PyTorch, any device; `make_adam_atan2` uses the CUDA kernel when it imports.
+    """
+
+    def __init__(self, params, lr: float = 1e-4, betas: tuple[float, float] = (0.9, 0.95), weight_decay: float = 0.1):
+        super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        for group in self.param_groups:
+            lr, (b1, b2), wd = group["lr"], group["betas"], group["weight_decay"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["step"] = torch.zeros((), dtype=torch.float32)
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["step"] += 1
+                t = float(state["step"])
+                m, v = state["exp_avg"], state["exp_avg_sq"]
+                p.mul_(1 - lr * wd)
+                m.lerp_(p.grad, 1 - b1)
+                v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+                denom = v.sqrt() / math.sqrt(1 - b2**t)
+                p.add_(torch.atan2(m, denom), alpha=-lr / (1 - b1**t))
+        return loss
+
+
+def make_adam_atan2(params, lr: float, betas: tuple[float, float], weight_decay: float,
+                    device: torch.device) -> torch.optim.Optimizer:
+    """The adam-atan2 CUDA kernel on CUDA when it imports; the pure-PyTorch port elsewhere."""
+    params = list(params)
+    if device.type == "cuda":
+        try:
+            from adam_atan2 import AdamATan2 as CudaAdamATan2  # needs the compiled backend
+        except ImportError:
+            pass
+        else:
+            return CudaAdamATan2(params, lr=lr, betas=betas, weight_decay=weight_decay)
+    return AdamATan2(params, lr=lr, betas=betas, weight_decay=weight_decay)
+
+
+def lr_at(step: int, base_lr: float, warmup_steps: int, total_steps: int, min_ratio: float = 1.0) -> float:
+    """HRM's schedule: linear warmup to base, then cosine down to base*min_ratio (1.0 = constant).
+    `step` counts from 1 for the first update."""
+    if step < warmup_steps:
+        return base_lr * step / warmup_steps
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    return base_lr * (min_ratio + max(0.0, (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))))
+
+
+def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
+    for g in opt.param_groups:
+        g["lr"] = lr
+
+
+class SparseSignSGD:
+    """SignSGD with decoupled weight decay on the rows of an embedding table seen in a batch.
+
+    Per step: gather (ids, grads) from every rank, sum the grads of duplicate ids, then for those
+    rows only: w <- w * (1 - lr * wd) - lr * sign(g). Rows not in the batch are untouched.
+    The table is a buffer (not a Parameter), updated in place identically on every rank.
+    """
+
+    def __init__(self, table: Tensor, lr: float = 1e-2, weight_decay: float = 0.1):
+        self.table = table
+        self.lr = lr
+        self.weight_decay = weight_decay
+
+    @torch.no_grad()
+    def step(self, ids: Tensor, grads: Tensor) -> None:
+        """ids: (B,) int; grads: (B, D) gradient w.r.t. the looked-up rows."""
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            world = dist.get_world_size()
+            all_ids = torch.empty(world * ids.numel(), dtype=ids.dtype, device=ids.device)
+            all_grads = torch.empty(world * grads.shape[0], grads.shape[1], dtype=grads.dtype, device=grads.device)
+            dist.all_gather_into_tensor(all_ids, ids.contiguous())
+            dist.all_gather_into_tensor(all_grads, grads.contiguous())
+            ids, grads = all_ids, all_grads
+        uniq, inverse = torch.unique(ids.long(), return_inverse=True)
+        summed = torch.zeros(uniq.numel(), grads.shape[1], dtype=grads.dtype, device=grads.device)
+        summed.index_add_(0, inverse, grads)
+        rows = self.table[uniq]
+        rows.mul_(1 - self.lr * self.weight_decay).add_(torch.sign(summed).to(rows.dtype), alpha=-self.lr)
+        self.table[uniq] = rows
+
+    def state_dict(self) -> dict:
+        return {"lr": self.lr, "weight_decay": self.weight_decay}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.lr, self.weight_decay = state["lr"], state["weight_decay"]
