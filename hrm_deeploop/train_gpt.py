@@ -251,13 +251,6 @@ def _train(cfg: TrainGPTConfig, model_cfg: GPTConfig, scaling: ScalingConfig, da
         raise ConfigError(f"max_steps must be >= 1, got {cfg.max_steps}")
     stop = min(cfg.max_steps, cfg.stop_after or cfg.max_steps)
 
-    summary_path = run_dir / "summary.json"
-    if cfg.resume and summary_path.exists():
-        done = json.loads(summary_path.read_text())
-        if done.get("status") == "finished" and done.get("steps") == cfg.max_steps:
-            dist_.print0(f"{run_dir} already finished ({cfg.max_steps} steps); nothing to do")
-            return done
-
     dist_.seed_all(cfg.seed)
     model = GPT(model_cfg, scaling).to(device)
     opt = make_optimizer(model, cfg.optim, device)
@@ -269,6 +262,12 @@ def _train(cfg: TrainGPTConfig, model_cfg: GPTConfig, scaling: ScalingConfig, da
     if e.is_main:
         resume_from = ckpt.prepare_run_dir(run_dir, full_cfg, cfg.resume, must_match=("model", "scaling"))
     resume_from = dist_.broadcast_object(str(resume_from) if resume_from else None)
+    summary_path = run_dir / "summary.json"
+    if resume_from and summary_path.exists():
+        done = json.loads(summary_path.read_text())
+        if done.get("status") == "finished" and done.get("steps") == cfg.max_steps:
+            dist_.print0(f"{run_dir} already finished ({cfg.max_steps} steps); nothing to do")
+            return done
 
     step, recent = 0, collections.deque(maxlen=cfg.trailing_steps)
     last_val: float | None = None

@@ -87,5 +87,5 @@ def tiny_train_cfg(out: str, **kw: Any) -> TrainGPTConfig:
                 eval_every=10, checkpoint_every=10, log_every=5, logger="none", progress=False)
     base.update(kw)
     cfg = TrainGPTConfig(**base)
-    cfg.optim.lr, cfg.optim.warmup_steps = 3e-3, 2
+    cfg.optim.lr, cfg.optim.warmup_steps = 1e-2, 2
     return cfg
