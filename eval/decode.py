@@ -58,7 +58,7 @@ def inverse_colour_table(colour_map: np.ndarray) -> np.ndarray:
 
 @nb.njit(cache=True, inline="always")
 def _crop_shape(tokens, i):
-    """HRM crop rule on row i: (rows, cols) of the largest top-left all-colour rectangle."""
+    """HRM crop rule on tokens row i: (rows, cols) of the largest top-left all-colour rectangle."""
     best_area, best_r, best_w = 0, 0, 0
     w = MAX_SIDE
     for r in range(1, MAX_SIDE + 1):
@@ -105,9 +105,10 @@ def _mix(k1, k2, v):
 
 
 @nb.njit(cache=True, parallel=True)
-def _decode_keys(tokens, table_row, dihedral, inv_colour, keys, shapes):
-    for i in nb.prange(tokens.shape[0]):
-        h, w = _crop_shape(tokens, i)
+def _decode_keys(tokens, rows, table_row, dihedral, inv_colour, keys, shapes):
+    for i in nb.prange(rows.shape[0]):
+        row = rows[i]
+        h, w = _crop_shape(tokens, row)
         aug = table_row[i]
         tid = dihedral[aug]
         if tid == 1 or tid == 3 or tid == 6 or tid == 7:
@@ -119,7 +120,7 @@ def _decode_keys(tokens, table_row, dihedral, inv_colour, keys, shapes):
         for a in range(nr):
             for b in range(nc):
                 r, c = _source(tid, a, b, nr, nc)
-                v = inv_colour[aug, tokens[i, r * MAX_SIDE + c] - COLOUR_OFFSET]
+                v = inv_colour[aug, tokens[row, r * MAX_SIDE + c] - COLOUR_OFFSET]
                 k1, k2 = _mix(k1, k2, np.uint64(v))
         keys[i, 0] = k1
         keys[i, 1] = k2
@@ -128,24 +129,32 @@ def _decode_keys(tokens, table_row, dihedral, inv_colour, keys, shapes):
 
 
 def decode_keys(
-    tokens: np.ndarray, table_row: np.ndarray, dihedral: np.ndarray, inv_colour: np.ndarray
+    tokens: np.ndarray,
+    table_row: np.ndarray,
+    dihedral: np.ndarray,
+    inv_colour: np.ndarray,
+    rows: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Batch crop + inverse augmentation + hash.
+    """Batch crop + inverse augmentation + hash of tokens[rows] (all rows by default; no copy).
 
-    tokens      uint8 [n, 900]  rows in their augmented frame
-    table_row   int64 [n]       augmentation-table row of each token row (its puzzle identifier)
+    tokens      uint8 [N, 900]  rows in their augmented frame
+    table_row   int64 [n]       augmentation-table row (puzzle identifier) of each selected row
+    rows        int64 [n]       which rows of tokens to decode
     dihedral    uint8 [m]       the table's dihedral ids
     inv_colour  uint8 [m, 10]   inverse colour maps (`inverse_colour_table`)
     Returns keys uint64 [n, 2] (== grid_key(decode_grid(row))) and shapes uint8 [n, 2] (original
     frame rows, cols; (0, 0) when the row decodes to no grid).
     """
     assert tokens.ndim == 2 and tokens.shape[1] == MAX_SIDE * MAX_SIDE, tokens.shape
-    assert table_row.shape == (tokens.shape[0],), (table_row.shape, tokens.shape)
-    n = tokens.shape[0]
+    if rows is None:
+        rows = np.arange(tokens.shape[0], dtype=np.int64)
+    n = rows.shape[0]
+    assert table_row.shape == (n,), (table_row.shape, rows.shape)
     keys = np.empty((n, 2), dtype=np.uint64)
     shapes = np.empty((n, 2), dtype=np.uint8)
     _decode_keys(
         np.ascontiguousarray(tokens, dtype=np.uint8),
+        np.ascontiguousarray(rows, dtype=np.int64),
         np.ascontiguousarray(table_row, dtype=np.int64),
         np.ascontiguousarray(dihedral, dtype=np.uint8),
         np.ascontiguousarray(inv_colour, dtype=np.uint8),

@@ -147,17 +147,18 @@ def task_png(task: TaskResult, num_candidates: int) -> bytes:
     """One row per test input: input | truth | top candidates (votes, mean q); green = correct."""
     panels: list[list[tuple[str, np.ndarray | None, tuple[int, int, int] | None]]] = []
     for t in task.tests:
-        row = [(f"test {t.test.index} input", t.test.input_grid, None), ("truth", t.test.truth_grid, None)]
+        row = [(f"test {t.test.index}\ninput", t.test.input_grid, None), ("\ntruth", t.test.truth_grid, None)]
         for i, c in enumerate(t.candidates[:num_candidates]):
             colour = (46, 160, 64) if c.key == t.test.truth_key else (200, 40, 40)
-            row.append((f"#{i + 1} {c.votes} votes q={c.mean_q:.2f}", c.grid, colour))
+            row.append((f"#{i + 1}: {c.votes} votes\nmean q {c.mean_q:.3f}", c.grid, colour))
         if not t.candidates:
             row.append(("no predictions", None, (200, 40, 40)))
         panels.append(row)
     side = max([max(g.shape) for r in panels for _, g, _ in r if g is not None and g.size] + [1])
     cell = int(np.clip(180 // side, 3, 16))
-    box, label_h, pad = side * cell, 14, 10
-    width = max(len(r) for r in panels) * (box + 2 * pad)
+    box, label_h, pad = side * cell, 28, 10
+    col_w = max(box, 100) + 2 * pad
+    width = max(len(r) for r in panels) * col_w
     height = 22 + len(panels) * (box + label_h + 2 * pad)
     img = Image.new("RGB", (max(width, 360), height), (255, 255, 255))
     draw = ImageDraw.Draw(img)
@@ -167,7 +168,7 @@ def task_png(task: TaskResult, num_candidates: int) -> bytes:
     for ri, row in enumerate(panels):
         y = 22 + ri * (box + label_h + 2 * pad)
         for ci, (label, grid, border) in enumerate(row):
-            x = pad + ci * (box + 2 * pad)
+            x = pad + ci * col_w
             draw.text((x, y), label, fill=(0, 0, 0))
             if grid is None:
                 continue

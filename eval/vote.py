@@ -143,50 +143,78 @@ class GroundTruth:
     task_index: dict[str, int]  # table task index -> position in `tasks` (by name)
 
 
+def read_rows(path: Path, ranges: list[tuple[int, int]]) -> np.ndarray:
+    """Rows [a, b) for each range of a 2-D .npy file, concatenated, by seek + read.
+
+    Not np.load(mmap_mode="r"): with the kernel's read-ahead, touching 400 scattered rows of an
+    ARC-1-sized file maps hundreds of MB into the process.
+    """
+    with open(path, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        else:
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        if len(shape) != 2 or fortran or dtype.hasobject:
+            raise UserError(f"{path}: expected a C-order 2-D array, got shape {shape}, dtype {dtype}")
+        offset, row_bytes = f.tell(), shape[1] * dtype.itemsize
+        parts = []
+        for a, b in ranges:
+            if not 0 <= a <= b <= shape[0]:
+                raise UserError(f"{path}: rows [{a}, {b}) outside its {shape[0]} rows")
+            f.seek(offset + a * row_bytes)
+            parts.append(np.frombuffer(f.read((b - a) * row_bytes), dtype=dtype).reshape(b - a, shape[1]))
+    return np.concatenate(parts) if parts else np.empty((0, shape[1]), dtype=dtype)
+
+
 def load_ground_truth(data_dir: Path, split: str, table: AugTable) -> GroundTruth:
     """Test inputs and true outputs from each task's un-augmented copy (dihedral 0, identity colours)."""
     d = data_dir / split
     try:
         pids = np.load(d / fmt.PUZZLE_IDS_FILE)
         pidx = np.load(d / fmt.PUZZLE_INDICES_FILE)
-        inputs = np.load(d / fmt.INPUTS_FILE, mmap_mode="r")
-        labels = np.load(d / fmt.LABELS_FILE, mmap_mode="r")
     except (OSError, ValueError) as e:
         raise UserError(f"{d}: cannot read the {split} split ({e})") from None
-    if pids.size and int(pids.max()) >= len(table):
-        raise UserError(f"{d}: puzzle id {int(pids.max())} is not in the augmentation table ({len(table)} rows)")
+    if pidx.shape != (len(pids) + 1,):
+        raise UserError(f"{d}: {fmt.PUZZLE_INDICES_FILE} has {len(pidx)} entries for {len(pids)} puzzles")
+    if pids.size and (int(pids.max()) >= len(table) or int(pids.min()) < 0):
+        raise UserError(f"{d}: puzzle ids outside the augmentation table ({len(table)} rows)")
     originals = np.flatnonzero(table.is_identity(pids) & (table.base_task[pids] >= 0))
-    all_tasks = {int(b) for b in table.base_task[pids] if b >= 0}
-    with_original = {int(table.base_task[pids[p]]) for p in originals}
-    if all_tasks - with_original:
-        names = sorted(table.task_names[t] for t in all_tasks - with_original)
+    all_tasks = np.unique(table.base_task[pids])
+    missing = np.setdiff1d(all_tasks[all_tasks >= 0], table.base_task[pids[originals]])
+    if missing.size:
+        names = sorted(table.task_names[t] for t in missing)
         raise UserError(f"{d}: {len(names)} task(s) have no un-augmented copy, e.g. {names[:3]}")
+    if originals.size == 0:
+        raise UserError(f"{d}: no tasks found in the {split} split")
+    ranges = [(int(pidx[p]), int(pidx[p + 1])) for p in originals]
+    try:
+        tok_in = read_rows(d / fmt.INPUTS_FILE, ranges)
+        tok_out = read_rows(d / fmt.LABELS_FILE, ranges)
+    except OSError as e:
+        raise UserError(f"{d}: cannot read the {split} split ({e})") from None
+    ids = np.concatenate([np.full(b - a, pids[p], dtype=np.int64) for p, (a, b) in zip(originals, ranges)])
+    in_keys, _ = decode_keys(tok_in, ids, table.dihedral, table.inv_colour)
+    out_keys, _ = decode_keys(tok_out, ids, table.dihedral, table.inv_colour)
     tasks: list[str] = []
     test_inputs: list[TestInput] = []
-    for p in originals:
-        pid = int(pids[p])
-        name = table.task_names[table.base_task[pid]]
+    row = 0
+    for p, (a, b) in zip(originals, ranges):
+        name = table.task_names[table.base_task[pids[p]]]
         if name in tasks:
             raise UserError(f"{d}: task '{name}' has two un-augmented copies")
         tasks.append(name)
-        rows = np.arange(pidx[p], pidx[p + 1])
-        tok_in = np.asarray(inputs[rows])
-        tok_out = np.asarray(labels[rows])
-        ids = np.full(len(rows), pid, dtype=np.int64)
-        in_keys, _ = decode_keys(tok_in, ids, table.dihedral, table.inv_colour)
-        out_keys, _ = decode_keys(tok_out, ids, table.dihedral, table.inv_colour)
         seen: set[tuple[int, int]] = set()
-        for j in range(len(rows)):
-            ik = (int(in_keys[j, 0]), int(in_keys[j, 1]))
+        for j in range(b - a):
+            ik = (int(in_keys[row, 0]), int(in_keys[row, 1]))
             if ik in seen:
                 raise UserError(f"{d}: task '{name}' has two identical test inputs")
             seen.add(ik)
-            grid_in, grid_out = fmt.crop(tok_in[j]), fmt.crop(tok_out[j])
+            grid_in, grid_out = fmt.crop(tok_in[row]), fmt.crop(tok_out[row])
             if grid_in.size == 0 or grid_out.size == 0:
                 raise UserError(f"{d}: task '{name}' test input {j} decodes to an empty grid")
-            test_inputs.append(TestInput(name, j, grid_in, grid_out, ik, (int(out_keys[j, 0]), int(out_keys[j, 1]))))
-    if not tasks:
-        raise UserError(f"{d}: no tasks found in the {split} split")
+            test_inputs.append(TestInput(name, j, grid_in, grid_out, ik, (int(out_keys[row, 0]), int(out_keys[row, 1]))))
+            row += 1
     return GroundTruth(tasks, test_inputs, {n: i for i, n in enumerate(tasks)})
 
 
@@ -327,8 +355,8 @@ def vote(
 
     t1 = time.perf_counter()
     inv = table.inv_colour
-    in_keys, _ = decode_keys(preds.inputs[keep], pid, table.dihedral, inv)
-    keys, shapes = decode_keys(preds.predictions[keep], pid, table.dihedral, inv)
+    in_keys, _ = decode_keys(preds.inputs, pid, table.dihedral, inv, rows=keep)
+    keys, shapes = decode_keys(preds.predictions, pid, table.dihedral, inv, rows=keep)
     t_decode = time.perf_counter() - t1
 
     # Which original test input each row predicts.
