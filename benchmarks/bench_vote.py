@@ -50,7 +50,7 @@ def make(workdir: Path, num_tasks: int, copies: int, two_test: int, seed: int) -
 
     preds = np.empty_like(split.labels)
     e_pid = split.example_puzzle_id
-    for ti, (name, pairs) in enumerate(tasks.items()):
+    for ti, pairs in enumerate(tasks.values()):
         skill = rng.random()
         for j, (_, out) in enumerate(pairs):
             rows = np.flatnonzero((split.example_task == ti) & (split.example_test == j))
