@@ -211,3 +211,15 @@ def test_cli_runs_and_rejects_bad_input(scenario, tmp_path):
     assert "error:" in r.stderr and "puzzle_identifiers" in r.stderr and "Traceback" not in r.stderr
     r = _cli(f"predictions={path}", f"data_dir={root / 'data'}", f"output_dir={tmp_path / 'out'}", "report=false")
     assert r.returncode == 2 and "overwrite=true" in r.stderr
+
+
+def test_hrm_built_dataset_without_table_uses_names(scenario, tmp_path):
+    """Datasets from HRM's own builder have no augmentations.npz: the table comes from the names."""
+    import shutil
+
+    root, _, _, path = scenario
+    shutil.copytree(root / "data", tmp_path / "data")
+    (tmp_path / "data" / "augmentations.npz").unlink()
+    result = vote(load_predictions(path), tmp_path / "data")
+    for proto in EXPECTED:
+        assert result.scores[proto] == pytest.approx(EXPECTED[proto])
