@@ -124,6 +124,7 @@ def tasks_json(result: VoteResult, max_candidates: int) -> dict:
         "ranking": "votes desc, then mean sigmoid(q_halt) desc, then first row in predictions.npz",
         "pass_at_k": result.scores,
         "stats": result.stats,
+        "config": result.config,
         "warnings": result.warnings,
         "tasks": tasks,
     }

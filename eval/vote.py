@@ -287,6 +287,7 @@ class VoteResult:
     scores: dict[str, dict[str, float]]  # pass_at_k() output
     warnings: list[str]
     stats: dict[str, float | int]
+    config: dict | None = None  # the resolved VoteConfig when run from the CLI (kept in tasks.json)
 
 
 def _segments(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -443,7 +444,7 @@ def vote(
 def run(cfg) -> int:
     """`hrm-deeploop vote predictions=FILE data_dir=DIR output_dir=OUT [ks=[1,2]] [overwrite=true]`."""
     from eval.report import check_outputs, format_table, write_outputs
-    from hrm_deeploop.config import typed
+    from hrm_deeploop.config import to_dict, typed
 
     c = typed(cfg, VoteConfig)
     out = Path(c.output_dir)
@@ -453,6 +454,7 @@ def run(cfg) -> int:
     t_read = time.perf_counter() - t0
     result = vote(preds, c.data_dir, split=c.split, ks=c.ks, keep_grids=max(c.max_candidates, c.report_candidates, 2))
     result.stats["seconds_read_predictions"] = round(t_read, 3)
+    result.config = to_dict(c)
     for w in result.warnings[:20]:
         print(f"warning: {w}", file=sys.stderr)
     if len(result.warnings) > 20:
