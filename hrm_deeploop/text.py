@@ -403,6 +403,7 @@ _NUMBER_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", 
                  "eighteen", "nineteen", "twenty"]
 _COLORS = ["red", "blue", "green", "yellow", "white", "black", "purple", "orange"]
 _ANIMALS = ["fox", "owl", "cat", "horse", "frog", "bear", "crow", "goat"]
+_ARTICLE = {a: ("an" if a[0] in "aeiou" else "a") for a in _ANIMALS}
 _FOODS = ["apples", "bread", "fish", "rice", "honey", "cheese", "plums", "beans"]
 
 
@@ -436,10 +437,10 @@ def write_demo_corpus(path: PathLike, num_docs: int = 2000, seed: int = 0) -> Pa
         f = facts[t]
         return str(rng.choice([
             f"The flag of {t} is {f['color']}.",
-            f"In {t} the people keep a {f['animal']}.",
+            f"In {t} the people keep {_ARTICLE[f['animal']]} {f['animal']}.",
             f"The people of {t} like to eat {f['food']}.",
             f"{t} is next to {f['near']}.",
-            f"The town of {t} has a {f['color']} flag and a {f['animal']}.",
+            f"The town of {t} has a {f['color']} flag and {_ARTICLE[f['animal']]} {f['animal']}.",
         ]))
 
     def sum_sentence() -> str:
