@@ -277,11 +277,13 @@ def run_lm_eval(
     dtype: torch.dtype | None = None,
     tokenizer: Tokenizer | None = None,
     seed: int = 1234,
+    include_defaults: bool = True,
 ) -> LmEvalTable:
     """Evaluate `model` on lm-eval `tasks` for each shot count; return (and write) the acc table.
 
     `limit` caps examples per task (testing only). `include_path` adds a folder of task YAMLs
-    (e.g. local offline tasks). With `output_path`, writes lm_eval.md, lm_eval.csv and
+    (e.g. local offline tasks); `include_defaults=False` skips indexing lm-eval's ~thousands of
+    built-in task files (faster when only `include_path` tasks are run). With `output_path`, writes lm_eval.md, lm_eval.csv and
     lm_eval_results.json (lm-eval's raw results per shot) into that folder.
     """
     import lm_eval
@@ -290,7 +292,10 @@ def run_lm_eval(
     shots = [num_fewshot] if isinstance(num_fewshot, int) else list(num_fewshot)
     lm = LoopedLM(model, tokenizer=tokenizer, max_length=max_length, batch_size=batch_size,
                   device=device, dtype=dtype)
-    manager = TaskManager(include_path=str(include_path) if include_path is not None else None)
+    manager = TaskManager(
+        include_path=str(include_path) if include_path is not None else None,
+        include_defaults=include_defaults,
+    )
     acc: dict[int, dict[str, float]] = {}
     raw: dict[int, Any] = {}
     for shot in shots:
