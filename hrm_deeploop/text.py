@@ -308,7 +308,7 @@ class TokenShards:
         return self._maps[shard][start : start + self.seq_len + 1]
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """This rank's next (x, y), each int64 (B, T) on CPU; y[:, t] = x[:, t+1]'s successor."""
+        """This rank's next (x, y), each int64 (B, T) on CPU; y[:, t] is the token after x[:, t]."""
         if self.position + self.global_batch > self._total:
             self.epoch, self.position = self.epoch + 1, 0
             self._plan_epoch()

@@ -154,3 +154,14 @@ metric_list:
     csv_lines = (out / "lm_eval.csv").read_text().splitlines()
     assert csv_lines[0] == "shot,tiny_mc,Avg" and len(csv_lines) == 3
     assert json.loads((out / "lm_eval_results.json").read_text())["0"]["results"]["tiny_mc"]
+
+
+@pytest.mark.slow
+def test_paper_tasks_are_known_to_lm_eval():
+    """The 8 task names exist in the installed lm-eval (indexing its tasks takes ~15 s)."""
+    from lm_eval.tasks import TaskManager
+
+    from hrm_deeploop.lm_eval_adapter import PAPER_TASKS
+
+    known = TaskManager().all_tasks
+    assert [t for t in PAPER_TASKS if t not in known] == []
