@@ -268,13 +268,15 @@ class TokenShards:
                     f"seq_len + 1 = {seq_len + 1}; lower seq_len or write larger shards"
                 )
         self.global_batch = batch_size * world_size
-        self.epoch, self.position = 0, 0  # position: index into this epoch's window stream
-        self._plan_epoch()
-        if self._total < self.global_batch:
+        # Fewest windows any epoch can have (largest offset, T - 1): every epoch fills a batch.
+        fewest = sum((n - seq_len) // seq_len for n in self.num_tokens)
+        if fewest < self.global_batch:
             raise UserError(
-                f"TokenShards: the shards hold {self._total} windows of {seq_len + 1} tokens, fewer "
+                f"TokenShards: the shards hold {fewest} windows of {seq_len + 1} tokens, fewer "
                 f"than one global batch ({batch_size} x {world_size} ranks)"
             )
+        self.epoch, self.position = 0, 0  # position: index into this epoch's window stream
+        self._plan_epoch()
         self._maps: dict[int, np.memmap] = {}
         self._perm_cache: tuple[int, np.ndarray] | None = None
 
@@ -553,6 +555,19 @@ def _read_text(path: Path) -> str:
         raise UserError(f"input {path}: cannot read it ({e.strerror or e})") from None
 
 
+def _read_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, line) of a UTF-8 text file, streamed (JSONL files can be many GB)."""
+    lineno = 0
+    try:
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, start=1):  # noqa: B007 - lineno used after the loop
+                yield lineno, line
+    except UnicodeDecodeError as e:
+        raise UserError(f"input {path}: not valid UTF-8 after line {lineno} ({e.reason})") from None
+    except OSError as e:
+        raise UserError(f"input {path}: cannot read it ({e.strerror or e})") from None
+
+
 def _docs_from_file(path: Path, cfg: PrepareTextConfig) -> Iterator[str]:
     suffix = path.suffix.lower()
     if suffix in _TXT_SUFFIXES:
@@ -562,7 +577,7 @@ def _docs_from_file(path: Path, cfg: PrepareTextConfig) -> Iterator[str]:
         else:
             yield from re.split(r"\n[ \t\r\f\v]*\n", text)
     elif suffix in _JSONL_SUFFIXES:
-        for lineno, line in enumerate(_read_text(path).splitlines(), start=1):
+        for lineno, line in _read_lines(path):
             if not line.strip():
                 continue
             try:
@@ -687,16 +702,14 @@ def prepare(cfg: PrepareTextConfig) -> dict[str, Any]:
     if tok.n_vocab > np.iinfo(np.uint16).max + 1:
         raise UserError(f"tokenizer '{cfg.tokenizer}' has {tok.n_vocab} ids; uint16 shards hold 65536")
 
+    files = _expand_inputs(cfg.inputs)  # before the temp folder exists, so it is never an input
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
         if cfg.demo_docs > 0:
-            demo = write_demo_corpus(tmp / "demo_corpus.jsonl", cfg.demo_docs, cfg.seed)
-            files = [demo]
-        else:
-            files = _expand_inputs(cfg.inputs)
+            files = [write_demo_corpus(tmp / "demo_corpus.jsonl", cfg.demo_docs, cfg.seed)]
         sources: list[dict[str, Any]] = []
         if cfg.hf_dataset is not None:
             sources.append({"hf_dataset": cfg.hf_dataset, "config": cfg.hf_config, "split": cfg.hf_split})
@@ -735,8 +748,8 @@ def prepare(cfg: PrepareTextConfig) -> dict[str, Any]:
             return True
 
         for doc in docs:
-            if not doc.strip():
-                continue  # blank documents add nothing but a separator
+            if doc is None or not doc.strip():
+                continue  # missing or blank documents would add nothing but a separator
             batch.append(doc)
             if len(batch) >= cfg.batch_docs and not flush_batch():
                 break

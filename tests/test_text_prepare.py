@@ -70,6 +70,13 @@ def test_bad_inputs_exit_2(tmp_path, capsys):
     bad.write_text('{"text": "ok"}\n{"txt": "no field"}\n')
     assert _cli(f"inputs=[{bad}]", f"output_dir={tmp_path / 'o2'}") == 2
     assert "bad.jsonl:2" in capsys.readouterr().err
+    bad.write_text('{"text": "ok"}\n{"text": \n')
+    assert _cli(f"inputs=[{bad}]", f"output_dir={tmp_path / 'o2'}") == 2
+    assert "bad.jsonl:2: invalid JSON" in capsys.readouterr().err
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes("caf\u00e9".encode("latin-1"))
+    assert _cli(f"inputs=[{latin}]", f"output_dir={tmp_path / 'o2'}") == 2
+    assert "not valid UTF-8" in capsys.readouterr().err
     assert _cli(f"inputs=[{tmp_path / 'nope.txt'}]", f"output_dir={tmp_path / 'o3'}") == 2
     assert "does not exist" in capsys.readouterr().err
     assert _cli(f"inputs=[{good}]", f"output_dir={tmp_path / 'o4'}", "val_tokens=1000") == 2
