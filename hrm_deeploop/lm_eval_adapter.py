@@ -127,16 +127,15 @@ class LoopedLM(TemplateLM):
         return self.tokenizer.decode(tokens)
 
     @torch.inference_mode()
-    def _model_logprobs(self, tokens_BT: torch.Tensor) -> torch.Tensor:
-        """log_softmax of the model's logits in float32: (B, T, V)."""
+    def _model_logits(self, tokens_BT: torch.Tensor) -> torch.Tensor:
+        """The model's logits (B, T, V), under bf16/fp16 autocast on CUDA if `dtype` is set."""
         autocast = (
             torch.autocast(self.device.type, dtype=self.dtype)
             if self.dtype is not None and self.device.type == "cuda"
             else nullcontext()
         )
         with autocast:
-            logits_BTV = _logits_of(self.model(tokens_BT))
-        return F.log_softmax(logits_BTV.float(), dim=-1)
+            return _logits_of(self.model(tokens_BT))
 
     # --- scoring -----------------------------------------------------------------------------
     def _loglikelihood_tokens(
@@ -170,10 +169,11 @@ class LoopedLM(TemplateLM):
             batch_BT = torch.zeros((len(chunk), width), dtype=torch.long)
             for row, toks in enumerate(inputs):
                 batch_BT[row, : len(toks)] = torch.tensor(toks, dtype=torch.long)
-            logprobs_BTV = self._model_logprobs(batch_BT.to(self.device))
+            logits_BTV = self._model_logits(batch_BT.to(self.device))
             for row, i in enumerate(chunk):
                 n, c = len(inputs[row]), len(conts[row])
-                lp_CV = logprobs_BTV[row, n - c : n]  # positions predicting the continuation
+                # Only the positions predicting the continuation, in float32: (C, V).
+                lp_CV = F.log_softmax(logits_BTV[row, n - c : n].float(), dim=-1)
                 cont_C = torch.tensor(conts[row], dtype=torch.long, device=lp_CV.device)
                 total = float(lp_CV.gather(1, cont_C[:, None]).sum())
                 greedy = bool((lp_CV.argmax(dim=-1) == cont_C).all())
@@ -282,14 +282,15 @@ def run_lm_eval(
     """Evaluate `model` on lm-eval `tasks` for each shot count; return (and write) the acc table.
 
     `limit` caps examples per task (testing only). `include_path` adds a folder of task YAMLs
-    (e.g. local offline tasks); `include_defaults=False` skips indexing lm-eval's ~thousands of
-    built-in task files (faster when only `include_path` tasks are run). With `output_path`, writes lm_eval.md, lm_eval.csv and
-    lm_eval_results.json (lm-eval's raw results per shot) into that folder.
+    (e.g. local offline tasks); `include_defaults=False` skips indexing lm-eval's thousands of
+    built-in task files (faster when only `include_path` tasks are run). With `output_path`,
+    writes lm_eval.md, lm_eval.csv and lm_eval_results.json (lm-eval's raw results per shot)
+    into that folder. The model's train/eval mode is restored afterwards.
     """
-    import lm_eval
     from lm_eval.tasks import TaskManager
 
     shots = [num_fewshot] if isinstance(num_fewshot, int) else list(num_fewshot)
+    was_training = model.training  # restored at the end: LoopedLM puts the model in eval mode
     lm = LoopedLM(model, tokenizer=tokenizer, max_length=max_length, batch_size=batch_size,
                   device=device, dtype=dtype)
     manager = TaskManager(
@@ -298,30 +299,43 @@ def run_lm_eval(
     )
     acc: dict[int, dict[str, float]] = {}
     raw: dict[int, Any] = {}
-    for shot in shots:
-        out = lm_eval.simple_evaluate(
-            model=lm,
-            tasks=list(tasks),
-            num_fewshot=shot,
-            limit=limit,
-            task_manager=manager,
-            log_samples=False,
-            random_seed=seed,
-            numpy_random_seed=seed,
-            torch_random_seed=seed,
-            fewshot_random_seed=seed,
-        )
-        if out is None:  # non-zero ranks under lm-eval's own distributed mode
-            continue
-        results = out["results"]
-        acc[shot] = {}
-        for task in tasks:
-            if task not in results or "acc,none" not in results[task]:
-                raise UserError(f"lm-eval returned no 'acc' for task '{task}' (got {sorted(results.get(task, {}))})")
-            acc[shot][task] = float(results[task]["acc,none"])
-        raw[shot] = {"results": results, "n-samples": out.get("n-samples"), "versions": out.get("versions")}
+    try:
+        for shot in shots:
+            acc[shot], raw[shot] = _evaluate_shot(lm, tasks, shot, limit, manager, seed)
+    finally:
+        model.train(was_training)
+    acc = {k: v for k, v in acc.items() if v is not None}
     table = LmEvalTable(tasks=list(tasks), acc=acc)
     if output_path is not None:
         table.write(output_path)
         (Path(output_path) / "lm_eval_results.json").write_text(json.dumps(raw, indent=2, default=str) + "\n")
     return table
+
+
+def _evaluate_shot(
+    lm: LoopedLM, tasks: Sequence[str], shot: int, limit: int | float | None, manager: Any, seed: int
+) -> tuple[dict[str, float] | None, dict[str, Any] | None]:
+    """One lm_eval.simple_evaluate call: (acc per task, lm-eval's raw results)."""
+    import lm_eval
+
+    out = lm_eval.simple_evaluate(
+        model=lm,
+        tasks=list(tasks),
+        num_fewshot=shot,
+        limit=limit,
+        task_manager=manager,
+        log_samples=False,
+        random_seed=seed,
+        numpy_random_seed=seed,
+        torch_random_seed=seed,
+        fewshot_random_seed=seed,
+    )
+    if out is None:  # non-zero ranks under lm-eval's own distributed mode
+        return None, None
+    results = out["results"]
+    acc: dict[str, float] = {}
+    for task in tasks:
+        if task not in results or "acc,none" not in results[task]:
+            raise UserError(f"lm-eval returned no 'acc' for task '{task}' (got {sorted(results.get(task, {}))})")
+        acc[task] = float(results[task]["acc,none"])
+    return acc, {"results": results, "n-samples": out.get("n-samples"), "versions": out.get("versions")}

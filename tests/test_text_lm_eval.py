@@ -142,8 +142,10 @@ metric_list:
 """
     )
     out = tmp_path / "results"
+    model.train()
     table = run_lm_eval(model, tasks=["tiny_mc"], num_fewshot=(0, 1), limit=None, batch_size=4,
                         output_path=out, include_path=tasks, include_defaults=False, device="cpu")
+    assert model.training  # mode restored
     assert sorted(table.acc) == [0, 1]
     for shot in (0, 1):
         acc = table.acc[shot]["tiny_mc"]
