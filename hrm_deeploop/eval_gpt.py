@@ -45,6 +45,7 @@ class EvalGPTConfig:
     limit: float | None = None  # examples per task (testing only)
     lm_eval_batch_size: int = 16
     include_path: str | None = None  # extra lm-eval task YAMLs (e.g. offline local tasks)
+    include_defaults: bool = True  # false: index only include_path tasks (faster, offline)
 
 
 def resolve_checkpoint(path: str) -> Path:
@@ -109,7 +110,8 @@ def evaluate(opts: EvalGPTConfig) -> dict[str, Any]:
             table = run_lm_eval(model, opts.tasks, opts.num_fewshot, opts.limit, opts.lm_eval_batch_size,
                                 output_path=out_dir if e.is_main else None, include_path=opts.include_path,
                                 max_length=model.cfg.seq_len, device=e.device,
-                                dtype=dtype if e.device.type == "cuda" else None)
+                                dtype=dtype if e.device.type == "cuda" else None,
+                                include_defaults=opts.include_defaults)
             result["lm_eval"] = {"acc": {str(k): v for k, v in table.acc.items()},
                                  "avg": {str(s): table.average(s) for s in table.acc}}
             dist_.print0(table.markdown())

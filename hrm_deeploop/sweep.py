@@ -105,7 +105,7 @@ def sweep(opts: SweepConfig, model_cfg: GPTConfig, data_for: Callable[[RunSpec],
     for spec in plan(opts):
         run_dir = root / spec.kind / spec.name
         summary = _read_summary(run_dir)
-        if summary is None or summary.get("status") not in ("finished", "diverged"):
+        if not _done(summary, opts.train):
             print(f"sweep: {spec.kind}/{spec.name}", flush=True)
             _launch(opts, model_cfg, spec, run_dir, data_for)
             summary = _read_summary(run_dir)
@@ -114,6 +114,16 @@ def sweep(opts: SweepConfig, model_cfg: GPTConfig, data_for: Callable[[RunSpec],
         results.append(_row(spec, summary))
     write_reports(results, root)
     return results
+
+
+def _done(summary: dict[str, Any] | None, train: TrainGPTConfig) -> bool:
+    """Finished, diverged, or stopped at this sweep's stop_after: nothing left to run."""
+    if summary is None:
+        return False
+    status = summary.get("status")
+    if status == "stopped":
+        return train.stop_after is not None and summary.get("steps", 0) >= train.stop_after
+    return status in ("finished", "diverged")
 
 
 def _read_summary(run_dir: Path) -> dict[str, Any] | None:
@@ -181,7 +191,7 @@ def _row(spec: RunSpec, s: dict[str, Any] | None) -> dict[str, Any]:
     s = s or {"status": "missing"}
     val, tr = s.get("final_val_loss"), s.get("final_train_loss")
     loss = val if val is not None else tr
-    failed = s.get("status") != "finished" or s.get("left_unigram_floor") is False
+    failed = s.get("status") not in ("finished", "stopped") or s.get("left_unigram_floor") is False
     return {"kind": spec.kind, "name": spec.name, "scheme": spec.scheme, "num_rounds": spec.num_rounds,
             "p": spec.p, "seed": spec.seed, "status": s.get("status"), "steps": s.get("steps"),
             "val_loss": val, "train_loss": tr, "loss": loss, "loss_source": "val" if val is not None else "train",

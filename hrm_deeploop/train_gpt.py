@@ -233,7 +233,8 @@ def train(cfg: TrainGPTConfig, model_cfg: GPTConfig, scaling: ScalingConfig,
     """Train (or resume) one run; returns the summary dict (also written to summary.json, rank 0).
 
     `data` replaces the shard loaders (tests, custom sources); by default they come from `cfg.data`.
-    Raises TrainingDiverged (summary status 'diverged') on a non-finite loss or gradient.
+    Summary status: finished (max_steps reached), stopped (at stop_after; resume to continue) or
+    diverged (then TrainingDiverged is raised: a non-finite loss or gradient).
     """
     e = dist_.setup(cfg.device)
     try:
@@ -271,6 +272,7 @@ def _train(cfg: TrainGPTConfig, model_cfg: GPTConfig, scaling: ScalingConfig, da
 
     step, recent = 0, collections.deque(maxlen=cfg.trailing_steps)
     last_val: float | None = None
+    wall_before = 0.0  # wall time of earlier segments of a resumed run
     if resume_from:
         state = ckpt.load(resume_from, map_location=device)
         model.load_state_dict(ckpt.strip_prefixes(state["model"]))
@@ -280,6 +282,7 @@ def _train(cfg: TrainGPTConfig, model_cfg: GPTConfig, scaling: ScalingConfig, da
         step = int(state["step"])
         recent.extend(state.get("recent_losses", []))
         last_val = state.get("val_loss")
+        wall_before = float(state.get("wall_time_s", 0.0))
         dist_.print0(f"resumed {run_dir} at step {step} from {Path(resume_from).name}")
 
     fwd_model: torch.nn.Module = torch.compile(model) if cfg.compile else model
@@ -288,7 +291,7 @@ def _train(cfg: TrainGPTConfig, model_cfg: GPTConfig, scaling: ScalingConfig, da
     n_params = model.num_params()
     flops_token = flops_per_token(model_cfg)
     tokens_per_step = cfg.global_batch_tokens
-    logger = RunLogger(run_dir, cfg.logger if cfg.logger != "none" else "none", cfg.project,
+    logger = RunLogger(run_dir, cfg.logger, cfg.project,
                        cfg.run_name or run_dir.name, full_cfg, resume=resume_from is not None)
     dist_.print0(f"looped GPT: {n_params / 1e6:.2f}M params (stored once), K={model_cfg.num_blocks} "
                  f"R={model_cfg.num_rounds} N={model_cfg.num_blocks * model_cfg.num_rounds} "
@@ -304,7 +307,7 @@ def _train(cfg: TrainGPTConfig, model_cfg: GPTConfig, scaling: ScalingConfig, da
             "schedule": {"lr": cfg.optim.lr, "warmup_steps": cfg.optim.warmup_steps, "total_steps": cfg.max_steps,
                          "min_lr_ratio": cfg.optim.min_lr_ratio},
             "rng": ckpt.rng_state(), "sampler": data.train.state_dict(), "recent_losses": list(recent),
-            "val_loss": last_val, "config": full_cfg,
+            "val_loss": last_val, "wall_time_s": wall_before + time.perf_counter() - started, "config": full_cfg,
         })
         if cfg.keep_checkpoints > 0:
             for _, old in ckpt.list_checkpoints(run_dir)[:-cfg.keep_checkpoints]:
@@ -319,10 +322,11 @@ def _train(cfg: TrainGPTConfig, model_cfg: GPTConfig, scaling: ScalingConfig, da
 
     started, status = time.perf_counter(), "running"
     bar = progress(total=stop, desc="train-gpt", initial=step) if cfg.progress else None
-    t_last, tokens_since = time.perf_counter(), 0
+    busy, tokens_since = 0.0, 0  # training seconds and tokens since the last log (eval/saving excluded)
     train_model.train()
     try:
         while step < stop:
+            t_step = time.perf_counter()
             lr = lr_at(step + 1, cfg.optim.lr, cfg.optim.warmup_steps, cfg.max_steps, cfg.optim.min_lr_ratio)
             set_lr(opt, lr)
             loss_sum = torch.zeros((), device=device)
@@ -342,20 +346,20 @@ def _train(cfg: TrainGPTConfig, model_cfg: GPTConfig, scaling: ScalingConfig, da
             opt.step()
             opt.zero_grad(set_to_none=True)
             step += 1
-            recent.append(float(step_loss))
+            recent.append(float(step_loss))  # float() syncs, so the step time below is real
             tokens_since += tokens_per_step
+            busy += time.perf_counter() - t_step
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(loss=f"{float(step_loss):.4f}", refresh=False)
             if step % cfg.log_every == 0 or step == stop:
-                now = time.perf_counter()
-                tps = tokens_since / max(now - t_last, 1e-9)
+                tps = tokens_since / max(busy, 1e-9)
                 logger.log({"train/loss": float(step_loss), "train/lr": lr, "train/grad_norm": float(grad_norm),
                             "perf/tokens_per_s": tps, "perf/mfu": mfu(tps, flops_token, cfg.mfu_peak_tflops,
                                                                       e.world_size),
                             "tokens": step * tokens_per_step}, step=step)
-                t_last, tokens_since = now, 0
-            if step % cfg.eval_every == 0 or step == cfg.max_steps:
+                busy, tokens_since = 0.0, 0
+            if step % cfg.eval_every == 0 or step == stop:
                 last_val = validate(step)
             if step % cfg.checkpoint_every == 0 or step == stop:
                 save(step)
@@ -367,14 +371,13 @@ def _train(cfg: TrainGPTConfig, model_cfg: GPTConfig, scaling: ScalingConfig, da
         if bar is not None:
             bar.close()
         logger.close()
-        if status in ("finished", "diverged"):
+        if status in ("finished", "diverged", "stopped"):
             summary = _summary(cfg, model_cfg, scaling, data, step, recent, last_val, status,
-                               time.perf_counter() - started, n_params, flops_token)
+                               wall_before + time.perf_counter() - started, n_params, flops_token)
             if e.is_main:
                 ckpt.atomic_write_bytes(summary_path, (json.dumps(summary, indent=2) + "\n").encode())
     if status == "stopped":
         dist_.print0(f"stopped at step {step} (stop_after); resume with resume=true")
-        return {"status": "stopped", "steps": step}
     dist_.print0(f"done: {json.dumps(summary)}")
     return summary
 

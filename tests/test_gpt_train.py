@@ -56,7 +56,8 @@ def test_resume_is_bit_exact(tmp_path):
     train_gpt.train(straight, model, scaling, data=array_data(TRAIN, VAL, 32, 4))
     first = tiny_train_cfg(str(tmp_path / "b"), max_steps=8, stop_after=4, checkpoint_every=100)
     out = train_gpt.train(first, model, scaling, data=array_data(TRAIN, VAL, 32, 4))
-    assert out["status"] == "stopped" and not (tmp_path / "b/summary.json").exists()
+    assert out["status"] == "stopped" and out["steps"] == 4
+    assert json.loads((tmp_path / "b/summary.json").read_text())["status"] == "stopped"
     second = tiny_train_cfg(str(tmp_path / "b"), max_steps=8, resume=True, checkpoint_every=100)
     train_gpt.train(second, model, scaling, data=array_data(TRAIN, VAL, 32, 4))
     a, b = _weights(tmp_path / "a", 8), _weights(tmp_path / "b", 8)
