@@ -59,3 +59,26 @@ def test_floor_marking_in_tables(tmp_path):
 def test_overrides_round_trip():
     assert overrides("", {"a": {"b": None, "c": [1, 2], "d": "x y", "e": True, "f": 0.1}}) == [
         "a.b=null", "a.c=[1,2]", "a.d='x y'", "a.e=true", "a.f=0.1"]
+
+
+def test_yaml_configs_list_every_trainer_key():
+    """configs/train_gpt.yaml and sweep.yaml's `train:` carry every TrainGPTConfig key, so each one
+    can be overridden on the command line (Hydra refuses keys a plain YAML section lacks)."""
+    from pathlib import Path
+
+    import yaml
+
+    from hrm_deeploop.config import to_dict
+    from hrm_deeploop.train_gpt import TrainGPTConfig
+
+    want = to_dict(TrainGPTConfig())
+    root = Path(__file__).resolve().parent.parent / "configs"
+
+    def keys(d, prefix=""):
+        return {prefix + k for k, v in d.items()} | {x for k, v in d.items() if isinstance(v, dict)
+                                                   for x in keys(v, prefix + k + ".")}
+
+    train_yaml = yaml.safe_load((root / "train_gpt.yaml").read_text())
+    train_yaml.pop("defaults")
+    assert keys(train_yaml) == keys(want)
+    assert keys(yaml.safe_load((root / "sweep.yaml").read_text())["train"]) == keys(want)
