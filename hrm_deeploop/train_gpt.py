@@ -259,10 +259,15 @@ def _train(cfg: TrainGPTConfig, model_cfg: GPTConfig, scaling: ScalingConfig, da
         data = open_data(cfg, model_cfg, e)  # validates shards; nothing written yet
 
     full_cfg = {"model": to_dict(model_cfg), "scaling": to_dict(scaling), **to_dict(cfg)}
-    resume_from = None
+    resume_from, error = None, None
     if e.is_main:
-        resume_from = ckpt.prepare_run_dir(run_dir, full_cfg, cfg.resume, must_match=("model", "scaling"))
-    resume_from = dist_.broadcast_object(str(resume_from) if resume_from else None)
+        try:
+            resume_from = ckpt.prepare_run_dir(run_dir, full_cfg, cfg.resume, must_match=("model", "scaling"))
+        except UserError as err:  # tell the other ranks instead of leaving them waiting
+            error = str(err)
+    resume_from, error = dist_.broadcast_object((str(resume_from) if resume_from else None, error))
+    if error:
+        raise UserError(error)
     summary_path = run_dir / "summary.json"
     if resume_from and summary_path.exists():
         done = json.loads(summary_path.read_text())

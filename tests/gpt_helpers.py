@@ -5,12 +5,23 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 
 from hrm_deeploop.gpt import GPTConfig
 from hrm_deeploop.train_gpt import Data, TrainGPTConfig, unigram_entropy
 
 VOCAB = 64
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One intra-op thread: on a shared, loaded CPU, OpenMP's spinning threads made these tiny
+    models ~10x slower (measured: micro sweep 106 s with 2 threads, 9 s with 1)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 
 def tiny_model(**kw: Any) -> GPTConfig:

@@ -10,6 +10,7 @@ import pytest
 
 from hrm_deeploop.cli import main
 from hrm_deeploop.text import write_meta, write_shard
+from tests.gpt_helpers import one_thread  # noqa: F401  (autouse)
 
 MODEL = ["model=gpt_tiny", "model.hidden_size=32", "model.seq_len=32", "model.mlp_multiple=16"]
 FAST = ["device=cpu", "logger=none", "progress=false", "micro_batch_size=2", "global_batch_tokens=64",

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from hrm_deeploop.gpt import GPT, flops_per_token
 from hrm_deeploop.scaling import ScalingConfig
 from hrm_deeploop.train_gpt import mfu, param_groups
-from tests.gpt_helpers import VOCAB, tiny_model
+from tests.gpt_helpers import VOCAB, one_thread, tiny_model  # noqa: F401  (autouse)
 
 
 @pytest.mark.parametrize("scheme", ["baseline", "deeploop", "looped_eps"])

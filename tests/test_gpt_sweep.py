@@ -7,7 +7,7 @@ import json
 
 from hrm_deeploop import sweep as sweep_mod
 from hrm_deeploop.sweep import SweepConfig, overrides, sweep
-from tests.gpt_helpers import array_data, patterned_tokens, tiny_model, tiny_train_cfg
+from tests.gpt_helpers import array_data, one_thread, patterned_tokens, tiny_model, tiny_train_cfg  # noqa: F401  (autouse)
 
 _STREAM = patterned_tokens(12_000, seed=0)
 TRAIN, VAL = _STREAM[:10_000], _STREAM[10_000:]

@@ -15,7 +15,7 @@ from hrm_deeploop import train_gpt
 from hrm_deeploop.errors import ConfigError, TrainingDiverged, UserError
 from hrm_deeploop.gpt import GPT
 from hrm_deeploop.scaling import ScalingConfig
-from tests.gpt_helpers import array_data, patterned_tokens, tiny_model, tiny_train_cfg
+from tests.gpt_helpers import array_data, one_thread, patterned_tokens, tiny_model, tiny_train_cfg  # noqa: F401  (autouse)
 
 _STREAM = patterned_tokens(22_000, seed=0)
 TRAIN, VAL = _STREAM[:20_000], _STREAM[20_000:]
