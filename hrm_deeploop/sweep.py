@@ -111,6 +111,9 @@ def sweep(opts: SweepConfig, model_cfg: GPTConfig, data_for: Callable[[RunSpec],
             summary = _read_summary(run_dir)
         else:
             print(f"sweep: {spec.kind}/{spec.name} done, skipped", flush=True)
+            if summary.get("status") == "finished" and summary.get("steps") != opts.train.max_steps:
+                print(f"sweep: warning: {spec.name} finished {summary.get('steps')} steps, not "
+                      f"train.max_steps={opts.train.max_steps}; use a new output_dir for a new budget", flush=True)
         results.append(_row(spec, summary))
     write_reports(results, root)
     return results
@@ -211,7 +214,8 @@ def _cell(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "-"
     good = [r["loss"] for r in rows if not r["failed"]]
-    text = f"{_mean(good):.4f}" if good else ""
+    shown = _mean(good) if good else _mean([r["loss"] for r in rows])  # failed only: their own mean loss
+    text = f"{shown:.4f}" if shown is not None else ""
     bad = [("div" if r["status"] == "diverged" else "floor") for r in rows if r["failed"]]
     if bad:
         text += (" " if text else "") + f"({len(bad)}/{len(rows)} {'/'.join(sorted(set(bad)))})"
@@ -240,8 +244,8 @@ def rounds_table(results: list[dict[str, Any]]) -> str:
             lines.append(f"| Δ ({m} − baseline) | " + " | ".join(deltas) + " |")
     src = {r["loss_source"] for r in rows if r["loss"] is not None}
     note = ("final validation loss" if src == {"val"} else "final validation loss (train loss where no val)")
-    return "\n".join([f"Loss ({note}); mean over seeds of the runs that trained; "
-                      "(k/n floor|div) = runs at the unigram floor or diverged.", "", *lines])
+    return "\n".join([f"Loss ({note}); mean over seeds of the runs that trained (of the failed runs when "
+                      "none did); (k/n floor|div) = runs at the unigram floor or diverged.", "", *lines])
 
 
 def p_table(results: list[dict[str, Any]]) -> str:
