@@ -102,24 +102,40 @@ def _open_npy(path: Path, shape: tuple[int, ...], dtype: np.dtype):
 
 
 def encode_split(plan: Plan, sp: SplitPlan, out_dir: Path, bar) -> None:
-    """Stream all__inputs.npy / all__labels.npy in blocks: memory stays at two blocks."""
+    """Stream all__inputs.npy / all__labels.npy in blocks; memory stays at a few blocks.
+
+    One writer thread per file (FIFO, so blocks land in order) writes block k while the numba
+    kernel encodes block k+1 (double buffering); writes release the GIL, so encoding and I/O overlap.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
     e = sp.num_examples
     g = plan.grids
-    buf_in = np.empty((min(ENCODE_CHUNK, max(e, 1)), F.SEQ_LEN), np.uint8)
-    buf_lab = np.empty_like(buf_in)
+    rows = min(ENCODE_CHUNK, max(e, 1))
+    bufs = [(np.empty((rows, F.SEQ_LEN), np.uint8), np.empty((rows, F.SEQ_LEN), np.uint8)) for _ in range(2)]
+    pending: list[list] = [[], []]
     with _open_npy(out_dir / F.INPUTS_FILE, (e, F.SEQ_LEN), np.uint8) as fi, \
-            _open_npy(out_dir / F.LABELS_FILE, (e, F.SEQ_LEN), np.uint8) as fl:
-        for lo in range(0, e, ENCODE_CHUNK):
+            _open_npy(out_dir / F.LABELS_FILE, (e, F.SEQ_LEN), np.uint8) as fl, \
+            ThreadPoolExecutor(1, thread_name_prefix="arc-write-in") as wi, \
+            ThreadPoolExecutor(1, thread_name_prefix="arc-write-lab") as wl:
+        for k, lo in enumerate(range(0, e, ENCODE_CHUNK)):
             hi = min(lo + ENCODE_CHUNK, e)
+            n = hi - lo
+            slot = k % 2
+            for fut in pending[slot]:
+                fut.result()
+            buf_in, buf_lab = bufs[slot]
             idx = np.arange(lo, hi, dtype=np.int64)
             pair, pid = resolve_examples(sp.puzzle_identifiers, sp.puzzle_indices, sp.group_indices,
                                          sp.group_pairs, sp.group_pair_indices, idx)
-            n = hi - lo
             encode_examples_parallel(g.cells, g.offset, g.shape, g.pair_grids, pair, pid, plan.dihedral,
                                      plan.colour_map, sp.offsets[lo:hi], buf_in[:n], buf_lab[:n])
-            fi.write(memoryview(buf_in[:n]))
-            fl.write(memoryview(buf_lab[:n]))
+            pending[slot] = [wi.submit(fi.write, memoryview(buf_in[:n])),
+                             wl.submit(fl.write, memoryview(buf_lab[:n]))]
             bar.update(n)
+        for futs in pending:
+            for fut in futs:
+                fut.result()
 
 
 def write_dataset(plan: Plan, tmp: Path, materialize: bool, manifest: dict, bar_factory) -> None:
@@ -135,8 +151,8 @@ def write_dataset(plan: Plan, tmp: Path, materialize: bool, manifest: dict, bar_
         g = plan.grids
         np.savez(tmp / F.GRIDS_FILE, cells=g.cells, grid_offset=g.offset, grid_shape=g.shape,
                  pair_grids=g.pair_grids)
-    total = sum(sp.num_examples for sp in plan.splits.values()) if materialize else 0
-    with bar_factory(total, "encode") as bar:
+    total = sum(sp.num_examples for sp in plan.splits.values())
+    with bar_factory(total, "encode") if materialize else _NoBar() as bar:
         for split, sp in plan.splits.items():
             d = tmp / split
             d.mkdir()

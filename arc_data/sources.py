@@ -147,13 +147,14 @@ def parse_task(
     return out["train"], out["test"]
 
 
-def _read_json(path: Path, task: str, digest: hashlib._Hash | None) -> object:
+def _read_json(path: Path, task: str, digest, label: str) -> object:
+    """Parse one JSON file; `label` (its path inside the source) and its bytes go into `digest`."""
     try:
         data = path.read_bytes()
     except OSError as e:
         raise ArcDataError(f"{path}: task {task}: cannot read ({e.strerror})") from None
     if digest is not None:
-        digest.update(path.name.encode() + b"\0" + hashlib.sha256(data).digest())
+        digest.update(label.encode() + b"\0" + hashlib.sha256(data).digest())
     try:
         return json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -172,7 +173,7 @@ def _list_json(folder: Path) -> list[Path]:
 
 def _task_file(path: Path, spec: str, subset: str, require_outputs: bool, digest) -> Task:
     name = path.stem
-    obj = _read_json(path, name, digest)
+    obj = _read_json(path, name, digest, f"{subset}/{path.name}")
     if isinstance(obj, dict) and "name" in obj:  # HRM: a "name" key overrides the file stem
         if not isinstance(obj["name"], str) or not obj["name"]:
             raise ArcDataError(f"{path}: task {name}: 'name' is not a non-empty string")
@@ -203,12 +204,12 @@ def _directory(root: Path, spec: str, require_outputs: bool, digest) -> list[Tas
 def _kaggle(path: Path, spec: str, eval_name: str, require_outputs: bool, digest) -> list[Task]:
     stem = path.name[: -len(CHALLENGES_SUFFIX)]
     sol_path = path.with_name(stem + SOLUTIONS_SUFFIX)
-    challenges = _read_json(path, "-", digest)
+    challenges = _read_json(path, "-", digest, path.name)
     if not isinstance(challenges, dict):
         raise ArcDataError(f"{path}: task -: not a JSON object mapping task ids to tasks")
     solutions: dict | None = None
     if sol_path.exists():
-        solutions = _read_json(sol_path, "-", digest)
+        solutions = _read_json(sol_path, "-", digest, sol_path.name)
         if not isinstance(solutions, dict):
             raise ArcDataError(f"{sol_path}: task -: not a JSON object mapping task ids to outputs")
         only_c = sorted(set(challenges) - set(solutions))
