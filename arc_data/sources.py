@@ -89,7 +89,7 @@ def parse_grid(obj: object, file: str, task: str, where: str) -> np.ndarray:
         raise bad(f"grid is not a 2-D list of integers ({e})") from None
     if arr.ndim != 2:
         raise bad("grid is not a 2-D list of integers (nested lists in a row)")
-    if arr.dtype.kind not in "iu":
+    if arr.dtype.kind not in "iu" or any(type(v) is bool for row in obj for v in row):
         # bools, floats, strings, None, huge ints all land here
         for i, row in enumerate(obj):
             for j, v in enumerate(row):
