@@ -14,18 +14,19 @@ def _spec_transform(x: np.ndarray, tid: int) -> np.ndarray:
         out = np.empty((h, w), x.dtype)
     else:
         out = np.empty((w, h), x.dtype)
+    src = {
+        0: lambda i, j: (i, j),
+        1: lambda i, j: (j, w - 1 - i),
+        2: lambda i, j: (h - 1 - i, w - 1 - j),
+        3: lambda i, j: (h - 1 - j, i),
+        4: lambda i, j: (i, w - 1 - j),
+        5: lambda i, j: (h - 1 - i, j),
+        6: lambda i, j: (j, i),
+        7: lambda i, j: (h - 1 - j, w - 1 - i),
+    }[tid]
     for i in range(out.shape[0]):
         for j in range(out.shape[1]):
-            out[i, j] = {
-                0: lambda: x[i, j],
-                1: lambda: x[j, w - 1 - i],
-                2: lambda: x[h - 1 - i, w - 1 - j],
-                3: lambda: x[h - 1 - j, i],
-                4: lambda: x[i, w - 1 - j],
-                5: lambda: x[h - 1 - i, j],
-                6: lambda: x[j, i],
-                7: lambda: x[h - 1 - j, w - 1 - i],
-            }[tid]()
+            out[i, j] = x[src(i, j)]
     return out
 
 
