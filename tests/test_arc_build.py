@@ -267,3 +267,10 @@ def test_bundled_arc1_counts():
     tasks, infos = load_sources(["arc1"])
     assert infos[0].num_tasks == 800 and infos[0].num_eval_tasks == 400
     assert sum(len(t.test) for t in tasks if t.is_eval) == 419
+
+
+def test_stale_temp_of_killed_build_is_removed(src, tmp_path):
+    stale = tmp_path / f".ds.tmp-{2**30 + 7}"  # a pid that cannot be alive
+    (stale / "train").mkdir(parents=True)
+    _build(src, tmp_path / "ds", materialize=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]
