@@ -124,7 +124,8 @@ def puzzle_hashes(cells, goff, gshape, pair_grids, p_lo, p_hi, tids, cmaps):
     ha = np.empty(p_hi - p_lo, dtype=np.uint64)
     hb = np.empty(p_hi - p_lo, dtype=np.uint64)
     for k in range(tids.shape[0]):
-        a, b = _puzzle_hash(cells, goff, gshape, pair_grids, p_lo, p_hi, tids[k], cmaps[k], ha, hb)
+        tid = np.int64(tids[k])  # the builder's type, so the compiled helper is shared
+        a, b = _puzzle_hash(cells, goff, gshape, pair_grids, p_lo, p_hi, tid, cmaps[k], ha, hb)
         out[k, 0] = a
         out[k, 1] = b
     return out
