@@ -211,14 +211,14 @@ def _bar_factory(enabled: bool):
 def build(cfg: BuildConfig) -> BuildSummary:
     t0 = time.perf_counter()
     if cfg.num_aug < 0:
-        raise ArcDataError(f"num_aug: task -: must be >= 0, got {cfg.num_aug}")
+        raise ArcDataError(f"num_aug: must be >= 0, got {cfg.num_aug}")
     if not str(cfg.output_dir):
-        raise ArcDataError("output_dir: task -: empty")
+        raise ArcDataError("output_dir: empty")
     out = Path(os.path.expanduser(cfg.output_dir)).resolve()
     if out.exists() and not cfg.overwrite:
-        raise ArcDataError(f"{out}: task -: output_dir exists (pass overwrite=true to replace it)")
+        raise ArcDataError(f"{out}: output_dir exists (pass overwrite=true to replace it)")
     if out.exists() and not out.is_dir():
-        raise ArcDataError(f"{out}: task -: output_dir exists and is not a directory")
+        raise ArcDataError(f"{out}: output_dir exists and is not a directory")
 
     tasks, infos = load_sources(list(cfg.sources), cfg.eval_name, require_outputs=True)
     bars = _bar_factory(cfg.progress)

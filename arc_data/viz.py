@@ -187,9 +187,9 @@ def pictures_from_dataset(cfg: VizConfig) -> list[Picture]:
 
 def visualize(cfg: VizConfig) -> Path:
     if bool(cfg.sources) == bool(cfg.data_dir):
-        raise ArcDataError("viz-arc: task -: give either sources=[...] or data_dir=..., not both or neither")
+        raise ArcDataError("viz-arc: give either sources=[...] or data_dir=..., not both or neither")
     if cfg.cell < 2:
-        raise ArcDataError(f"cell: task -: must be >= 2 pixels, got {cfg.cell}")
+        raise ArcDataError(f"cell: must be >= 2 pixels, got {cfg.cell}")
     pics = pictures_from_sources(cfg) if cfg.sources else pictures_from_dataset(cfg)
     out = Path(os.path.expanduser(cfg.output_dir))
     out.mkdir(parents=True, exist_ok=True)
