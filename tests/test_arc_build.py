@@ -274,3 +274,10 @@ def test_stale_temp_of_killed_build_is_removed(src, tmp_path):
     (stale / "train").mkdir(parents=True)
     _build(src, tmp_path / "ds", materialize=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]
+
+
+def test_arc_data_imports_no_torch():
+    code = ("import sys, arc_data.build, arc_data.dataset, arc_data.viz, arc_data.sources; "
+            "bad = [m for m in ('torch', 'hrm_deeploop', 'eval') if m in sys.modules]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(REPO)), check=True)
