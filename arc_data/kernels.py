@@ -131,9 +131,29 @@ def puzzle_hashes(cells, goff, gshape, pair_grids, p_lo, p_hi, tids, cmaps):
     return out
 
 
+@njit(inline="always", cache=True)
+def _insert(tab_a, tab_b, used, mask, a, b):
+    """Insert (a, b) into an open-addressing set; False if it was already there."""
+    slot = np.int64(a & np.uint64(mask))
+    while used[slot]:
+        if tab_a[slot] == a and tab_b[slot] == b:
+            return False
+        slot = (slot + 1) & mask
+    used[slot] = True
+    tab_a[slot] = a
+    tab_b[slot] = b
+    return True
+
+
 @njit(cache=True)
 def _augment_task(cells, goff, gshape, pair_grids, p_lo, p_hi, trial_tid, trial_perm, num_aug, accepted):
-    """Run the trials of one task; write accepted trial indices; return (num accepted, trials used)."""
+    """Run the trials of one task; write accepted trial indices; return (num accepted, trials used).
+
+    A trial is accepted when its whole-task hash is new (the original's hash is seen first). Trials
+    whose (tid, map restricted to the task's colours) was already tried give the same content, so
+    they are rejected without hashing: this saves most of the work of short groups, which burn all
+    5*num_aug trials on a few hundred distinct candidates.
+    """
     n_trials = trial_tid.shape[0]
     cap = 1
     while cap < 2 * (n_trials + 1):
@@ -142,6 +162,15 @@ def _augment_task(cells, goff, gshape, pair_grids, p_lo, p_hi, trial_tid, trial_
     tab_a = np.zeros(cap, dtype=np.uint64)
     tab_b = np.zeros(cap, dtype=np.uint64)
     used = np.zeros(cap, dtype=np.bool_)
+    key_a = np.zeros(cap, dtype=np.uint64)
+    key_b = np.zeros(cap, dtype=np.uint64)
+    key_used = np.zeros(cap, dtype=np.bool_)
+    present = np.zeros(10, dtype=np.bool_)
+    for k in range(p_lo, p_hi):
+        for side in range(2):
+            g = pair_grids[k, side]
+            for c in range(goff[g], goff[g] + gshape[g, 0] * gshape[g, 1]):
+                present[cells[c]] = True
     ha = np.empty(p_hi - p_lo, dtype=np.uint64)
     hb = np.empty(p_hi - p_lo, dtype=np.uint64)
     cmap = np.arange(10).astype(np.uint8)
@@ -153,19 +182,13 @@ def _augment_task(cells, goff, gshape, pair_grids, p_lo, p_hi, trial_tid, trial_
             tid = trial_tid[t]
             for c in range(9):
                 cmap[c + 1] = trial_perm[t, c]
-        a, b = _puzzle_hash(cells, goff, gshape, pair_grids, p_lo, p_hi, tid, cmap, ha, hb)
-        slot = np.int64(a & np.uint64(mask))
-        dup = False
-        while used[slot]:
-            if tab_a[slot] == a and tab_b[slot] == b:
-                dup = True
-                break
-            slot = (slot + 1) & mask
-        if not dup:
-            used[slot] = True
-            tab_a[slot] = a
-            tab_b[slot] = b
-            if t >= 0:
+        key = np.uint64(tid)
+        for c in range(1, 10):
+            if present[c]:
+                key = (key << np.uint64(4)) | np.uint64(cmap[c])
+        if _insert(key_a, key_b, key_used, mask, _mix(key), key):
+            a, b = _puzzle_hash(cells, goff, gshape, pair_grids, p_lo, p_hi, tid, cmap, ha, hb)
+            if _insert(tab_a, tab_b, used, mask, a, b) and t >= 0:
                 accepted[n_acc] = t
                 n_acc += 1
         t += 1

@@ -281,3 +281,35 @@ def test_arc_data_imports_no_torch():
             "bad = [m for m in ('torch', 'hrm_deeploop', 'eval') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(REPO)), check=True)
+
+
+def _reference_augment(task, tids, perms, num_aug):
+    """Pure-numpy reference of the trial loop (spec 1.3): content keys instead of hashes."""
+    def key(tid, cmap):
+        return tuple(sorted(
+            tuple((g.shape, g.tobytes()) for g in (F.augment_grid(a, tid, cmap), F.augment_grid(b, tid, cmap)))
+            for a, b in task.train + task.test))
+
+    seen = {key(0, np.arange(10, dtype=np.uint8))}
+    accepted = []
+    for t in range(len(tids)):
+        if len(accepted) == num_aug:
+            break
+        cmap = np.concatenate([[0], perms[t]]).astype(np.uint8)
+        k = key(int(tids[t]), cmap)
+        if k not in seen:
+            seen.add(k)
+            accepted.append(t)
+    return accepted
+
+
+def test_augment_kernel_equals_reference(src):
+    from arc_data.plan import augment, draw_trials, pack_grids
+
+    tasks, _ = load_sources([str(src)])
+    grids, task_pairs, _ = pack_grids(tasks)
+    tids, perms = draw_trials(np.random.default_rng(5), len(tasks), NUM_AUG)
+    acc, n_acc, _ = augment(grids, task_pairs, tids, perms, NUM_AUG)
+    for t, task in enumerate(tasks):
+        ref = _reference_augment(task, tids[t], perms[t], NUM_AUG)
+        assert acc[t, : n_acc[t]].tolist() == ref, task.name
