@@ -313,3 +313,21 @@ def test_augment_kernel_equals_reference(src):
     for t, task in enumerate(tasks):
         ref = _reference_augment(task, tids[t], perms[t], NUM_AUG)
         assert acc[t, : n_acc[t]].tolist() == ref, task.name
+
+
+def _child_examples(args):
+    data_dir, split, idx = args
+    return open_split(data_dir, split).examples(np.asarray(idx))
+
+
+def test_compact_reader_in_forked_workers(built):
+    """DataLoader-style: the parent already ran the parallel build kernels, then forks workers."""
+    import multiprocessing as mp
+
+    mat, compact = built
+    idx = [[0, 3, 5], [1, 2]]
+    with mp.get_context("fork").Pool(2) as pool:
+        got = pool.map(_child_examples, [(str(compact), "train", i) for i in idx])
+    for i, (x, y) in zip(idx, got):
+        ref = open_split(mat, "train").examples(np.asarray(i))
+        assert np.array_equal(x, ref[0]) and np.array_equal(y, ref[1])
