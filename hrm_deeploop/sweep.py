@@ -312,6 +312,9 @@ def plot_rounds(results: list[dict[str, Any]], path: Path) -> Path:
     if bad:
         ys = [r["loss"] if r["loss"] is not None and math.isfinite(r["loss"]) else r["unigram_entropy"] for r in bad]
         ax.scatter([r["num_rounds"] for r in bad], ys, marker="x", color="red", label="failed")
+    floor = _mean([r["unigram_entropy"] for r in rows])
+    if floor is not None:
+        ax.axhline(floor, color="gray", ls="--", lw=1, label=f"unigram floor ({floor:.2f})")
     ax.set_xlabel("loop rounds R")
     ax.set_ylabel("loss (nats)")
     ax.set_xticks(sorted({r["num_rounds"] for r in rows}))
