@@ -137,3 +137,17 @@ metric_list:
     assert set(result["lm_eval"]["avg"]) == {"0", "1"}
     md = (run / "eval/lm_eval.md").read_text()
     assert "tiny_mc" in md and "Avg" in md
+
+
+@pytest.mark.slow
+def test_sweep_cli_with_torchrun_launcher(shards, tmp_path):
+    """`sweep launcher=torchrun`: each run is `torchrun -m hrm_deeploop.cli train-gpt <overrides>`."""
+    out = tmp_path / "sweep"
+    assert main(["sweep", *MODEL, "kind=rounds", "methods=[deeploop]", "rounds=[2]", f"output_dir={out}",
+                 "launcher=torchrun", "nproc_per_node=1", f"train.data.train={shards}/train_*.bin",
+                 f"train.data.val={shards}/val_000000.bin", "train.max_steps=2", "train.global_batch_tokens=64",
+                 "train.micro_batch_size=2", "train.logger=none", "train.progress=false", "train.device=cpu",
+                 "train.data.unigram_tokens=100000"]) == 0
+    summary = json.loads((out / "rounds/deeploop_R2_s0/summary.json").read_text())
+    assert summary["status"] == "finished" and summary["model"]["num_rounds"] == 2
+    assert "deeploop" in (out / "table.md").read_text()
