@@ -118,13 +118,13 @@ def _hrm_config(values: dict[str, Any], where: str) -> HRMConfig:
 def predict_split(model: HRM, split: Any, env: D.Env, global_batch_size: int, max_batches: int | None = None,
                   show_progress: bool = True) -> dict[str, np.ndarray] | None:
     """Predictions of this rank's rows, gathered on rank 0 in dataset order (None on other ranks)."""
-    from hrm_deeploop.data import num_test_batches, test_batches
+    from hrm_deeploop.data import num_sequential_batches, sequential_batches
     from hrm_deeploop.runlog import progress
 
     model.eval()
     cols: dict[str, list[np.ndarray]] = {"index": [], "puzzle_identifiers": [], "inputs": [], "predictions": [], "q_halt": []}
-    bar = progress(num_test_batches(split, global_batch_size, max_batches), "predict") if show_progress else None
-    for b in test_batches(split, global_batch_size, env.rank, env.world_size, max_batches):
+    bar = progress(num_sequential_batches(split, global_batch_size, max_batches), "predict") if show_progress else None
+    for b in sequential_batches(split, global_batch_size, env.rank, env.world_size, max_batches):
         n = b.num_valid
         if n:
             t = {k: v.to(env.device) for k, v in b.tensors.items()}

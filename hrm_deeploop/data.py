@@ -12,7 +12,7 @@ drive the group order (stream 0) and the puzzle choice *and* the example shuffle
 shuffle from NumPy's unseeded global RNG, so its batches cannot be reproduced), and the sampler
 state (iteration, cursor, generator state) is saved in checkpoints for exact resume.
 
-Evaluation (`test_batches`): sequential windows of `global_batch_size` examples; rank r takes
+Evaluation (`sequential_batches`): sequential windows of `global_batch_size` examples; rank r takes
 its B rows of each window; short or empty slices are padded with blank rows (inputs PAD,
 labels -100, puzzle id blank, index -1).
 
@@ -168,7 +168,7 @@ class TrainSampler:
         self._order = None  # rebuilt lazily from (seed, iteration)
 
 
-def test_batches(split: Any, global_batch_size: int, rank: int = 0, world_size: int = 1,
+def sequential_batches(split: Any, global_batch_size: int, rank: int = 0, world_size: int = 1,
                  max_batches: int | None = None) -> Iterator[Batch]:
     """Sequential batches over every example of a split, rank-sharded and padded (spec 2)."""
     if global_batch_size % world_size:
@@ -187,6 +187,6 @@ def test_batches(split: Any, global_batch_size: int, rank: int = 0, world_size: 
         yield collate(split, idx, pids_all[puzzle], B)
 
 
-def num_test_batches(split: Any, global_batch_size: int, max_batches: int | None = None) -> int:
+def num_sequential_batches(split: Any, global_batch_size: int, max_batches: int | None = None) -> int:
     n = -(int(split.num_examples) // -global_batch_size)
     return n if max_batches is None else min(n, max_batches)

@@ -33,7 +33,7 @@ from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop import data as hdata
 from hrm_deeploop import distributed as D
 from hrm_deeploop.config import to_dict, typed
-from hrm_deeploop.data import TrainSampler, meta_value, steps_per_epoch, test_batches
+from hrm_deeploop.data import TrainSampler, meta_value, steps_per_epoch, sequential_batches
 from hrm_deeploop.errors import ConfigError, UserError
 from hrm_deeploop.hrm import HRM, Carry, HRMConfig, carry_from_state, carry_state, carry_to
 from hrm_deeploop.losses import act_loss
@@ -324,7 +324,7 @@ def evaluate(model: HRM, split: Any, env: D.Env, global_batch_size: int,
     was_training = model.training
     model.eval()
     sums = torch.zeros(len(METRIC_KEYS), dtype=torch.float64, device=env.device)
-    for b in test_batches(split, global_batch_size, env.rank, env.world_size, max_batches):
+    for b in sequential_batches(split, global_batch_size, env.rank, env.world_size, max_batches):
         t = {k: v.to(env.device) for k, v in b.tensors.items()}
         carry, out = model.predict(t)
         _, m = act_loss(out, carry.data["labels"], carry.halted, carry.steps,
