@@ -120,3 +120,67 @@ def make_dataset(root: Path, num_tasks: int = 4, num_aug: int = 1, train_per_puz
                 "mean_puzzle_examples": len(d["inputs"]) / len(d["pids"]), "sets": ["all"]}
         (out / META_FILE).write_text(json.dumps(meta))
     return root
+
+
+TINY_OVERRIDES = [
+    "experiment=hrm_tiny_cpu", "logger=none", "device=cpu", "train.progress=false",
+    "model.hidden_size=32", "model.num_heads=2", "model.num_h_layers=1", "model.num_l_layers=1",
+    "model.halt_max_steps=2", "train.global_batch_size=8", "optim.lr_warmup_steps=5",
+]
+
+
+def train_cli(monkeypatch, data_dir, out_dir, *overrides) -> int:
+    """`hrm-deeploop train` in-process on a stand-in dataset; returns the exit code."""
+    from hrm_deeploop.cli import run_subcommand
+
+    use_stand_in(monkeypatch)
+    try:
+        return run_subcommand("train", [*TINY_OVERRIDES, f"data_dir={data_dir}", f"output_dir={out_dir}", *overrides])
+    except SystemExit as e:  # Hydra exits on override errors (unknown key) after printing them
+        return int(e.code or 0)
+
+
+def ddp_grads_worker(rank: int, world: int, port: int, data_dir: str, out_file: str, grad_accum: int) -> None:
+    """One rank of a gloo run: one forward/backward on the first global batch; rank 0 saves the
+    dense gradients and the puzzle table after the SignSGD step."""
+    import os
+
+    import torch
+
+    import hrm_deeploop.data
+    from hrm_deeploop import distributed as D
+    from hrm_deeploop.hrm import HRMConfig
+    from hrm_deeploop.scaling import ScalingConfig
+    from hrm_deeploop.train import Trainer, TrainConfig, fit_to_dataset
+
+    saved_env = dict(os.environ)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank))
+    if world > 1:
+        torch.set_num_threads(1)
+    hrm_deeploop.data.open_split = stand_in_open_split
+    env = D.setup("cpu")
+    try:
+        split = stand_in_open_split(data_dir, "train")
+        cfg = TrainConfig(data_dir=data_dir, output_dir="unused", logger="none")
+        cfg.train.global_batch_size, cfg.train.grad_accum = 8, grad_accum
+        model_cfg = fit_to_dataset(HRMConfig(hidden_size=32, num_heads=2, num_h_layers=1, num_l_layers=1,
+                                             expansion=2.0, mlp_multiple=16, halt_max_steps=2,
+                                             forward_dtype="float32"), split, data_dir)
+        t = Trainer(cfg, model_cfg, ScalingConfig(scheme="deeploop"), env, split, total_steps=10)
+        b = t.sampler.next_batch()
+        sums = t.forward_backward(b.tensors)
+        D.all_reduce_(sums)
+        grads = {n: p.grad.clone() for n, p in t.model.named_parameters()}
+        ids, g = t.model.puzzle_emb.take_grads()
+        t.sparse.step(ids, g)
+        if rank == 0:
+            torch.save({"grads": grads, "table": t.model.puzzle_emb.weights.clone(), "sums": sums}, out_file)
+    finally:
+        D.teardown()
+        os.environ.clear()
+        os.environ.update(saved_env)
+
+
+def read_metrics(run_dir) -> list[dict]:
+    return [json.loads(line) for line in open(Path(run_dir) / "metrics.jsonl")]
