@@ -71,8 +71,12 @@ def resolve_checkpoint(path: str | Path) -> Path:
     return p
 
 
-def load_model(path: str | Path, device: torch.device | str = "cpu", dtype: str = "auto") -> LoadedModel:
-    """Build the model a checkpoint describes and load its weights (ours or an official HRM one)."""
+def load_model(path: str | Path, device: torch.device | str = "cpu", dtype: str = "auto",
+               seq_len: int | None = None) -> LoadedModel:
+    """Build the model a checkpoint describes and load its weights (ours or an official HRM one).
+
+    An official RoPE checkpoint does not record the sequence length (HRM takes it from the
+    dataset): `seq_len` supplies it, default 900 (the ARC format)."""
     p = resolve_checkpoint(path)
     device = torch.device(device)
     state = ckpt.load(p, map_location="cpu")
@@ -80,7 +84,9 @@ def load_model(path: str | Path, device: torch.device | str = "cpu", dtype: str 
         raise UserError(f"checkpoint '{p}' is not a state dict or a train-state file")
     if ckpt.is_official(state):
         arch = ckpt.read_official_arch(p)
-        cfg = _hrm_config(ckpt.official_model_fields(arch, state, str(p)), str(p))
+        values = ckpt.official_model_fields(arch, state, str(p))
+        values.setdefault("seq_len", seq_len or 900)
+        cfg = _hrm_config(values, str(p))
         key_map = ckpt.official_key_map(cfg.num_h_layers, cfg.num_l_layers, cfg.pos_encodings, cfg.puzzle_dim > 0)
         weights = ckpt.official_state_dict(state, key_map, str(p))
         scaling, kind = ScalingConfig(), "official"
@@ -183,6 +189,7 @@ def save_predictions(path: Path, preds: dict[str, np.ndarray]) -> Path:
 
 def run(cfg: Any) -> int:
     from hrm_deeploop.config import typed
+    from hrm_deeploop.data import meta_value
     from hrm_deeploop.train import check_matches, open_dataset
 
     c = typed(cfg, EvaluateConfig)
@@ -195,8 +202,8 @@ def run(cfg: Any) -> int:
         raise UserError(f"'{pred_path}' exists; pass overwrite=true to replace it or choose another output_dir")
     env = D.setup(c.device)
     try:
-        loaded = load_model(c.checkpoint, env.device, c.dtype)
         split = open_dataset(c.data_dir, c.split)
+        loaded = load_model(c.checkpoint, env.device, c.dtype, seq_len=int(meta_value(split, "seq_len")))
         check_matches(loaded.config, split, str(Path(c.data_dir) / c.split), what=f"checkpoint '{loaded.path}'")
         G = c.global_batch_size or (768 if env.device.type == "cuda" else 16 * env.world_size)
         D.print0(f"evaluate: {loaded.kind} checkpoint {loaded.path} (step {loaded.step}), "

@@ -33,7 +33,7 @@ from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop import data as hdata
 from hrm_deeploop import distributed as D
 from hrm_deeploop.config import to_dict, typed
-from hrm_deeploop.data import TrainSampler, meta_value, steps_per_epoch, sequential_batches
+from hrm_deeploop.data import TrainSampler, meta_value, sequential_batches, steps_per_epoch
 from hrm_deeploop.errors import ConfigError, UserError
 from hrm_deeploop.hrm import HRM, Carry, HRMConfig, carry_from_state, carry_state, carry_to
 from hrm_deeploop.losses import act_loss

@@ -151,7 +151,7 @@ def ddp_grads_worker(rank: int, world: int, port: int, data_dir: str, out_file: 
     from hrm_deeploop import distributed as D
     from hrm_deeploop.hrm import HRMConfig
     from hrm_deeploop.scaling import ScalingConfig
-    from hrm_deeploop.train import Trainer, TrainConfig, fit_to_dataset
+    from hrm_deeploop.train import TrainConfig, Trainer, fit_to_dataset
 
     saved_env = dict(os.environ)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
