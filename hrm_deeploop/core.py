@@ -51,11 +51,11 @@ def trunc_normal_(t: Tensor, std: float = 1.0, lower: float = -2.0, upper: float
 # ---- building blocks ---------------------------------------------------------------------------
 
 def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-5) -> Tensor:
-    """RMSNorm over the last dim, computed in fp32 and cast back to x's dtype."""
-    x32 = x.float()
+    """RMSNorm over the last dim, computed in (at least) fp32 and cast back to x's dtype."""
+    x32 = x.to(torch.promote_types(x.dtype, torch.float32))
     y = x32 * torch.rsqrt(x32.square().mean(-1, keepdim=True) + eps)
     if weight is not None:
-        y = y * weight.float()
+        y = y * weight.to(x32.dtype)
     return y.to(x.dtype)
 
 
@@ -126,7 +126,8 @@ def _rotate_half(x: Tensor) -> Tensor:
 def apply_rope(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
     """q, k: (B, T, H, D); cos, sin: (T, D). Rotation in fp32, result in the input dtype."""
     cos, sin = cos[:, None, :], sin[:, None, :]  # (T, 1, D)
-    q32, k32 = q.float(), k.float()
+    q32 = q.to(torch.promote_types(q.dtype, torch.float32))
+    k32 = k.to(torch.promote_types(k.dtype, torch.float32))
     q_out = q32 * cos + _rotate_half(q32) * sin
     k_out = k32 * cos + _rotate_half(k32) * sin
     return q_out.to(q.dtype), k_out.to(k.dtype)

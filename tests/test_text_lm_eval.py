@@ -1,0 +1,169 @@
+"""The lm-evaluation-harness adapter: exact log-likelihoods, and a whole run on a local task offline."""
+
+import json
+import os
+
+import pytest
+
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # before `datasets` is imported
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+pytest.importorskip("lm_eval")
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from lm_eval.api.instance import Instance  # noqa: E402
+
+from hrm_deeploop.lm_eval_adapter import LoopedLM, run_lm_eval  # noqa: E402
+from hrm_deeploop.tokenizer import get_gpt2_tokenizer  # noqa: E402
+
+V = 50257
+
+
+class TinyCausalLM(torch.nn.Module):
+    """Logits from the running mean of token embeddings: causal, and every past token matters."""
+
+    def __init__(self, vocab: int = V, dim: int = 8) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab, dim)
+        self.head = torch.nn.Linear(dim, vocab)
+
+    def forward(self, tokens_BT: torch.Tensor) -> torch.Tensor:
+        T = tokens_BT.shape[1]
+        h_BTD = self.emb(tokens_BT).cumsum(1) / torch.arange(1, T + 1)[:, None]
+        return self.head(h_BTD)
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return TinyCausalLM()
+
+
+def direct_loglik(model, ctx_tokens, cont_tokens, max_length):
+    seq = (ctx_tokens + cont_tokens)[-(max_length + 1) :]
+    with torch.no_grad():
+        lp = F.log_softmax(model(torch.tensor([seq[:-1]])).float(), dim=-1)[0]
+    n, c = len(seq) - 1, len(cont_tokens)
+    targets = torch.tensor(seq[1:])
+    scored = lp[n - c : n].gather(1, targets[n - c :, None]).squeeze(1)
+    greedy = bool((lp[n - c : n].argmax(-1) == targets[n - c :]).all())
+    return float(scored.sum()), greedy
+
+
+def test_loglikelihood_matches_direct_computation(model):
+    tok = get_gpt2_tokenizer()
+    pairs = [
+        ("Question: what colour is the sky?\nAnswer:", " blue"),
+        ("The cat sat on the", " mat and purred loudly"),
+        ("Short", " one"),
+        ("", "Empty context uses end-of-text"),
+        ("A fairly long context that will be truncated from the left " * 3, " by max_length"),
+    ]
+    requests = [Instance("loglikelihood", doc={}, arguments=p, idx=i) for i, p in enumerate(pairs)]
+    for max_length in (16, 1024):
+        for batch_size in (1, 3):
+            lm = LoopedLM(model, max_length=max_length, batch_size=batch_size, device="cpu")
+            got = lm.loglikelihood(requests, disable_tqdm=True)
+            for (ctx, cont), (lp, greedy) in zip(pairs, got):
+                if ctx:
+                    # lm-eval moves the context's trailing spaces into the continuation.
+                    n_sp = len(ctx) - len(ctx.rstrip())
+                    ctx, cont = ctx[: len(ctx) - n_sp], ctx[len(ctx) - n_sp :] + cont
+                    whole, ctx_ids = tok.encode(ctx + cont), tok.encode(ctx)
+                    ctx_ids, cont_ids = whole[: len(ctx_ids)], whole[len(ctx_ids) :]
+                else:
+                    ctx_ids, cont_ids = [tok.eot_token], tok.encode(cont)
+                ref_lp, ref_greedy = direct_loglik(model, ctx_ids, cont_ids, max_length)
+                assert lp == pytest.approx(ref_lp, rel=1e-5, abs=1e-4), (ctx, cont, max_length, batch_size)
+                assert greedy == ref_greedy
+
+
+def test_is_greedy(model):
+    lm = LoopedLM(model, max_length=64, batch_size=2, device="cpu")
+    ctx = get_gpt2_tokenizer().encode("Once upon a time")
+    cont = []
+    with torch.no_grad():
+        for _ in range(3):  # greedy continuation, token by token
+            cont.append(int(model(torch.tensor([ctx + cont]))[0, -1].argmax()))
+    wrong = cont[:-1] + [(cont[-1] + 1) % V]
+    (lp_g, greedy_g), (lp_w, greedy_w) = lm._loglikelihood_tokens([(None, ctx, cont), (None, ctx, wrong)])
+    assert greedy_g and not greedy_w and lp_g > lp_w
+
+
+def test_loglikelihood_rolling(model):
+    tok = get_gpt2_tokenizer()
+    text = "Perplexity of a whole document, every token predicted once."
+    ids = tok.encode(text)
+    lm = LoopedLM(model, max_length=1024, batch_size=4, device="cpu")
+    (total,) = lm.loglikelihood_rolling([Instance("loglikelihood_rolling", doc={}, arguments=(text,), idx=0)])
+    ref, _ = direct_loglik(model, [tok.eot_token], ids, 1024)
+    assert total == pytest.approx(ref, rel=1e-5)
+    # Short windows: still one score per token, summed over windows.
+    lm_short = LoopedLM(model, max_length=4, batch_size=4, device="cpu")
+    (short,) = lm_short.loglikelihood_rolling([Instance("loglikelihood_rolling", doc={}, arguments=(text,), idx=0)])
+    assert short < 0 and short != pytest.approx(total)
+
+
+def test_generate_until_is_a_clear_error(model):
+    with pytest.raises(NotImplementedError, match="log-likelihood"):
+        LoopedLM(model, device="cpu").generate_until([])
+
+
+def test_run_lm_eval_on_a_local_task(model, tmp_path):
+    rows = [
+        {"question": "What colour is the sky?", "choices": [" blue", " green", " red"], "label": 0},
+        {"question": "How many legs has a cat?", "choices": [" two", " four", " six"], "label": 1},
+        {"question": "What is two plus two?", "choices": [" three", " five", " four"], "label": 2},
+        {"question": "Which one is an animal?", "choices": [" rock", " dog"], "label": 1},
+        {"question": "Which is a fruit?", "choices": [" apple", " chair"], "label": 0},
+    ]
+    data = tmp_path / "tiny.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "tiny_mc.yaml").write_text(
+        f"""task: tiny_mc
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    train: {data}
+    test: {data}
+  cache_dir: {tmp_path / "hf_cache"}
+output_type: multiple_choice
+training_split: train
+test_split: test
+doc_to_text: "Question: {{{{question}}}}\\nAnswer:"
+doc_to_target: "{{{{label}}}}"
+doc_to_choice: "{{{{choices}}}}"
+metric_list:
+  - metric: acc
+    aggregation: mean
+    higher_is_better: true
+"""
+    )
+    out = tmp_path / "results"
+    model.train()
+    table = run_lm_eval(model, tasks=["tiny_mc"], num_fewshot=(0, 1), limit=None, batch_size=4,
+                        output_path=out, include_path=tasks, include_defaults=False, device="cpu")
+    assert model.training  # mode restored
+    assert sorted(table.acc) == [0, 1]
+    for shot in (0, 1):
+        acc = table.acc[shot]["tiny_mc"]
+        assert 0.0 <= acc <= 1.0 and acc * len(rows) == pytest.approx(round(acc * len(rows)))
+        assert table.average(shot) == acc
+    md = (out / "lm_eval.md").read_text()
+    assert "tiny_mc" in md and "Avg" in md and "0-shot" in md and "1-shot" in md
+    csv_lines = (out / "lm_eval.csv").read_text().splitlines()
+    assert csv_lines[0] == "shot,tiny_mc,Avg" and len(csv_lines) == 3
+    assert json.loads((out / "lm_eval_results.json").read_text())["0"]["results"]["tiny_mc"]
+
+
+@pytest.mark.slow
+def test_paper_tasks_are_known_to_lm_eval():
+    """The 8 task names exist in the installed lm-eval (indexing its tasks takes ~15 s)."""
+    from lm_eval.tasks import TaskManager
+
+    from hrm_deeploop.lm_eval_adapter import PAPER_TASKS
+
+    known = TaskManager().all_tasks
+    assert [t for t in PAPER_TASKS if t not in known] == []
