@@ -9,7 +9,8 @@ across ranks under torchrun and gathered on rank 0. Writes `OUT/predictions.npz`
     predictions         uint8   [n, 900]  argmax token per position (augmented frame, label encoding)
     q_halt              float32 [n]       halting logit of the last segment
 
-in dataset order, without padding rows; then runs the vote step (`eval.vote`).
+in dataset order, without padding rows (written by `eval.predictions.save_predictions`, which
+validates it); then runs the vote step (`eval.vote.run`, skip with vote=false).
 
 CKPT is one of ours (`<run>/checkpoints/step_N.pt`, or a run folder for its latest checkpoint) or
 an official HRM checkpoint (`<dir>/step_N` with `all_config.yaml` beside it).
@@ -17,8 +18,6 @@ an official HRM checkpoint (`<dir>/step_N` with `all_config.yaml` beside it).
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from eval.predictions import save_predictions
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop import distributed as D
 from hrm_deeploop.errors import ConfigError, UserError
@@ -162,32 +162,8 @@ def predict_split(model: HRM, split: Any, env: D.Env, global_batch_size: int, ma
     return {k: v[order] for k, v in merged.items()}
 
 
-def save_predictions(path: Path, preds: dict[str, np.ndarray]) -> Path:
-    """The vote step's writer when it is available (it validates), else the same format directly."""
-    try:
-        from eval.predictions import save_predictions as save
-    except ModuleNotFoundError as e:
-        if e.name not in ("eval.predictions",):
-            raise
-        save = None
-    if save is not None:
-        return save(path, preds["puzzle_identifiers"], preds["inputs"], preds["predictions"], preds["q_halt"])
-    # TODO(vote branch): drop this fallback once eval.predictions is merged into main.
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, puzzle_identifiers=preds["puzzle_identifiers"].astype(np.int32),
-                     inputs=preds["inputs"].astype(np.uint8), predictions=preds["predictions"].astype(np.uint8),
-                     q_halt=preds["q_halt"].astype(np.float32))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
 def run(cfg: Any) -> int:
+    from eval.report import check_outputs
     from hrm_deeploop.config import typed
     from hrm_deeploop.data import meta_value
     from hrm_deeploop.train import check_matches, open_dataset
@@ -200,6 +176,8 @@ def run(cfg: Any) -> int:
     pred_path = out / "predictions.npz"
     if pred_path.exists() and not c.overwrite:
         raise UserError(f"'{pred_path}' exists; pass overwrite=true to replace it or choose another output_dir")
+    if c.vote:
+        check_outputs(out, c.overwrite)  # fail before the (long) predict step, not after it
     env = D.setup(c.device)
     try:
         split = open_dataset(c.data_dir, c.split)
@@ -211,7 +189,8 @@ def run(cfg: Any) -> int:
                  f"dtype={loaded.model.dtype}, world={env.world_size}")
         preds = predict_split(loaded.model, split, env, G, c.max_batches, c.progress)
         if env.is_main:
-            save_predictions(pred_path, preds)
+            save_predictions(pred_path, preds["puzzle_identifiers"], preds["inputs"], preds["predictions"],
+                             preds["q_halt"])
             D.print0(f"wrote {pred_path} ({len(preds['q_halt'])} rows)")
     finally:
         D.teardown()
@@ -221,13 +200,7 @@ def run(cfg: Any) -> int:
 
 
 def _vote(pred_path: Path, c: EvaluateConfig) -> int:
-    try:
-        from eval.vote import run as vote_run
-    except ModuleNotFoundError as e:
-        if e.name != "eval.vote":
-            raise
-        # TODO(vote branch): the vote step lands with eval/vote.py; until then predictions only.
-        D.print0("vote step not available in this checkout (eval/vote.py); predictions written only")
-        return 0
+    from eval.vote import run as vote_run
+
     return int(vote_run({"predictions": str(pred_path), "data_dir": c.data_dir, "output_dir": c.output_dir,
                          "split": c.split, "overwrite": c.overwrite}) or 0)

@@ -380,7 +380,8 @@ def _run(tcfg: TrainConfig, model_cfg: HRMConfig, scaling: ScalingConfig, env: D
     D.print0(f"HRM {model.num_params():,} parameters (puzzle table excluded), scaling={scaling.scheme}, "
              f"device={env.device}, world={env.world_size}, dtype={trainer.dtype}, steps={total}")
 
-    logger = RunLogger(run_dir, tcfg.logger, tcfg.project, tcfg.run_name, config, resume=resume_from is not None)
+    logger = RunLogger(run_dir, tcfg.logger, tcfg.project, tcfg.run_name, config, resume=resume_from is not None,
+                       resume_step=trainer.step)
     if trainer.step == 0:
         logger.log({"num_params": model.num_params()}, step=0)
     bar = progress(total, "train", initial=trainer.step) if tcfg.train.progress else None

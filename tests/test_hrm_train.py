@@ -59,6 +59,9 @@ def test_resume_after_crash_is_bit_exact(monkeypatch, tmp_path, data):
     assert all(torch.equal(sa[i]["exp_avg_sq"], sb[i]["exp_avg_sq"]) for i in sa)
     assert a["sampler"]["cursor"] == b["sampler"]["cursor"]
     assert torch.equal(a["local"]["carries"][0]["z_H"], b["local"]["carries"][0]["z_H"])
+    # the metrics log of the resumed run has each step once
+    steps = [r["step"] for r in read_metrics(tmp_path / "crashed") if "train/loss" in r]
+    assert steps == [1, 2, 3, 4, 5, 6]
 
 
 def test_non_finite_loss_stops_and_keeps_checkpoint(monkeypatch, tmp_path, data, capsys):
