@@ -18,6 +18,17 @@ Augmentation table (`augmentations.npz`, indexed by puzzle identifier, row 0 = b
     colour_map  uint8 [num_ids, 10]  original colour k -> colour_map[k]; colour_map[0] == 0
     task_names  <U  [num_tasks]      base task names (fixed-width unicode, no pickle)
 
+Compact layout (`materialize=false`; `manifest.json` says `"layout": "compact"`): the same files
+except `all__inputs.npy` / `all__labels.npy`, plus the plan they are encoded from:
+    <out>/grids.npz               cells uint8 [C] (all grids, row-major, concatenated),
+                                  grid_offset int64 [Ng], grid_shape int64 [Ng, 2],
+                                  pair_grids int64 [Np, 2] (input grid, output grid) per pair
+    <split>/plan__group_pairs.npy         int64 [sum]   pair ids of each group's examples, in order
+    <split>/plan__group_pair_indices.npy  int64 [G+1]   CSR into plan__group_pairs
+    <split>/plan__offsets.npy             uint8 [E, 2]  (row, col) translation of each example
+Example e of puzzle p in group g is pair `group_pairs[gpi[g] + e - pi[p]]` under the augmentation of
+puzzle identifier `puzzle_identifiers[p]`, drawn at `offsets[e]` (`arc_data.dataset` reads both).
+
 Encoding (HRM spec 1.5): 30x30 canvas, row-major, PAD=0, EOS=1, colour c -> c+2 (vocab 12).
 """
 
@@ -47,6 +58,10 @@ META_FILE = "dataset.json"
 IDENTIFIERS_FILE = "identifiers.json"
 AUGMENTATIONS_FILE = "augmentations.npz"
 MANIFEST_FILE = "manifest.json"
+GRIDS_FILE = "grids.npz"
+PLAN_GROUP_PAIRS_FILE = "plan__group_pairs.npy"
+PLAN_GROUP_PAIR_INDICES_FILE = "plan__group_pair_indices.npy"
+PLAN_OFFSETS_FILE = "plan__offsets.npy"
 
 # dihedral tid -> inverse tid (HRM dataset/common.py)
 DIHEDRAL_INVERSE = np.array([0, 3, 2, 1, 4, 5, 6, 7], dtype=np.uint8)

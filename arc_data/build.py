@@ -1,0 +1,308 @@
+"""`hrm-deeploop build-arc`: sources -> augmented ARC dataset (HRM layout, or compact).
+
+    hrm-deeploop build-arc sources=[arc1] num_aug=1000 seed=42 output_dir=data/arc-aug-1000
+
+The build goes to a temporary folder beside `output_dir` (`.<name>.tmp-<pid>`) and is renamed into
+place at the end, so a failed or killed build never leaves a half-written `output_dir`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from arc_data import format as F
+from arc_data.errors import ArcDataError
+from arc_data.kernels import encode_examples_parallel
+from arc_data.plan import Plan, SplitPlan, make_plan, resolve_examples
+from arc_data.sources import EVAL_SUBSET, SourceInfo, load_sources
+
+ENCODE_CHUNK = 1 << 15  # examples per encoded block (2 x 29 MB buffers)
+
+
+@dataclass
+class BuildConfig:
+    sources: list[str] = field(default_factory=lambda: ["arc1"])
+    output_dir: str = "data/arc-aug-1000"
+    num_aug: int = 1000  # augmented copies per task (fewer when the task has fewer distinct ones)
+    seed: int = 42
+    materialize: bool = True  # false: compact plan (megabytes), examples encoded on the fly
+    overwrite: bool = False
+    eval_name: str = EVAL_SUBSET  # a Kaggle *_challenges.json whose name contains this is evaluation
+    progress: bool = True
+
+
+@dataclass
+class BuildSummary:
+    output_dir: str
+    layout: str
+    seconds: float
+    num_tasks: int
+    num_eval_tasks: int
+    num_identifiers: int
+    splits: dict[str, dict[str, int]]
+    bytes_on_disk: int
+    short_groups: dict[str, int]
+
+
+def package_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("hrm-deeploop")
+    except Exception:  # not installed (a source checkout): read pyproject.toml
+        try:
+            import tomllib
+
+            pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+            return tomllib.loads(pyproject.read_text())["project"]["version"] + "+src"
+        except (OSError, KeyError, ImportError, ValueError):
+            return "unknown"
+
+
+# ---------------------------------------------------------------------------------------------
+# writing
+
+
+def _save_json(path: Path, obj: object, indent: int | None = 2) -> None:
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=indent)
+        f.write("\n")
+
+
+def split_meta(sp: SplitPlan, num_ids: int) -> dict:
+    """dataset.json (HRM spec 1.6, plus TRM's total_puzzles)."""
+    num_puzzles = len(sp.puzzle_identifiers)
+    return {
+        "pad_id": F.PAD,
+        "ignore_label_id": F.IGNORE_LABEL_ID,
+        "blank_identifier_id": F.BLANK_ID,
+        "vocab_size": F.VOCAB_SIZE,
+        "seq_len": F.SEQ_LEN,
+        "num_puzzle_identifiers": num_ids,
+        "total_groups": len(sp.group_indices) - 1,
+        "mean_puzzle_examples": sp.num_examples / num_puzzles if num_puzzles else 0.0,
+        "total_puzzles": num_puzzles,
+        "sets": [F.SET_NAME],
+    }
+
+
+def _open_npy(path: Path, shape: tuple[int, ...], dtype: np.dtype):
+    f = open(path, "wb")
+    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": shape}
+    np.lib.format.write_array_header_1_0(f, header)
+    return f
+
+
+def encode_split(plan: Plan, sp: SplitPlan, out_dir: Path, bar) -> None:
+    """Stream all__inputs.npy / all__labels.npy in blocks; memory stays at a few blocks.
+
+    One writer thread per file (FIFO, so blocks land in order) writes block k while the numba
+    kernel encodes block k+1 (double buffering); writes release the GIL, so encoding and I/O overlap.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    e = sp.num_examples
+    g = plan.grids
+    rows = min(ENCODE_CHUNK, max(e, 1))
+    bufs = [(np.empty((rows, F.SEQ_LEN), np.uint8), np.empty((rows, F.SEQ_LEN), np.uint8)) for _ in range(2)]
+    pending: list[list] = [[], []]
+    with _open_npy(out_dir / F.INPUTS_FILE, (e, F.SEQ_LEN), np.uint8) as fi, \
+            _open_npy(out_dir / F.LABELS_FILE, (e, F.SEQ_LEN), np.uint8) as fl, \
+            ThreadPoolExecutor(1, thread_name_prefix="arc-write-in") as wi, \
+            ThreadPoolExecutor(1, thread_name_prefix="arc-write-lab") as wl:
+        for k, lo in enumerate(range(0, e, ENCODE_CHUNK)):
+            hi = min(lo + ENCODE_CHUNK, e)
+            n = hi - lo
+            slot = k % 2
+            for fut in pending[slot]:
+                fut.result()
+            buf_in, buf_lab = bufs[slot]
+            idx = np.arange(lo, hi, dtype=np.int64)
+            pair, pid = resolve_examples(sp.puzzle_identifiers, sp.puzzle_indices, sp.group_indices,
+                                         sp.group_pairs, sp.group_pair_indices, idx)
+            encode_examples_parallel(g.cells, g.offset, g.shape, g.pair_grids, pair, pid, plan.dihedral,
+                                     plan.colour_map, sp.offsets[lo:hi], buf_in[:n], buf_lab[:n])
+            pending[slot] = [wi.submit(fi.write, memoryview(buf_in[:n])),
+                             wl.submit(fl.write, memoryview(buf_lab[:n]))]
+            bar.update(n)
+        for futs in pending:
+            for fut in futs:
+                fut.result()
+
+
+def write_dataset(plan: Plan, tmp: Path, materialize: bool, manifest: dict, bar_factory) -> None:
+    np.savez(
+        tmp / F.AUGMENTATIONS_FILE,
+        base_task=plan.base_task,
+        dihedral=plan.dihedral,
+        colour_map=plan.colour_map,
+        task_names=np.array([t.name for t in plan.tasks], dtype=str),
+    )
+    _save_json(tmp / F.IDENTIFIERS_FILE, plan.identifiers(), indent=None)
+    if not materialize:
+        g = plan.grids
+        np.savez(tmp / F.GRIDS_FILE, cells=g.cells, grid_offset=g.offset, grid_shape=g.shape,
+                 pair_grids=g.pair_grids)
+    total = sum(sp.num_examples for sp in plan.splits.values())
+    with bar_factory(total, "encode") if materialize else _NoBar() as bar:
+        for split, sp in plan.splits.items():
+            d = tmp / split
+            d.mkdir()
+            np.save(d / F.PUZZLE_IDS_FILE, sp.puzzle_identifiers)
+            np.save(d / F.PUZZLE_INDICES_FILE, sp.puzzle_indices)
+            np.save(d / F.GROUP_INDICES_FILE, sp.group_indices)
+            if materialize:
+                encode_split(plan, sp, d, bar)
+            else:
+                np.save(d / F.PLAN_GROUP_PAIRS_FILE, sp.group_pairs)
+                np.save(d / F.PLAN_GROUP_PAIR_INDICES_FILE, sp.group_pair_indices)
+                np.save(d / F.PLAN_OFFSETS_FILE, sp.offsets)
+            _save_json(d / F.META_FILE, split_meta(sp, plan.num_ids))
+    _save_json(tmp / F.MANIFEST_FILE, manifest)  # last: its presence marks a complete build
+
+
+def _dir_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _remove_stale_tmp(out: Path) -> None:
+    """Temp folders of killed builds (`.<name>.tmp-<pid>` whose pid is gone)."""
+    for p in out.parent.glob(f".{out.name}.tmp-*"):
+        try:
+            pid = int(p.name.rsplit("-", 1)[1])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(p, ignore_errors=True)
+        except (ValueError, PermissionError, OSError):
+            continue
+
+
+class _NoBar:
+    def __init__(self, *a, **k):
+        pass
+
+    def update(self, n: int) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+def _bar_factory(enabled: bool):
+    if not enabled:
+        return lambda total, desc: _NoBar()
+    from tqdm import tqdm
+
+    return lambda total, desc: tqdm(total=total, desc=f"build-arc {desc}", unit="ex" if desc == "encode"
+                                    else "task", unit_scale=True, file=sys.stderr, dynamic_ncols=True)
+
+
+def build(cfg: BuildConfig) -> BuildSummary:
+    t0 = time.perf_counter()
+    if cfg.num_aug < 0:
+        raise ArcDataError(f"num_aug: must be >= 0, got {cfg.num_aug}")
+    if not str(cfg.output_dir):
+        raise ArcDataError("output_dir: empty")
+    out = Path(os.path.expanduser(cfg.output_dir)).resolve()
+    if out.exists() and not cfg.overwrite:
+        raise ArcDataError(f"{out}: output_dir exists (pass overwrite=true to replace it)")
+    if out.exists() and not out.is_dir():
+        raise ArcDataError(f"{out}: output_dir exists and is not a directory")
+
+    tasks, infos = load_sources(list(cfg.sources), cfg.eval_name, require_outputs=True)
+    bars = _bar_factory(cfg.progress)
+    with bars(len(tasks), "augment") as bar:
+        plan = make_plan(tasks, cfg.num_aug, cfg.seed, progress=bar.update)
+
+    short = {t.name: int(n) for t, n in zip(tasks, plan.num_puzzles) if n < cfg.num_aug + 1}
+    counts = {
+        split: {
+            "groups": len(sp.group_indices) - 1,
+            "puzzles": len(sp.puzzle_identifiers),
+            "examples": sp.num_examples,
+        }
+        for split, sp in plan.splits.items()
+    }
+    manifest = manifest_dict(cfg, infos, plan, counts, short)
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_tmp(out)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        write_dataset(plan, tmp, cfg.materialize, manifest, bars)
+        if out.exists():
+            old = out.parent / f".{out.name}.old-{os.getpid()}"
+            out.rename(old)
+            tmp.rename(out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+    summary = BuildSummary(
+        output_dir=str(out),
+        layout=manifest["layout"],
+        seconds=time.perf_counter() - t0,
+        num_tasks=len(tasks),
+        num_eval_tasks=sum(t.is_eval for t in tasks),
+        num_identifiers=plan.num_ids,
+        splits=counts,
+        bytes_on_disk=_dir_size(out),
+        short_groups=short,
+    )
+    print(format_summary(summary, cfg.num_aug))
+    return summary
+
+
+def manifest_dict(cfg: BuildConfig, infos: list[SourceInfo], plan: Plan, counts: dict, short: dict) -> dict:
+    import numba
+
+    return {
+        "format": "hrm-arc",
+        "format_version": 1,
+        "layout": "materialized" if cfg.materialize else "compact",
+        "package": {"name": "hrm-deeploop", "version": package_version()},
+        "versions": {"numpy": np.__version__, "numba": numba.__version__,
+                     "python": sys.version.split()[0]},
+        "options": asdict(cfg),
+        "rng": f"numpy.random.Generator(PCG64({cfg.seed}))",
+        "dedup_hash": "128-bit (2 x 64-bit splitmix) order-invariant puzzle hash, not cryptographic",
+        "sources": [asdict(i) for i in infos],
+        "num_tasks": len(plan.tasks),
+        "num_puzzle_identifiers": plan.num_ids,
+        "counts": counts,
+        "trials": int(plan.trials_used.sum()),
+        "short_groups": short,
+    }
+
+
+def format_summary(s: BuildSummary, num_aug: int) -> str:
+    gb = s.bytes_on_disk / 1e9
+    lines = [
+        f"build-arc: wrote {s.output_dir} ({s.layout}, {gb:.2f} GB) in {s.seconds:.1f} s",
+        f"  tasks {s.num_tasks} ({s.num_eval_tasks} evaluation), puzzle identifiers {s.num_identifiers:,}",
+    ]
+    for split, c in s.splits.items():
+        lines.append(f"  {split:<5}: {c['groups']:,} groups, {c['puzzles']:,} puzzles, {c['examples']:,} examples")
+    if s.short_groups:
+        shown = ", ".join(f"{k}({v})" for k, v in list(s.short_groups.items())[:8])
+        more = f", ... ({len(s.short_groups) - 8} more, see manifest.json)" if len(s.short_groups) > 8 else ""
+        lines.append(f"  short augmentation: {len(s.short_groups)} tasks with < {num_aug + 1} puzzles: {shown}{more}")
+    else:
+        lines.append(f"  every task got {num_aug} augmentations")
+    return "\n".join(lines)

@@ -1,0 +1,263 @@
+"""Numba kernels for the hot paths (HRM spec 1.9): transform + hash trials, and encoding.
+
+Grids live in one flat uint8 buffer `cells`; grid g is `cells[off[g] : off[g] + h*w]` (row-major)
+with `shape[g] = (h, w)`. A pair is `(input grid, output grid)`.
+
+A dihedral transform tid maps an H x W grid to `out[i, j] = in.flat[base + i*si + j*sj]` with the
+output shape and (base, si, sj) from `_dihedral_walk`; this equals `format.dihedral` (tested).
+
+Hash: two independent 64-bit lanes (a splitmix64-style mixer over 8-cell words, with the shape
+mixed in first), so a puzzle hash is 128 bits. It is not cryptographic; it only has to tell
+augmented puzzles apart (a false "duplicate" needs a 128-bit collision). The puzzle hash sorts the
+pair hashes first, so it does not depend on example order (spec 1.3).
+
+Threading: the `*_parallel` kernels use prange and are called only by the builder (one caller
+thread). The reader uses the serial `encode_examples`, so DataLoader workers forked from a process
+never run numba's thread pool (numba's workqueue layer is not fork- or thread-safe).
+Every kernel has `cache=True` and is called with one fixed set of dtypes (see the wrappers), so
+each compiles once per machine.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import njit, prange
+
+from arc_data.format import COLOUR_OFFSET, EOS, MAX_SIDE
+
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_G1 = np.uint64(0x9E3779B97F4A7C15)
+_G2 = np.uint64(0xD6E8FEB86659FD93)
+_S30 = np.uint64(30)
+_S27 = np.uint64(27)
+_S31 = np.uint64(31)
+_S8 = np.uint64(8)
+
+
+@njit(inline="always", cache=True)
+def _mix(x):
+    x = (x ^ (x >> _S30)) * _M1
+    x = (x ^ (x >> _S27)) * _M2
+    return x ^ (x >> _S31)
+
+
+@njit(inline="always", cache=True)
+def _dihedral_walk(tid, h, w):
+    """(out_h, out_w, base, si, sj) such that out[i, j] = in.flat[base + i*si + j*sj]."""
+    if tid == 1:  # rot90 CCW: out[i,j] = in[j, W-1-i]
+        return w, h, w - 1, -1, w
+    if tid == 2:  # rot180
+        return h, w, h * w - 1, -w, -1
+    if tid == 3:  # rot270 CCW: out[i,j] = in[H-1-j, i]
+        return w, h, (h - 1) * w, 1, -w
+    if tid == 4:  # fliplr
+        return h, w, w - 1, w, -1
+    if tid == 5:  # flipud
+        return h, w, (h - 1) * w, -w, 1
+    if tid == 6:  # transpose
+        return w, h, 0, 1, w
+    if tid == 7:  # anti-diagonal: out[i,j] = in[H-1-j, W-1-i]
+        return w, h, h * w - 1, -1, -w
+    return h, w, 0, w, 1
+
+
+@njit(cache=True)
+def _grid_hash(cells, off, h, w, tid, cmap):
+    """128-bit hash (two uint64) of the recoloured, transformed grid (shape included)."""
+    oh, ow, base, si, sj = _dihedral_walk(tid, h, w)
+    a = _mix(np.uint64(oh * 64 + ow) ^ _G1)
+    b = _mix(np.uint64(oh * 64 + ow) ^ _G2)
+    word = np.uint64(0)
+    n = 0
+    for i in range(oh):
+        src = off + base + i * si
+        for _ in range(ow):
+            word = (word << _S8) | np.uint64(cmap[cells[src]] + 1)
+            src += sj
+            n += 1
+            if n == 8:
+                a = _mix(a ^ word)
+                b = _mix((b + word) * _G1)
+                word = np.uint64(0)
+                n = 0
+    if n:
+        a = _mix(a ^ word)
+        b = _mix((b + word) * _G1)
+    return a, b
+
+
+@njit(cache=True)
+def _puzzle_hash(cells, goff, gshape, pair_grids, p_lo, p_hi, tid, cmap, ha, hb):
+    """Order-invariant 128-bit hash of pairs [p_lo, p_hi) under (tid, cmap); ha/hb are scratch."""
+    n = p_hi - p_lo
+    for k in range(n):
+        gi = pair_grids[p_lo + k, 0]
+        go = pair_grids[p_lo + k, 1]
+        ia, ib = _grid_hash(cells, goff[gi], gshape[gi, 0], gshape[gi, 1], tid, cmap)
+        oa, ob = _grid_hash(cells, goff[go], gshape[go, 0], gshape[go, 1], tid, cmap)
+        ha[k] = _mix(ia ^ _mix(oa + _G1))
+        hb[k] = _mix(ib ^ _mix(ob + _G2))
+    # insertion sort by (ha, hb): a handful of pairs per task
+    for k in range(1, n):
+        xa, xb = ha[k], hb[k]
+        m = k - 1
+        while m >= 0 and (ha[m] > xa or (ha[m] == xa and hb[m] > xb)):
+            ha[m + 1] = ha[m]
+            hb[m + 1] = hb[m]
+            m -= 1
+        ha[m + 1] = xa
+        hb[m + 1] = xb
+    a = _mix(np.uint64(n) ^ _G2)
+    b = _mix(np.uint64(n) ^ _G1)
+    for k in range(n):
+        a = _mix(a ^ ha[k])
+        b = _mix((b + hb[k]) * _G2)
+    return a, b
+
+
+@njit(cache=True)
+def puzzle_hashes(cells, goff, gshape, pair_grids, p_lo, p_hi, tids, cmaps):
+    """Puzzle hash of pairs [p_lo, p_hi) under each (tids[k], cmaps[k]) -> uint64 [K, 2]. For tests."""
+    out = np.empty((tids.shape[0], 2), dtype=np.uint64)
+    ha = np.empty(p_hi - p_lo, dtype=np.uint64)
+    hb = np.empty(p_hi - p_lo, dtype=np.uint64)
+    for k in range(tids.shape[0]):
+        tid = np.int64(tids[k])  # the builder's type, so the compiled helper is shared
+        a, b = _puzzle_hash(cells, goff, gshape, pair_grids, p_lo, p_hi, tid, cmaps[k], ha, hb)
+        out[k, 0] = a
+        out[k, 1] = b
+    return out
+
+
+@njit(inline="always", cache=True)
+def _insert(tab_a, tab_b, used, mask, a, b):
+    """Insert (a, b) into an open-addressing set; False if it was already there."""
+    slot = np.int64(a & np.uint64(mask))
+    while used[slot]:
+        if tab_a[slot] == a and tab_b[slot] == b:
+            return False
+        slot = (slot + 1) & mask
+    used[slot] = True
+    tab_a[slot] = a
+    tab_b[slot] = b
+    return True
+
+
+@njit(cache=True)
+def _augment_task(cells, goff, gshape, pair_grids, p_lo, p_hi, trial_tid, trial_perm, num_aug, accepted):
+    """Run the trials of one task; write accepted trial indices; return (num accepted, trials used).
+
+    A trial is accepted when its whole-task hash is new (the original's hash is seen first). Trials
+    whose (tid, map restricted to the task's colours) was already tried give the same content, so
+    they are rejected without hashing: this saves most of the work of short groups, which burn all
+    5*num_aug trials on a few hundred distinct candidates.
+    """
+    n_trials = trial_tid.shape[0]
+    cap = 1
+    while cap < 2 * (n_trials + 1):
+        cap *= 2
+    mask = cap - 1
+    tab_a = np.zeros(cap, dtype=np.uint64)
+    tab_b = np.zeros(cap, dtype=np.uint64)
+    used = np.zeros(cap, dtype=np.bool_)
+    key_a = np.zeros(cap, dtype=np.uint64)
+    key_b = np.zeros(cap, dtype=np.uint64)
+    key_used = np.zeros(cap, dtype=np.bool_)
+    present = np.zeros(10, dtype=np.bool_)
+    for k in range(p_lo, p_hi):
+        for side in range(2):
+            g = pair_grids[k, side]
+            for c in range(goff[g], goff[g] + gshape[g, 0] * gshape[g, 1]):
+                present[cells[c]] = True
+    ha = np.empty(p_hi - p_lo, dtype=np.uint64)
+    hb = np.empty(p_hi - p_lo, dtype=np.uint64)
+    cmap = np.arange(10).astype(np.uint8)
+    n_acc = 0
+    t = -1  # -1 = the original (identity), which seeds the seen set
+    while t < n_trials and n_acc < num_aug:
+        tid = 0
+        if t >= 0:
+            tid = trial_tid[t]
+            for c in range(9):
+                cmap[c + 1] = trial_perm[t, c]
+        key = np.uint64(tid)
+        for c in range(1, 10):
+            if present[c]:
+                key = (key << np.uint64(4)) | np.uint64(cmap[c])
+        if _insert(key_a, key_b, key_used, mask, _mix(key), key):
+            a, b = _puzzle_hash(cells, goff, gshape, pair_grids, p_lo, p_hi, tid, cmap, ha, hb)
+            if _insert(tab_a, tab_b, used, mask, a, b) and t >= 0:
+                accepted[n_acc] = t
+                n_acc += 1
+        t += 1
+    return n_acc, t
+
+
+@njit(parallel=True, cache=True)
+def augment_tasks_parallel(cells, goff, gshape, pair_grids, task_pairs, trial_tid, trial_perm, num_aug):
+    """Per task t (pairs task_pairs[t]..task_pairs[t+1]): accepted trial ids [T, num_aug], counts, trials."""
+    n_tasks = task_pairs.shape[0] - 1
+    accepted = np.full((n_tasks, num_aug), -1, dtype=np.int32)
+    n_acc = np.zeros(n_tasks, dtype=np.int32)
+    n_used = np.zeros(n_tasks, dtype=np.int32)
+    for t in prange(n_tasks):
+        a, u = _augment_task(cells, goff, gshape, pair_grids, task_pairs[t], task_pairs[t + 1],
+                             trial_tid[t], trial_perm[t], num_aug, accepted[t])
+        n_acc[t] = a
+        n_used[t] = u
+    return accepted, n_acc, n_used
+
+
+@njit(inline="always", cache=True)
+def _draw(cells, off, h, w, tid, cmap, row, pr, pc):
+    """Write one recoloured, transformed grid into the 900-row at (pr, pc), with its EOS marks."""
+    oh, ow, base, si, sj = _dihedral_walk(tid, h, w)
+    for i in range(oh):
+        src = off + base + i * si
+        dst = (pr + i) * MAX_SIDE + pc
+        for j in range(ow):
+            row[dst + j] = cmap[cells[src]] + COLOUR_OFFSET
+            src += sj
+        if pc + ow < MAX_SIDE:
+            row[dst + ow] = EOS
+    if pr + oh < MAX_SIDE:
+        dst = (pr + oh) * MAX_SIDE + pc
+        for j in range(ow):
+            row[dst + j] = EOS
+
+
+@njit(inline="always", cache=True)
+def _encode_one(e, cells, goff, gshape, pair_grids, ex_pair, ex_pid, dihedral, colour_map, pads, out_in, out_lab):
+    pair = ex_pair[e]
+    pid = ex_pid[e]
+    tid = dihedral[pid]
+    cmap = colour_map[pid]
+    pr = pads[e, 0]
+    pc = pads[e, 1]
+    out_in[e, :] = 0
+    out_lab[e, :] = 0
+    gi = pair_grids[pair, 0]
+    go = pair_grids[pair, 1]
+    _draw(cells, goff[gi], gshape[gi, 0], gshape[gi, 1], tid, cmap, out_in[e], pr, pc)
+    _draw(cells, goff[go], gshape[go, 0], gshape[go, 1], tid, cmap, out_lab[e], pr, pc)
+
+
+@njit(cache=True)
+def encode_examples(cells, goff, gshape, pair_grids, ex_pair, ex_pid, dihedral, colour_map, pads, out_in, out_lab):
+    """Encode examples: pair ex_pair[e] under puzzle ex_pid[e]'s augmentation at pads[e] -> rows e."""
+    for e in range(ex_pair.shape[0]):
+        _encode_one(e, cells, goff, gshape, pair_grids, ex_pair, ex_pid, dihedral, colour_map, pads, out_in, out_lab)
+
+
+@njit(parallel=True, cache=True)
+def encode_examples_parallel(cells, goff, gshape, pair_grids, ex_pair, ex_pid, dihedral, colour_map, pads,
+                             out_in, out_lab):
+    for e in prange(ex_pair.shape[0]):
+        _encode_one(e, cells, goff, gshape, pair_grids, ex_pair, ex_pid, dihedral, colour_map, pads, out_in, out_lab)
+
+
+def set_chunksize(n: int) -> int:
+    """Dynamic scheduling for uneven per-task work; returns the previous chunk size."""
+    return numba.get_parallel_chunksize() if n < 0 else numba.set_parallel_chunksize(n)

@@ -1,0 +1,261 @@
+"""The build plan: packed grids, augmentation table, splits and translation offsets.
+
+A plan holds everything needed to produce every example; the materialised build encodes all of it
+to npy files, the compact build stores the plan itself (see `format.py`). Both encode through the
+same kernel (`kernels.encode_examples*`), so their bytes agree.
+
+RNG (one `np.random.Generator(PCG64(seed))`), in this order:
+  1. trial dihedral ids `integers(0, 8, size=(T, 5*num_aug))`, uint8;
+  2. trial colour permutations of 1..9: `permuted(tile(1..9), axis=-1)`, shape (T, 5*num_aug, 9);
+  3. train split: one `integers(0, n_examples)` per puzzle (the example left untranslated), then
+     per example the row offset `integers(0, 30 - max(h_in, h_out) + 1)`, then the column offset
+     likewise (heights/widths after the dihedral transform). The test split draws nothing.
+Trials are drawn up front (a fixed budget per task, consumed or not), so the stream does not depend
+on which trials are accepted, and tasks can be augmented in parallel. T = number of tasks in
+source order (`sources.load_sources`). Not byte-compatible with HRM's legacy-RNG stream (which is
+not reproducible itself, spec 1.7), but the same distribution.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from arc_data.format import MAX_SIDE, SPLITS, aug_name
+from arc_data.kernels import augment_tasks_parallel
+from arc_data.sources import Task
+
+TRIAL_FACTOR = 5  # HRM: at most 5 * num_aug trials per task
+TRANSPOSING = np.array([0, 1, 0, 1, 0, 0, 1, 1], dtype=bool)  # tids whose output is W x H
+
+
+@dataclass
+class Grids:
+    """All grids in one buffer: grid g = cells[offset[g]: offset[g] + h*w], shape[g] = (h, w)."""
+
+    cells: np.ndarray  # uint8 [sum h*w]
+    offset: np.ndarray  # int64 [G]
+    shape: np.ndarray  # int64 [G, 2]
+    pair_grids: np.ndarray  # int64 [num_pairs, 2]  (input grid, output grid)
+
+
+@dataclass
+class SplitPlan:
+    puzzle_identifiers: np.ndarray  # int32 [P]
+    puzzle_indices: np.ndarray  # int32 [P+1]
+    group_indices: np.ndarray  # int32 [G+1]
+    group_pairs: np.ndarray  # int64 [sum over groups]: pair ids of each group's examples, in order
+    group_pair_indices: np.ndarray  # int64 [G+1]: CSR into group_pairs
+    offsets: np.ndarray  # uint8 [E, 2]: (row, col) translation of each example
+
+    @property
+    def num_examples(self) -> int:
+        return int(self.puzzle_indices[-1])
+
+
+@dataclass
+class Plan:
+    tasks: list[Task]
+    grids: Grids
+    task_pairs: np.ndarray  # int64 [T+1]: task t's pairs (demos then tests)
+    num_demos: np.ndarray  # int64 [T]
+    base_task: np.ndarray  # int32 [num_ids]  (-1 for blank)
+    dihedral: np.ndarray  # uint8 [num_ids]
+    colour_map: np.ndarray  # uint8 [num_ids, 10]
+    task_first_id: np.ndarray  # int64 [T]: id of the task's original puzzle
+    num_puzzles: np.ndarray  # int64 [T]: 1 + accepted augmentations
+    trials_used: np.ndarray  # int32 [T]
+    splits: dict[str, SplitPlan]
+
+    @property
+    def num_ids(self) -> int:
+        return int(self.dihedral.shape[0])
+
+    def identifiers(self) -> list[str]:
+        """id -> HRM name: `<blank>`, then `<task>` for originals, `<task>_t<tid>_<map>` otherwise."""
+        from arc_data.format import BLANK_NAME
+
+        digits = (self.colour_map[1:] + ord("0")).astype(np.uint8).view("S10").ravel()
+        names = [BLANK_NAME]
+        for t, task in enumerate(self.tasks):
+            lo = int(self.task_first_id[t])
+            names.append(task.name)
+            prefix = f"{task.name}_t"
+            for i in range(lo + 1, lo + int(self.num_puzzles[t])):
+                names.append(f"{prefix}{self.dihedral[i]}_{digits[i - 1].decode()}")
+        return names
+
+
+def pack_grids(tasks: list[Task]) -> tuple[Grids, np.ndarray, np.ndarray]:
+    """Tasks -> packed grids, task pair ranges [T+1], demo counts [T]."""
+    flat: list[np.ndarray] = []
+    shapes: list[tuple[int, int]] = []
+    task_pairs = [0]
+    num_demos = []
+    for t in tasks:
+        for inp, out in t.train + t.test:
+            assert out is not None, f"{t.file}: task {t.name}: test output missing"
+            flat += [inp.ravel(), out.ravel()]
+            shapes += [inp.shape, out.shape]
+        task_pairs.append(task_pairs[-1] + len(t.train) + len(t.test))
+        num_demos.append(len(t.train))
+    shape = np.array(shapes, dtype=np.int64).reshape(-1, 2)
+    sizes = shape[:, 0] * shape[:, 1]
+    offset = np.zeros(len(sizes), dtype=np.int64)
+    np.cumsum(sizes[:-1], out=offset[1:])
+    cells = np.concatenate(flat).astype(np.uint8) if flat else np.zeros(0, np.uint8)
+    pair_grids = np.arange(len(sizes), dtype=np.int64).reshape(-1, 2)
+    return Grids(cells, offset, shape, pair_grids), np.array(task_pairs, np.int64), np.array(num_demos, np.int64)
+
+
+def draw_trials(rng: np.random.Generator, num_tasks: int, num_aug: int) -> tuple[np.ndarray, np.ndarray]:
+    n = TRIAL_FACTOR * num_aug
+    tids = rng.integers(0, 8, size=(num_tasks, n), dtype=np.uint8)
+    base = np.broadcast_to(np.arange(1, 10, dtype=np.uint8), (num_tasks, n, 9))
+    perms = rng.permuted(base, axis=-1)
+    return tids, np.ascontiguousarray(perms)
+
+
+def augment(
+    grids: Grids,
+    task_pairs: np.ndarray,
+    trial_tid: np.ndarray,
+    trial_perm: np.ndarray,
+    num_aug: int,
+    progress: Callable[[int], None] | None = None,
+    batch: int = 64,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Accepted trial ids [T, num_aug] (-1 padded), accepted counts [T], trials used [T]."""
+    import numba
+
+    n_tasks = len(task_pairs) - 1
+    acc = np.full((n_tasks, num_aug), -1, np.int32)
+    n_acc = np.zeros(n_tasks, np.int32)
+    used = np.zeros(n_tasks, np.int32)
+    prev = numba.set_parallel_chunksize(1)  # tasks differ a lot in cost (short groups burn 5x trials)
+    try:
+        for lo in range(0, n_tasks, batch):
+            hi = min(lo + batch, n_tasks)
+            a, n, u = augment_tasks_parallel(
+                grids.cells, grids.offset, grids.shape, grids.pair_grids,
+                np.ascontiguousarray(task_pairs[lo : hi + 1]),
+                trial_tid[lo:hi], trial_perm[lo:hi], np.int64(num_aug),
+            )
+            acc[lo:hi], n_acc[lo:hi], used[lo:hi] = a, n, u
+            if progress is not None:
+                progress(hi - lo)
+    finally:
+        numba.set_parallel_chunksize(prev)
+    return acc, n_acc, used
+
+
+def resolve_examples(
+    puzzle_identifiers: np.ndarray,
+    puzzle_indices: np.ndarray,
+    group_indices: np.ndarray,
+    group_pairs: np.ndarray,
+    group_pair_indices: np.ndarray,
+    idx: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Example indices -> (pair id int64, puzzle identifier int64), by the CSR arrays."""
+    idx = np.asarray(idx, dtype=np.int64)
+    p = np.searchsorted(puzzle_indices, idx, side="right") - 1
+    g = np.searchsorted(group_indices, p, side="right") - 1
+    k = idx - puzzle_indices[p]
+    pair = group_pairs[group_pair_indices[g] + k].astype(np.int64)
+    return pair, puzzle_identifiers[p].astype(np.int64)
+
+
+def _split_plan(groups: np.ndarray, pair_lo: np.ndarray, pair_n: np.ndarray, first_id: np.ndarray,
+                num_puzzles: np.ndarray) -> SplitPlan:
+    n_puz = num_puzzles[groups]
+    group_indices = np.concatenate([[0], np.cumsum(n_puz)]).astype(np.int32)
+    ids = np.concatenate([np.arange(first_id[t], first_id[t] + num_puzzles[t]) for t in groups]) \
+        if len(groups) else np.zeros(0, np.int64)
+    per_puzzle = np.repeat(pair_n, n_puz)
+    puzzle_indices = np.concatenate([[0], np.cumsum(per_puzzle)])
+    if puzzle_indices[-1] >= 2**31:
+        raise OverflowError("more than 2**31 examples in one split")
+    group_pairs = np.concatenate([np.arange(lo, lo + n) for lo, n in zip(pair_lo, pair_n)]) \
+        if len(groups) else np.zeros(0, np.int64)
+    gpi = np.concatenate([[0], np.cumsum(pair_n)]).astype(np.int64)
+    e = int(puzzle_indices[-1])
+    return SplitPlan(ids.astype(np.int32), puzzle_indices.astype(np.int32), group_indices,
+                     group_pairs.astype(np.int64), gpi, np.zeros((e, 2), np.uint8))
+
+
+def _translate(rng: np.random.Generator, sp: SplitPlan, grids: Grids, dihedral: np.ndarray) -> None:
+    """Random offsets for every example but one per puzzle (HRM spec 1.5), in place."""
+    e = sp.num_examples
+    if e == 0:
+        return
+    pi = sp.puzzle_indices.astype(np.int64)
+    keep = rng.integers(0, np.diff(pi))  # the untranslated example of each puzzle
+    pair, pid = resolve_examples(sp.puzzle_identifiers, pi, sp.group_indices, sp.group_pairs,
+                                 sp.group_pair_indices, np.arange(e))
+    shp_in = grids.shape[grids.pair_grids[pair, 0]]
+    shp_out = grids.shape[grids.pair_grids[pair, 1]]
+    del pair
+    hw = np.maximum(shp_in, shp_out)  # [E, 2] before the transform
+    swap = TRANSPOSING[dihedral[pid]]
+    del pid, shp_in, shp_out
+    h = np.where(swap, hw[:, 1], hw[:, 0])
+    w = np.where(swap, hw[:, 0], hw[:, 1])
+    del hw, swap
+    rows = rng.integers(0, MAX_SIDE - h + 1).astype(np.uint8)
+    cols = rng.integers(0, MAX_SIDE - w + 1).astype(np.uint8)
+    rows[pi[:-1] + keep] = 0
+    cols[pi[:-1] + keep] = 0
+    sp.offsets[:, 0] = rows
+    sp.offsets[:, 1] = cols
+
+
+def make_plan(
+    tasks: list[Task], num_aug: int, seed: int, progress: Callable[[int], None] | None = None
+) -> Plan:
+    rng = np.random.Generator(np.random.PCG64(seed))
+    grids, task_pairs, num_demos = pack_grids(tasks)
+    n_tasks = len(tasks)
+    trial_tid, trial_perm = draw_trials(rng, n_tasks, num_aug)
+    acc, n_acc, used = augment(grids, task_pairs, trial_tid, trial_perm, num_aug, progress)
+
+    num_puzzles = 1 + n_acc.astype(np.int64)
+    num_ids = 1 + int(num_puzzles.sum())
+    task_first_id = 1 + np.concatenate([[0], np.cumsum(num_puzzles)[:-1]]).astype(np.int64)
+    base_task = np.full(num_ids, -1, np.int32)
+    base_task[1:] = np.repeat(np.arange(n_tasks, dtype=np.int32), num_puzzles)
+    dihedral = np.zeros(num_ids, np.uint8)
+    colour_map = np.tile(np.arange(10, dtype=np.uint8), (num_ids, 1))
+    # accepted trials -> table rows (the original of each task keeps tid 0 / identity)
+    mask = acc >= 0
+    t_idx, k = np.nonzero(mask)  # row-major: task, then acceptance order
+    trial = acc[t_idx, k]
+    rows = task_first_id[t_idx] + 1 + k
+    dihedral[rows] = trial_tid[t_idx, trial]
+    colour_map[rows, 1:] = trial_perm[t_idx, trial]
+    del trial_tid, trial_perm
+
+    is_eval = np.array([t.is_eval for t in tasks], dtype=bool)
+    n_pairs = np.diff(task_pairs)
+    all_t = np.arange(n_tasks)
+    train_n = np.where(is_eval, num_demos, n_pairs)
+    ev = all_t[is_eval]
+    splits = {
+        "train": _split_plan(all_t, task_pairs[:-1], train_n, task_first_id, num_puzzles),
+        "test": _split_plan(ev, task_pairs[:-1][ev] + num_demos[ev], n_pairs[ev] - num_demos[ev],
+                            task_first_id, num_puzzles),
+    }
+    assert tuple(splits) == SPLITS
+    _translate(rng, splits["train"], grids, dihedral)
+    return Plan(tasks, grids, task_pairs, num_demos, base_task, dihedral, colour_map, task_first_id,
+                num_puzzles, used, splits)
+
+
+def name_of(plan: Plan, pid: int) -> str:
+    """HRM name of one puzzle id (the reference for `Plan.identifiers`)."""
+    t = int(plan.base_task[pid])
+    if pid == plan.task_first_id[t]:
+        return plan.tasks[t].name
+    return aug_name(plan.tasks[t].name, int(plan.dihedral[pid]), plan.colour_map[pid])

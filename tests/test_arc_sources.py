@@ -1,0 +1,140 @@
+"""Every bad-input case of issue 3: one-line ArcDataError naming file and task, no output, CLI exit 2."""
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from arc_data.build import BuildConfig, build
+from arc_data.errors import ArcDataError
+from arc_data.sources import load_sources
+from hrm_deeploop.cli import main
+from tests.arc_synth import synthetic_tasks, write_kaggle, write_layout
+
+GOOD = synthetic_tasks()["training"]["tr00"]
+
+
+def _with(path: str, value) -> dict:
+    """GOOD with one field replaced, e.g. _with("train.0.input", [[1, 2], [3]])."""
+    task = copy.deepcopy(GOOD)
+    *parents, last = path.split(".")
+    node = task
+    for p in parents:
+        node = node[int(p)] if p.isdigit() else node[p]
+    if value is _DELETE:
+        del node[int(last) if last.isdigit() else last]
+    else:
+        node[int(last) if last.isdigit() else last] = value
+    return task
+
+
+_DELETE = object()
+
+# name -> (task JSON text or object, expected fragment of the problem)
+BAD_TASKS = {
+    "invalid_json": ('{"train": [', "invalid JSON"),
+    "missing_train": (_with("train", _DELETE), "missing 'train'"),
+    "missing_test": (_with("test", _DELETE), "missing 'test'"),
+    "not_2d": (_with("train.0.input", [1, 2, 3]), "not a 2-D list"),
+    "not_2d_nested": (_with("train.0.input", [[1, [2]], [3, 4]]), "2-D list of integers"),
+    "ragged": (_with("train.0.input", [[1, 2], [3]]), "unequal length"),
+    "empty_grid": (_with("train.0.output", []), "empty grid"),
+    "empty_rows": (_with("test.0.input", [[]]), "empty grid"),
+    "side_over_30": (_with("train.1.input", [[1]] * 31), "over 30"),
+    "wide_over_30": (_with("train.1.input", [[1] * 31]), "over 30"),
+    "value_10": (_with("train.0.input", [[1, 10]]), "outside 0..9"),
+    "value_negative": (_with("train.0.input", [[-1, 0]]), "outside 0..9"),
+    "value_float": (_with("train.0.input", [[1.5, 0]]), "not an integer"),
+    "value_string": (_with("train.0.input", [["3", 0]]), "not an integer"),
+    "value_bool": (_with("train.0.input", [[True, 0]]), "not an integer"),
+    "value_null": (_with("train.0.input", [[None, 0]]), "not an integer"),
+    "test_without_output": (_with("test.0.output", _DELETE), "no 'output'"),
+}
+
+
+def _write_task_dir(root: Path, name: str, task) -> Path:
+    src = write_layout(root / "data", {"training": {"okay": GOOD}})
+    text = task if isinstance(task, str) else json.dumps(task)
+    (src / "training" / f"{name}.json").write_text(text)
+    return src
+
+
+def _assert_fails_cleanly(sources: list[str], out: Path, *fragments: str) -> str:
+    with pytest.raises(ArcDataError) as e:
+        build(BuildConfig(sources=sources, output_dir=str(out), num_aug=2, progress=False))
+    msg = str(e.value)
+    assert "\n" not in msg
+    for f in fragments:
+        assert f in msg, (f, msg)
+    assert not out.exists()
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}")]
+    return msg
+
+
+@pytest.mark.parametrize("case", sorted(BAD_TASKS))
+def test_bad_task_file(case, tmp_path):
+    task, problem = BAD_TASKS[case]
+    src = _write_task_dir(tmp_path, case, task)
+    _assert_fails_cleanly([str(src)], tmp_path / "out", f"{case}.json", f"task {case}", problem)
+
+
+def test_kaggle_without_solutions(tmp_path):
+    chal = write_kaggle(tmp_path / "k", "x_evaluation", {"t1": GOOD}, solutions=False)
+    _assert_fails_cleanly([str(chal)], tmp_path / "out", chal.name, "x_evaluation_solutions.json", "not found")
+    tasks, _ = load_sources([str(chal)], require_outputs=False)  # viz can show tasks without answers
+    assert tasks[0].test[0][1] is None and tasks[0].is_eval
+
+
+def test_kaggle_mismatched_ids(tmp_path):
+    chal = write_kaggle(tmp_path / "k", "x_training", {"t1": GOOD, "t2": GOOD})
+    sol_path = tmp_path / "k" / "x_training_solutions.json"
+    sol = json.loads(sol_path.read_text())
+    sol["t3"] = sol.pop("t2")
+    sol_path.write_text(json.dumps(sol))
+    _assert_fails_cleanly([str(chal)], tmp_path / "out", "x_training_solutions.json", "task t2", "do not match")
+
+
+def test_kaggle_wrong_number_of_solutions(tmp_path):
+    chal = write_kaggle(tmp_path / "k", "x_training", {"t1": GOOD})
+    sol_path = tmp_path / "k" / "x_training_solutions.json"
+    sol = json.loads(sol_path.read_text())
+    sol["t1"] = sol["t1"] * 2
+    sol_path.write_text(json.dumps(sol))
+    _assert_fails_cleanly([str(chal)], tmp_path / "out", chal.name, "task t1", "solutions")
+
+
+def test_kaggle_invalid_json(tmp_path):
+    chal = write_kaggle(tmp_path / "k", "x_training", {"t1": GOOD})
+    chal.write_text("{oops")
+    _assert_fails_cleanly([str(chal)], tmp_path / "out", chal.name, "invalid JSON")
+
+
+def test_same_task_from_two_sources(tmp_path):
+    a = write_layout(tmp_path / "a", {"training": {"dup": GOOD}})
+    chal = write_kaggle(tmp_path / "k", "b_training", {"dup": GOOD})
+    _assert_fails_cleanly([str(a), str(chal)], tmp_path / "out", "task dup", "dup.json", chal.name, "same task id")
+
+
+def test_missing_source(tmp_path):
+    _assert_fails_cleanly([str(tmp_path / "nowhere")], tmp_path / "out", "no such source")
+
+
+def test_cli_returns_2_with_one_line(tmp_path, capsys):
+    task, _ = BAD_TASKS["ragged"]
+    src = _write_task_dir(tmp_path, "ragged", task)
+    out = tmp_path / "out"
+    rc = main(["build-arc", f"sources=[{src}]", f"output_dir={out}", "num_aug=2", "progress=false"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1
+    assert err[0].startswith("hrm-deeploop build-arc: error: ") and "ragged.json" in err[0]
+    assert not out.exists()
+
+
+def test_cli_builds(tmp_path, capsys):
+    src = write_layout(tmp_path / "data", {"evaluation": {"okay": GOOD}})
+    out = tmp_path / "out"
+    rc = main(["build-arc", f"sources=[{src}]", f"output_dir={out}", "num_aug=2", "progress=false",
+               "materialize=false"])
+    assert rc == 0 and (out / "manifest.json").exists()
+    assert "tasks 1 (1 evaluation)" in capsys.readouterr().out

@@ -1,0 +1,52 @@
+"""viz-arc: PNGs and one self-contained HTML page, from sources and from a built dataset."""
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from arc_data import format as F
+from arc_data.build import BuildConfig, build
+from arc_data.errors import ArcDataError
+from arc_data.viz import PALETTE, VizConfig, decode, grid_image, visualize
+from tests.arc_synth import synthetic_tasks, write_kaggle, write_layout
+
+
+def test_grid_image_uses_palette():
+    g = np.array([[0, 1], [2, 9]], np.uint8)
+    img = grid_image(g, 5)
+    assert img.shape == (11, 11, 3)
+    assert tuple(img[2, 2]) == tuple(PALETTE[0]) and tuple(img[7, 7]) == tuple(PALETTE[9])
+
+
+def test_decode_translated_row():
+    g = np.random.default_rng(0).integers(0, 10, size=(4, 6)).astype(np.uint8)
+    assert np.array_equal(decode(F.encode_grid(g, 7, 11)), g)
+
+
+def test_viz_from_sources_and_dataset(tmp_path):
+    tasks = synthetic_tasks()
+    src = write_layout(tmp_path / "data", {"evaluation": tasks["evaluation"]})
+    out = tmp_path / "viz"
+    page = visualize(VizConfig(sources=[str(src)], tasks=["ev00"], num_aug=2, output_dir=str(out), cell=4))
+    text = page.read_text()
+    assert text.count("data:image/png;base64,") == 3 and "ev00" in text
+    pngs = sorted(out.glob("*.png"))
+    assert len(pngs) == 3 and Image.open(pngs[0]).size[0] > 10
+
+    ds = tmp_path / "ds"
+    build(BuildConfig(sources=[str(src)], output_dir=str(ds), num_aug=2, progress=False, materialize=False))
+    page = visualize(VizConfig(data_dir=str(ds), max_tasks=2, num_aug=1, output_dir=str(tmp_path / "v2"), cell=4))
+    assert page.read_text().count("<img") == 4
+
+    # Kaggle challenges without solutions still render (test outputs shown as unknown)
+    chal = write_kaggle(tmp_path / "k", "x_evaluation", {"t1": tasks["training"]["tr00"]}, solutions=False)
+    visualize(VizConfig(sources=[str(chal)], output_dir=str(tmp_path / "v3"), cell=4))
+    assert (tmp_path / "v3" / "t1.png").is_file()
+
+
+def test_viz_errors(tmp_path):
+    with pytest.raises(ArcDataError, match="either"):
+        visualize(VizConfig(output_dir=str(tmp_path)))
+    src = write_layout(tmp_path / "data", {"training": synthetic_tasks()["training"]})
+    with pytest.raises(ArcDataError, match="task nope: not found"):
+        visualize(VizConfig(sources=[str(src)], tasks=["nope"], output_dir=str(tmp_path / "v")))
