@@ -232,16 +232,20 @@ class Trainer:
         sums = self.forward_backward(tensors)
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
         grad_sq = torch.stack([g.float().square().sum() for g in grads]).sum().to(torch.float64)
-        D.all_reduce_(sums)  # grads are already identical on every rank (DDP)
-        vals = dict(zip(METRIC_KEYS, sums.tolist()))
+        puzzle = self.model.puzzle_emb.take_grads() if self.sparse is not None else None
+        # The puzzle-row grads are local to each rank (SignSGD gathers them): reduce their norm.
+        puzzle_sq = puzzle[1].double().square().sum() if puzzle is not None else torch.zeros((), dtype=torch.float64)
+        sums = torch.cat([sums, puzzle_sq.to(sums.device).view(1)])
+        D.all_reduce_(sums)  # dense grads are already identical on every rank (DDP)
+        vals = dict(zip(METRIC_KEYS, sums[:-1].tolist()))
         metrics = _normalise(vals, self.cfg.train.global_batch_size)
         metrics["grad_norm"] = math.sqrt(float(grad_sq))
-        check_finite(self.step, loss=metrics["loss"], grad_norm=metrics["grad_norm"])
-        if self.sparse is not None:
-            got = self.model.puzzle_emb.take_grads()
-            if got is not None:
-                self.sparse.lr = lr_puzzle
-                self.sparse.step(*got)
+        metrics["puzzle_grad_norm"] = math.sqrt(float(sums[-1]))
+        check_finite(self.step, loss=metrics["loss"], grad_norm=metrics["grad_norm"],
+                     puzzle_grad_norm=metrics["puzzle_grad_norm"])
+        if puzzle is not None:
+            self.sparse.lr = lr_puzzle
+            self.sparse.step(*puzzle)
         self.adam.step()
         self.adam.zero_grad(set_to_none=True)
         metrics["lr"] = lr
