@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hrm_deeploop.core import Linear, LoopedCore, Rotary, init_block_, make_blocks, trunc_normal_
@@ -92,7 +93,10 @@ class Embedding(nn.Module):
         self.embedding_weight = nn.Parameter(torch.empty(num, dim))
 
     def forward(self, ids: Tensor, dtype: torch.dtype) -> Tensor:
-        return self.embedding_weight.to(dtype)[ids]
+        # F.embedding, not weight[ids]: the backward of advanced indexing (index_put_ with
+        # accumulate) sums duplicate ids in a thread-dependent order on CPU, which broke bit-exact
+        # reproducibility across processes; embedding's backward is deterministic.
+        return F.embedding(ids, self.embedding_weight.to(dtype))
 
 
 class PuzzleEmbedding(nn.Module):

@@ -283,3 +283,21 @@ def test_puzzle_embedding_eval_untracked_and_learned_pos():
     m0 = HRM(tiny_cfg(puzzle_emb_ndim=0))
     assert m0.puzzle_emb is None and m0.total_len == 16
     m0(m0.initial_carry(b), b)
+
+
+def test_token_embedding_backward_is_deterministic():
+    """Duplicate ids must sum in a fixed order (weight[ids]'s backward did not, across threads),
+    or a resumed run in a new process drifts from the uninterrupted one."""
+    from hrm_deeploop.hrm import Embedding
+
+    torch.manual_seed(0)
+    emb = Embedding(12, 32)
+    torch.nn.init.normal_(emb.embedding_weight)
+    ids = torch.randint(0, 12, (4, 900))
+    g = torch.randn(4, 900, 32)
+    grads = []
+    for _ in range(10):
+        emb.embedding_weight.grad = None
+        emb(ids, torch.float32).backward(g)
+        grads.append(emb.embedding_weight.grad.clone())
+    assert all(torch.equal(grads[0], x) for x in grads[1:])
