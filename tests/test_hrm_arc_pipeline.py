@@ -43,6 +43,7 @@ def test_both_layouts_give_the_same_batches(built):
     assert sum(bb.num_valid for bb in rows) == test.num_examples
 
 
+@pytest.mark.slow  # 2 s on an idle machine, ~20 s when the 2 cores are shared (900-token sequences)
 def test_build_train_evaluate_vote(built, tmp_path, capsys):
     data = built / "mat"  # the vote step reads the materialised test arrays (it does not take the compact layout)
     rc = run_subcommand("train", [*TINY_OVERRIDES, f"data_dir={data}", f"output_dir={tmp_path / 'run'}",
