@@ -156,3 +156,121 @@ def _first_diff(a: Any, b: Any, path: str) -> str | None:
                 return d
         return None
     return None if a == b else f"'{path}' ({a!r} saved, {b!r} now)"
+
+
+# ---- official HRM checkpoints (sapientinc/HRM `step_N` + `all_config.yaml`) -----------------------
+
+OFFICIAL_PREFIX = "model.inner."  # ACTLossHead.model (ACT wrapper) .inner (the reasoning model)
+OFFICIAL_BLOCK_WEIGHTS = ("self_attn.qkv_proj.weight", "self_attn.o_proj.weight",
+                          "mlp.gate_up_proj.weight", "mlp.down_proj.weight")
+# arch field in all_config.yaml -> HRMConfig field. Every field HRM's arch section can carry is
+# listed: honoured ones map to a field; `name`, `loss.name` are checked; the ones pretrain fills
+# in at run time (batch_size, vocab_size, seq_len, num_puzzle_identifiers, causal) are checked
+# against the weights or the dataset where they appear.
+OFFICIAL_ARCH_FIELDS = {
+    "H_cycles": "num_h_cycles", "L_cycles": "num_l_cycles", "H_layers": "num_h_layers",
+    "L_layers": "num_l_layers", "hidden_size": "hidden_size", "num_heads": "num_heads",
+    "expansion": "expansion", "puzzle_emb_ndim": "puzzle_emb_ndim", "pos_encodings": "pos_encodings",
+    "rope_theta": "rope_theta", "rms_norm_eps": "rms_norm_eps", "halt_max_steps": "halt_max_steps",
+    "halt_exploration_prob": "halt_exploration_prob", "forward_dtype": "forward_dtype",
+}
+OFFICIAL_RUNTIME_FIELDS = ("batch_size", "vocab_size", "seq_len", "num_puzzle_identifiers", "causal")
+
+
+def official_key_map(num_h_layers: int, num_l_layers: int, pos_encodings: str, puzzle_emb: bool) -> dict[str, str]:
+    """Official HRM state-dict key (after removing `_orig_mod.`) -> hrm_deeploop `HRM` key.
+
+    HRM's `model.state_dict()` is the loss head's; its persistent entries are the ones below
+    (RoPE tables and the puzzle embedding's local buffers are non-persistent). Our module names
+    are HRM's, so the map only drops the `model.inner.` prefix, but it is spelled out so that an
+    unknown or missing key fails loudly instead of loading half a model.
+    """
+    native = ["embed_tokens.embedding_weight", "lm_head.weight", "q_head.weight", "q_head.bias", "H_init", "L_init"]
+    if puzzle_emb:
+        native.append("puzzle_emb.weights")
+    if pos_encodings == "learned":
+        native.append("embed_pos.embedding_weight")
+    for level, n in (("H_level", num_h_layers), ("L_level", num_l_layers)):
+        native += [f"{level}.layers.{i}.{w}" for i in range(n) for w in OFFICIAL_BLOCK_WEIGHTS]
+    return {OFFICIAL_PREFIX + k: k for k in native}
+
+
+def is_official(state: dict[str, Any]) -> bool:
+    """An official checkpoint is a bare state dict with `[_orig_mod.]model.inner.` keys."""
+    return "format" not in state and any(
+        isinstance(k, str) and strip_prefixes({k: None}, ("_orig_mod.",)).popitem()[0].startswith(OFFICIAL_PREFIX)
+        for k in state)
+
+
+def read_official_arch(ckpt_path: str | Path) -> dict[str, Any]:
+    """The resolved `arch` section of the `all_config.yaml` next to an official `step_N` file."""
+    from omegaconf import OmegaConf
+
+    cfg_path = Path(ckpt_path).parent / "all_config.yaml"
+    if not cfg_path.is_file():
+        raise UserError(f"official HRM checkpoint '{ckpt_path}' needs '{cfg_path}' beside it (HRM writes it "
+                        "into the checkpoint folder)")
+    try:
+        cfg = OmegaConf.to_container(OmegaConf.load(cfg_path), resolve=True)
+    except Exception as e:  # yaml and omegaconf raise many types on a broken file
+        raise UserError(f"cannot read '{cfg_path}': {type(e).__name__}: {e}") from None
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("arch"), dict):
+        raise UserError(f"'{cfg_path}' has no 'arch' section")
+    return cfg["arch"]
+
+
+def official_model_fields(arch: dict[str, Any], state: dict[str, Any], where: str) -> dict[str, Any]:
+    """HRMConfig fields from an official `arch` section and its weights. Unknown fields raise."""
+    name = str(arch.get("name", "hrm.hrm_act_v1@HierarchicalReasoningModel_ACTV1"))
+    if "hrm_act_v1" not in name:
+        raise UserError(f"{where}: arch.name='{name}' is not HRM's hrm_act_v1 model")
+    fields: dict[str, Any] = {}
+    for key, value in arch.items():
+        if key in ("name", "loss") or key in OFFICIAL_RUNTIME_FIELDS:
+            continue
+        if key not in OFFICIAL_ARCH_FIELDS:
+            raise UserError(f"{where}: unknown arch field '{key}' (known: {sorted(OFFICIAL_ARCH_FIELDS)})")
+        fields[OFFICIAL_ARCH_FIELDS[key]] = value
+    loss = arch.get("loss") or {}
+    for key, value in loss.items():
+        if key == "name":
+            if "ACTLossHead" not in str(value):
+                raise UserError(f"{where}: arch.loss.name='{value}' is not HRM's ACTLossHead")
+        elif key == "loss_type":
+            fields["loss_type"] = value
+        else:
+            raise UserError(f"{where}: unknown arch.loss field '{key}'")
+    if arch.get("causal"):
+        raise UserError(f"{where}: arch.causal=true is not supported (HRM's attention is non-causal)")
+    sd = strip_prefixes(state, ("_orig_mod.",))
+    emb = sd.get(OFFICIAL_PREFIX + "embed_tokens.embedding_weight")
+    if emb is None:
+        raise UserError(f"{where}: missing key '{OFFICIAL_PREFIX}embed_tokens.embedding_weight'")
+    fields["vocab_size"] = int(emb.shape[0])
+    pe = sd.get(OFFICIAL_PREFIX + "puzzle_emb.weights")
+    fields["num_puzzle_identifiers"] = int(pe.shape[0]) if pe is not None else 1
+    if pe is None and fields.get("puzzle_emb_ndim", None) != 0:
+        raise UserError(f"{where}: missing key '{OFFICIAL_PREFIX}puzzle_emb.weights' (arch.puzzle_emb_ndim is not 0)")
+    pos = sd.get(OFFICIAL_PREFIX + "embed_pos.embedding_weight")
+    if pos is not None:
+        hidden = int(fields.get("hidden_size", emb.shape[1]))
+        ndim = fields.get("puzzle_emb_ndim") if fields.get("puzzle_emb_ndim") is not None else hidden
+        fields["seq_len"] = int(pos.shape[0]) - (-(int(ndim) // -hidden))
+    for key in ("vocab_size", "seq_len", "num_puzzle_identifiers"):
+        if key in arch and key in fields and int(arch[key]) != fields[key]:
+            raise UserError(f"{where}: arch.{key}={arch[key]} but the weights give {fields[key]}")
+    return fields
+
+
+def official_state_dict(state: dict[str, Any], key_map: dict[str, str], where: str) -> dict[str, Any]:
+    """Rename an official state dict to our keys; unknown or missing keys raise naming them."""
+    sd = strip_prefixes(state, ("_orig_mod.",))
+    unknown = sorted(set(sd) - set(key_map))
+    missing = sorted(set(key_map) - set(sd))
+    if unknown:
+        raise UserError(f"{where}: unknown key(s) in the official checkpoint: {unknown[:5]}"
+                        + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""))
+    if missing:
+        raise UserError(f"{where}: key(s) missing from the official checkpoint: {missing[:5]}"
+                        + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""))
+    return {key_map[k]: v for k, v in sd.items()}

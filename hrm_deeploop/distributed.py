@@ -126,13 +126,18 @@ def broadcast_object(obj):
     return box[0]
 
 
-def wrap_ddp(model: torch.nn.Module, e: Env) -> torch.nn.Module:
-    """DistributedDataParallel when running under torchrun; the bare model otherwise."""
+def wrap_ddp(model: torch.nn.Module, e: Env, sync_buffers: bool = True) -> torch.nn.Module:
+    """DistributedDataParallel when running under torchrun; the bare model otherwise.
+
+    sync_buffers=False skips DDP's per-forward buffer broadcast (buffers are still synced once at
+    construction): HRM's puzzle table is a buffer updated identically on every rank by SignSGD,
+    and broadcasting it every step would cost its full size (1.8 GB on ARC-1)."""
     if not e.distributed:
         return model
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    return DDP(model, device_ids=[e.device.index] if e.device.type == "cuda" else None)
+    return DDP(model, device_ids=[e.device.index] if e.device.type == "cuda" else None,
+               forward_sync_buffers=sync_buffers)
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:

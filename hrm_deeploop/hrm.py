@@ -1,11 +1,35 @@
 """Hierarchical Reasoning Model (HRM) on the shared looped-block core.
 
-(Config only for now; the model lands with the HRM issue.)
+Two `LoopedCore`s, H (slow) and L (fast), run a nested recurrence over a [B, P + 900, D] state:
+the L module takes (z_H + input embedding) as its injection, the H module takes z_L. One forward
+segment runs H_cycles x L_cycles L calls and H_cycles H calls; only the last L call and the last
+H call are on the autograd tape (HRM's one-step gradient, reference spec 3.4). The ACT wrapper
+(`HRM.forward`) keeps a per-slot carry across calls and learns when to halt with a Q head read
+from the puzzle slot (spec 3.5).
+
+Architecture only: no distributed code, no config files, no environment variables. Residual
+scaling (alpha in the forward, beta at init) comes from `scaling.module_residuals`; `scaling=
+baseline` is exactly HRM's Post-LN block. Module and buffer names equal HRM's
+(`H_level.layers.0.self_attn.qkv_proj.weight`, `embed_tokens.embedding_weight`,
+`puzzle_emb.weights`, ...), so an official checkpoint maps onto this model by removing the
+`_orig_mod.model.inner.` prefix (see `checkpoint.official_key_map`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field, replace
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from hrm_deeploop.core import Linear, LoopedCore, Rotary, init_block_, make_blocks, trunc_normal_
+from hrm_deeploop.errors import ConfigError
+from hrm_deeploop.scaling import ScalingConfig, hrm_depth, module_residuals
+
+IGNORE_LABEL = -100
+DATA_KEYS = ("inputs", "labels", "puzzle_identifiers")
 
 
 @dataclass
@@ -34,3 +58,301 @@ class HRMConfig:
     vocab_size: int = 12
     seq_len: int = 900
     num_puzzle_identifiers: int = 1  # filled in from the dataset
+
+    def __post_init__(self) -> None:
+        if self.pos_encodings not in ("rope", "learned"):
+            raise ConfigError(f"model.pos_encodings='{self.pos_encodings}' must be 'rope' or 'learned'")
+        if self.loss_type not in ("stablemax_cross_entropy", "softmax_cross_entropy"):
+            raise ConfigError(f"model.loss_type='{self.loss_type}' must be stablemax_cross_entropy or "
+                              "softmax_cross_entropy")
+        if self.stablemax_dtype not in ("float64", "float32"):
+            raise ConfigError(f"model.stablemax_dtype='{self.stablemax_dtype}' must be float64 or float32")
+        if self.hidden_size % self.num_heads:
+            raise ConfigError(f"model.hidden_size={self.hidden_size} is not divisible by "
+                              f"model.num_heads={self.num_heads}")
+        if self.halt_max_steps < 1:
+            raise ConfigError(f"model.halt_max_steps must be >= 1, got {self.halt_max_steps}")
+
+    @property
+    def puzzle_dim(self) -> int:
+        return self.hidden_size if self.puzzle_emb_ndim is None else self.puzzle_emb_ndim
+
+    @property
+    def puzzle_len(self) -> int:
+        """P: number of prefix tokens the puzzle embedding occupies (ceil(ndim / hidden))."""
+        return -(self.puzzle_dim // -self.hidden_size)
+
+
+# ---- embeddings ---------------------------------------------------------------------------------
+
+class Embedding(nn.Module):
+    """HRM's CastedEmbedding: fp32 table `embedding_weight`, looked up in the compute dtype."""
+
+    def __init__(self, num: int, dim: int):
+        super().__init__()
+        self.embedding_weight = nn.Parameter(torch.empty(num, dim))
+
+    def forward(self, ids: Tensor, dtype: torch.dtype) -> Tensor:
+        # F.embedding, not weight[ids]: the backward of advanced indexing (index_put_ with
+        # accumulate) sums duplicate ids in a thread-dependent order on CPU, which broke bit-exact
+        # reproducibility across processes; embedding's backward is deterministic.
+        return F.embedding(ids, self.embedding_weight.to(dtype))
+
+
+class PuzzleEmbedding(nn.Module):
+    """Sparse per-puzzle embedding: a zero-initialised fp32 buffer `weights` [num_ids, dim].
+
+    The table is a buffer, not a Parameter: the dense optimiser never sees it. In training the
+    looked-up rows are copied into a fresh leaf tensor with requires_grad (HRM's `local_weights`);
+    after backward, `take_grads()` hands (ids, row grads) to `optim.SparseSignSGD`. Unlike HRM the
+    leaf is created per call, so the batch size is not fixed at construction and several calls
+    (gradient accumulation micro-batches) can be collected before one optimiser step.
+    """
+
+    def __init__(self, num_ids: int, dim: int):
+        super().__init__()
+        self.register_buffer("weights", torch.zeros(num_ids, dim), persistent=True)
+        self._pending: list[tuple[Tensor, Tensor]] = []
+
+    def forward(self, ids: Tensor, dtype: torch.dtype, track_grad: bool) -> Tensor:
+        if not track_grad:
+            return self.weights[ids].to(dtype)
+        local = self.weights[ids].detach().clone().requires_grad_(True)  # (B, dim) leaf
+        self._pending.append((ids.detach(), local))
+        return local.to(dtype)
+
+    def take_grads(self) -> tuple[Tensor, Tensor] | None:
+        """(ids (N,), grads (N, dim)) of every tracked lookup since the last call; clears them."""
+        pending, self._pending = self._pending, []
+        pairs = [(i, w.grad if w.grad is not None else torch.zeros_like(w)) for i, w in pending]
+        if not pairs:
+            return None
+        return torch.cat([i for i, _ in pairs]), torch.cat([g for _, g in pairs])
+
+    def clear(self) -> None:
+        self._pending = []
+
+
+# ---- carry ----------------------------------------------------------------------------------------
+
+@dataclass
+class Carry:
+    """ACT state of B slots. z_H, z_L: (B, P+S, D) detached; steps: (B,) int32; halted: (B,) bool;
+    data: the rows each slot is working on (inputs (B, S), labels (B, S), puzzle_identifiers (B,))."""
+
+    z_H: Tensor
+    z_L: Tensor
+    steps: Tensor
+    halted: Tensor
+    data: dict[str, Tensor] = field(default_factory=dict)
+
+
+# ---- the model ------------------------------------------------------------------------------------
+
+class HRM(nn.Module):
+    """HRM with ACT. `forward(carry, batch, generator) -> (carry, outputs)`, one segment per call.
+
+    outputs: logits (B, S, V), q_halt_logits (B,) fp32, q_continue_logits (B,) fp32, and in
+    training with halt_max_steps > 1 also target_q_continue (B,) fp32.
+    """
+
+    def __init__(self, cfg: HRMConfig, scaling: ScalingConfig | None = None,
+                 dtype: torch.dtype = torch.float32):
+        super().__init__()
+        self.cfg = cfg
+        self.scaling = scaling or ScalingConfig()
+        self.dtype = dtype  # compute dtype; parameters stay fp32 (cast at use, like HRM)
+        D, P = cfg.hidden_size, cfg.puzzle_len
+        self.total_len = P + cfg.seq_len
+        self.embed_scale = math.sqrt(D)
+
+        self.embed_tokens = Embedding(cfg.vocab_size, D)
+        self.lm_head = Linear(D, cfg.vocab_size)
+        self.q_head = Linear(D, 2, bias=True)
+        self.puzzle_emb = PuzzleEmbedding(cfg.num_puzzle_identifiers, cfg.puzzle_dim) if cfg.puzzle_dim > 0 else None
+        if cfg.pos_encodings == "rope":
+            self.rotary_emb = Rotary(D // cfg.num_heads, self.total_len, cfg.rope_theta)
+            self.embed_pos = None
+        else:
+            self.rotary_emb = None
+            self.embed_pos = Embedding(self.total_len, D)
+
+        self.depth = hrm_depth(cfg.num_h_layers, cfg.num_l_layers, cfg.num_h_cycles, cfg.num_l_cycles,
+                               self.scaling.hrm_depth, self.scaling.per_module)
+        res = module_residuals(self.scaling, self.depth)
+
+        def blocks(n: int, name: str):
+            return make_blocks(n, D, cfg.num_heads, cfg.expansion, causal=False, residual=res[name],
+                               norm_eps=cfg.rms_norm_eps, norm_weight=cfg.norm_weight,
+                               mlp_multiple=cfg.mlp_multiple)
+
+        self.H_level = LoopedCore(blocks(cfg.num_h_layers, "H"), num_rounds=1)
+        self.L_level = LoopedCore(blocks(cfg.num_l_layers, "L"), num_rounds=1)
+        self.register_buffer("H_init", torch.empty(D), persistent=True)
+        self.register_buffer("L_init", torch.empty(D), persistent=True)
+        self.init_weights()
+
+    # -- init -------------------------------------------------------------------------------------
+
+    def init_weights(self) -> None:
+        """Initialise every tensor (HRM spec 3.6) and fail on any the list misses.
+
+        - embed_tokens.embedding_weight, embed_pos.embedding_weight: trunc normal std 1/sqrt(D)
+        - H_level / L_level blocks: trunc LeCun normal (std 1/sqrt(fan_in)) on qkv, o, gate_up,
+          down; then the scheme's beta gain on the v / o / up / down rows (`core.init_block_`);
+          RMSNorm gains (if enabled) 1
+        - lm_head.weight: trunc LeCun normal, std 1/sqrt(D)
+        - q_head: weight 0, bias -5 (halting starts almost never, sigmoid(-5) = 0.0067)
+        - puzzle_emb.weights: 0 (buffer, trained by SignSGD)
+        - H_init, L_init: fixed trunc normal std 1 (buffers, never trained)
+        """
+        D = self.cfg.hidden_size
+        done: set[int] = set()
+
+        def mark(*ts: Tensor) -> None:
+            done.update(id(t) for t in ts)
+
+        trunc_normal_(self.embed_tokens.embedding_weight, std=1.0 / math.sqrt(D))
+        mark(self.embed_tokens.embedding_weight)
+        if self.embed_pos is not None:
+            trunc_normal_(self.embed_pos.embedding_weight, std=1.0 / math.sqrt(D))
+            mark(self.embed_pos.embedding_weight)
+        for core in (self.H_level, self.L_level):
+            for block in core.layers:
+                init_block_(block)
+                mark(*block.parameters())
+            if core.final_norm is not None and core.final_norm.weight is not None:
+                nn.init.ones_(core.final_norm.weight)
+                mark(core.final_norm.weight)
+        self.lm_head.reset_parameters()
+        mark(self.lm_head.weight)
+        with torch.no_grad():
+            self.q_head.weight.zero_()
+            self.q_head.bias.fill_(-5.0)
+        mark(self.q_head.weight, self.q_head.bias)
+        if self.puzzle_emb is not None:
+            self.puzzle_emb.weights.zero_()
+            mark(self.puzzle_emb.weights)
+        trunc_normal_(self.H_init, std=1.0)
+        trunc_normal_(self.L_init, std=1.0)
+        mark(self.H_init, self.L_init)
+        if self.rotary_emb is not None:  # deterministic tables, rebuilt from the config
+            mark(*self.rotary_emb.buffers())
+        missed = [n for n, t in [*self.named_parameters(), *self.named_buffers()] if id(t) not in done]
+        assert not missed, f"HRM.init_weights does not initialise {missed}"
+
+    def num_params(self) -> int:
+        """Trainable parameters (the puzzle table is a buffer and is not counted, as in HRM)."""
+        return sum(p.numel() for p in self.parameters())
+
+    # -- inner model (one segment) ------------------------------------------------------------------
+
+    def _rope(self) -> tuple[Tensor, Tensor] | None:
+        return self.rotary_emb(self.total_len) if self.rotary_emb is not None else None
+
+    def input_embedding(self, inputs: Tensor, puzzle_ids: Tensor, track_puzzle_grad: bool) -> Tensor:
+        """inputs (B, S) int, puzzle_ids (B,) -> scaled embedding (B, P+S, D) in the compute dtype."""
+        cfg, dt = self.cfg, self.dtype
+        x = self.embed_tokens(inputs.long(), dt)  # (B, S, D)
+        if self.puzzle_emb is not None:
+            pe = self.puzzle_emb(puzzle_ids.long(), dt, track_puzzle_grad)  # (B, ndim)
+            pad = cfg.puzzle_len * cfg.hidden_size - pe.shape[-1]
+            if pad > 0:
+                pe = nn.functional.pad(pe, (0, pad))
+            x = torch.cat((pe.view(-1, cfg.puzzle_len, cfg.hidden_size), x), dim=-2)  # (B, P+S, D)
+        if self.embed_pos is not None:
+            x = 0.707106781 * (x + self.embed_pos.embedding_weight.to(dt))
+        return self.embed_scale * x
+
+    def segment(self, z_H: Tensor, z_L: Tensor, data: dict[str, Tensor],
+                track_puzzle_grad: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """One forward segment from (z_H, z_L): returns (z_H, z_L) detached, logits (B, S, V) and
+        q_logits (B, 2) fp32 [halt, continue]. Only the last L and last H call carry grad."""
+        cfg, rope = self.cfg, self._rope()
+        x = self.input_embedding(data["inputs"], data["puzzle_identifiers"], track_puzzle_grad)
+        with torch.no_grad():
+            for h in range(cfg.num_h_cycles):
+                for l_step in range(cfg.num_l_cycles):
+                    if h == cfg.num_h_cycles - 1 and l_step == cfg.num_l_cycles - 1:
+                        break
+                    z_L = self.L_level(z_L, z_H + x, rope)
+                if h < cfg.num_h_cycles - 1:
+                    z_H = self.H_level(z_H, z_L, rope)
+        # One-step gradient: the last L and H calls are the only ones on the tape.
+        z_L = self.L_level(z_L, z_H + x, rope)
+        z_H = self.H_level(z_H, z_L, rope)
+        P = cfg.puzzle_len
+        logits = self.lm_head(z_H)[:, P:]  # (B, S, V)
+        q_logits = self.q_head(z_H[:, 0]).float()  # (B, 2), from the puzzle slot
+        return z_H.detach(), z_L.detach(), logits, q_logits
+
+    # -- ACT wrapper -------------------------------------------------------------------------------
+
+    def initial_carry(self, batch: dict[str, Tensor]) -> Carry:
+        """Every slot halted, so the first call loads every row of its batch."""
+        B, device = batch["inputs"].shape[0], batch["inputs"].device
+        z = torch.zeros(B, self.total_len, self.cfg.hidden_size, dtype=self.dtype, device=device)
+        return Carry(z_H=z, z_L=z.clone(), steps=torch.zeros(B, dtype=torch.int32, device=device),
+                     halted=torch.ones(B, dtype=torch.bool, device=device),
+                     data={k: torch.zeros_like(batch[k]) for k in DATA_KEYS})
+
+    def forward(self, carry: Carry, batch: dict[str, Tensor],
+                generator: torch.Generator | None = None) -> tuple[Carry, dict[str, Tensor]]:
+        """One ACT step. Halted slots restart from H_init/L_init on their row of `batch`; the rows of
+        `batch` at non-halted slots are dropped (HRM semantics). `generator` drives exploration."""
+        cfg = self.cfg
+        reset = carry.halted  # (B,)
+        r3 = reset.view(-1, 1, 1)
+        z_H = torch.where(r3, self.H_init.to(self.dtype), carry.z_H)
+        z_L = torch.where(r3, self.L_init.to(self.dtype), carry.z_L)
+        steps = torch.where(reset, torch.zeros_like(carry.steps), carry.steps)
+        data = {k: torch.where(reset.view((-1,) + (1,) * (batch[k].ndim - 1)), batch[k], carry.data[k])
+                for k in DATA_KEYS}
+
+        z_H, z_L, logits, q = self.segment(z_H, z_L, data, track_puzzle_grad=self.training)
+        out = {"logits": logits, "q_halt_logits": q[:, 0], "q_continue_logits": q[:, 1]}
+
+        with torch.no_grad():
+            steps = steps + 1
+            is_last = steps >= cfg.halt_max_steps
+            halted = is_last
+            if self.training and cfg.halt_max_steps > 1:
+                halted = halted | (q[:, 0] > q[:, 1])
+                B = steps.shape[0]
+                gen_dev = generator.device if generator is not None else torch.device("cpu")
+                explore = torch.rand(B, generator=generator, device=gen_dev) < cfg.halt_exploration_prob
+                min_halt = explore * torch.randint(2, cfg.halt_max_steps + 1, (B,), generator=generator,
+                                                   device=gen_dev)
+                halted = halted & (steps >= min_halt.to(steps.device))
+                # Target Q: one more segment from the new carry on the same data (no replay buffer).
+                _, _, _, q_next = self.segment(z_H, z_L, data)
+                out["target_q_continue"] = torch.sigmoid(
+                    torch.where(is_last, q_next[:, 0], torch.maximum(q_next[:, 0], q_next[:, 1])))
+        return Carry(z_H=z_H, z_L=z_L, steps=steps.to(torch.int32), halted=halted, data=data), out
+
+    @torch.no_grad()
+    def predict(self, batch: dict[str, Tensor]) -> tuple[Carry, dict[str, Tensor]]:
+        """Evaluation as the reference: a fresh carry, exactly halt_max_steps segments (Q is not
+        consulted), outputs of the last segment. Call in eval mode."""
+        assert not self.training, "HRM.predict runs in eval mode (model.eval())"
+        carry = self.initial_carry(batch)
+        out: dict[str, Tensor] = {}
+        for _ in range(self.cfg.halt_max_steps):
+            carry, out = self(carry, batch)
+        return carry, out
+
+
+def carry_to(carry: Carry, device: torch.device | str) -> Carry:
+    return replace(carry, z_H=carry.z_H.to(device), z_L=carry.z_L.to(device), steps=carry.steps.to(device),
+                   halted=carry.halted.to(device), data={k: v.to(device) for k, v in carry.data.items()})
+
+
+def carry_state(carry: Carry) -> dict[str, Tensor]:
+    """A plain tensor dict (for checkpoints)."""
+    return {"z_H": carry.z_H, "z_L": carry.z_L, "steps": carry.steps, "halted": carry.halted,
+            **{f"data.{k}": v for k, v in carry.data.items()}}
+
+
+def carry_from_state(state: dict[str, Tensor]) -> Carry:
+    return Carry(z_H=state["z_H"], z_L=state["z_L"], steps=state["steps"], halted=state["halted"],
+                 data={k[5:]: v for k, v in state.items() if k.startswith("data.")})

@@ -94,8 +94,10 @@ class SparseSignSGD:
             world = dist.get_world_size()
             all_ids = torch.empty(world * ids.numel(), dtype=ids.dtype, device=ids.device)
             all_grads = torch.empty(world * grads.shape[0], grads.shape[1], dtype=grads.dtype, device=grads.device)
-            dist.all_gather_into_tensor(all_ids, ids.contiguous())
-            dist.all_gather_into_tensor(all_grads, grads.contiguous())
+            # all_gather_single is the torch >= 2.13 name of all_gather_into_tensor
+            gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+            gather(all_ids, ids.contiguous())
+            gather(all_grads, grads.contiguous())
             ids, grads = all_ids, all_grads
         uniq, inverse = torch.unique(ids.long(), return_inverse=True)
         summed = torch.zeros(uniq.numel(), grads.shape[1], dtype=grads.dtype, device=grads.device)

@@ -21,7 +21,10 @@ from hrm_deeploop.errors import TrainingDiverged
 
 class RunLogger:
     def __init__(self, run_dir: str | Path, logger: str = "wandb", project: str = "hrm-deeploop",
-                 name: str | None = None, config: dict | None = None, resume: bool = False):
+                 name: str | None = None, config: dict | None = None, resume: bool = False,
+                 resume_step: int | None = None):
+        """resume_step: on resume, drop logged rows past this step (the steps a killed run logged
+        after its last checkpoint are re-run and would otherwise appear twice)."""
         self.run_dir = Path(run_dir)
         self.enabled = is_main()
         self.wandb = None
@@ -29,10 +32,18 @@ class RunLogger:
         if not self.enabled:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        jsonl_path = self.run_dir / "metrics.jsonl"
+        rewind = resume and resume_step is not None and jsonl_path.exists()
+        if rewind:
+            kept = [line for line in jsonl_path.read_text().splitlines()
+                    if line.strip() and json.loads(line).get("step", 0) <= resume_step]
+            jsonl_path.write_text("".join(line + "\n" for line in kept))
         mode = "a" if resume else "w"
         self.jsonl = open(self.run_dir / "metrics.jsonl", mode)
         self.csv_path = self.run_dir / "metrics.csv"
-        if resume and self.csv_path.exists():
+        if rewind:
+            self._rewrite_csv({})
+        elif resume and self.csv_path.exists():
             with open(self.csv_path) as f:
                 header = f.readline().strip()
             self._csv_keys = header.split(",") if header else None

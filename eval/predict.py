@@ -1,0 +1,206 @@
+"""`hrm-deeploop evaluate checkpoint=CKPT data_dir=DIR output_dir=OUT`: predict, then vote.
+
+Runs the model over every example of the test split (every augmented copy), each batch from a
+fresh carry for exactly halt_max_steps segments in eval mode (the reference's protocol), sharded
+across ranks under torchrun and gathered on rank 0. Writes `OUT/predictions.npz`:
+
+    puzzle_identifiers  int32   [n]       the example's puzzle id, as in the dataset
+    inputs              uint8   [n, 900]  the example's input sequence
+    predictions         uint8   [n, 900]  argmax token per position (augmented frame, label encoding)
+    q_halt              float32 [n]       halting logit of the last segment
+
+in dataset order, without padding rows (written by `eval.predictions.save_predictions`, which
+validates it); then runs the vote step (`eval.vote.run`, skip with vote=false).
+
+CKPT is one of ours (`<run>/checkpoints/step_N.pt`, or a run folder for its latest checkpoint) or
+an official HRM checkpoint (`<dir>/step_N` with `all_config.yaml` beside it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from eval.predictions import save_predictions
+from hrm_deeploop import checkpoint as ckpt
+from hrm_deeploop import distributed as D
+from hrm_deeploop.errors import ConfigError, UserError
+from hrm_deeploop.hrm import HRM, HRMConfig
+from hrm_deeploop.scaling import ScalingConfig
+
+
+@dataclass
+class EvaluateConfig:
+    checkpoint: str | None = None  # <run>/checkpoints/step_N.pt, a run folder, or an official <dir>/step_N
+    data_dir: str | None = None
+    output_dir: str | None = None
+    split: str = "test"
+    global_batch_size: int | None = None  # None: 768 on CUDA, 16 per rank on CPU
+    device: str = "auto"
+    dtype: str = "auto"  # auto: the checkpoint's forward_dtype on CUDA, float32 on CPU
+    max_batches: int | None = None  # cap (quick looks and tests); the vote then sees a subset
+    vote: bool = True  # run the vote step on the predictions
+    overwrite: bool = False  # replace an existing OUT/predictions.npz
+    progress: bool = True
+
+
+# ---- loading a checkpoint -------------------------------------------------------------------------
+
+@dataclass
+class LoadedModel:
+    model: HRM
+    config: HRMConfig
+    kind: str  # "hrm-deeploop" | "official"
+    step: int | None
+    path: Path
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    p = Path(path)
+    if p.is_dir():
+        found = ckpt.latest(p)
+        if found is None:
+            raise UserError(f"checkpoint folder '{p}' holds no checkpoints/step_N.pt")
+        return found
+    if not p.is_file():
+        raise UserError(f"checkpoint '{p}' does not exist")
+    return p
+
+
+def load_model(path: str | Path, device: torch.device | str = "cpu", dtype: str = "auto",
+               seq_len: int | None = None) -> LoadedModel:
+    """Build the model a checkpoint describes and load its weights (ours or an official HRM one).
+
+    An official RoPE checkpoint does not record the sequence length (HRM takes it from the
+    dataset): `seq_len` supplies it, default 900 (the ARC format)."""
+    p = resolve_checkpoint(path)
+    device = torch.device(device)
+    state = ckpt.load(p, map_location="cpu")
+    if not isinstance(state, dict):
+        raise UserError(f"checkpoint '{p}' is not a state dict or a train-state file")
+    if ckpt.is_official(state):
+        arch = ckpt.read_official_arch(p)
+        values = ckpt.official_model_fields(arch, state, str(p))
+        values.setdefault("seq_len", seq_len or 900)
+        cfg = _hrm_config(values, str(p))
+        key_map = ckpt.official_key_map(cfg.num_h_layers, cfg.num_l_layers, cfg.pos_encodings, cfg.puzzle_dim > 0)
+        weights = ckpt.official_state_dict(state, key_map, str(p))
+        scaling, kind = ScalingConfig(), "official"
+        step = int(p.name.split("_")[-1]) if p.name.startswith("step_") and p.name.split("_")[-1].isdigit() else None
+    elif state.get("format") == ckpt.FORMAT:
+        conf = state.get("config") or {}
+        cfg = _hrm_config(conf.get("model") or {}, str(p))
+        scaling = ScalingConfig(**(conf.get("scaling") or {}))
+        weights, kind, step = ckpt.strip_prefixes(state["model"]), "hrm-deeploop", int(state["step"])
+    else:
+        raise UserError(f"checkpoint '{p}' is neither an hrm-deeploop train state nor an official HRM state dict")
+    run_dtype = D.compute_dtype(cfg.forward_dtype, device) if dtype == "auto" else D.DTYPES.get(dtype)
+    if run_dtype is None:
+        raise ConfigError(f"dtype='{dtype}' must be auto or one of {sorted(D.DTYPES)}")
+    model = HRM(cfg, scaling, run_dtype)
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as e:
+        raise UserError(f"checkpoint '{p}' does not fit its model config: {str(e).splitlines()[0]}") from None
+    model.to(device).eval()
+    return LoadedModel(model=model, config=cfg, kind=kind, step=step, path=p)
+
+
+def _hrm_config(values: dict[str, Any], where: str) -> HRMConfig:
+    known = {f.name for f in fields(HRMConfig)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise UserError(f"{where}: unknown model config key(s) {unknown}")
+    return HRMConfig(**values)
+
+
+# ---- predict --------------------------------------------------------------------------------------
+
+@torch.no_grad()
+def predict_split(model: HRM, split: Any, env: D.Env, global_batch_size: int, max_batches: int | None = None,
+                  show_progress: bool = True) -> dict[str, np.ndarray] | None:
+    """Predictions of this rank's rows, gathered on rank 0 in dataset order (None on other ranks)."""
+    from hrm_deeploop.data import num_sequential_batches, sequential_batches
+    from hrm_deeploop.runlog import progress
+
+    model.eval()
+    cols: dict[str, list[np.ndarray]] = {"index": [], "puzzle_identifiers": [], "inputs": [], "predictions": [], "q_halt": []}
+    bar = progress(num_sequential_batches(split, global_batch_size, max_batches), "predict") if show_progress else None
+    for b in sequential_batches(split, global_batch_size, env.rank, env.world_size, max_batches):
+        n = b.num_valid
+        if n:
+            t = {k: v.to(env.device) for k, v in b.tensors.items()}
+            _, out = model.predict(t)
+            cols["index"].append(b.index[:n])
+            cols["puzzle_identifiers"].append(b.tensors["puzzle_identifiers"][:n].numpy().astype(np.int32))
+            cols["inputs"].append(b.tensors["inputs"][:n].numpy().astype(np.uint8))
+            cols["predictions"].append(out["logits"][:n].argmax(-1).to(torch.uint8).cpu().numpy())
+            cols["q_halt"].append(out["q_halt_logits"][:n].float().cpu().numpy())
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    local = {k: (np.concatenate(v) if v else None) for k, v in cols.items()}
+    if env.distributed:
+        import torch.distributed as dist
+
+        gathered: list[Any] = [None] * env.world_size if env.is_main else None
+        dist.gather_object(local, gathered, dst=0)
+        if not env.is_main:
+            return None
+        parts = [g for g in gathered if g["index"] is not None]
+    else:
+        parts = [local] if local["index"] is not None else []
+    if not parts:
+        raise UserError("the split has no examples to predict")
+    merged = {k: np.concatenate([g[k] for g in parts]) for k in cols}
+    order = np.argsort(merged.pop("index"), kind="stable")
+    return {k: v[order] for k, v in merged.items()}
+
+
+def run(cfg: Any) -> int:
+    from eval.report import check_outputs
+    from hrm_deeploop.config import typed
+    from hrm_deeploop.data import meta_value
+    from hrm_deeploop.train import check_matches, open_dataset
+
+    c = typed(cfg, EvaluateConfig)
+    for key in ("checkpoint", "data_dir", "output_dir"):
+        if not getattr(c, key):
+            raise ConfigError(f"{key} is not set (hrm-deeploop evaluate checkpoint=CKPT data_dir=DIR output_dir=OUT)")
+    out = Path(c.output_dir)
+    pred_path = out / "predictions.npz"
+    if pred_path.exists() and not c.overwrite:
+        raise UserError(f"'{pred_path}' exists; pass overwrite=true to replace it or choose another output_dir")
+    if c.vote:
+        check_outputs(out, c.overwrite)  # fail before the (long) predict step, not after it
+    env = D.setup(c.device)
+    try:
+        split = open_dataset(c.data_dir, c.split)
+        loaded = load_model(c.checkpoint, env.device, c.dtype, seq_len=int(meta_value(split, "seq_len")))
+        check_matches(loaded.config, split, str(Path(c.data_dir) / c.split), what=f"checkpoint '{loaded.path}'")
+        G = c.global_batch_size or (768 if env.device.type == "cuda" else 16 * env.world_size)
+        D.print0(f"evaluate: {loaded.kind} checkpoint {loaded.path} (step {loaded.step}), "
+                 f"{split.num_examples} examples of '{c.split}', halt_max_steps={loaded.config.halt_max_steps}, "
+                 f"dtype={loaded.model.dtype}, world={env.world_size}")
+        preds = predict_split(loaded.model, split, env, G, c.max_batches, c.progress)
+        if env.is_main:
+            save_predictions(pred_path, preds["puzzle_identifiers"], preds["inputs"], preds["predictions"],
+                             preds["q_halt"])
+            D.print0(f"wrote {pred_path} ({len(preds['q_halt'])} rows)")
+    finally:
+        D.teardown()
+    if env.is_main and c.vote:
+        return _vote(pred_path, c)
+    return 0
+
+
+def _vote(pred_path: Path, c: EvaluateConfig) -> int:
+    from eval.vote import run as vote_run
+
+    return int(vote_run({"predictions": str(pred_path), "data_dir": c.data_dir, "output_dir": c.output_dir,
+                         "split": c.split, "overwrite": c.overwrite}) or 0)

@@ -1,0 +1,192 @@
+"""Puzzle batches for HRM (reference spec 2): seeded, rank-sharded, resumable.
+
+Training (`TrainSampler`): an *iteration* is `epochs_per_iter` concatenated random permutations
+of all groups. Walking that order, each group contributes one puzzle chosen uniformly (the
+original or any augmentation) and all of that puzzle's examples in random order; a batch is
+filled to exactly `global_batch_size` rows (the rest of a truncated puzzle is dropped) and the
+final short batch of an iteration is dropped. Every rank builds the same global batch and takes
+rows [rank*B, (rank+1)*B).
+
+Differences from HRM, on purpose: explicit `np.random.Generator(Philox(SeedSequence([seed, iteration, stream])))`s
+drive the group order (stream 0) and the puzzle choice *and* the example shuffle (stream 1) (HRM draws the example
+shuffle from NumPy's unseeded global RNG, so its batches cannot be reproduced), and the sampler
+state (iteration, cursor, generator state) is saved in checkpoints for exact resume.
+
+Evaluation (`sequential_batches`): sequential windows of `global_batch_size` examples; rank r takes
+its B rows of each window; short or empty slices are padded with blank rows (inputs PAD,
+labels -100, puzzle id blank, index -1).
+
+Both the materialised HRM layout and the compact format are read through
+`arc_data.dataset.open_split` (`PuzzleSplit.examples(idx) -> (inputs, labels)`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from hrm_deeploop.errors import UserError
+
+IGNORE_LABEL = -100
+
+
+def open_split(data_dir: str | Path, split: str) -> Any:
+    """The dataset split through the data package (materialised or compact format)."""
+    from arc_data.dataset import open_split as _open_split
+
+    return _open_split(data_dir, split)
+
+
+def meta_value(split: Any, key: str) -> Any:
+    meta = split.meta
+    return meta[key] if isinstance(meta, dict) else getattr(meta, key)
+
+
+def steps_per_epoch(split: Any, global_batch_size: int) -> float:
+    """HRM's epoch: one visit per group, total_groups * mean_puzzle_examples examples."""
+    return meta_value(split, "total_groups") * meta_value(split, "mean_puzzle_examples") / global_batch_size
+
+
+@dataclass
+class Batch:
+    """A local batch: tensors for the model plus the global example index of each row (-1 = padding)."""
+
+    tensors: dict[str, torch.Tensor]  # inputs (B, S) int32, labels (B, S) int32, puzzle_identifiers (B,) int32
+    index: np.ndarray  # (B,) int64
+    num_valid: int  # rows that are not padding
+
+
+def collate(split: Any, idx: np.ndarray, puzzle_ids: np.ndarray, local_batch_size: int) -> Batch:
+    """Load examples `idx` (with their puzzle ids) into int32 tensors; labels 0 -> -100; pad to B rows."""
+    n = len(idx)
+    seq_len = int(meta_value(split, "seq_len"))
+    inputs = np.full((local_batch_size, seq_len), meta_value(split, "pad_id"), dtype=np.int32)
+    labels = np.full((local_batch_size, seq_len), IGNORE_LABEL, dtype=np.int32)
+    ids = np.full((local_batch_size,), meta_value(split, "blank_identifier_id"), dtype=np.int32)
+    index = np.full((local_batch_size,), -1, dtype=np.int64)
+    if n:
+        x, y = split.examples(np.asarray(idx, dtype=np.int64))
+        inputs[:n] = x
+        y = np.asarray(y).astype(np.int32)
+        y[y == meta_value(split, "ignore_label_id")] = IGNORE_LABEL
+        labels[:n] = y
+        ids[:n] = puzzle_ids
+        index[:n] = idx
+    t = {"inputs": torch.from_numpy(inputs), "labels": torch.from_numpy(labels),
+         "puzzle_identifiers": torch.from_numpy(ids)}
+    return Batch(tensors=t, index=index, num_valid=n)
+
+
+class TrainSampler:
+    """Endless global batches of training examples (spec 2), as described in the module docstring."""
+
+    def __init__(self, split: Any, global_batch_size: int, seed: int, rank: int = 0, world_size: int = 1,
+                 epochs_per_iter: int = 1):
+        if global_batch_size % world_size:
+            raise UserError(f"train.global_batch_size={global_batch_size} is not divisible by the "
+                            f"world size {world_size}")
+        self.split = split
+        self.global_batch_size = global_batch_size
+        self.local_batch_size = global_batch_size // world_size
+        self.seed, self.rank, self.world_size = seed, rank, world_size
+        self.epochs_per_iter = max(1, int(epochs_per_iter))
+        self.group_indices = np.asarray(split.group_indices, dtype=np.int64)
+        self.puzzle_indices = np.asarray(split.puzzle_indices, dtype=np.int64)
+        self.puzzle_identifiers = np.asarray(split.puzzle_identifiers, dtype=np.int32)
+        self.num_groups = len(self.group_indices) - 1
+        if self.num_groups < 1:
+            raise UserError("training split has no groups")
+        self.iteration = 0
+        self.cursor = 0
+        self._order: np.ndarray | None = None
+        self._rng = self._new_rng(0, stream=1)
+
+    def _new_rng(self, iteration: int, stream: int) -> np.random.Generator:
+        """stream 0: the group order of an iteration; stream 1: puzzle choice and example shuffle."""
+        return np.random.Generator(np.random.Philox(np.random.SeedSequence([self.seed, iteration, stream])))
+
+    def _build_order(self) -> np.ndarray:
+        rng = self._new_rng(self.iteration, stream=0)
+        return np.concatenate([rng.permutation(self.num_groups) for _ in range(self.epochs_per_iter)])
+
+    def next_global(self) -> tuple[np.ndarray, np.ndarray]:
+        """Global example indices (G,) and their puzzle ids (G,) of the next full batch."""
+        G = self.global_batch_size
+        while True:
+            if self._order is None:
+                self._order = self._build_order()
+            parts, pids, n = [], [], 0
+            while n < G and self.cursor < len(self._order):
+                g = self._order[self.cursor]
+                self.cursor += 1
+                p = int(self._rng.integers(self.group_indices[g], self.group_indices[g + 1]))
+                start, end = self.puzzle_indices[p], self.puzzle_indices[p + 1]
+                ex = start + self._rng.permutation(end - start)
+                ex = ex[: G - n]
+                parts.append(ex)
+                pids.append(np.full(len(ex), self.puzzle_identifiers[p], dtype=np.int32))
+                n += len(ex)
+            if n == G:
+                return np.concatenate(parts), np.concatenate(pids)
+            # The iteration ran out: drop the short batch, start the next iteration.
+            self.iteration += 1
+            self.cursor = 0
+            self._order = None
+            self._rng = self._new_rng(self.iteration, stream=1)
+
+    def next_batch(self) -> Batch:
+        idx, pids = self.next_global()
+        B, r = self.local_batch_size, self.rank
+        return collate(self.split, idx[r * B:(r + 1) * B], pids[r * B:(r + 1) * B], B)
+
+    def __iter__(self) -> Iterator[Batch]:
+        while True:
+            yield self.next_batch()
+
+    # -- exact resume ------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Position at a batch boundary. The group order is rebuilt from (seed, iteration); the
+        puzzle/example generator's state is saved as is."""
+        return {"iteration": self.iteration, "cursor": self.cursor, "seed": self.seed,
+                "global_batch_size": self.global_batch_size, "epochs_per_iter": self.epochs_per_iter,
+                "rng": self._rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for key in ("global_batch_size", "epochs_per_iter"):
+            if state[key] != getattr(self, key):
+                raise UserError(f"cannot resume the sampler: {key} was {state[key]}, now {getattr(self, key)}")
+        self.seed = state["seed"]
+        self.iteration, self.cursor = state["iteration"], state["cursor"]
+        self._rng = self._new_rng(self.iteration, stream=1)
+        self._rng.bit_generator.state = state["rng"]
+        self._order = None  # rebuilt lazily from (seed, iteration)
+
+
+def sequential_batches(split: Any, global_batch_size: int, rank: int = 0, world_size: int = 1,
+                 max_batches: int | None = None) -> Iterator[Batch]:
+    """Sequential batches over every example of a split, rank-sharded and padded (spec 2)."""
+    if global_batch_size % world_size:
+        raise UserError(f"global batch size {global_batch_size} is not divisible by the world size {world_size}")
+    B = global_batch_size // world_size
+    pi = np.asarray(split.puzzle_indices, dtype=np.int64)
+    pids_all = np.asarray(split.puzzle_identifiers, dtype=np.int32)
+    total = int(split.num_examples)
+    for k, start in enumerate(range(0, total, global_batch_size)):
+        if max_batches is not None and k >= max_batches:
+            return
+        end = min(start + global_batch_size, total)
+        lo, hi = min(start + rank * B, end), min(start + (rank + 1) * B, end)
+        idx = np.arange(lo, hi, dtype=np.int64)
+        puzzle = np.searchsorted(pi, idx, side="right") - 1
+        yield collate(split, idx, pids_all[puzzle], B)
+
+
+def num_sequential_batches(split: Any, global_batch_size: int, max_batches: int | None = None) -> int:
+    n = -(int(split.num_examples) // -global_batch_size)
+    return n if max_batches is None else min(n, max_batches)

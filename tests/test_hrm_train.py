@@ -1,0 +1,158 @@
+"""`hrm-deeploop train` end to end on tiny synthetic data (CPU): learning, bit-exact resume after a
+crash, divergence handling, bad input, 2-process gloo gradients, experiment configs."""
+
+import socket
+
+import pytest
+import torch
+
+from hrm_deeploop import checkpoint as ckpt
+from tests.hrm_helpers import ddp_grads_worker, make_dataset, read_metrics, train_cli
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return make_dataset(tmp_path_factory.mktemp("hrmdata"), num_tasks=4, num_aug=1, train_per_puzzle=3,
+                        test_per_puzzle=1, canvas=4)
+
+
+def test_tiny_run_learns(monkeypatch, tmp_path, data):
+    rc = train_cli(monkeypatch, data, tmp_path / "run", "train.max_steps=120", "optim.lr=3e-3",
+                   "eval.every_steps=120", "checkpoint.every=0")
+    assert rc == 0
+    rows = [r for r in read_metrics(tmp_path / "run") if "train/loss" in r]
+    first = sum(r["train/lm_loss"] for r in rows[:10]) / 10
+    last = sum(r["train/lm_loss"] for r in rows[-10:]) / 10
+    assert last < 0.6 * first, (first, last)
+    exact_first = sum(r["train/exact_accuracy"] for r in rows[:20])
+    exact_last = sum(r["train/exact_accuracy"] for r in rows[-20:]) / 20
+    assert exact_first == 0 and exact_last > 0.05, exact_last
+    assert ckpt.list_checkpoints(tmp_path / "run")[-1][0] == 120
+    assert any("eval/exact_accuracy" in r for r in read_metrics(tmp_path / "run"))
+
+
+def test_resume_after_crash_is_bit_exact(monkeypatch, tmp_path, data):
+    import hrm_deeploop.train as T
+
+    args = ("train.max_steps=6", "checkpoint.every=3", "model.halt_max_steps=3")
+    assert train_cli(monkeypatch, data, tmp_path / "straight", *args) == 0
+
+    real = T.Trainer.train_step
+
+    def crash_at_5(self, tensors):
+        if self.step == 4:
+            raise KeyboardInterrupt("simulated kill after step 4")
+        return real(self, tensors)
+
+    monkeypatch.setattr(T.Trainer, "train_step", crash_at_5)
+    with pytest.raises(KeyboardInterrupt):
+        train_cli(monkeypatch, data, tmp_path / "crashed", *args)
+    assert [s for s, _ in ckpt.list_checkpoints(tmp_path / "crashed")] == [3]
+    monkeypatch.setattr(T.Trainer, "train_step", real)
+    assert train_cli(monkeypatch, data, tmp_path / "crashed", *args, "resume=true") == 0
+
+    a = ckpt.load(ckpt.step_path(tmp_path / "straight", 6))
+    b = ckpt.load(ckpt.step_path(tmp_path / "crashed", 6))
+    for k, v in a["model"].items():
+        assert torch.equal(v, b["model"][k]), k
+    sa, sb = a["optimizers"]["adam"]["state"], b["optimizers"]["adam"]["state"]
+    assert all(torch.equal(sa[i]["exp_avg_sq"], sb[i]["exp_avg_sq"]) for i in sa)
+    assert a["sampler"]["cursor"] == b["sampler"]["cursor"]
+    assert torch.equal(a["local"]["carries"][0]["z_H"], b["local"]["carries"][0]["z_H"])
+    # the metrics log of the resumed run has each step once
+    steps = [r["step"] for r in read_metrics(tmp_path / "crashed") if "train/loss" in r]
+    assert steps == [1, 2, 3, 4, 5, 6]
+
+
+def test_non_finite_loss_stops_and_keeps_checkpoint(monkeypatch, tmp_path, data, capsys):
+    import hrm_deeploop.train as T
+
+    real = T.act_loss
+    calls = {"n": 0}
+
+    def poisoned(*a, **kw):
+        loss, m = real(*a, **kw)
+        calls["n"] += 1
+        return (loss * float("nan") if calls["n"] == 3 else loss), m
+
+    monkeypatch.setattr(T, "act_loss", poisoned)
+    rc = train_cli(monkeypatch, data, tmp_path / "run", "train.max_steps=5", "checkpoint.every=1")
+    assert rc != 0
+    assert "step 3" in capsys.readouterr().err
+    assert [s for s, _ in ckpt.list_checkpoints(tmp_path / "run")] == [1, 2]
+    ckpt.load(ckpt.step_path(tmp_path / "run", 2))  # intact
+
+
+def test_bad_input(monkeypatch, tmp_path, data, capsys):
+    def err(*overrides, out="run"):
+        rc = train_cli(monkeypatch, data, tmp_path / out, "train.max_steps=1", *overrides)
+        return rc, capsys.readouterr().err
+
+    rc, e = err("train.max_stepz=3")
+    assert rc != 0 and "max_stepz" in e
+    rc, e = err("+train.max_stepz=3")
+    assert rc != 0 and "max_stepz" in e
+    rc, e = err(f"data_dir={tmp_path / 'nowhere'}")
+    assert rc == 2 and "nowhere" in e
+    rc, e = err("model.vocab_size=13")
+    assert rc == 2 and "vocab_size" in e
+    # half-written dataset: train/ without its index arrays
+    broken = make_dataset(tmp_path / "broken", num_tasks=1, canvas=4)
+    (broken / "train" / "all__puzzle_indices.npy").unlink()
+    rc, e = err(f"data_dir={broken}")
+    assert rc == 2 and "train" in e
+    # a finished run: no overwrite without resume; architecture change on resume; corrupt checkpoint
+    assert err("checkpoint.every=1", out="done")[0] == 0
+    rc, e = err(out="done")
+    assert rc == 2 and "resume=true" in e
+    rc, e = err("resume=true", "model.hidden_size=64", out="done")
+    assert rc == 2 and "model.hidden_size" in e
+    path = ckpt.step_path(tmp_path / "done", 1)
+    path.write_bytes(path.read_bytes()[:1000])
+    rc, e = err("resume=true", "train.max_steps=2", out="done")
+    assert rc == 2 and "step_1.pt" in e and "corrupt" in e
+    assert path.stat().st_size == 1000 and not ckpt.step_path(tmp_path / "done", 2).exists()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_process_gloo_gradients_equal_one_process(tmp_path, data):
+    import torch.multiprocessing as mp
+
+    runs = {"w1": (1, 1), "w1_accum2": (1, 2), "w2": (2, 1)}
+    out = {}
+    for name, (world, accum) in runs.items():
+        f = tmp_path / f"{name}.pt"
+        if world == 1:  # in-process: no process group
+            ddp_grads_worker(0, 1, 0, str(data), str(f), accum)
+        else:
+            mp.spawn(ddp_grads_worker, args=(world, _free_port(), str(data), str(f), accum), nprocs=world, join=True)
+        out[name] = torch.load(f)
+    ref = out["w1"]
+    for name in ("w1_accum2", "w2"):
+        for k, g in ref["grads"].items():
+            torch.testing.assert_close(out[name]["grads"][k], g, atol=1e-6, rtol=1e-5, msg=f"{name} {k}")
+        assert torch.equal(out[name]["table"], ref["table"])
+        torch.testing.assert_close(out[name]["sums"], ref["sums"])
+
+
+def test_experiment_configs_compose():
+    from hydra import compose, initialize_config_dir
+
+    from hrm_deeploop.cli import config_dir, register_schemas
+    from hrm_deeploop.train import parse
+
+    register_schemas()
+    with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
+        for name, scheme in (("arc1_hrm_baseline", "baseline"), ("arc1_hrm_deeploop", "deeploop")):
+            t, m, s = parse(compose("train", overrides=[f"experiment={name}"]))
+            assert s.scheme == scheme and m.hidden_size == 512 and m.halt_max_steps == 16
+            assert t.train.global_batch_size == 768 and t.train.epochs == 100000
+            assert t.eval.interval_epochs == 10000 and t.optim.lr == 1e-4 and t.optim.puzzle_emb_lr == 1e-2
+            assert (t.optim.beta1, t.optim.beta2, t.optim.weight_decay, t.optim.lr_warmup_steps) == (0.9, 0.95, 0.1, 2000)
+        t, m, s = parse(compose("train", overrides=["experiment=hrm_tiny_cpu"]))
+        assert m.hidden_size == 64 and t.device == "cpu"
