@@ -43,6 +43,7 @@ from benchmarks.benchlib import (  # noqa: E402
     SavedActivations,
     describe,
     failure_line,
+    fmt_mb,
     memory_label,
     peak_memory_mb,
     print_table,
@@ -159,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="puzzle-table rows (ARC-1 has ~880K: a 1.8 GB fp32 buffer, not included by default)")
     parser.add_argument("--peak-tflops", type=float, default=989.0,
                         help="device bf16 dense peak for MFU (default: H100/H200 SXM)")
-    parser.add_argument("--threads", type=int, default=2, help="CPU threads")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="CPU intra-op threads (1: on a loaded shared CPU, OpenMP spinning made 2 threads 100x slower)")
     args = parser.parse_args(argv)
 
     preset = PRESETS[args.preset]
@@ -220,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         tflops = ex_s * flops_ex / 1e12
         mfu = f"{100 * tflops / args.peak_tflops:.1f}%" if device.type == "cuda" else "n/a"
         rows.append([v.name, f"{ex_s:,.1f}", f"{ex_s * tokens_per_example:,.0f}", f"{ms:.1f}", f"{tflops:.3g}", mfu,
-                     f"{r['peak_mb']:,.0f}", f"{r['saved_mb']:,.1f}",
+                     fmt_mb(r['peak_mb']), fmt_mb(r['saved_mb']),
                      f"{base_ms / ms:.2f}x" if base_ms else "n/a"])
         print(f"# done: {v.name} ({r['timing'].seconds:.1f} s timed)", flush=True)
     print()

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 
-def setup_device(name: str, threads: int = 2) -> torch.device:
+def setup_device(name: str, threads: int = 1) -> torch.device:
     """'auto' = CUDA when present. Limits CPU threads (the CPU machine is shared)."""
     torch.set_num_threads(threads)
     if name == "auto":
@@ -118,12 +118,18 @@ class SavedActivations:
         self._hooks.__exit__(*exc)
 
 
+def fmt_mb(mb: float) -> str:
+    """Megabytes with enough digits for tiny CPU models and huge GPU ones."""
+    return f"{mb:.3f}" if mb < 10 else f"{mb:.1f}" if mb < 1000 else f"{mb:,.0f}"
+
+
 def failure_line(exc: BaseException) -> str:
     first = (str(exc).strip().splitlines() or [""])[0][:90]
     return f"FAILED: {type(exc).__name__}: {first}"
 
 
-def print_table(header: list[str], rows: list[list[str]], file=sys.stdout) -> None:
+def print_table(header: list[str], rows: list[list[str]], file=None) -> None:
+    file = file or sys.stdout  # looked up at call time (pytest's capsys swaps it)
     widths = [max(len(h), *(len(r[i]) for r in rows if i < len(r))) if rows else len(h)
               for i, h in enumerate(header)]
     line = "  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(header, widths)))
