@@ -56,14 +56,15 @@ PRESETS = {
     "paper": dict(model=GPTConfig(), batch=24, rounds=[1, 3], mem_rounds=[1, 3, 5, 7], warmup=3, steps=10,
                   budget_gb=100.0, max_r=48),
     # Small enough for 2 shared CPU cores; the loop still dominates (vocab 8192 keeps the head small).
-    "cpu": dict(model=GPTConfig(vocab_size=8192, hidden_size=128, num_heads=4, num_blocks=4, seq_len=128,
+    "cpu": dict(model=GPTConfig(vocab_size=8192, hidden_size=128, num_heads=4, num_blocks=2, seq_len=128,
                                 mlp_multiple=64), batch=8, rounds=[1, 3], mem_rounds=[1, 3, 5, 7], warmup=1,
-                steps=3, budget_gb=0.05, max_r=48),
+                steps=3, budget_gb=0.3, max_r=48),
     # Smoke test size.
     "tiny": dict(model=GPTConfig(vocab_size=256, hidden_size=32, num_heads=2, num_blocks=2, seq_len=32,
                                  mlp_multiple=16), batch=2, rounds=[1, 2], mem_rounds=[1, 2], warmup=0, steps=1,
                  budget_gb=0.002, max_r=6),
 }
+THROUGHPUT_HEADER = ["variant", "tokens/s", "ms/step", "GFLOP/token", "TFLOP/s", "MFU", "speedup"]
 SEARCH_STEPS = 8  # measurements the largest-R search may take in each direction
 BYTES_PER_PARAM_CPU = 16  # fp32 weight + grad + AdamW exp_avg + exp_avg_sq
 
@@ -144,7 +145,7 @@ def throughput(base: GPTConfig, s: Setup, rounds: list[int], compile_modes: list
             rows.append([name, f"{tps:,.0f}", f"{ms:.1f}", f"{fpt / 1e9:.3g}", f"{tps * fpt / 1e12:.3g}",
                          f"{100 * u:.1f}%" if s.device.type == "cuda" else "n/a",
                          f"{eager_ms / ms:.2f}x" if eager_ms else "n/a"])
-            print(f"# done: {name}", flush=True)
+            print("# done: " + " | ".join(f"{h} {c}" for h, c in zip(THROUGHPUT_HEADER, rows[-1])), flush=True)
     return rows, failed, mfus
 
 
@@ -270,7 +271,10 @@ def memory_tables(base: GPTConfig, s: Setup, mem_rounds: list[int], budget_gb: f
             except Exception as exc:
                 rows.append([f"R={R} {'ckpt' if ckpt else 'no ckpt'}", failure_line(exc)])
                 failed = True
-            print(f"# done: memory R={R} ckpt={ckpt}", flush=True)
+            m = mm.cache.get((R, ckpt))
+            if m is not None:
+                print(f"# done: memory R={R} ckpt={ckpt}: saved {fmt_mb(m['saved_mb'])} MB, "
+                      f"peak {'n/a (CPU)' if m['peak_mb'] is None else fmt_mb(m['peak_mb'])} MB", flush=True)
         if not ckpt and len(ok[False]) >= 2:
             _, mm.round_mb = fit_line([(R, mm.cache[(R, False)]["saved_mb"]) for R in ok[False]])
     for R in mem_rounds:
@@ -342,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         failed |= f
         print(f"\n## throughput (warm-up {warmup} (+2 compiled) + timed {steps} steps; MFU vs "
               f"{args.peak_tflops:g} TFLOP/s{'' if device.type == 'cuda' else ': n/a on CPU'})")
-        print_table(["variant", "tokens/s", "ms/step", "GFLOP/token", "TFLOP/s", "MFU", "speedup"], rows)
+        print_table(THROUGHPUT_HEADER, rows)
         if device.type == "cuda" and 3 in (args.rounds or p["rounds"]):
             best = max((u for (r, _), u in mfus.items() if r == 3), default=None)
             if best is not None:

@@ -140,9 +140,14 @@ def run_variant(v: Variant, model_cfg: HRMConfig, scaling: ScalingConfig, device
     timing = time_steps(step, device, warmup, steps)
     peak = peak_memory_mb(device)
     m = trainer.model
-    with SavedActivations(exclude=[*m.parameters(), *m.buffers()]) as saved:
-        step()
-    return {"timing": timing, "peak_mb": peak, "saved_mb": saved.bytes / 1e6,
+    saved_mb = None
+    try:
+        with SavedActivations(exclude=[*m.parameters(), *m.buffers()]) as saved:
+            step()
+        saved_mb = saved.bytes / 1e6
+    except Exception as exc:  # the hooks inside a compiled graph: report n/a rather than lose the row
+        print(f"# {v.name}: saved-activation count failed: {failure_line(exc)}", file=sys.stderr)
+    return {"timing": timing, "peak_mb": peak, "saved_mb": saved_mb,
             "params": m.num_params(), "optimizer": type(trainer.adam).__module__ + "." + type(trainer.adam).__name__}
 
 
@@ -222,9 +227,10 @@ def main(argv: list[str] | None = None) -> int:
         tflops = ex_s * flops_ex / 1e12
         mfu = f"{100 * tflops / args.peak_tflops:.1f}%" if device.type == "cuda" else "n/a"
         rows.append([v.name, f"{ex_s:,.1f}", f"{ex_s * tokens_per_example:,.0f}", f"{ms:.1f}", f"{tflops:.3g}", mfu,
-                     fmt_mb(r['peak_mb']), fmt_mb(r['saved_mb']),
+                     fmt_mb(r['peak_mb']), fmt_mb(r['saved_mb']) if r["saved_mb"] is not None else "n/a",
                      f"{base_ms / ms:.2f}x" if base_ms else "n/a"])
-        print(f"# done: {v.name} ({r['timing'].seconds:.1f} s timed)", flush=True)
+        print(f"# done ({r['timing'].seconds:.1f} s timed): " + " | ".join(f"{h} {c}" for h, c in zip(header, rows[-1])),
+              flush=True)
     print()
     print_table(header, rows)
     if info is not None:
