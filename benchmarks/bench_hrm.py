@@ -74,9 +74,10 @@ PRESETS = {
 # Derived from the reference README (sapientinc/HRM): ARC-1 on 8 GPUs, "Runtime: ~24 hours",
 # with its pretrain.py defaults = 518,225 steps of 768 examples (our train.max_steps on ARC-1).
 # GPU model not stated; the time includes evaluation and checkpoints. A rough figure only.
-REFERENCE_NOTE = ("reference (sapientinc/HRM README: ARC-1, 8 GPUs, ~24 h for 518,225 steps x 768 examples; "
-                  "GPU model not stated, evaluation included): ~{:.0f} examples/s per GPU on average. "
-                  "A same-GPU comparison needs the reference run on this GPU at batch 96.")
+REFERENCE_NOTE = ("reference, derived (sapientinc/HRM README: ARC-1 on 8 GPUs, 'Runtime: ~24 hours' for 518,225 steps "
+                  "x 768 examples): ~{:.0f} examples/s per GPU averaged over the run, evaluation included (so its "
+                  "training steps run at least this fast), GPU model not stated. Not a same-GPU comparison: that "
+                  "needs the reference run on this GPU at batch 96.")
 REFERENCE_EX_PER_S_PER_GPU = 518_225 * 768 / (24 * 3600) / 8
 
 
