@@ -9,6 +9,7 @@
 #   bash benchmarks/gpu.sh                      # log in ${OUT:-benchmarks/out}/gpu_<time>.log
 #   OUT=/tmp/x MEM_BUDGET_GB=120 bash benchmarks/gpu.sh
 #   INSTALL_ADAM_ATAN2=1 bash benchmarks/gpu.sh # also try to build the adam-atan2 CUDA kernel (minutes)
+#   PYTHON=/path/to/python BUDGET_S=470 MEM_BUDGET_GB=100 ...    # the other knobs
 #
 # Each step runs under `timeout`, capped by what is left of BUDGET_S (default 470 s), so one
 # failure or hang cannot eat the whole budget; a summary table of the steps closes the log.
@@ -39,6 +40,11 @@ if [ "${INSTALL_ADAM_ATAN2:-0}" = 1 ] && ! "$PY" -c "import adam_atan2" 2>/dev/n
   timeout 300 "$PY" -m pip install -q --no-build-isolation adam-atan2==0.0.3 || echo "# adam-atan2 build failed; the PyTorch port is used"
 fi
 "$PY" -c "import pytest" 2>/dev/null || timeout 60 "$PY" -m pip install -q pytest || true
+
+if ! "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+  echo "# torch sees no CUDA GPU: nothing to measure (ALLOW_CPU=1 runs the steps anyway, to test this script)"
+  [ "${ALLOW_CPU:-0}" = 1 ] || exit 1
+fi
 
 # ---- steps --------------------------------------------------------------------------------------
 step() {  # step NAME CAP_S CMD...: run CMD under min(CAP_S, time left), record the outcome
