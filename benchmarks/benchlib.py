@@ -1,0 +1,142 @@
+"""Shared helpers of the model benchmarks (bench_hrm.py, bench_gpt.py): device, timing, memory.
+
+Memory is measured two ways:
+- `peak_memory_mb`: CUDA `max_memory_allocated` since the last `reset_peak`, or on CPU the
+  process's peak resident set size (ru_maxrss: it only grows, so on CPU it is the peak of the whole
+  process up to that point, not of one variant).
+- `SavedActivations`: saved-tensor hooks that add up the bytes autograd keeps for the backward
+  pass (unique storages, parameters excluded). Device-independent, so the CPU figures mean the
+  same as the GPU ones. With per-round activation checkpointing only each round's input is saved
+  (the round is recomputed in the backward pass, inside checkpoint's own hooks).
+"""
+
+from __future__ import annotations
+
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+
+def setup_device(name: str, threads: int = 1) -> torch.device:
+    """'auto' = CUDA when present. Limits CPU threads (the CPU machine is shared)."""
+    torch.set_num_threads(threads)
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = torch.device(name)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise SystemExit(f"--device {name}: CUDA is not available")
+        torch.cuda.set_device(dev)  # TF32 left at torch's default, as the trainers leave it
+    return dev
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def describe(device: torch.device) -> str:
+    if device.type == "cuda":
+        p = torch.cuda.get_device_properties(device)
+        return f"{p.name} ({p.total_memory / 2**30:.0f} GiB), torch {torch.__version__}"
+    return f"CPU, {torch.get_num_threads()} threads, torch {torch.__version__}"
+
+
+def reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """CUDA max allocated since `reset_peak`, or the CPU process's peak RSS (MB = 1e6 bytes)."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 1e6
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6  # Linux: KiB
+
+
+def memory_label(device: torch.device) -> str:
+    return "peak alloc MB" if device.type == "cuda" else "peak RSS MB"
+
+
+@dataclass
+class Timing:
+    ms_per_step: float  # median over the timed steps
+    steps: int
+    seconds: float  # wall time of the timed steps
+
+
+def time_steps(step: Callable[[], object], device: torch.device, warmup: int, steps: int) -> Timing:
+    """Run `step` warmup times untimed, then `steps` times, synchronising around each step."""
+    for _ in range(warmup):
+        step()
+    sync(device)
+    times = []
+    t_all = time.perf_counter()
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return Timing(1e3 * statistics.median(times), steps, time.perf_counter() - t_all)
+
+
+class SavedActivations:
+    """Bytes of the tensors autograd saves for backward while the context is active.
+
+    Unique storages are counted once; `exclude` (parameters, buffers) are not counted.
+    """
+
+    def __init__(self, exclude: list[torch.Tensor] = ()):
+        self._exclude = {t.untyped_storage().data_ptr() for t in exclude}
+        self._seen: set[tuple[str, int]] = set()
+        self.bytes = 0
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+
+    def _pack(self, t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        ptr = storage.data_ptr()
+        key = (str(t.device), ptr)
+        if ptr not in self._exclude and key not in self._seen and storage.nbytes() > 0:
+            self._seen.add(key)
+            self.bytes += storage.nbytes()
+        return t
+
+    def __enter__(self) -> SavedActivations:
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._hooks.__exit__(*exc)
+
+
+def fmt_mb(mb: float) -> str:
+    """Megabytes with enough digits for tiny CPU models and huge GPU ones."""
+    return f"{mb:.3f}" if mb < 10 else f"{mb:.1f}" if mb < 1000 else f"{mb:,.0f}"
+
+
+def failure_line(exc: BaseException) -> str:
+    first = (str(exc).strip().splitlines() or [""])[0][:90]
+    return f"FAILED: {type(exc).__name__}: {first}"
+
+
+def print_table(header: list[str], rows: list[list[str]], file=None) -> None:
+    file = file or sys.stdout  # looked up at call time (pytest's capsys swaps it)
+    widths = [max(len(h), *(len(r[i]) for r in rows if i < len(r))) if rows else len(h)
+              for i, h in enumerate(header)]
+    line = "  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(header, widths)))
+    print(line, file=file)
+    print("-" * len(line), file=file)
+    for r in rows:
+        if len(r) < len(header):  # a failure row: variant + message
+            print("  ".join([r[0].ljust(widths[0]), *r[1:]]), file=file)
+        else:
+            print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))),
+                  file=file)
+    file.flush()

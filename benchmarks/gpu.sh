@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# GPU measurements of issue 6, end to end, on one GPU (an H200 in mind) in under 8 minutes:
+#   GPU line (nvidia-smi), GPU tests (pytest -m gpu), fused residual-norm kernel benchmark,
+#   HRM train step at the paper config (eager / compile x fused kernel on / off),
+#   looped GPT-2 small throughput + MFU at R = 1, 3 (eager / compile),
+#   looped GPT-2 small memory at R = 1, 3, 5, 7 with / without per-round checkpointing and the
+#   largest R within MEM_BUDGET_GB (default 100).
+#
+#   bash benchmarks/gpu.sh                      # log in ${OUT:-benchmarks/out}/gpu_<time>.log
+#   OUT=/tmp/x MEM_BUDGET_GB=120 bash benchmarks/gpu.sh
+#   INSTALL_ADAM_ATAN2=1 bash benchmarks/gpu.sh # also try to build the adam-atan2 CUDA kernel (minutes)
+#   PYTHON=/path/to/python BUDGET_S=470 MEM_BUDGET_GB=100 ...    # the other knobs
+#
+# Each step runs under `timeout`, capped by what is left of BUDGET_S (default 470 s), so one
+# failure or hang cannot eat the whole budget; a summary table of the steps closes the log.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-benchmarks/out}
+PY=${PYTHON:-python}
+BUDGET_S=${BUDGET_S:-470}
+MEM_BUDGET_GB=${MEM_BUDGET_GB:-100}
+mkdir -p "$OUT"
+LOG="$OUT/gpu_$(date +%Y%m%d_%H%M%S).log"
+exec > >(tee -a "$LOG") 2>&1
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export WANDB_MODE=disabled
+START=$(date +%s)
+SUMMARY=()
+
+echo "# hrm-deeploop GPU benchmarks, $(date -u), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+echo "# log: $LOG, budget ${BUDGET_S} s"
+
+# ---- install (guarded: only what is missing; the GPU machine may have no network) ------------
+if ! "$PY" -c "import torch, triton, numpy, omegaconf, hydra, numba, tqdm" 2>/dev/null; then
+  echo "# missing dependencies: pip install -e . (no build isolation, 120 s cap)"
+  timeout 120 "$PY" -m pip install -q --no-build-isolation -e . || echo "# pip install -e . failed; continuing"
+fi
+if [ "${INSTALL_ADAM_ATAN2:-0}" = 1 ] && ! "$PY" -c "import adam_atan2" 2>/dev/null; then
+  echo "# building adam-atan2 (optional; 300 s cap)"
+  timeout 300 "$PY" -m pip install -q --no-build-isolation adam-atan2==0.0.3 || echo "# adam-atan2 build failed; the PyTorch port is used"
+fi
+"$PY" -c "import pytest" 2>/dev/null || timeout 60 "$PY" -m pip install -q pytest || true
+
+if ! "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+  echo "# torch sees no CUDA GPU: nothing to measure (ALLOW_CPU=1 runs the steps anyway, to test this script)"
+  [ "${ALLOW_CPU:-0}" = 1 ] || exit 1
+fi
+
+# ---- steps --------------------------------------------------------------------------------------
+step() {  # step NAME CAP_S CMD...: run CMD under min(CAP_S, time left), record the outcome
+  local name=$1 cap=$2; shift 2
+  local left=$(( BUDGET_S - ($(date +%s) - START) ))
+  local t=$(( cap < left ? cap : left ))
+  echo
+  echo "================ $name (timeout ${t} s) ================"
+  if [ "$t" -lt 15 ]; then
+    echo "skipped: budget spent"
+    SUMMARY+=("$(printf '%-26s %-14s %6s' "$name" skipped 0)")
+    return
+  fi
+  local t0=$(date +%s)
+  timeout --kill-after=10 "$t" "$@"
+  local rc=$?
+  local status=ok
+  [ $rc -eq 124 ] || [ $rc -eq 137 ] && status="timeout"
+  [ $rc -ne 0 ] && [ "$status" = ok ] && status="failed rc=$rc"
+  SUMMARY+=("$(printf '%-26s %-14s %6s' "$name" "$status" $(( $(date +%s) - t0 )))")
+}
+
+step "nvidia-smi" 15 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,power.limit --format=csv
+step "pytest -m gpu" 75 "$PY" -m pytest -m gpu -q -p no:cacheprovider tests
+step "bench_kernels" 60 "$PY" benchmarks/bench_kernels.py --iters 30
+step "bench_hrm paper" 140 "$PY" benchmarks/bench_hrm.py --preset paper
+step "bench_gpt throughput" 150 "$PY" benchmarks/bench_gpt.py --preset paper --rounds 1 3 --skip-memory
+step "bench_gpt memory" 100 "$PY" benchmarks/bench_gpt.py --preset paper --skip-throughput \
+  --mem-rounds 1 3 5 7 --mem-budget-gb "$MEM_BUDGET_GB"
+
+echo
+echo "================ summary ($(( $(date +%s) - START )) s in all) ================"
+printf '%-26s %-14s %6s\n' step status seconds
+for line in "${SUMMARY[@]}"; do echo "$line"; done
+echo "# full log: $LOG"

@@ -1,0 +1,47 @@
+"""The model benchmark scripts still run (smallest CPU size, one step, no compile): not timed tests."""
+
+from benchmarks import bench_gpt, bench_hrm
+
+
+def test_bench_hrm_runs(capsys):
+    rc = bench_hrm.main(["--preset", "tiny", "--device", "cpu", "--warmup", "0", "--steps", "1", "--no-compile",
+                         "--threads", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "eager" in out and "tokens/s" in out and "FAILED" not in out
+
+
+def test_bench_gpt_runs(capsys):
+    rc = bench_gpt.main(["--preset", "tiny", "--device", "cpu", "--warmup", "0", "--steps", "1", "--no-compile",
+                         "--rounds", "1", "--mem-rounds", "1", "2", "--max-r", "3", "--threads", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "R=1 eager" in out and "R=2 ckpt" in out and "largest R within" in out and "FAILED" not in out
+
+
+def test_largest_r_search_steps_down_and_up():
+    """The verification walks from the linear prediction to the true largest R."""
+
+    class FakeModel:
+        def __init__(self, true_mb):
+            self.true_mb = true_mb
+
+        def measure(self, r, ckpt):
+            return {"mem_mb": self.true_mb(r)}
+
+    # Convex memory: the line through R=1, 3 over-predicts; the search must step down.
+    line = bench_gpt.largest_r(FakeModel(lambda r: 10 + r * r), False, [(1, 11.0), (3, 19.0)], 60.0, 40)
+    assert "largest verified R = 7" in line, line  # 10 + 49 = 59 <= 60 < 10 + 64
+    # Concave memory: the line under-predicts; the search must step up.
+    line = bench_gpt.largest_r(FakeModel(lambda r: 10 + 4 * r ** 0.5 * 2), False, [(1, 18.0), (4, 26.0)], 40.0, 40)
+    assert "largest verified R = 14" in line, line  # 10 + 8 sqrt(14) = 39.9
+    assert "not verified" in bench_gpt.largest_r(FakeModel(lambda r: r), True, [(1, 1.0), (2, 2.0)], 1e6, 40)
+
+
+def test_hrm_flops_paper_config_by_hand():
+    """499.47 GFLOP per example at the paper config, counted by hand: per token 64 layer visits
+    (2 segments x 24 forward + 8 backward at 2x) of 2 x 3,407,872 weights + 4 x 901 x 512 attention,
+    plus the 12-way head (2 forward, 1 backward at 2x)."""
+    visit = 2 * 3_407_872 + 4 * 901 * 512
+    per_token = 64 * visit + 2 * 512 * 12 * 4
+    assert bench_hrm.model_flops_per_example(bench_hrm.PRESETS["paper"]["model"]) == 901 * per_token
