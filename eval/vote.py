@@ -167,6 +167,25 @@ def read_rows(path: Path, ranges: list[tuple[int, int]]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.empty((0, shape[1]), dtype=dtype)
 
 
+def _read_examples(data_dir: Path, split: str, ranges: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """(inputs, labels) of the example ranges: seek+read in the materialised layout; the compact
+    layout encodes them on the fly through arc_data's reader."""
+    d = data_dir / split
+    try:
+        if (d / fmt.INPUTS_FILE).exists():
+            return read_rows(d / fmt.INPUTS_FILE, ranges), read_rows(d / fmt.LABELS_FILE, ranges)
+        from arc_data.dataset import open_split
+        from arc_data.errors import ArcDataError
+
+        idx = np.concatenate([np.arange(a, b) for a, b in ranges]) if ranges else np.empty(0, np.int64)
+        try:
+            return open_split(data_dir, split).examples(idx)
+        except ArcDataError as e:
+            raise UserError(str(e)) from None
+    except OSError as e:
+        raise UserError(f"{d}: cannot read the {split} split ({e})") from None
+
+
 def load_ground_truth(data_dir: Path, split: str, table: AugTable) -> GroundTruth:
     """Test inputs and true outputs from each task's un-augmented copy (dihedral 0, identity colours)."""
     d = data_dir / split
@@ -188,11 +207,7 @@ def load_ground_truth(data_dir: Path, split: str, table: AugTable) -> GroundTrut
     if originals.size == 0:
         raise UserError(f"{d}: no tasks found in the {split} split")
     ranges = [(int(pidx[p]), int(pidx[p + 1])) for p in originals]
-    try:
-        tok_in = read_rows(d / fmt.INPUTS_FILE, ranges)
-        tok_out = read_rows(d / fmt.LABELS_FILE, ranges)
-    except OSError as e:
-        raise UserError(f"{d}: cannot read the {split} split ({e})") from None
+    tok_in, tok_out = _read_examples(data_dir, split, ranges)
     ids = np.concatenate([np.full(b - a, pids[p], dtype=np.int64) for p, (a, b) in zip(originals, ranges)])
     in_keys, _ = decode_keys(tok_in, ids, table.dihedral, table.inv_colour)
     out_keys, _ = decode_keys(tok_out, ids, table.dihedral, table.inv_colour)
