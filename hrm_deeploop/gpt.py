@@ -1,11 +1,30 @@
 """Looped GPT: token embedding -> RMSNorm -> LoopedCore(causal, K blocks x R rounds) -> tied head.
 
-(Config only for now; the model lands with the looped-GPT issue.)
+The paper's language-model backbone (DeepLoop section 5.1): a GPT with multi-head attention and
+RoPE whose K physical blocks are applied for R rounds (unrolled depth N = K*R), tied input/output
+embeddings and an RMSNorm on the input embedding. Residual scaling comes from any `scaling=`
+scheme through `scaling.module_residuals` (baseline alpha=beta=1, DeepLoop alpha=(2N)^(1/2),
+beta=(8N)^(-1/2), `power` for p-sweeps, Pre-LN `looped_eps`).
+
+Final norm: with the Post-LN schemes every sublayer ends in RMSNorm(alpha*x + f(x)), so the
+stream leaving the core is already normalised (with the last norm's gain); a second RMSNorm
+there would only renormalise a unit-RMS vector, so there is none. With the Pre-LN `looped_eps`
+scheme `LoopedCore` closes the stack with its own final RMSNorm. Either way the head sees a
+normalised stream.
+
+Architecture only: no distributed, no config files, no environment variables.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from hrm_deeploop.core import Linear, LoopedCore, RMSNorm, Rotary, init_block_, make_blocks, trunc_normal_
+from hrm_deeploop.scaling import ScalingConfig, loop_depth, module_residuals
 
 
 @dataclass
@@ -25,3 +44,117 @@ class GPTConfig:
     embed_norm: bool = True  # RMSNorm on the input embedding (paper's baseline has it)
     tie_embeddings: bool = True
     activation_checkpointing: bool = False  # per-round checkpointing, for large R
+    embed_init_std: float = 0.02  # token embedding (= tied head) init std, GPT-2's value
+
+
+class GPT(nn.Module):
+    """Looped causal LM. `forward(idx)` -> logits (B, T, V); `forward(idx, targets)` -> (logits, loss).
+
+    Parameters are stored once: `num_rounds` changes compute, not the parameter count.
+    """
+
+    def __init__(self, cfg: GPTConfig, scaling: ScalingConfig | None = None):
+        super().__init__()
+        self.cfg = cfg
+        self.scaling = scaling or ScalingConfig()
+        if cfg.hidden_size % cfg.num_heads:
+            raise ValueError(f"hidden_size {cfg.hidden_size} is not divisible by num_heads {cfg.num_heads}")
+        depth = loop_depth(cfg.num_blocks, cfg.num_rounds)
+        self.residual = module_residuals(self.scaling, depth)["core"]
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)  # (V, D)
+        self.embed_norm = RMSNorm(cfg.hidden_size, cfg.norm_eps, weight=cfg.norm_weight) if cfg.embed_norm else None
+        self.rotary = Rotary(cfg.hidden_size // cfg.num_heads, cfg.seq_len, cfg.rope_theta)
+        blocks = make_blocks(cfg.num_blocks, cfg.hidden_size, cfg.num_heads, cfg.expansion, causal=True,
+                             residual=self.residual, norm_eps=cfg.norm_eps, norm_weight=cfg.norm_weight,
+                             mlp_multiple=cfg.mlp_multiple)
+        self.core = LoopedCore(blocks, cfg.num_rounds, checkpoint_rounds=cfg.activation_checkpointing)
+        self.lm_head = None if cfg.tie_embeddings else Linear(cfg.hidden_size, cfg.vocab_size)
+        self.init_weights()
+
+    @torch.no_grad()
+    def init_weights(self) -> None:
+        """Every tensor's init, in one place:
+
+        - embed_tokens.weight (V, D), also the output head when tied: N(0, embed_init_std^2)
+          truncated at 2 std (GPT-2's 0.02 by default). No beta: the tied embedding is outside
+          the M = 2N residual sublayers (paper section 3.3).
+        - every block (`core.init_block_`): truncated LeCun normal (std 1/sqrt(fan_in)) on all
+          matrices, unit norm gains, then beta on the residual-branch matrices only
+          (`scaling.beta_targets`, default v, o, up, down; never q, k).
+        - norm gains (embedding norm, the Pre-LN final norm): ones.
+        - untied lm_head (tie_embeddings=false): truncated LeCun normal, no beta.
+        - rotary tables are buffers computed from rope_theta.
+        Raises if a parameter is not covered.
+        """
+        seen: set[int] = set()
+        trunc_normal_(self.embed_tokens.weight, std=self.cfg.embed_init_std)
+        seen.add(id(self.embed_tokens.weight))
+        for block in self.core.layers:
+            init_block_(block)
+            seen.update(id(p) for p in block.parameters())
+        for norm in (self.embed_norm, self.core.final_norm):
+            if norm is not None and norm.weight is not None:
+                nn.init.ones_(norm.weight)
+                seen.add(id(norm.weight))
+        if self.lm_head is not None:
+            self.lm_head.reset_parameters()
+            seen.add(id(self.lm_head.weight))
+        missing = [n for n, p in self.named_parameters() if id(p) not in seen]
+        assert not missing, f"GPT.init_weights does not initialise {missing}"
+
+    def head_weight(self) -> Tensor:
+        """The output projection (V, D): the token embedding when tied."""
+        return self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+
+    def forward(self, idx: Tensor, targets: Tensor | None = None, num_rounds: int | None = None
+                ) -> Tensor | tuple[Tensor, Tensor]:
+        """idx: int64 (B, T) with T <= seq_len; targets: int64 (B, T), -1 = ignore.
+
+        Returns logits (B, T, V) in the compute dtype, or (logits, mean cross-entropy in fp32)
+        when targets are given. `num_rounds` overrides R at run time (test-time depth).
+        """
+        B, T = idx.shape
+        if T > self.cfg.seq_len:
+            raise ValueError(f"sequence length {T} exceeds model.seq_len {self.cfg.seq_len}")
+        x = self.embed_tokens(idx)  # (B, T, D)
+        if self.embed_norm is not None:
+            x = self.embed_norm(x)
+        x = self.core(x, rope=self.rotary(T), num_rounds=num_rounds)  # (B, T, D)
+        w = self.head_weight()
+        logits = F.linear(x, w.to(x.dtype))  # (B, T, V)
+        if targets is None:
+            return logits
+        loss = F.cross_entropy(logits.float().view(B * T, -1), targets.reshape(B * T), ignore_index=-1)
+        return logits, loss
+
+    # ---- accounting -------------------------------------------------------------------------
+
+    def num_params(self, non_embedding: bool = False) -> int:
+        """Stored parameters (each counted once, however many rounds use it). non_embedding drops
+        the token embedding (which is also the tied head)."""
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding:
+            n -= self.embed_tokens.weight.numel()
+        return n
+
+
+def flops_per_token(cfg: GPTConfig, seq_len: int | None = None, training: bool = True) -> float:
+    """Model FLOPs per token for one training step (forward + backward), counting the unrolled depth.
+
+    Per token, a matmul with P weights costs 2P FLOPs forward and 4P backward (6P in all).
+    - Block matrices (qkv, o, gate_up, down) run once per round: 6 * R * P_block_matrices.
+    - Attention scores and values: per layer visit 2 * 2 * T * D forward (QK^T and AV, causal
+      masking not discounted, as in PaLM's MFU), so 6 * 2 * T * D * K * R for fwd+bwd.
+      (PaLM's 12 * L * H * Q * T with L = K*R, H*Q = D.)
+    - Output head (V x D, tied or not): 6 * V * D, once.
+    Norm/RoPE/activation elementwise work and the embedding lookup are not counted.
+    With training=False the forward-only cost (one third) is returned.
+    """
+    from hrm_deeploop.core import swiglu_width
+
+    T = seq_len or cfg.seq_len
+    D, K, R, V = cfg.hidden_size, cfg.num_blocks, cfg.num_rounds, cfg.vocab_size
+    inner = swiglu_width(D, cfg.expansion, cfg.mlp_multiple)
+    block_matrices = 3 * D * D + D * D + D * 2 * inner + inner * D  # qkv, o, gate_up, down
+    total = 6 * R * block_matrices * K + 12 * K * R * T * D + 6 * V * D
+    return total if training else total / 3

@@ -1,0 +1,122 @@
+"""`hrm-deeploop eval-gpt checkpoint=... data=...`: validation loss and the lm-eval suite.
+
+The checkpoint carries its model and scaling config, so nothing about the architecture is passed
+on the command line. `checkpoint` may be a `step_N.pt` file or a run folder (its latest
+checkpoint). Validation loss is the token-weighted mean cross-entropy over the held-out shards'
+windows (the same windows as the trainer's validation). With `lm_eval=true` the paper's
+8-task suite (section 5.2: acc, 0- and 1-shot, GPT-2 tokenizer, context 1024, bf16 on CUDA) runs
+through `hrm_deeploop.lm_eval_adapter.run_lm_eval` and lm_eval.md/csv hold the table with the
+unweighted average. Results go to `<output_dir>/eval.json` (default: `<run>/eval/`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hrm_deeploop import checkpoint as ckpt
+from hrm_deeploop import distributed as dist_
+from hrm_deeploop.config import typed
+from hrm_deeploop.errors import ConfigError, UserError
+from hrm_deeploop.gpt import GPT, GPTConfig
+from hrm_deeploop.scaling import ScalingConfig
+
+PAPER_TASKS = ["arc_challenge", "arc_easy", "hellaswag", "openbookqa", "piqa", "sciq", "social_iqa", "winogrande"]
+
+
+@dataclass
+class EvalGPTConfig:
+    checkpoint: str = ""  # step_N.pt or a run folder (latest checkpoint)
+    data: str = ""  # held-out shards (glob / folder / file); empty skips validation loss
+    tokenizer_id: str | None = "gpt2"
+    batch_size: int = 8  # sequences per forward
+    max_batches: int | None = None  # cap on validation batches; null = every window
+    num_rounds: int | None = None  # evaluate with a different R than trained (test-time depth)
+    device: str = "auto"
+    dtype: str = "bfloat16"  # autocast on CUDA; CPU runs in float32
+    output_dir: str | None = None  # default <run>/eval
+    lm_eval: bool = False
+    tasks: list[str] = field(default_factory=lambda: list(PAPER_TASKS))
+    num_fewshot: list[int] = field(default_factory=lambda: [0, 1])
+    limit: float | None = None  # examples per task (testing only)
+    lm_eval_batch_size: int = 16
+    include_path: str | None = None  # extra lm-eval task YAMLs (e.g. offline local tasks)
+    include_defaults: bool = True  # false: index only include_path tasks (faster, offline)
+
+
+def resolve_checkpoint(path: str) -> Path:
+    p = Path(path)
+    if p.is_dir():
+        found = ckpt.latest(p)
+        if found is None:
+            raise UserError(f"checkpoint folder '{p}' holds no checkpoints/step_N.pt")
+        return found
+    return p
+
+
+def load_model(path: str | Path, device: torch.device | str = "cpu", num_rounds: int | None = None
+               ) -> tuple[GPT, dict[str, Any]]:
+    """Rebuild the looped GPT a train-gpt checkpoint describes and load its weights (eval mode).
+    `num_rounds` overrides R (parameters do not depend on R)."""
+    state = ckpt.load(path, map_location="cpu")
+    config = state.get("config") or {}
+    if "model" not in config or config["model"].get("name") != "gpt":
+        raise UserError(f"checkpoint '{path}' is not a looped-GPT train-gpt checkpoint (no model.name=gpt config)")
+    model_cfg = typed(config["model"], GPTConfig, "model.")
+    if num_rounds is not None:
+        model_cfg.num_rounds = num_rounds
+    scaling = typed(config.get("scaling"), ScalingConfig, "scaling.")
+    model = GPT(model_cfg, scaling)
+    model.load_state_dict(ckpt.strip_prefixes(state["model"]))
+    return model.to(device).eval(), state
+
+
+def run(cfg: Any) -> int:
+    opts = typed(cfg, EvalGPTConfig)
+    evaluate(opts)
+    return 0
+
+
+def evaluate(opts: EvalGPTConfig) -> dict[str, Any]:
+    from hrm_deeploop.train_gpt import evaluate_loss
+
+    if not opts.checkpoint:
+        raise ConfigError("checkpoint= is required (a step_N.pt file or a train-gpt run folder)")
+    if not opts.data and not opts.lm_eval:
+        raise ConfigError("nothing to evaluate: give data=<val shards> and/or lm_eval=true")
+    e = dist_.setup(opts.device)
+    try:
+        path = resolve_checkpoint(opts.checkpoint)
+        model, state = load_model(path, e.device, opts.num_rounds)
+        dtype = dist_.compute_dtype(opts.dtype, e.device)
+        out_dir = Path(opts.output_dir) if opts.output_dir else path.parent.parent / "eval"
+        result: dict[str, Any] = {"checkpoint": str(path), "step": state.get("step"),
+                                  "num_rounds": model.cfg.num_rounds, "scheme": model.scaling.scheme}
+        if opts.data:
+            from hrm_deeploop.text import iter_eval_batches
+
+            batches = iter_eval_batches(opts.data, model.cfg.seq_len, opts.batch_size, e.rank, e.world_size,
+                                        max_batches=opts.max_batches, tokenizer_id=opts.tokenizer_id,
+                                        vocab_size=model.cfg.vocab_size)
+            result["val_loss"] = evaluate_loss(model, batches, e.device, dtype)
+            dist_.print0(f"val loss {result['val_loss']:.4f} ({path})")
+        if opts.lm_eval:
+            from hrm_deeploop.lm_eval_adapter import run_lm_eval
+
+            table = run_lm_eval(model, opts.tasks, opts.num_fewshot, opts.limit, opts.lm_eval_batch_size,
+                                output_path=out_dir if e.is_main else None, include_path=opts.include_path,
+                                max_length=model.cfg.seq_len, device=e.device,
+                                dtype=dtype if e.device.type == "cuda" else None,
+                                include_defaults=opts.include_defaults)
+            result["lm_eval"] = {"acc": {str(k): v for k, v in table.acc.items()},
+                                 "avg": {str(s): table.average(s) for s in table.acc}}
+            dist_.print0(table.markdown())
+        if e.is_main:
+            ckpt.atomic_write_bytes(out_dir / "eval.json", (json.dumps(result, indent=2) + "\n").encode())
+        return result
+    finally:
+        dist_.teardown()

@@ -1,0 +1,359 @@
+"""`hrm-deeploop sweep`: the looped-GPT experiments of DeepLoop section 5.1 and appendix 10.
+
+- `rounds`: {methods} x R x seeds (paper table 1: baseline vs deeploop at R in {1,3,5,7}).
+- `p`: scheme=power, alpha=(2N)^p, beta=(8N)^(-p), p in p_values x p_seeds at R = p_rounds
+  (paper figure 6: p in {0.30, ..., 0.60} at R=3, up to five seeds).
+- `both`: the two.
+
+Every run gets its own folder under `output_dir` (`rounds/<method>_R<r>_s<seed>`,
+`p/p<p>_s<seed>`) and is an ordinary train-gpt run. A run whose summary.json says finished or
+diverged is skipped, an unfinished one is resumed, so a sweep is resumed by re-running it.
+Runs go in-process one after another (`launcher=inprocess`) or as `torchrun` subprocesses
+(`launcher=torchrun`, `nproc_per_node` GPUs each, e.g. the paper's 4 x H200 per cell).
+
+A run has 'left the unigram floor' when its loss (validation, else the trailing train loss, as
+the paper's surrogate) is `train.floor_margin` nats below the unigram entropy of the training
+tokens (computed from the shards by the trainer). Diverged runs and runs still at the floor are
+marked failed: 'floor' / 'div' in the tables, red crosses in the plot.
+
+Outputs: table.md, table.csv (every run), rounds.png (loss vs R per method), p_sweep.png.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hrm_deeploop.config import to_dict, typed
+from hrm_deeploop.errors import ConfigError, TrainingDiverged
+from hrm_deeploop.gpt import GPTConfig
+from hrm_deeploop.scaling import ScalingConfig
+from hrm_deeploop.train_gpt import Data, TrainGPTConfig
+
+KINDS = ("rounds", "p", "both")
+
+
+@dataclass
+class SweepConfig:
+    output_dir: str = "runs/sweep"
+    kind: str = "rounds"  # rounds | p | both
+    methods: list[str] = field(default_factory=lambda: ["baseline", "deeploop"])  # any scaling schemes
+    rounds: list[int] = field(default_factory=lambda: [1, 3, 5, 7])
+    seeds: list[int] = field(default_factory=lambda: [0])
+    p_values: list[float] = field(default_factory=lambda: [0.30, 0.35, 0.40, 0.45, 0.50, 0.55, 0.60])
+    p_rounds: int = 3
+    p_seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
+    launcher: str = "inprocess"  # inprocess | torchrun
+    nproc_per_node: int = 1
+    train: TrainGPTConfig = field(default_factory=TrainGPTConfig)  # every run's trainer settings
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    kind: str  # rounds | p
+    name: str  # folder name under <output_dir>/<kind>/
+    scheme: str
+    num_rounds: int
+    seed: int
+    p: float | None = None
+
+
+def plan(opts: SweepConfig) -> list[RunSpec]:
+    if opts.kind not in KINDS:
+        raise ConfigError(f"kind='{opts.kind}' must be one of {', '.join(KINDS)}")
+    specs: list[RunSpec] = []
+    if opts.kind in ("rounds", "both"):
+        for method in opts.methods:
+            ScalingConfig(scheme=method, p=0.5 if method == "power" else None)  # validates the name
+            for r in opts.rounds:
+                for s in opts.seeds:
+                    specs.append(RunSpec("rounds", f"{method}_R{r}_s{s}", method, r, s))
+    if opts.kind in ("p", "both"):
+        for p in opts.p_values:
+            for s in opts.p_seeds:
+                specs.append(RunSpec("p", f"p{p:.2f}_s{s}", "power", opts.p_rounds, s, p))
+    return specs
+
+
+def run(cfg: Any) -> int:
+    from hrm_deeploop.models import model_config
+
+    model_cfg = model_config(cfg.get("model"))
+    if not isinstance(model_cfg, GPTConfig):
+        raise ConfigError("sweep needs model.name=gpt")
+    rest = {k: v for k, v in cfg.items() if k != "model"}
+    opts = typed(rest, SweepConfig)
+    results = sweep(opts, model_cfg)
+    failed = sum(1 for r in results if r["failed"])
+    print(f"sweep: {len(results)} runs ({failed} failed / at the unigram floor); tables and plots in {opts.output_dir}")
+    return 0
+
+
+def sweep(opts: SweepConfig, model_cfg: GPTConfig, data_for: Callable[[RunSpec], Data] | None = None
+          ) -> list[dict[str, Any]]:
+    """Run (or skip) every planned run, then write the tables and plots. `data_for` replaces the
+    shard loaders for in-process runs (tests)."""
+    root = Path(opts.output_dir)
+    results = []
+    for spec in plan(opts):
+        run_dir = root / spec.kind / spec.name
+        summary = _read_summary(run_dir)
+        if not _done(summary, opts.train):
+            print(f"sweep: {spec.kind}/{spec.name}", flush=True)
+            _launch(opts, model_cfg, spec, run_dir, data_for)
+            summary = _read_summary(run_dir)
+        else:
+            print(f"sweep: {spec.kind}/{spec.name} done, skipped", flush=True)
+            if summary.get("status") == "finished" and summary.get("steps") != opts.train.max_steps:
+                print(f"sweep: warning: {spec.name} finished {summary.get('steps')} steps, not "
+                      f"train.max_steps={opts.train.max_steps}; use a new output_dir for a new budget", flush=True)
+        results.append(_row(spec, summary))
+    write_reports(results, root)
+    return results
+
+
+def _done(summary: dict[str, Any] | None, train: TrainGPTConfig) -> bool:
+    """Finished, diverged, or stopped at this sweep's stop_after: nothing left to run."""
+    if summary is None:
+        return False
+    status = summary.get("status")
+    if status == "stopped":
+        return train.stop_after is not None and summary.get("steps", 0) >= train.stop_after
+    return status in ("finished", "diverged")
+
+
+def _read_summary(run_dir: Path) -> dict[str, Any] | None:
+    path = run_dir / "summary.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _run_configs(opts: SweepConfig, model_cfg: GPTConfig, spec: RunSpec, run_dir: Path
+                 ) -> tuple[TrainGPTConfig, GPTConfig, ScalingConfig]:
+    train_cfg = typed(to_dict(opts.train), TrainGPTConfig)  # a copy
+    train_cfg.output_dir, train_cfg.seed, train_cfg.resume = str(run_dir), spec.seed, True
+    train_cfg.run_name = f"{Path(opts.output_dir).name}/{spec.name}"
+    m = typed(to_dict(model_cfg), GPTConfig)
+    m.num_rounds = spec.num_rounds
+    return train_cfg, m, ScalingConfig(scheme=spec.scheme, p=spec.p)
+
+
+def _launch(opts: SweepConfig, model_cfg: GPTConfig, spec: RunSpec, run_dir: Path,
+            data_for: Callable[[RunSpec], Data] | None) -> None:
+    from hrm_deeploop import train_gpt
+
+    train_cfg, m, scaling = _run_configs(opts, model_cfg, spec, run_dir)
+    if opts.launcher == "inprocess":
+        try:
+            train_gpt.train(train_cfg, m, scaling, data=data_for(spec) if data_for else None)
+        except TrainingDiverged as err:  # recorded in summary.json as diverged
+            print(f"sweep: {spec.name} diverged: {err}", flush=True)
+    elif opts.launcher == "torchrun":
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc_per_node={opts.nproc_per_node}", "-m", "hrm_deeploop.cli", "train-gpt",
+               *overrides("model", to_dict(m)), *overrides("scaling", to_dict(scaling)),
+               *overrides("", to_dict(train_cfg))]
+        done = subprocess.run(cmd)
+        if done.returncode != 0 and _read_summary(run_dir) is None:
+            raise RuntimeError(f"sweep run {spec.name} failed (exit {done.returncode}); see its output above")
+    else:
+        raise ConfigError(f"launcher='{opts.launcher}' must be inprocess or torchrun")
+
+
+def overrides(prefix: str, values: dict[str, Any]) -> list[str]:
+    """Flatten a config dict into Hydra `key=value` overrides."""
+    out = []
+    for k, v in values.items():
+        key = f"{prefix}.{k}" if prefix else k
+        if isinstance(v, dict):
+            out += overrides(key, v)
+        else:
+            out.append(f"{key}={_hydra_value(v)}")
+    return out
+
+
+def _hydra_value(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(_hydra_value(x) for x in v) + "]"
+    if isinstance(v, str):
+        return "'" + v.replace("'", "\\'") + "'"
+    return repr(v)
+
+
+def _row(spec: RunSpec, s: dict[str, Any] | None) -> dict[str, Any]:
+    s = s or {"status": "missing"}
+    val, tr = s.get("final_val_loss"), s.get("final_train_loss")
+    loss = val if val is not None else tr
+    failed = s.get("status") not in ("finished", "stopped") or s.get("left_unigram_floor") is False
+    return {"kind": spec.kind, "name": spec.name, "scheme": spec.scheme, "num_rounds": spec.num_rounds,
+            "p": spec.p, "seed": spec.seed, "status": s.get("status"), "steps": s.get("steps"),
+            "val_loss": val, "train_loss": tr, "loss": loss, "loss_source": "val" if val is not None else "train",
+            "unigram_entropy": s.get("unigram_entropy"), "left_unigram_floor": s.get("left_unigram_floor"),
+            "failed": failed, "wall_time_s": s.get("wall_time_s")}
+
+
+# ---- reports -----------------------------------------------------------------------------------
+
+
+def _mean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x is not None and math.isfinite(x)]
+    return sum(xs) / len(xs) if xs else None
+
+
+def _cell(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "-"
+    good = [r["loss"] for r in rows if not r["failed"]]
+    shown = _mean(good) if good else _mean([r["loss"] for r in rows])  # failed only: their own mean loss
+    text = f"{shown:.4f}" if shown is not None else ""
+    bad = [("div" if r["status"] == "diverged" else "floor") for r in rows if r["failed"]]
+    if bad:
+        text += (" " if text else "") + f"({len(bad)}/{len(rows)} {'/'.join(sorted(set(bad)))})"
+    return text
+
+
+def rounds_table(results: list[dict[str, Any]]) -> str:
+    rows = [r for r in results if r["kind"] == "rounds"]
+    if not rows:
+        return ""
+    rs = sorted({r["num_rounds"] for r in rows})
+    methods = list(dict.fromkeys(r["scheme"] for r in rows))
+    by = {(m, R): [r for r in rows if r["scheme"] == m and r["num_rounds"] == R] for m in methods for R in rs}
+    lines = ["| Method | " + " | ".join(f"R={R}" for R in rs) + " |", "|---|" + "---|" * len(rs)]
+    for m in methods:
+        lines.append(f"| {m} | " + " | ".join(_cell(by[m, R]) for R in rs) + " |")
+    if "baseline" in methods:
+        for m in methods:
+            if m == "baseline":
+                continue
+            deltas = []
+            for R in rs:
+                a = _mean([r["loss"] for r in by[m, R] if not r["failed"]])
+                b = _mean([r["loss"] for r in by["baseline", R] if not r["failed"]])
+                deltas.append(f"{a - b:+.4f}" if a is not None and b is not None else "-")
+            lines.append(f"| Δ ({m} − baseline) | " + " | ".join(deltas) + " |")
+    src = {r["loss_source"] for r in rows if r["loss"] is not None}
+    note = ("final validation loss" if src == {"val"} else "final validation loss (train loss where no val)")
+    return "\n".join([f"Loss ({note}); mean over seeds of the runs that trained (of the failed runs when "
+                      "none did); (k/n floor|div) = runs at the unigram floor or diverged.", "", *lines])
+
+
+def p_table(results: list[dict[str, Any]]) -> str:
+    rows = [r for r in results if r["kind"] == "p"]
+    if not rows:
+        return ""
+    lines = ["| p | R | seeds trained | mean loss (trained) | per seed |", "|---|---|---|---|---|"]
+    for p in sorted({r["p"] for r in rows}):
+        ps = [r for r in rows if r["p"] == p]
+        trained = [r for r in ps if not r["failed"]]
+        mean = _mean([r["loss"] for r in trained])
+        per = ", ".join(f"s{r['seed']}: " + (f"{r['loss']:.4f}" if r["loss"] is not None and math.isfinite(r["loss"])
+                                            else "nan") + (" ✗" if r["failed"] else "") for r in ps)
+        lines.append(f"| {p:.2f} | {ps[0]['num_rounds']} | {len(trained)}/{len(ps)} | "
+                     f"{'-' if mean is None else f'{mean:.4f}'} | {per} |")
+    floor = _mean([r["unigram_entropy"] for r in rows])
+    head = "p-sweep (scheme=power, alpha=(2N)^p, beta=(8N)^(-p)); ✗ = diverged or never left the unigram floor"
+    if floor is not None:
+        head += f" (unigram entropy of the training tokens: {floor:.3f} nats)"
+    return "\n".join([head, "", *lines])
+
+
+def write_reports(results: list[dict[str, Any]], root: Path) -> dict[str, Path]:
+    root.mkdir(parents=True, exist_ok=True)
+    out = {}
+    parts = [t for t in (rounds_table(results), p_table(results)) if t]
+    out["table.md"] = root / "table.md"
+    out["table.md"].write_text("# Sweep results\n\n" + "\n\n".join(parts) + "\n")
+    out["table.csv"] = root / "table.csv"
+    keys = list(results[0]) if results else []
+    with open(out["table.csv"], "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        w.writerows(results)
+    if any(r["kind"] == "rounds" for r in results):
+        out["rounds.png"] = plot_rounds(results, root / "rounds.png")
+    if any(r["kind"] == "p" for r in results):
+        out["p_sweep.png"] = plot_p(results, root / "p_sweep.png")
+    return out
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_rounds(results: list[dict[str, Any]], path: Path) -> Path:
+    """Loss vs R, one line per method (mean of trained seeds), failed runs as red crosses."""
+    plt = _plt()
+    rows = [r for r in results if r["kind"] == "rounds"]
+    fig, ax = plt.subplots(figsize=(5, 3.6), dpi=120)
+    for i, m in enumerate(dict.fromkeys(r["scheme"] for r in rows)):
+        rs = sorted({r["num_rounds"] for r in rows if r["scheme"] == m})
+        means = [_mean([r["loss"] for r in rows if r["scheme"] == m and r["num_rounds"] == R and not r["failed"]])
+                 for R in rs]
+        pts = [(R, v) for R, v in zip(rs, means) if v is not None]
+        if pts:
+            ax.plot(*zip(*pts), marker="o", color=f"C{i}", label=m)
+    bad = [r for r in rows if r["failed"]]
+    if bad:
+        ys = [r["loss"] if r["loss"] is not None and math.isfinite(r["loss"]) else r["unigram_entropy"] for r in bad]
+        ax.scatter([r["num_rounds"] for r in bad], ys, marker="x", color="red", label="failed")
+    ax.set_xlabel("loop rounds R")
+    ax.set_ylabel("loss (nats)")
+    ax.set_xticks(sorted({r["num_rounds"] for r in rows}))
+    ax.set_title("validation loss vs loop count")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def plot_p(results: list[dict[str, Any]], path: Path) -> Path:
+    """Paper figure 6: one marker per seed (blue circle trained, red cross failed), the trained-seed
+    mean per p joined by a line, the unigram floor dashed. Diverged runs (no finite loss) are
+    drawn at the floor."""
+    plt = _plt()
+    rows = [r for r in results if r["kind"] == "p"]
+    floor = _mean([r["unigram_entropy"] for r in rows])
+    fig, ax = plt.subplots(figsize=(5.5, 3.8), dpi=120)
+    good = [r for r in rows if not r["failed"]]
+    bad = [r for r in rows if r["failed"]]
+    if good:
+        ax.scatter([r["p"] for r in good], [r["loss"] for r in good], marker="o", color="tab:blue",
+                   alpha=0.7, label="trained seed")
+    if bad:
+        ys = [r["loss"] if r["loss"] is not None and math.isfinite(r["loss"]) else floor for r in bad]
+        ax.scatter([r["p"] for r in bad], ys, marker="x", color="red", s=50, label="failed seed (floor/diverged)")
+    ps = sorted({r["p"] for r in good})
+    if ps:
+        ax.plot(ps, [_mean([r["loss"] for r in good if r["p"] == p]) for p in ps], color="tab:blue", lw=1.5,
+                label="trained-seed mean")
+    if floor is not None:
+        ax.axhline(floor, color="gray", ls="--", lw=1, label=f"unigram floor ({floor:.2f})")
+    ax.set_xlabel("exponent p  (alpha=(2N)^p, beta=(8N)^-p)")
+    ax.set_ylabel("loss (nats)")
+    R = rows[0]["num_rounds"] if rows else "?"
+    ax.set_title(f"p-sweep at R={R}")
+    ax.set_xticks(sorted({r["p"] for r in rows}))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -1,0 +1,139 @@
+"""train-gpt / eval-gpt through the CLI on tiny GPT-2-token shards; bad input exits 2 and writes nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from hrm_deeploop.cli import main
+from hrm_deeploop.text import write_meta, write_shard
+from tests.gpt_helpers import one_thread  # noqa: F401  (autouse)
+
+MODEL = ["model=gpt_tiny", "model.hidden_size=32", "model.seq_len=32", "model.mlp_multiple=16"]
+FAST = ["device=cpu", "logger=none", "progress=false", "micro_batch_size=2", "global_batch_tokens=64",
+        "optim.warmup_steps=1", "data.unigram_tokens=100000"]
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    root = tmp_path_factory.mktemp("shards")
+    rng = np.random.default_rng(0)
+    words = [rng.integers(0, 50257, size=int(rng.integers(2, 5))) for _ in range(40)]
+    stream = np.concatenate([words[i] for i in rng.integers(0, 40, size=3000)])
+    write_shard(root / "train_000000.bin", stream[:4000])
+    write_shard(root / "train_000001.bin", stream[4000:7000])
+    write_shard(root / "val_000000.bin", stream[7000:7600])
+    write_meta(root, tokenizer_id="gpt2")
+    return root
+
+
+def _train(shards, out, *extra):
+    return main(["train-gpt", *MODEL, *FAST, f"data.train={shards}/train_*.bin", f"data.val={shards}/val_000000.bin",
+                 f"output_dir={out}", *extra])
+
+
+def test_train_then_eval_cli(shards, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert _train(shards, run, "max_steps=4", "eval_every=2", "checkpoint_every=2", "scaling=deeploop",
+                  "model.num_rounds=2") == 0
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == 4 and summary["tokens"] == 256 and summary["scaling"]["scheme"] == "deeploop"
+    assert summary["final_val_loss"] is not None and 0 < summary["unigram_entropy"] < np.log(50257)
+    assert (run / "metrics.csv").read_text().startswith("step,")
+    assert main(["eval-gpt", f"checkpoint={run}", f"data={shards}/val_000000.bin", "device=cpu",
+                 "batch_size=2"]) == 0
+    result = json.loads((run / "eval/eval.json").read_text())
+    assert result["step"] == 4 and result["num_rounds"] == 2
+    # eval-gpt and the trainer's last validation agree (same windows, batch size aside)
+    assert result["val_loss"] == pytest.approx(summary["final_val_loss"], rel=1e-4)
+    # test-time depth: evaluate the same weights with R=3
+    assert main(["eval-gpt", f"checkpoint={run}/checkpoints/step_4.pt", f"data={shards}/val_000000.bin",
+                 "device=cpu", "num_rounds=3", f"output_dir={tmp_path / 'r3'}"]) == 0
+    assert json.loads((tmp_path / "r3/eval.json").read_text())["num_rounds"] == 3
+
+
+def _bad(shards, tmp_path, capsys, *args, data=None):
+    out = tmp_path / "run"
+    code = main(["train-gpt", *MODEL, *FAST, f"output_dir={out}", "max_steps=2", *(data or []), *args])
+    err = capsys.readouterr().err
+    assert code == 2 and not out.exists(), err
+    return err
+
+
+def test_bad_inputs_exit_2_and_write_nothing(shards, tmp_path, capsys):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "train_000000.bin").write_bytes((shards / "train_000000.bin").read_bytes()[:-10])  # truncated
+    write_meta(bad, tokenizer_id="gpt2")
+    assert "truncated" in _bad(shards, tmp_path, capsys, data=[f"data.train={bad}/train_000000.bin"])
+
+    (bad / "train_000000.bin").write_bytes(b"\x00" * 2048)  # wrong magic
+    assert "wrong magic" in _bad(shards, tmp_path, capsys, data=[f"data.train={bad}/train_000000.bin"])
+
+    assert "no token shard matches" in _bad(shards, tmp_path, capsys, data=[f"data.train={tmp_path}/none_*.bin"])
+    assert "data.train is empty" in _bad(shards, tmp_path, capsys)
+
+    short = tmp_path / "short"
+    short.mkdir()
+    write_shard(short / "train_000000.bin", np.arange(20))
+    write_meta(short, tokenizer_id="gpt2")
+    assert "context longer than a shard" in _bad(shards, tmp_path, capsys, data=[f"data.train={short}/train_*.bin"])
+
+    assert "tokenizer mismatch" in _bad(shards, tmp_path, capsys, "data.tokenizer_id=cl100k_base",
+                                        data=[f"data.train={shards}/train_*.bin"])
+    assert "larger than the model's 1000" in _bad(shards, tmp_path, capsys, "model.vocab_size=1000",
+                                                  data=[f"data.train={shards}/train_*.bin"])
+    assert "num_rounds" in _bad(shards, tmp_path, capsys, "model.num_rounds=0",
+                                data=[f"data.train={shards}/train_*.bin"])
+    assert "unknown_key" in _bad(shards, tmp_path, capsys, "+unknown_key=1",
+                                 data=[f"data.train={shards}/train_*.bin"])
+
+
+def test_eval_gpt_errors(tmp_path, capsys):
+    assert main(["eval-gpt", f"checkpoint={tmp_path}", "data=x", "device=cpu"]) == 2
+    assert "holds no checkpoints" in capsys.readouterr().err
+    assert main(["eval-gpt", "data=x", "device=cpu"]) == 2
+    assert "checkpoint= is required" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_eval_gpt_lm_eval_on_a_local_task(shards, tmp_path):
+    """The lm-eval path of eval-gpt on a 3-question local task (offline; lm-eval import is slow)."""
+    pytest.importorskip("lm_eval")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    run = tmp_path / "run"
+    assert _train(shards, run, "max_steps=2") == 0
+    rows = [{"question": "What colour is the sky?", "choices": [" blue", " green"], "label": 0},
+            {"question": "How many legs has a cat?", "choices": [" two", " four"], "label": 1},
+            {"question": "Which is a fruit?", "choices": [" apple", " chair"], "label": 0}]
+    data = tmp_path / "tiny.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "tiny_mc.yaml").write_text(f"""task: tiny_mc
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    train: {data}
+    test: {data}
+  cache_dir: {tmp_path / "hf_cache"}
+output_type: multiple_choice
+training_split: train
+test_split: test
+doc_to_text: "Question: {{{{question}}}}\\nAnswer:"
+doc_to_target: "{{{{label}}}}"
+doc_to_choice: "{{{{choices}}}}"
+metric_list:
+  - metric: acc
+    aggregation: mean
+    higher_is_better: true
+""")
+    assert main(["eval-gpt", f"checkpoint={run}", "device=cpu", "lm_eval=true", "tasks=[tiny_mc]",
+                 f"include_path={tasks}", "include_defaults=false", "lm_eval_batch_size=2"]) == 0
+    result = json.loads((run / "eval/eval.json").read_text())
+    assert set(result["lm_eval"]["avg"]) == {"0", "1"}
+    md = (run / "eval/lm_eval.md").read_text()
+    assert "tiny_mc" in md and "Avg" in md
