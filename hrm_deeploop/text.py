@@ -501,7 +501,7 @@ class PrepareTextConfig:
     # The bundled synthetic corpus instead (write_demo_corpus): number of documents, 0 = off.
     demo_docs: int = 0
     seed: int = 0
-    tokenizer: str = "gpt2"
+    tokenizer: str = "gpt2"  # gpt2 (50,257 BPE ids) | bytes (UTF-8 bytes + separator, 257 ids)
     shard_size: int = 100_000_000  # tokens per shard (modded-nanogpt's 10^8)
     val_tokens: int = 10_485_760  # the first tokens of the corpus form the val split
     max_tokens: int | None = None  # stop after this many tokens (e.g. to cut a streamed dataset)

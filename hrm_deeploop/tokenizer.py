@@ -87,11 +87,57 @@ def get_gpt2_tokenizer() -> Tokenizer:
     return Tokenizer(enc, tokenizer_id="gpt2")
 
 
+BYTES_EOT_ID = 256
+BYTES_VOCAB_SIZE = 257
+
+
+class ByteTokenizer:
+    """Byte-level tokenizer: ids 0..255 are the UTF-8 bytes of the text, 256 is the document
+    separator (`eot_token`). Same interface as `Tokenizer`. With 257 ids the tied embedding/head of
+    a tiny model is ~200x smaller than GPT-2's 50,257, which is what makes CPU-scale LM runs
+    affordable; pad `model.vocab_size` (e.g. 320) for aligned matmuls.
+    """
+
+    tokenizer_id = "bytes"
+    eot_token = BYTES_EOT_ID
+    n_vocab = BYTES_VOCAB_SIZE
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def encode_batch(self, texts: Sequence[str], num_threads: int = 8) -> list[list[int]]:
+        return [self.encode(t) for t in texts]
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        """Bytes -> text; the separator (and any id > 255) decodes as "<|endoftext|>"; invalid UTF-8
+        sequences become U+FFFD."""
+        out, run = [], bytearray()
+        for t in tokens:
+            t = int(t)
+            if 0 <= t < 256:
+                run.append(t)
+            else:
+                out.append(run.decode("utf-8", errors="replace"))
+                run = bytearray()
+                out.append(ENDOFTEXT)
+        out.append(run.decode("utf-8", errors="replace"))
+        return "".join(out)
+
+    def __repr__(self) -> str:
+        return f"ByteTokenizer(n_vocab={self.n_vocab})"
+
+
+@lru_cache(maxsize=1)
+def get_bytes_tokenizer() -> ByteTokenizer:
+    """UTF-8 bytes (ids 0..255) plus a document separator 256: 257 ids."""
+    return ByteTokenizer()
+
+
 # Registry of tokenizers by the id written into shard metadata (explicit, greppable).
-TOKENIZERS = {"gpt2": get_gpt2_tokenizer}
+TOKENIZERS = {"gpt2": get_gpt2_tokenizer, "bytes": get_bytes_tokenizer}
 
 
-def get_tokenizer(tokenizer_id: str) -> Tokenizer:
+def get_tokenizer(tokenizer_id: str) -> Tokenizer | ByteTokenizer:
     from hrm_deeploop.errors import UserError
 
     if tokenizer_id not in TOKENIZERS:
