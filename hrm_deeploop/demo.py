@@ -48,7 +48,9 @@ class DemoPreset:
     gpt_batch: int = 16
     gpt_lr: float = 3e-3
     gpt_overrides: list[str] = field(default_factory=list)
+    gpt_vocab_size: int = 320  # byte tokenizer (257 ids) padded; 50304 for gpt2
     text_docs: int = 2000
+    text_tokenizer: str = "bytes"  # bytes keeps the tiny model's head cheap on a CPU; gpt2 for real runs
     device: str = "auto"
 
 
@@ -94,16 +96,19 @@ def run(cfg: Any) -> int:
                 "evaluate", f"checkpoint={ckpt}", f"data_dir={out / 'arc'}",
                 f"output_dir={out / f'eval_{scheme}'}", f"device={p.device}"])
             results["hrm"][scheme] = json.loads((out / f"eval_{scheme}" / "pass_at_k.json").read_text())
+            results["hrm"][scheme]["train_tail"] = _tail_means(
+                run_dir / "metrics.jsonl", ("train/lm_loss", "train/accuracy", "train/exact_accuracy"))
 
     if not c.skip_gpt:
         _step(steps, "prepare-text", ["prepare-text", f"demo_docs={p.text_docs}", f"output_dir={out / 'text'}",
-                                       "shard_size=200000", "val_tokens=16384"])
+                                       f"tokenizer={p.text_tokenizer}", "shard_size=200000", "val_tokens=16384"])
         for r in p.gpt_rounds:
             for scheme in SCHEMES:
                 run_dir = out / f"gpt_R{r}_{scheme}"
                 _step(steps, f"train looped GPT (R={r}, {scheme})", [
                     "train-gpt", f"model={p.gpt_model}", f"model.num_rounds={r}", f"scaling={scheme}",
                     f"data.train={out / 'text' / 'train_*.bin'}", f"data.val={out / 'text' / 'val_*.bin'}",
+                    f"data.tokenizer_id={p.text_tokenizer}", f"model.vocab_size={p.gpt_vocab_size}",
                     f"output_dir={run_dir}", f"seed={c.seed}", "logger=none", f"device={p.device}",
                     f"max_steps={p.gpt_steps}", f"model.seq_len={p.gpt_seq_len}",
                     f"micro_batch_size={p.gpt_batch}", f"global_batch_tokens={p.gpt_batch * p.gpt_seq_len}",
@@ -165,11 +170,16 @@ def comparison_table(results: dict[str, Any]) -> str:
     lines = []
     if results["hrm"]:
         ks = list(next(iter(results["hrm"].values()))["hrm"].keys())
-        lines += ["HRM on the ARC subset: voted pass@K (%; HRM protocol, a task counts when all its test inputs are right)",
-                  "", "| scheme | " + " | ".join(f"pass@{k}" for k in ks) + " |",
-                  "|---|" + "---|" * len(ks)]
+        lines += ["HRM on the ARC subset: voted pass@K on the evaluation tasks (%; HRM protocol: a task counts",
+                  "when all its test inputs are right), and training metrics averaged over the last 10 steps",
+                  "", "| scheme | " + " | ".join(f"pass@{k}" for k in ks)
+                  + " | train lm_loss | train token acc | train exact acc |",
+                  "|---|" + "---|" * (len(ks) + 3)]
         for scheme, r in results["hrm"].items():
-            lines.append(f"| {scheme} | " + " | ".join(f"{r['hrm'][k]:.2f}" for k in ks) + " |")
+            tail = r.get("train_tail", {})
+            lines.append(f"| {scheme} | " + " | ".join(f"{r['hrm'][k]:.2f}" for k in ks) + " | "
+                         + " | ".join(_f(tail.get(k)) for k in ("train/lm_loss", "train/accuracy",
+                                                                   "train/exact_accuracy")) + " |")
         lines.append("")
     if results["gpt"]:
         lines += ["Looped GPT on the generated corpus: final validation loss (nats/token)", "",
@@ -185,6 +195,17 @@ def comparison_table(results: dict[str, Any]) -> str:
 
 def _f(v: float | None) -> str:
     return "-" if v is None else f"{v:.4f}"
+
+
+def _tail_means(path: Path, keys: tuple[str, ...], last: int = 10) -> dict[str, float]:
+    """Mean of each metric over the last `last` logged steps that have it."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    out = {}
+    for key in keys:
+        vals = [r[key] for r in rows if r.get(key) is not None][-last:]
+        if vals:
+            out[key] = sum(vals) / len(vals)
+    return out
 
 
 def _series(path: Path, keys: tuple[str, ...]) -> tuple[list[int], list[float], str] | None:

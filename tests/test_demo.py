@@ -1,0 +1,25 @@
+"""The demo runs the whole pipeline end to end (micro sizes), and its table comes from that run."""
+
+import json
+
+from hrm_deeploop.cli import main
+
+
+def test_demo_micro_end_to_end(tmp_path, capsys):
+    out = tmp_path / "demo"
+    rc = main(["demo", f"output_dir={out}", "preset.arc_train_tasks=2", "preset.arc_eval_tasks=2",
+               "preset.num_aug=2", "preset.hrm_steps=2", "preset.hrm_batch=4", "preset.gpt_steps=4",
+               "preset.gpt_rounds=[1,2]", "preset.text_docs=200", "preset.device=cpu"])
+    assert rc == 0
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["hrm"]) == {"baseline", "deeploop"}
+    assert set(results["gpt"]) == {"R1_baseline", "R1_deeploop", "R2_baseline", "R2_deeploop"}
+    for r in results["gpt"].values():
+        assert r["steps"] == 4 and r["final_val_loss"] > 0
+    table = (out / "table.md").read_text()
+    assert "pass@2" in table and "| 2 |" in table
+    assert (out / "loss_curves.png").stat().st_size > 1000
+    assert (out / "eval_baseline" / "report.html").exists()
+    assert "total wall time" in capsys.readouterr().out
+    # refuses to overwrite
+    assert main(["demo", f"output_dir={out}"]) == 2
