@@ -59,16 +59,6 @@ class LoadedModel:
     path: Path
 
 
-def resolve_checkpoint(path: str | Path) -> Path:
-    p = Path(path)
-    if p.is_dir():
-        found = ckpt.latest(p)
-        if found is None:
-            raise UserError(f"checkpoint folder '{p}' holds no checkpoints/step_N.pt")
-        return found
-    if not p.is_file():
-        raise UserError(f"checkpoint '{p}' does not exist")
-    return p
 
 
 def load_model(path: str | Path, device: torch.device | str = "cpu", dtype: str = "auto",
@@ -77,7 +67,7 @@ def load_model(path: str | Path, device: torch.device | str = "cpu", dtype: str 
 
     An official RoPE checkpoint does not record the sequence length (HRM takes it from the
     dataset): `seq_len` supplies it, default 900 (the ARC format)."""
-    p = resolve_checkpoint(path)
+    p = ckpt.resolve(path)
     device = torch.device(device)
     state = ckpt.load(p, map_location="cpu")
     if not isinstance(state, dict):

@@ -87,6 +87,19 @@ def latest(run_dir: str | Path) -> Path | None:
     return found[-1][1] if found else None
 
 
+def resolve(path: str | Path) -> Path:
+    """A checkpoint file, or the latest `checkpoints/step_N.pt` when given a run folder."""
+    p = Path(path)
+    if p.is_dir():
+        found = latest(p)
+        if found is None:
+            raise UserError(f"checkpoint folder '{p}' holds no checkpoints/step_N.pt")
+        return found
+    if not p.is_file():
+        raise UserError(f"checkpoint '{p}' does not exist")
+    return p
+
+
 def strip_prefixes(state_dict: dict[str, Any], prefixes: tuple[str, ...] = WRAPPER_PREFIXES) -> dict[str, Any]:
     """Remove torch.compile / DDP wrapper prefixes from state-dict keys."""
     out = {}

@@ -48,14 +48,6 @@ class EvalGPTConfig:
     include_defaults: bool = True  # false: index only include_path tasks (faster, offline)
 
 
-def resolve_checkpoint(path: str) -> Path:
-    p = Path(path)
-    if p.is_dir():
-        found = ckpt.latest(p)
-        if found is None:
-            raise UserError(f"checkpoint folder '{p}' holds no checkpoints/step_N.pt")
-        return found
-    return p
 
 
 def load_model(path: str | Path, device: torch.device | str = "cpu", num_rounds: int | None = None
@@ -90,7 +82,7 @@ def evaluate(opts: EvalGPTConfig) -> dict[str, Any]:
         raise ConfigError("nothing to evaluate: give data=<val shards> and/or lm_eval=true")
     e = dist_.setup(opts.device)
     try:
-        path = resolve_checkpoint(opts.checkpoint)
+        path = ckpt.resolve(opts.checkpoint)
         model, state = load_model(path, e.device, opts.num_rounds)
         dtype = dist_.compute_dtype(opts.dtype, e.device)
         out_dir = Path(opts.output_dir) if opts.output_dir else path.parent.parent / "eval"

@@ -11,6 +11,7 @@ import pytest
 from hrm_deeploop.cli import main
 from hrm_deeploop.text import write_meta, write_shard
 from tests.gpt_helpers import one_thread  # noqa: F401  (autouse)
+from tests.lm_eval_helpers import write_tiny_mc_task
 
 MODEL = ["model=gpt_tiny", "model.hidden_size=32", "model.seq_len=32", "model.mlp_multiple=16"]
 FAST = ["device=cpu", "logger=none", "progress=false", "micro_batch_size=2", "global_batch_tokens=64",
@@ -109,28 +110,7 @@ def test_eval_gpt_lm_eval_on_a_local_task(shards, tmp_path):
     rows = [{"question": "What colour is the sky?", "choices": [" blue", " green"], "label": 0},
             {"question": "How many legs has a cat?", "choices": [" two", " four"], "label": 1},
             {"question": "Which is a fruit?", "choices": [" apple", " chair"], "label": 0}]
-    data = tmp_path / "tiny.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    tasks = tmp_path / "tasks"
-    tasks.mkdir()
-    (tasks / "tiny_mc.yaml").write_text(f"""task: tiny_mc
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    train: {data}
-    test: {data}
-  cache_dir: {tmp_path / "hf_cache"}
-output_type: multiple_choice
-training_split: train
-test_split: test
-doc_to_text: "Question: {{{{question}}}}\\nAnswer:"
-doc_to_target: "{{{{label}}}}"
-doc_to_choice: "{{{{choices}}}}"
-metric_list:
-  - metric: acc
-    aggregation: mean
-    higher_is_better: true
-""")
+    tasks = write_tiny_mc_task(tmp_path, rows)
     assert main(["eval-gpt", f"checkpoint={run}", "device=cpu", "lm_eval=true", "tasks=[tiny_mc]",
                  f"include_path={tasks}", "include_defaults=false", "lm_eval_batch_size=2"]) == 0
     result = json.loads((run / "eval/eval.json").read_text())

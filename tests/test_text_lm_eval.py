@@ -15,6 +15,7 @@ from lm_eval.api.instance import Instance  # noqa: E402
 
 from hrm_deeploop.lm_eval_adapter import LoopedLM, run_lm_eval  # noqa: E402
 from hrm_deeploop.tokenizer import get_gpt2_tokenizer  # noqa: E402
+from tests.lm_eval_helpers import write_tiny_mc_task
 
 V = 50257
 
@@ -117,30 +118,7 @@ def test_run_lm_eval_on_a_local_task(model, tmp_path):
         {"question": "Which one is an animal?", "choices": [" rock", " dog"], "label": 1},
         {"question": "Which is a fruit?", "choices": [" apple", " chair"], "label": 0},
     ]
-    data = tmp_path / "tiny.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    tasks = tmp_path / "tasks"
-    tasks.mkdir()
-    (tasks / "tiny_mc.yaml").write_text(
-        f"""task: tiny_mc
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    train: {data}
-    test: {data}
-  cache_dir: {tmp_path / "hf_cache"}
-output_type: multiple_choice
-training_split: train
-test_split: test
-doc_to_text: "Question: {{{{question}}}}\\nAnswer:"
-doc_to_target: "{{{{label}}}}"
-doc_to_choice: "{{{{choices}}}}"
-metric_list:
-  - metric: acc
-    aggregation: mean
-    higher_is_better: true
-"""
-    )
+    tasks = write_tiny_mc_task(tmp_path, rows)
     out = tmp_path / "results"
     model.train()
     table = run_lm_eval(model, tasks=["tiny_mc"], num_fewshot=(0, 1), limit=None, batch_size=4,

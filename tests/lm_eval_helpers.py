@@ -1,0 +1,33 @@
+"""A tiny multiple-choice lm-eval task on local JSONL (offline), shared by the lm-eval tests."""
+
+import json
+from pathlib import Path
+
+TASK_YAML = """task: tiny_mc
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    train: {data}
+    test: {data}
+  cache_dir: {cache}
+output_type: multiple_choice
+training_split: train
+test_split: test
+doc_to_text: "Question: {{{{question}}}}\\nAnswer:"
+doc_to_target: "{{{{label}}}}"
+doc_to_choice: "{{{{choices}}}}"
+metric_list:
+  - metric: acc
+    aggregation: mean
+    higher_is_better: true
+"""
+
+
+def write_tiny_mc_task(tmp_path: Path, rows: list[dict]) -> Path:
+    """Write rows as JSONL plus a `tiny_mc` task YAML; return the folder to pass as include_path."""
+    data = tmp_path / "tiny.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "tiny_mc.yaml").write_text(TASK_YAML.format(data=data, cache=tmp_path / "hf_cache"))
+    return tasks
