@@ -95,7 +95,7 @@ class Bench:
 
     def step(self) -> None:
         with D.autocast(self.s.device, self.s.dtype):
-            _, loss = self.fwd(self.x, self.y)
+            loss = self.fwd(self.x, self.y)[1]
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), TrainGPTConfig().optim.grad_clip)
         self.opt.step()

@@ -201,7 +201,7 @@ def evaluate_loss(model: torch.nn.Module, batches: Iterable[tuple[Tensor, Tensor
     for x, y in batches:
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         with dist_.autocast(device, dtype):
-            _, loss = model(x, y)
+            loss = model(x, y)[1]  # drop the (B, T, V) logits now, not after backward
         n = (y != -1).sum()
         total += torch.stack([loss.double() * n, n.double()])
     model.train(was_training)
@@ -341,7 +341,7 @@ def _train(cfg: TrainGPTConfig, model_cfg: GPTConfig, scaling: ScalingConfig, da
                 sync = micro == accum - 1 or not e.distributed
                 with contextlib.nullcontext() if sync else train_model.no_sync():
                     with dist_.autocast(device, dtype):
-                        _, loss = train_model(x, y)
+                        loss = train_model(x, y)[1]  # logits freed before backward
                     (loss / accum).backward()
                 loss_sum += loss.detach()
             max_norm = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
