@@ -1,12 +1,16 @@
-"""Per-example exact and token accuracy of evaluate's predictions.npz against the split's labels."""
+"""Per-example exact and token accuracy of `evaluate`'s predictions.npz against the split's labels
+(runs/hrm_eval_{scheme} = test split, runs/hrm_evaltrain_{scheme} = train split; label 0 = padding)."""
+
 import numpy as np
-for split, pre in (("train", "hrm_evaltrain"), ("test", "hrm_eval")):
-    L = np.load(f'runs/arc_aug/{split}/all__labels.npy').astype(int)
-    I = np.load(f'runs/arc_aug/{split}/all__inputs.npy')
-    for s in ['baseline', 'deeploop']:
-        d = np.load(f'runs/{pre}_{s}/predictions.npz')
-        assert (d['inputs'] == I).all()
-        P = d['predictions'].astype(int)
-        mask = L != 0
-        ex = [(P[i][mask[i]] == L[i][mask[i]]).all() for i in range(len(L))]
-        print(f"{split} {s}: exact {sum(ex)}/{len(L)} = {np.mean(ex):.4f}; token accuracy (non-pad) {(P[mask] == L[mask]).mean():.4f}")
+
+for split, prefix in (("train", "hrm_evaltrain"), ("test", "hrm_eval")):
+    labels = np.load(f"runs/arc_aug/{split}/all__labels.npy").astype(int)
+    inputs = np.load(f"runs/arc_aug/{split}/all__inputs.npy")
+    for scheme in ("baseline", "deeploop"):
+        d = np.load(f"runs/{prefix}_{scheme}/predictions.npz")
+        assert (d["inputs"] == inputs).all(), "predictions are not in the split's order"
+        pred = d["predictions"].astype(int)
+        mask = labels != 0
+        exact = [(pred[i][mask[i]] == labels[i][mask[i]]).all() for i in range(len(labels))]
+        print(f"{split} {scheme}: exact {sum(exact)}/{len(labels)} = {np.mean(exact):.4f}; "
+              f"token accuracy (non-pad) {(pred[mask] == labels[mask]).mean():.4f}")

@@ -25,7 +25,7 @@ FIG = Path(__file__).resolve().parent
 
 
 def metrics(run: Path) -> list[dict]:
-    return [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines() if l.strip()]
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
 def curve(run: Path, key: str) -> tuple[list[int], list[float]]:
@@ -86,7 +86,8 @@ def p_sweep(folder: str = "psweep", lr: str = "2e-3", out: str = "p_sweep.png") 
     a.scatter([], [], marker="o", color="tab:blue", label="left the floor")
     a.set_xlabel("p  (alpha=(2N)^p, beta=(8N)^-p, N=6)")
     a.set_ylabel("final validation loss (nats/byte)")
-    a.set_title(f"p-sweep, looped GPT tiny, R=3, lr {lr}, 200 steps")
+    nseeds = max(sum(1 for x in rows if x["p"] == p) for p in ps)
+    a.set_title(f"p-sweep, looped GPT tiny, R=3, lr {lr}, 200 steps, {nseeds} seeds", fontsize=10)
     a.set_xticks(ps)
     a.grid(alpha=0.3)
     a.legend(fontsize=7)
