@@ -52,7 +52,7 @@ from hrm_deeploop.scaling import ScalingConfig  # noqa: E402
 from hrm_deeploop.train_gpt import OptimConfig, TrainGPTConfig, make_optimizer, mfu  # noqa: E402
 
 PRESETS = {
-    # GPT-2 small looped (the paper's LM setup): micro-batch 24 x 1024 as in docs/sections/gpt.md.
+    # GPT-2 small looped (the paper's LM setup): micro-batch 24 x 1024 as in the README (Looped GPT section).
     "paper": dict(model=GPTConfig(), batch=24, rounds=[1, 3], mem_rounds=[1, 3, 5, 7], warmup=3, steps=10,
                   budget_gb=100.0, max_r=48),
     # Small enough for 2 shared CPU cores; the loop still dominates (vocab 8192 keeps the head small).
