@@ -110,7 +110,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "train-gpt": Subcommand("train_gpt", "train the looped GPT language model", _train_gpt),
     "eval-gpt": Subcommand("eval_gpt", "validation loss and lm-evaluation-harness tasks for a looped GPT", _eval_gpt),
     "sweep": Subcommand("sweep", "looped-GPT sweeps: {baseline, deeploop} x R, and the p-sweep", _sweep),
-    "demo": Subcommand("demo", "the whole pipeline end to end on bundled data (CPU, ~10 min)", _demo),
+    "demo": Subcommand("demo", "the whole pipeline end to end on bundled data (2 CPU cores: ~4 min idle, <= 10 min)", _demo),
 }
 
 
