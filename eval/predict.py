@@ -166,6 +166,9 @@ def run(cfg: Any) -> int:
     pred_path = out / "predictions.npz"
     if pred_path.exists() and not c.overwrite:
         raise UserError(f"'{pred_path}' exists; pass overwrite=true to replace it or choose another output_dir")
+    if c.vote and c.split != "test":
+        raise ConfigError(f"split={c.split} with vote=true: voting needs the untranslated test split; "
+                          "pass vote=false to only write predictions.npz for another split")
     if c.vote:
         check_outputs(out, c.overwrite)  # fail before the (long) predict step, not after it
     env = D.setup(c.device)

@@ -133,3 +133,7 @@ def test_evaluate_cli_on_official_checkpoint(monkeypatch, tmp_path, capsys):
     assert run_subcommand("evaluate", [f"checkpoint={path}", f"data_dir={other}", f"output_dir={tmp_path / 'o2'}",
                                        "vote=false"]) == 2
     assert "num_puzzle_identifiers" in capsys.readouterr().err
+    # voting is defined on the test split only: refused before any prediction is made
+    assert run_subcommand("evaluate", [f"checkpoint={path}", f"data_dir={other}", f"output_dir={tmp_path / 'o3'}",
+                                       "split=train"]) == 2
+    assert "vote=false" in capsys.readouterr().err and not (tmp_path / "o3").exists()
