@@ -152,7 +152,7 @@ def write_dataset(plan: Plan, tmp: Path, materialize: bool, manifest: dict, bar_
         np.savez(tmp / F.GRIDS_FILE, cells=g.cells, grid_offset=g.offset, grid_shape=g.shape,
                  pair_grids=g.pair_grids)
     total = sum(sp.num_examples for sp in plan.splits.values())
-    with bar_factory(total, "encode") if materialize else _NoBar() as bar:
+    with bar_factory(total, "encode") if materialize else _bar_factory(False)(total, "encode") as bar:
         for split, sp in plan.splits.items():
             d = tmp / split
             d.mkdir()
@@ -185,27 +185,13 @@ def _remove_stale_tmp(out: Path) -> None:
             continue
 
 
-class _NoBar:
-    def __init__(self, *a, **k):
-        pass
-
-    def update(self, n: int) -> None:
-        pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        pass
-
-
 def _bar_factory(enabled: bool):
-    if not enabled:
-        return lambda total, desc: _NoBar()
+    """tqdm progress bars on stderr (disabled bars are no-ops)."""
     from tqdm import tqdm
 
     return lambda total, desc: tqdm(total=total, desc=f"build-arc {desc}", unit="ex" if desc == "encode"
-                                    else "task", unit_scale=True, file=sys.stderr, dynamic_ncols=True)
+                                    else "task", unit_scale=True, file=sys.stderr, dynamic_ncols=True,
+                                    disable=not enabled)
 
 
 def build(cfg: BuildConfig) -> BuildSummary:
