@@ -35,7 +35,6 @@ def _scales(cfg: DictConfig) -> int | None:
 
 def _build_arc(cfg: DictConfig) -> int | None:
     from arc_data.build import BuildConfig, build
-
     from hrm_deeploop.config import typed
 
     build(typed(cfg, BuildConfig))
@@ -44,7 +43,6 @@ def _build_arc(cfg: DictConfig) -> int | None:
 
 def _viz_arc(cfg: DictConfig) -> int | None:
     from arc_data.viz import VizConfig, visualize
-
     from hrm_deeploop.config import typed
 
     visualize(typed(cfg, VizConfig))
