@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from benchmarks.benchlib import (  # noqa: E402
     SavedActivations,
+    add_common_args,
     describe,
     failure_line,
     fmt_mb,
@@ -308,7 +309,6 @@ def memory_tables(base: GPTConfig, s: Setup, mem_rounds: list[int], budget_gb: f
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="paper")
-    parser.add_argument("--device", default="auto", help="auto | cpu | cuda[:N]")
     parser.add_argument("--batch", type=int, help="sequences per step (default: the preset's)")
     parser.add_argument("--rounds", type=int, nargs="+", help="R values for the throughput table")
     parser.add_argument("--mem-rounds", type=int, nargs="+", help="R values for the memory table")
@@ -320,10 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--scaling", default="deeploop", choices=["baseline", "deeploop"])
-    parser.add_argument("--peak-tflops", type=float, default=TrainGPTConfig().mfu_peak_tflops,
-                        help="device peak for MFU (default: the trainer's mfu_peak_tflops)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="CPU intra-op threads (1: on a loaded shared CPU, OpenMP spinning made 2 threads 100x slower)")
+    add_common_args(parser, TrainGPTConfig().mfu_peak_tflops)
     args = parser.parse_args(argv)
 
     p = PRESETS[args.preset]

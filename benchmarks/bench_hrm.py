@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from benchmarks.benchlib import (  # noqa: E402
     SavedActivations,
+    add_common_args,
     describe,
     failure_line,
     fmt_mb,
@@ -57,6 +58,7 @@ from hrm_deeploop.core import swiglu_width  # noqa: E402
 from hrm_deeploop.hrm import HRMConfig  # noqa: E402
 from hrm_deeploop.scaling import ScalingConfig  # noqa: E402
 from hrm_deeploop.train import LoopConfig, TrainConfig, Trainer  # noqa: E402
+from hrm_deeploop.train_gpt import TrainGPTConfig  # noqa: E402
 
 PRESETS = {
     # The reference's ARC config per GPU: global batch 768 on 8 GPUs = 96 per GPU, bf16.
@@ -155,7 +157,6 @@ def run_variant(v: Variant, model_cfg: HRMConfig, scaling: ScalingConfig, device
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="paper")
-    parser.add_argument("--device", default="auto", help="auto | cpu | cuda[:N]")
     parser.add_argument("--batch", type=int, help="examples per step (default: the preset's)")
     parser.add_argument("--warmup", type=int, help="untimed steps per variant (include compilation)")
     parser.add_argument("--steps", type=int, help="timed steps per variant")
@@ -164,10 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile variants")
     parser.add_argument("--num-puzzle-ids", type=int, default=1024,
                         help="puzzle-table rows (ARC-1 has ~880K: a 1.8 GB fp32 buffer, not included by default)")
-    parser.add_argument("--peak-tflops", type=float, default=989.0,
-                        help="device bf16 dense peak for MFU (default: H100/H200 SXM)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="CPU intra-op threads (1: on a loaded shared CPU, OpenMP spinning made 2 threads 100x slower)")
+    add_common_args(parser, TrainGPTConfig().mfu_peak_tflops)
     args = parser.parse_args(argv)
 
     preset = PRESETS[args.preset]

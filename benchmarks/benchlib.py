@@ -22,6 +22,15 @@ from dataclasses import dataclass
 import torch
 
 
+def add_common_args(parser, peak_tflops: float) -> None:
+    """Flags every benchmark takes: --device, --threads, --peak-tflops."""
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda[:N]")
+    parser.add_argument("--peak-tflops", type=float, default=peak_tflops,
+                        help="device bf16 dense peak for MFU (default: the GPT trainer's mfu_peak_tflops)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="CPU intra-op threads (1: on a loaded shared CPU, OpenMP spinning made 2 threads 100x slower)")
+
+
 def setup_device(name: str, threads: int = 1) -> torch.device:
     """'auto' = CUDA when present. Limits CPU threads (the CPU machine is shared)."""
     torch.set_num_threads(threads)

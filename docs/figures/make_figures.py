@@ -24,6 +24,23 @@ ROOT = Path(sys.argv[1] if len(sys.argv) > 1 else "runs")
 FIG = Path(__file__).resolve().parent
 
 
+def style_train_loss_axis(ax, floor: float, ylim: tuple[float, float]) -> None:
+    """The shared look of the 'train loss, every seed' panels."""
+    ax.axhline(floor, color="gray", ls="--", lw=1)
+    ax.set_ylim(*ylim)
+    ax.set_xlabel("step")
+    ax.set_ylabel("train loss (nats/byte)")
+    ax.set_title("train loss, every seed")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+
+
+def save(fig, name: str) -> None:
+    fig.tight_layout()
+    fig.savefig(FIG / name)
+    plt.close(fig)
+
+
 def metrics(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
@@ -95,16 +112,8 @@ def p_sweep(folder: str = "psweep", lr: str = "2e-3", out: str = "p_sweep.png") 
         st, v = curve(x["run"], "train/loss")
         c = cmap((x["p"] - min(ps)) / max(1e-9, max(ps) - min(ps)))
         b.plot(st, v, color=c, lw=1, alpha=0.8, label=f"p={x['p']:.2f}" if x["seed"] == 0 else None)
-    b.axhline(floor, color="gray", ls="--", lw=1)
-    b.set_ylim(1.5, 4.2)
-    b.set_xlabel("step")
-    b.set_ylabel("train loss (nats/byte)")
-    b.set_title("train loss, every seed")
-    b.grid(alpha=0.3)
-    b.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(FIG / out)
-    plt.close(fig)
+    style_train_loss_axis(b, floor, (1.5, 4.2))
+    save(fig, out)
 
 
 def rounds() -> None:
@@ -158,16 +167,8 @@ def rounds() -> None:
         st, v = curve(x["run"], "train/loss")
         b.plot(st, v, color="C0" if x["method"] == "baseline" else "C1", ls=styles.get(x["R"], "-."), lw=1,
                label=f"{x['method']} R={x['R']}" if x["seed"] == 0 else None)
-    b.axhline(rows[0]["floor"], color="gray", ls="--", lw=1)
-    b.set_ylim(0.5, 4.5)
-    b.set_xlabel("step")
-    b.set_ylabel("train loss (nats/byte)")
-    b.set_title("train loss, every seed")
-    b.grid(alpha=0.3)
-    b.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(FIG / "rounds.png")
-    plt.close(fig)
+    style_train_loss_axis(b, rows[0]["floor"], (0.5, 4.5))
+    save(fig, "rounds.png")
 
 
 def hrm() -> None:
