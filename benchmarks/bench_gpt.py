@@ -153,7 +153,7 @@ def throughput(base: GPTConfig, s: Setup, rounds: list[int], compile_modes: list
 # ---- memory -------------------------------------------------------------------------------------
 
 class OutOfMemory(Exception):
-    pass
+    """A measured configuration did not fit the device."""
 
 
 def measure_memory(base: GPTConfig, s: Setup, R: int, ckpt: bool) -> dict:

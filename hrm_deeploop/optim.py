@@ -54,8 +54,8 @@ def make_adam_atan2(params, lr: float, betas: tuple[float, float], weight_decay:
         try:
             from adam_atan2 import AdamATan2 as CudaAdamATan2  # needs the compiled backend
         except ImportError:
-            pass
-        else:
+            CudaAdamATan2 = None  # not installed, or built without CUDA: use the torch port below
+        if CudaAdamATan2 is not None:
             return CudaAdamATan2(params, lr=lr, betas=betas, weight_decay=weight_decay)
     return AdamATan2(params, lr=lr, betas=betas, weight_decay=weight_decay)
 
