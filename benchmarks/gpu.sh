@@ -1,15 +1,23 @@
 #!/usr/bin/env bash
 # GPU measurements of issue 6, end to end, on one GPU (an H200 in mind) in under 8 minutes:
-#   GPU line (nvidia-smi), GPU tests (pytest -m gpu), fused residual-norm kernel benchmark,
+#   GPU line (nvidia-smi), GPU tests (pytest -m gpu),
+#   looped GPT-2 small throughput + MFU at R = 1, 3 (eager / compile)           [target: 40% MFU at R = 3],
+#   HRM vs the reference implementation at the paper config, compiled, when a checkout of
+#   sapientinc/HRM is at HRM_REFERENCE (default benchmarks/out/hrm-reference)  [target: ratio >= 1],
 #   HRM train step at the paper config (eager / compile x fused kernel on / off),
-#   looped GPT-2 small throughput + MFU at R = 1, 3 (eager / compile),
+#   fused residual-norm kernel benchmark, fusion candidates (RoPE, SwiGLU, loss: eager vs compile),
 #   looped GPT-2 small memory at R = 1, 3, 5, 7 with / without per-round checkpointing and the
 #   largest R within MEM_BUDGET_GB (default 100).
+# The steps run in that order (the targets first); a step the budget no longer covers is skipped.
 #
 #   bash benchmarks/gpu.sh                      # log in ${OUT:-benchmarks/out}/gpu_<time>.log
 #   OUT=/tmp/x MEM_BUDGET_GB=120 bash benchmarks/gpu.sh
 #   INSTALL_ADAM_ATAN2=1 bash benchmarks/gpu.sh # also try to build the adam-atan2 CUDA kernel (minutes)
 #   PYTHON=/path/to/python BUDGET_S=470 MEM_BUDGET_GB=100 ...    # the other knobs
+#
+# The reference comparison needs the reference code beside the repo (git-ignored, not shipped):
+#   git clone https://github.com/sapientinc/HRM benchmarks/out/hrm-reference
+# and pydantic, which its modules import (without it that step fails and the others run).
 #
 # Each step runs under `timeout`, capped by what is left of BUDGET_S (default 470 s), so one
 # failure or hang cannot eat the whole budget; a summary table of the steps closes the log.
@@ -19,6 +27,7 @@ OUT=${OUT:-benchmarks/out}
 PY=${PYTHON:-python}
 BUDGET_S=${BUDGET_S:-470}
 MEM_BUDGET_GB=${MEM_BUDGET_GB:-100}
+HRM_REFERENCE=${HRM_REFERENCE:-benchmarks/out/hrm-reference}
 mkdir -p "$OUT"
 LOG="$OUT/gpu_$(date +%Y%m%d_%H%M%S).log"
 exec > >(tee -a "$LOG") 2>&1
@@ -69,12 +78,19 @@ step() {  # step NAME CAP_S CMD...: run CMD under min(CAP_S, time left), record 
 
 step "nvidia-smi" 15 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,power.limit --format=csv
 step "pytest -m gpu" 75 "$PY" -m pytest -m gpu -q -p no:cacheprovider tests
-step "bench_kernels" 60 "$PY" benchmarks/bench_kernels.py --iters 30
-step "bench_hrm paper" 140 "$PY" benchmarks/bench_hrm.py --preset paper
 step "bench_gpt throughput" 150 "$PY" benchmarks/bench_gpt.py --preset paper --rounds 1 3 --skip-memory
+if [ -d "$HRM_REFERENCE/models/hrm" ]; then
+  step "HRM vs reference" 130 "$PY" benchmarks/compare_reference_hrm.py --reference "$HRM_REFERENCE" \
+    --preset paper --variants compile --schemes baseline --check-steps 2 --check-batch 8
+else
+  echo; echo "# HRM vs reference: no checkout at HRM_REFERENCE=$HRM_REFERENCE, skipped"
+  SUMMARY+=("$(printf '%-26s %-14s %6s' "HRM vs reference" "no reference" 0)")
+fi
+step "bench_hrm paper" 140 "$PY" benchmarks/bench_hrm.py --preset paper
+step "bench_kernels" 60 "$PY" benchmarks/bench_kernels.py --iters 30
+step "bench_fusion" 60 "$PY" benchmarks/bench_fusion.py
 step "bench_gpt memory" 100 "$PY" benchmarks/bench_gpt.py --preset paper --skip-throughput \
   --mem-rounds 1 3 5 7 --mem-budget-gb "$MEM_BUDGET_GB"
-
 echo
 echo "================ summary ($(( $(date +%s) - START )) s in all) ================"
 printf '%-26s %-14s %6s\n' step status seconds

@@ -183,7 +183,9 @@ class Trainer:
         self.model = HRM(model_cfg, scaling, self.dtype).to(env.device)
         self.model.train()
         self.ddp = D.wrap_ddp(self.model, env, sync_buffers=False)
-        self.forward = torch.compile(self.ddp) if cfg.train.compile else self.ddp
+        # Forward and ACT loss in one function, compiled as one graph when train.compile is set (as
+        # HRM compiles its loss head): the fp64 stablemax then fuses with the lm head.
+        self.forward_loss = torch.compile(self._forward_loss) if cfg.train.compile else self._forward_loss
         o = cfg.optim
         self.sparse = (SparseSignSGD(self.model.puzzle_emb.weights, o.puzzle_emb_lr, o.puzzle_emb_weight_decay)
                        if self.model.puzzle_emb is not None else None)
@@ -204,6 +206,13 @@ class Trainer:
         return (lr_at(step, o.lr, o.lr_warmup_steps, self.total_steps, o.lr_min_ratio),
                 lr_at(step, o.puzzle_emb_lr, o.lr_warmup_steps, self.total_steps, o.lr_min_ratio))
 
+    def _forward_loss(self, carry: Carry, batch: dict[str, torch.Tensor], generator: torch.Generator
+                      ) -> tuple[Carry, torch.Tensor, dict[str, torch.Tensor]]:
+        carry, out = self.ddp(carry, batch, generator)
+        loss, m = act_loss(out, carry.data["labels"], carry.halted, carry.steps,
+                           self.model.cfg.loss_type, self.model.cfg.stablemax_dtype)
+        return carry, loss, m
+
     def forward_backward(self, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
         """Forward + backward over this rank's rows (all micro-batches). Returns metric sums
         (METRIC_KEYS order, local to this rank) as a float64 tensor."""
@@ -216,9 +225,7 @@ class Trainer:
                 self.carries[a] = model.initial_carry(mb)
             sync = contextlib.nullcontext() if (a == A - 1 or not self.env.distributed) else self.ddp.no_sync()
             with sync:
-                carry, out = self.forward(self.carries[a], mb, self.generator)
-                loss, m = act_loss(out, carry.data["labels"], carry.halted, carry.steps,
-                                   model.cfg.loss_type, model.cfg.stablemax_dtype)
+                carry, loss, m = self.forward_loss(self.carries[a], mb, self.generator)
                 # DDP averages over ranks; HRM sums the per-rank loss / global batch: scale by W.
                 (loss * (W / G)).backward()
             self.carries[a] = carry
@@ -231,16 +238,16 @@ class Trainer:
         set_lr(self.adam, lr)
         sums = self.forward_backward(tensors)
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-        grad_sq = torch.stack([g.float().square().sum() for g in grads]).sum().to(torch.float64)
+        grad_sq = torch.stack(torch._foreach_norm(grads)).double().square().sum()  # one fused kernel per dtype
         puzzle = self.model.puzzle_emb.take_grads() if self.sparse is not None else None
         # The puzzle-row grads are local to each rank (SignSGD gathers them): reduce their norm.
         puzzle_sq = puzzle[1].double().square().sum() if puzzle is not None else torch.zeros((), dtype=torch.float64)
         sums = torch.cat([sums, puzzle_sq.to(sums.device).view(1)])
-        D.all_reduce_(sums)  # dense grads are already identical on every rank (DDP)
-        vals = dict(zip(METRIC_KEYS, sums[:-1].tolist()))
-        metrics = _normalise(vals, self.cfg.train.global_batch_size)
-        metrics["grad_norm"] = math.sqrt(float(grad_sq))
-        metrics["puzzle_grad_norm"] = math.sqrt(float(sums[-1]))
+        D.all_reduce_(sums)  # dense grads are already identical on every rank (DDP): not reduced
+        *sums, puzzle_sq, grad_sq = torch.cat([sums, grad_sq.to(sums.device).view(1)]).tolist()  # one host sync
+        metrics = _normalise(dict(zip(METRIC_KEYS, sums)), self.cfg.train.global_batch_size)
+        metrics["grad_norm"] = math.sqrt(grad_sq)
+        metrics["puzzle_grad_norm"] = math.sqrt(puzzle_sq)
         check_finite(self.step, loss=metrics["loss"], grad_norm=metrics["grad_norm"],
                      puzzle_grad_norm=metrics["puzzle_grad_norm"])
         if puzzle is not None:

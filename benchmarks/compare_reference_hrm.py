@@ -1,0 +1,332 @@
+"""HRM side by side with the reference implementation (sapientinc/HRM): same outputs, and speed.
+
+Needs a checkout of the reference code, which this project does not ship:
+
+    git clone https://github.com/sapientinc/HRM benchmarks/out/hrm-reference   # /benchmarks/out is git-ignored
+    python benchmarks/compare_reference_hrm.py --reference benchmarks/out/hrm-reference --preset cpu
+    python benchmarks/compare_reference_hrm.py --reference ... --preset paper    # GPU: the paper config, batch 96, bf16
+
+Two parts, both at one config (`--preset`, as in bench_hrm.py, but with the reference's fixed
+SwiGLU width multiple of 256):
+
+1. Equivalence (fp32, exploration off, attention on SDPA for both): the reference `ACTLossHead(HierarchicalReasoningModel_ACTV1)`
+   is built, its weights are loaded into our `HRM` (baseline scaling) through the official-checkpoint
+   key map, the puzzle table is filled with random rows, and both run `--check-steps` ACT training
+   steps on the same batches with the same optimisers' rules: the reference's sparse SignSGD class
+   and the same AdamATan2 implementation for both. After each step it compares the loss, logits,
+   Q logits, every dense gradient, the puzzle-row gradients and, after the optimiser step, every
+   weight and the puzzle table. Exit 1 when a relative difference exceeds `--tol`.
+2. Throughput: the reference's train step as its `pretrain.train_batch` does it (forward through
+   the loss head, backward of loss / batch, sparse SignSGD + AdamATan2 with the scheduled lr,
+   zero_grad, metrics to the host), eager and `torch.compile(model, dynamic=False)` as its pretrain
+   compiles; against ours, `train.Trainer.train_step` (baseline and deeploop scaling), eager and
+   compiled. Warm-up steps (compilation) are not timed; ratio = ours / reference examples/s.
+
+What is not the reference's: HRM hard-imports flash-attn. When neither `flash_attn_interface` (FA3)
+nor `flash_attn` (FA2) imports, a stand-in module maps `flash_attn_func` to PyTorch's
+`scaled_dot_product_attention` (our model's attention), so the two sides then share one attention
+kernel and the comparison measures everything around it. The header says which one ran. The
+AdamATan2 of both sides is `hrm_deeploop.optim.make_adam_atan2` (the adam-atan2 CUDA kernel when
+it imports, as HRM's pretrain uses, else the PyTorch port). The reference's modules need pydantic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib
+import sys
+import types
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from benchmarks.bench_hrm import PRESETS, fake_split, random_batches  # noqa: E402
+from benchmarks.benchlib import add_common_args, describe, print_table, setup_device, time_steps  # noqa: E402
+from hrm_deeploop import distributed as D  # noqa: E402
+from hrm_deeploop.checkpoint import official_key_map, official_state_dict  # noqa: E402
+from hrm_deeploop.hrm import HRM, HRMConfig  # noqa: E402
+from hrm_deeploop.losses import act_loss  # noqa: E402
+from hrm_deeploop.optim import SparseSignSGD, lr_at, make_adam_atan2, set_lr  # noqa: E402
+from hrm_deeploop.scaling import ScalingConfig  # noqa: E402
+from hrm_deeploop.train import LoopConfig, OptimConfig, TrainConfig, Trainer  # noqa: E402
+from hrm_deeploop.train_gpt import TrainGPTConfig  # noqa: E402
+
+REFERENCE_MLP_MULTIPLE = 256  # HRM's SwiGLU rounds its width up to a multiple of 256, fixed
+
+
+# ---- loading the reference ------------------------------------------------------------------------
+
+def _sdpa_flash_attn_func(q, k, v, causal=False, **_):
+    """flash_attn_func's layout, (B, T, H, Dh) in and out, on scaled_dot_product_attention."""
+    out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal)
+    return out.transpose(1, 2).contiguous()
+
+
+def import_reference(ref_dir: Path) -> tuple[types.SimpleNamespace, str]:
+    """The reference's model, loss head and sparse optimiser classes, and the attention used."""
+    if not (ref_dir / "models" / "hrm" / "hrm_act_v1.py").is_file():
+        raise SystemExit(f"--reference {ref_dir}: no models/hrm/hrm_act_v1.py there (a checkout of "
+                         "https://github.com/sapientinc/HRM is expected)")
+    attention = None
+    for name in ("flash_attn_interface", "flash_attn"):
+        try:
+            importlib.import_module(name)
+            attention = f"{name} (real)"
+            break
+        except Exception:  # missing, or a build that fails to load: both mean "not usable"
+            continue
+    if attention is None:
+        shim = types.ModuleType("flash_attn")
+        shim.flash_attn_func = _sdpa_flash_attn_func
+        sys.modules["flash_attn_interface"] = shim
+        sys.modules["flash_attn"] = shim
+        attention = "flash-attn not importable: stand-in on torch scaled_dot_product_attention"
+    sys.path.insert(0, str(ref_dir))
+    try:
+        act = importlib.import_module("models.hrm.hrm_act_v1")
+        losses = importlib.import_module("models.losses")
+        sparse = importlib.import_module("models.sparse_embedding")
+    except ImportError as e:
+        raise SystemExit(f"cannot import the reference from {ref_dir}: {e} (it needs pydantic)") from None
+    return types.SimpleNamespace(Model=act.HierarchicalReasoningModel_ACTV1, LossHead=losses.ACTLossHead,
+                                 SignSGD=sparse.CastedSparseEmbeddingSignSGD_Distributed,
+                                 layers=importlib.import_module("models.layers")), attention
+
+
+def reference_config(cfg: HRMConfig, batch: int, dtype: torch.dtype) -> dict:
+    """HRM's arch dict for our config (pretrain.create_model adds the runtime fields)."""
+    return dict(batch_size=batch, seq_len=cfg.seq_len, puzzle_emb_ndim=cfg.puzzle_dim,
+                num_puzzle_identifiers=cfg.num_puzzle_identifiers, vocab_size=cfg.vocab_size,
+                H_cycles=cfg.num_h_cycles, L_cycles=cfg.num_l_cycles, H_layers=cfg.num_h_layers,
+                L_layers=cfg.num_l_layers, hidden_size=cfg.hidden_size, expansion=cfg.expansion,
+                num_heads=cfg.num_heads, pos_encodings=cfg.pos_encodings, rms_norm_eps=cfg.rms_norm_eps,
+                rope_theta=cfg.rope_theta, halt_max_steps=cfg.halt_max_steps,
+                halt_exploration_prob=cfg.halt_exploration_prob, forward_dtype=str(dtype).removeprefix("torch."),
+                causal=False)
+
+
+def build_reference(ref, cfg: HRMConfig, batch: int, dtype: torch.dtype, device: torch.device):
+    """ACTLossHead(model) built on `device` as HRM's pretrain builds it (inside torch.device)."""
+    with torch.device(device):
+        return ref.LossHead(ref.Model(reference_config(cfg, batch, dtype)), loss_type=cfg.loss_type)
+
+
+def reference_optimizers(ref, head, o: OptimConfig, device: torch.device) -> list:
+    """[sparse SignSGD on the puzzle buffers, AdamATan2 on the parameters], lr set per step."""
+    return [ref.SignSGD(head.model.puzzle_emb.buffers(), lr=0, weight_decay=o.puzzle_emb_weight_decay, world_size=1),
+            make_adam_atan2(head.parameters(), lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay,
+                            device=device)]
+
+
+def key_map(cfg: HRMConfig) -> dict[str, str]:
+    return official_key_map(cfg.num_h_layers, cfg.num_l_layers, cfg.pos_encodings, cfg.puzzle_dim > 0)
+
+
+# ---- 1. equivalence -------------------------------------------------------------------------------
+
+def rel_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max |a - b| / max(max |b|, 1e-12), in float64."""
+    a, b = a.detach().double(), b.detach().double()
+    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-12))
+
+
+def check_equivalence(ref, cfg: HRMConfig, batch: int, device: torch.device, steps: int, o: OptimConfig,
+                      seed: int) -> list[list[str]]:
+    """Rows [step, quantity, max relative difference] for `steps` ACT training steps."""
+    cfg = replace(cfg, halt_exploration_prob=0.0, forward_dtype="float32")
+    # fp32 throughout, so the reference's attention is the SDPA stand-in here even when flash-attn
+    # (bf16/fp16 only) is installed: this part compares everything around the attention kernel.
+    real_attention, ref.layers.flash_attn_func = ref.layers.flash_attn_func, _sdpa_flash_attn_func
+    try:
+        return _check(ref, cfg, batch, device, steps, o, seed)
+    finally:
+        ref.layers.flash_attn_func = real_attention
+
+
+def _check(ref, cfg: HRMConfig, batch: int, device: torch.device, steps: int, o: OptimConfig,
+           seed: int) -> list[list[str]]:
+    torch.manual_seed(seed)
+    head = build_reference(ref, cfg, batch, torch.float32, device)
+    kmap = key_map(cfg)
+    with torch.no_grad():  # random puzzle rows (HRM starts them at 0) so that their path is compared
+        head.model.inner.puzzle_emb.weights.normal_(0, 1)
+    ours = HRM(cfg, ScalingConfig(scheme="baseline"), torch.float32).to(device)
+    ours.load_state_dict(official_state_dict(head.state_dict(), kmap, "reference"))
+    ours.train()
+    head.train()
+    names = {kmap["model.inner." + n]: p for n, p in head.model.inner.named_parameters()}
+    ref_opts = reference_optimizers(ref, head, o, device)
+    sparse = SparseSignSGD(ours.puzzle_emb.weights, o.puzzle_emb_lr, o.puzzle_emb_weight_decay)
+    adam = make_adam_atan2(ours.parameters(), lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay,
+                           device=device)
+    batches = random_batches(cfg, batch, steps, device, seed=seed + 1)
+    with torch.device(device):
+        ref_carry = head.initial_carry(batches[0])
+    our_carry = ours.initial_carry(batches[0])
+    rows = []
+    for t, b in enumerate(batches, start=1):
+        ref_carry, ref_loss, _, ref_out, _ = head(carry=ref_carry, batch=b,
+                                                  return_keys=["logits", "q_halt_logits", "q_continue_logits"])
+        ((1 / batch) * ref_loss).backward()
+        our_carry, out = ours(our_carry, b)
+        our_loss, _ = act_loss(out, our_carry.data["labels"], our_carry.halted, our_carry.steps, cfg.loss_type,
+                               cfg.stablemax_dtype)
+        ((1 / batch) * our_loss).backward()
+        diffs = {"loss": rel_diff(our_loss, ref_loss), "logits": rel_diff(out["logits"], ref_out["logits"]),
+                 "q_halt_logits": rel_diff(out["q_halt_logits"], ref_out["q_halt_logits"]),
+                 "q_continue_logits": rel_diff(out["q_continue_logits"], ref_out["q_continue_logits"]),
+                 "halted (mismatches)": float((our_carry.halted != ref_carry.halted).sum())}
+        grads = [(n, p.grad, names[n].grad) for n, p in ours.named_parameters()]
+        missing = [n for n, a, b_ in grads if (a is None) != (b_ is None)]
+        if missing:
+            raise AssertionError(f"step {t}: gradient present on one side only: {missing}")
+        diffs["dense grads (worst)"] = max(rel_diff(a, b_) for _, a, b_ in grads if a is not None)
+        ids, pgrad = ours.puzzle_emb.take_grads()
+        diffs["puzzle-row grads"] = rel_diff(pgrad, head.model.inner.puzzle_emb.local_weights.grad)
+        # optimiser step, same lr schedule on both sides
+        lr = lr_at(t, o.lr, o.lr_warmup_steps, 10**6, o.lr_min_ratio)
+        lr_p = lr_at(t, o.puzzle_emb_lr, o.lr_warmup_steps, 10**6, o.lr_min_ratio)
+        for opt, value in zip(ref_opts, (lr_p, lr)):
+            set_lr(opt, value)
+            opt.step()
+            opt.zero_grad()
+        sparse.lr = lr_p
+        sparse.step(ids, pgrad)
+        set_lr(adam, lr)
+        adam.step()
+        adam.zero_grad(set_to_none=True)
+        diffs["weights after step (worst)"] = max(rel_diff(p, names[n]) for n, p in ours.named_parameters())
+        diffs["puzzle table after step"] = rel_diff(ours.puzzle_emb.weights, head.model.inner.puzzle_emb.weights)
+        rows += [[str(t), k, f"{v:.2e}" if "mismatches" not in k else f"{v:.0f}"] for k, v in diffs.items()]
+    return rows
+
+
+# ---- 2. throughput ----------------------------------------------------------------------------------
+
+def reference_step_fn(ref, cfg: HRMConfig, batch: int, dtype: torch.dtype, device: torch.device, compile_: bool,
+                      o: OptimConfig):
+    """A closure running one step as HRM's pretrain.train_batch does (world size 1)."""
+    torch.manual_seed(0)
+    head = build_reference(ref, cfg, batch, dtype, device)
+    model = torch.compile(head, dynamic=False) if compile_ else head
+    opts, base_lrs = reference_optimizers(ref, head, o, device), (o.puzzle_emb_lr, o.lr)
+    batches = random_batches(cfg, batch, 4, device)
+    state = {"step": 0, "carry": None}
+
+    def step() -> None:
+        state["step"] += 1
+        b = batches[state["step"] % len(batches)]
+        if state["carry"] is None:
+            with torch.device(device):
+                state["carry"] = head.initial_carry(b)
+        state["carry"], loss, metrics, _, _ = model(carry=state["carry"], batch=b, return_keys=[])
+        ((1 / batch) * loss).backward()
+        for opt, base in zip(opts, base_lrs):
+            set_lr(opt, lr_at(state["step"], base, o.lr_warmup_steps, 10**6, o.lr_min_ratio))
+            opt.step()
+            opt.zero_grad()
+        torch.stack([metrics[k] for k in sorted(metrics)]).cpu()  # the host copy its logging makes
+
+    return step
+
+
+def our_step_fn(cfg: HRMConfig, scheme: str, batch: int, device: torch.device, compile_: bool, o: OptimConfig):
+    tcfg = TrainConfig(logger="none", device=device.type, optim=o,
+                       train=LoopConfig(global_batch_size=batch, compile=compile_, progress=False))
+    env = D.Env(rank=0, local_rank=0, world_size=1, device=device)
+    trainer = Trainer(tcfg, cfg, ScalingConfig(scheme=scheme), env, fake_split(cfg.num_puzzle_identifiers),
+                      total_steps=10**6)
+    batches = random_batches(cfg, batch, 4, device)
+    return lambda: trainer.train_step(batches[trainer.step % len(batches)])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reference", required=True, type=Path, help="a checkout of github.com/sapientinc/HRM")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
+    parser.add_argument("--batch", type=int, help="examples per step (default: the preset's)")
+    parser.add_argument("--warmup", type=int, help="untimed steps per variant (include compilation)")
+    parser.add_argument("--steps", type=int, help="timed steps per variant")
+    parser.add_argument("--check-steps", type=int, default=3, help="ACT steps compared in the equivalence part")
+    parser.add_argument("--check-batch", type=int, default=4, help="batch of the equivalence part")
+    parser.add_argument("--tol", type=float, default=1e-3, help="largest relative difference accepted")
+    parser.add_argument("--skip-check", action="store_true")
+    parser.add_argument("--skip-speed", action="store_true")
+    parser.add_argument("--variants", nargs="+", choices=["eager", "compile"], default=["eager", "compile"])
+    parser.add_argument("--schemes", nargs="+", choices=["baseline", "deeploop"], default=["baseline", "deeploop"],
+                        help="our residual schemes to time (the reference is the baseline)")
+    parser.add_argument("--num-puzzle-ids", type=int, default=1024)
+    add_common_args(parser, TrainGPTConfig().mfu_peak_tflops)
+    args = parser.parse_args(argv)
+
+    preset = PRESETS[args.preset]
+    device = setup_device(args.device, args.threads)
+    ref, attention = import_reference(args.reference.resolve())
+    cfg = replace(preset["model"], num_puzzle_identifiers=args.num_puzzle_ids, mlp_multiple=REFERENCE_MLP_MULTIPLE)
+    batch = args.batch or preset["batch"]
+    warmup = preset["warmup"] if args.warmup is None else args.warmup
+    steps = args.steps or preset["steps"]
+    dtype = D.compute_dtype(cfg.forward_dtype, device)
+    o = OptimConfig()
+    tokens = cfg.puzzle_len + cfg.seq_len
+    print(f"# HRM vs reference ({args.reference}), preset {args.preset}: {describe(device)}")
+    print(f"# hidden {cfg.hidden_size}, {cfg.num_heads} heads, H/L layers {cfg.num_h_layers}/{cfg.num_l_layers}, "
+          f"H/L cycles {cfg.num_h_cycles}/{cfg.num_l_cycles}, halt_max_steps {cfg.halt_max_steps}, {tokens} tokens/"
+          f"example, {cfg.loss_type} ({cfg.stablemax_dtype})")
+    print(f"# reference attention: {attention}")
+    failed = False
+
+    if not args.skip_check:
+        rows = check_equivalence(ref, cfg, args.check_batch, device, args.check_steps, o, seed=0)
+        bad = [r for r in rows if "mismatches" not in r[1] and float(r[2]) > args.tol]
+        bad += [r for r in rows if "mismatches" in r[1] and r[2] != "0"]
+        print(f"\n## equivalence: fp32, batch {args.check_batch}, exploration off, {args.check_steps} ACT steps "
+              f"(max relative difference, tolerance {args.tol:g})")
+        print_table(["step", "quantity", "max rel diff"], rows)
+        print(f"# equivalence: {'FAILED on ' + str(len(bad)) + ' quantities' if bad else 'ok'}")
+        failed |= bool(bad)
+        gc.collect()
+
+    if not args.skip_speed:
+        variants = [(v, v == "compile") for v in args.variants]
+        header = ["variant", "reference ex/s"] + [h for s in args.schemes for h in (f"ours {s} ex/s", "ratio")]
+        table = []
+        print(f"\n## throughput: batch {batch}, compute {dtype}, warm-up {warmup} + timed {steps} steps", flush=True)
+        for name, comp in variants:
+            row = [name]
+            ref_ex = None
+            sides = [("reference", lambda c=comp: reference_step_fn(ref, cfg, batch, dtype, device, c, o))]
+            sides += [(s, lambda s=s, c=comp: our_step_fn(cfg, s, batch, device, c, o)) for s in args.schemes]
+            for label, make in sides:
+                try:
+                    ms = time_steps(make(), device, warmup, steps).ms_per_step
+                    ex = batch / (ms / 1e3)
+                    row.append(f"{ex:,.2f}")
+                    if label == "reference":
+                        ref_ex = ex
+                    else:
+                        row.append(f"{ex / ref_ex:.2f}x" if ref_ex else "n/a")
+                except Exception as exc:  # a compile failure on one side: report it, keep the others
+                    failed = True
+                    row += [f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:80] if str(exc) else ''}"]
+                    row += [] if label == "reference" else ["n/a"]
+                finally:
+                    torch._dynamo.reset()
+                    gc.collect()
+                    if device.type == "cuda":
+                        torch.cuda.empty_cache()
+                print(f"# {name} {label} done", flush=True)
+            table.append(row)
+        print()
+        print_table(header, table)
+        print("# ratio = ours / reference examples per second (> 1: ours is faster)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
