@@ -1,5 +1,10 @@
 """The model benchmark scripts still run (smallest CPU size, one step, no compile): not timed tests."""
 
+import os
+from pathlib import Path
+
+import pytest
+
 from benchmarks import bench_gpt, bench_hrm
 
 
@@ -45,3 +50,31 @@ def test_hrm_flops_paper_config_by_hand():
     visit = 2 * 3_407_872 + 4 * 901 * 512
     per_token = 64 * visit + 2 * 512 * 12 * 4
     assert bench_hrm.model_flops_per_example(bench_hrm.PRESETS["paper"]["model"]) == 901 * per_token
+
+
+def test_bench_fusion_runs(capsys):
+    from benchmarks import bench_fusion
+
+    rc = bench_fusion.main(["--device", "cpu", "--batch-hrm", "1", "--batch-gpt", "1", "--warmup", "0",
+                            "--steps", "1", "--no-compile", "--threads", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    for op in ("rope", "swiglu", "residual", "matmul", "loss"):
+        assert f"# HRM paper | {op} | " in out and f"# GPT-2 small R=3 | {op} | " in out
+    assert "40 / 8" in out and "0 / 36" in out  # HRM and GPT R=3 call counts
+
+
+REFERENCE = Path(os.environ.get("HRM_REFERENCE", Path(__file__).resolve().parents[1] / "benchmarks/out/hrm-reference"))
+
+
+@pytest.mark.skipif(not (REFERENCE / "models/hrm/hrm_act_v1.py").is_file(),
+                    reason="no checkout of sapientinc/HRM at HRM_REFERENCE (not shipped; see the README)")
+def test_compare_reference_hrm_is_bit_identical(capsys):
+    from benchmarks import compare_reference_hrm
+
+    rc = compare_reference_hrm.main(["--reference", str(REFERENCE), "--preset", "tiny", "--device", "cpu",
+                                     "--check-steps", "3", "--variants", "eager", "--schemes", "baseline",
+                                     "--warmup", "0", "--steps", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "# equivalence: ok" in out and "ratio" in out
