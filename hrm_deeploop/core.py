@@ -12,6 +12,7 @@ so official checkpoints map onto this code by stripping prefixes only.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable
 
 import torch
@@ -20,8 +21,11 @@ from torch import Tensor, nn
 
 from hrm_deeploop.scaling import Residual
 
-# Set False to force the plain PyTorch residual-norm path on CUDA (benchmarks, debugging).
-USE_FUSED_RESIDUAL_NORM = True
+# The fused Triton residual-norm kernel on CUDA tensors. False forces the plain PyTorch path
+# (benchmarks, debugging); the environment variable HRM_DEEPLOOP_FUSED_RESIDUAL_NORM=0 sets it
+# for a whole run (every torchrun rank inherits it).
+USE_FUSED_RESIDUAL_NORM = os.environ.get("HRM_DEEPLOOP_FUSED_RESIDUAL_NORM", "1").strip().lower() not in (
+    "0", "false", "no", "off")
 
 
 # ---- init ------------------------------------------------------------------------------------

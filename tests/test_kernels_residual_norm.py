@@ -183,6 +183,18 @@ def test_import_without_triton_falls_back():
     assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.parametrize("value, expected", [(None, True), ("1", True), ("0", False), ("off", False)])
+def test_env_var_switches_the_fused_path(value, expected):
+    env = {k: v for k, v in os.environ.items() if k != "HRM_DEEPLOOP_FUSED_RESIDUAL_NORM"}
+    if value is not None:
+        env["HRM_DEEPLOOP_FUSED_RESIDUAL_NORM"] = value
+    env["PYTHONPATH"] = str(REPO)
+    code = "from hrm_deeploop import core; print(core.USE_FUSED_RESIDUAL_NORM)"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(expected)
+
+
 # ---- GPU ----------------------------------------------------------------------------------------
 
 GPU_SHAPES = [(4, 901, 512), (2, 1024, 768), (3, 333, 1024), (64, 100), (8, 4096)]
