@@ -12,7 +12,7 @@
 #
 #   bash benchmarks/gpu.sh                      # log in ${OUT:-benchmarks/out}/gpu_<time>.log
 #   OUT=/tmp/x MEM_BUDGET_GB=120 bash benchmarks/gpu.sh
-#   INSTALL_ADAM_ATAN2=1 bash benchmarks/gpu.sh # also try to build the adam-atan2 CUDA kernel (minutes)
+#   INSTALL_ADAM_ATAN2=1 bash benchmarks/gpu.sh # also try to build the adam-atan2 CUDA kernel (minutes; needs its sdist)
 #   PYTHON=/path/to/python BUDGET_S=470 MEM_BUDGET_GB=100 ...    # the other knobs
 #
 # The reference comparison needs the reference code beside the repo (git-ignored, not shipped):
@@ -24,7 +24,7 @@
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-benchmarks/out}
-PY=${PYTHON:-python}
+PY=${PYTHON:-python3}
 BUDGET_S=${BUDGET_S:-470}
 MEM_BUDGET_GB=${MEM_BUDGET_GB:-100}
 HRM_REFERENCE=${HRM_REFERENCE:-benchmarks/out/hrm-reference}
@@ -38,11 +38,19 @@ SUMMARY=()
 
 echo "# hrm-deeploop GPU benchmarks, $(date -u), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 echo "# log: $LOG, budget ${BUDGET_S} s"
+"$PY" -c "import sys, torch, triton; print(f'# python {sys.version.split()[0]}, torch {torch.__version__}, triton {triton.__version__}')" || true
 
-# ---- install (guarded: only what is missing; the GPU machine may have no network) ------------
-if ! "$PY" -c "import torch, triton, numpy, omegaconf, hydra, numba, tqdm" 2>/dev/null; then
-  echo "# missing dependencies: pip install -e . (no build isolation, 120 s cap)"
-  timeout 120 "$PY" -m pip install -q --no-build-isolation -e . || echo "# pip install -e . failed; continuing"
+# ---- install: the GPU image has no network. Missing pure-Python packages come from .whl/
+# (prepared elsewhere by benchmarks/gpu_wheels.sh and carried along), installed into /tmp/site;
+# the repo itself is used from PYTHONPATH, not pip-installed (that would pull the pinned torch).
+if ! "$PY" -c "import omegaconf, hydra, pydantic" 2>/dev/null; then
+  if ls .whl/*.whl >/dev/null 2>&1; then
+    echo "# installing $(ls .whl/*.whl | wc -l) carried wheels from .whl/ into /tmp/site"
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+      && export PYTHONPATH="/tmp/site:$PYTHONPATH" || echo "# installing .whl/ failed"
+  else
+    echo "# omegaconf / hydra / pydantic missing and no .whl/: run benchmarks/gpu_wheels.sh where pip works, carry .whl"
+  fi
 fi
 if [ "${INSTALL_ADAM_ATAN2:-0}" = 1 ] && ! "$PY" -c "import adam_atan2" 2>/dev/null; then
   echo "# building adam-atan2 (optional; 300 s cap)"
