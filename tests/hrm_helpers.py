@@ -140,7 +140,8 @@ def train_cli(monkeypatch, data_dir, out_dir, *overrides) -> int:
         return int(e.code or 0)
 
 
-def ddp_grads_worker(rank: int, world: int, port: int, data_dir: str, out_file: str, grad_accum: int) -> None:
+def ddp_grads_worker(rank: int, world: int, port: int, data_dir: str, out_file: str, grad_accum: int,
+                     compile_: bool = False) -> None:
     """One rank of a gloo run: one forward/backward on the first global batch; rank 0 saves the
     dense gradients and the puzzle table after the SignSGD step."""
     import os
@@ -163,7 +164,7 @@ def ddp_grads_worker(rank: int, world: int, port: int, data_dir: str, out_file: 
     try:
         split = stand_in_open_split(data_dir, "train")
         cfg = TrainConfig(data_dir=data_dir, output_dir="unused", logger="none")
-        cfg.train.global_batch_size, cfg.train.grad_accum = 8, grad_accum
+        cfg.train.global_batch_size, cfg.train.grad_accum, cfg.train.compile = 8, grad_accum, compile_
         model_cfg = fit_to_dataset(HRMConfig(hidden_size=32, num_heads=2, num_h_layers=1, num_l_layers=1,
                                              expansion=2.0, mlp_multiple=16, halt_max_steps=2,
                                              forward_dtype="float32"), split, data_dir)
