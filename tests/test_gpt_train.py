@@ -83,11 +83,11 @@ def test_gradient_accumulation_matches_one_big_batch(tmp_path):
         torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=k)
 
 
-def _ddp_worker(rank: int, world: int, port: int, out: str) -> None:
+def _ddp_worker(rank: int, world: int, port: int, out: str, compile_: bool = False) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank), WANDB_MODE="disabled")
     torch.set_num_threads(1)
-    cfg = tiny_train_cfg(out, max_steps=3, micro_batch_size=2)
+    cfg = tiny_train_cfg(out, max_steps=3, micro_batch_size=2, compile=compile_)
     train_gpt.train(cfg, tiny_model(), ScalingConfig(scheme="deeploop"),
                     data=array_data(TRAIN, VAL, 32, 2, rank=rank, world_size=world))
 
@@ -109,6 +109,19 @@ def test_ddp_two_processes_match_one(tmp_path):
         torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=k)
     s2 = json.loads((tmp_path / "ddp/summary.json").read_text())
     assert s2["final_val_loss"] == pytest.approx(s1["final_val_loss"], rel=1e-4)
+    assert s2["final_train_loss"] == pytest.approx(s1["final_train_loss"], rel=1e-4)
+
+
+def test_ddp_compiled_matches_eager_one_process(tmp_path):
+    """compile=true under DDP (2 gloo processes, DDP(torch.compile(model))) == eager, 1 process."""
+    single = tiny_train_cfg(str(tmp_path / "single"), max_steps=3, micro_batch_size=4)
+    s1 = train_gpt.train(single, tiny_model(), ScalingConfig(scheme="deeploop"), data=array_data(TRAIN, VAL, 32, 4))
+    mp.start_processes(_ddp_worker, args=(2, _free_port(), str(tmp_path / "ddp"), True), nprocs=2, join=True,
+                       start_method="spawn")
+    a, b = _weights(tmp_path / "single", 3), _weights(tmp_path / "ddp", 3)
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=k)
+    s2 = json.loads((tmp_path / "ddp/summary.json").read_text())
     assert s2["final_train_loss"] == pytest.approx(s1["final_train_loss"], rel=1e-4)
 
 
