@@ -15,7 +15,9 @@ SwiGLU width multiple of 256):
    steps on the same batches with the same optimisers' rules: the reference's sparse SignSGD class
    and the same AdamATan2 implementation for both. After each step it compares the loss, logits,
    Q logits, every dense gradient, the puzzle-row gradients and, after the optimiser step, every
-   weight and the puzzle table. Exit 1 when a relative difference exceeds `--tol`.
+   weight and the puzzle table; then, on the trained weights, evaluation as HRM's pretrain runs it
+   (eval mode, segments until every slot halts) against our `HRM.predict`. Exit 1 when a relative
+   difference exceeds `--tol` or a halting decision or predicted token differs.
 2. Throughput: the reference's train step as its `pretrain.train_batch` does it (forward through
    the loss head, backward of loss / batch, sparse SignSGD + AdamATan2 with the scheduled lr,
    zero_grad, metrics to the host), eager and `torch.compile(model, dynamic=False)` as its pretrain
@@ -203,6 +205,25 @@ def _check(ref, cfg: HRMConfig, batch: int, device: torch.device, steps: int, o:
         diffs["weights after step (worst)"] = max(rel_diff(p, names[n]) for n, p in ours.named_parameters())
         diffs["puzzle table after step"] = rel_diff(ours.puzzle_emb.weights, head.model.inner.puzzle_emb.weights)
         rows += [[str(t), k, f"{v:.2e}" if "mismatches" not in k else f"{v:.0f}"] for k, v in diffs.items()]
+    # Evaluation as HRM's pretrain.evaluate runs it: eval mode, a fresh carry, segments until every
+    # slot halts (halt_max_steps of them), against our `predict`, on the trained weights.
+    head.eval()
+    ours.eval()
+    b = batches[0]
+    with torch.inference_mode():
+        with torch.device(device):
+            carry = head.initial_carry(b)
+        segments = 0
+        while True:
+            carry, _, _, ref_out, done = head(carry=carry, batch=b, return_keys=["logits", "q_halt_logits"])
+            segments += 1
+            if done:
+                break
+        _, out = ours.predict(b)
+    evals = {f"eval logits ({segments} segments)": rel_diff(out["logits"], ref_out["logits"]),
+             "eval q_halt_logits": rel_diff(out["q_halt_logits"], ref_out["q_halt_logits"]),
+             "eval argmax (mismatches)": float((out["logits"].argmax(-1) != ref_out["logits"].argmax(-1)).sum())}
+    rows += [["eval", k, f"{v:.2e}" if "mismatches" not in k else f"{v:.0f}"] for k, v in evals.items()]
     return rows
 
 
