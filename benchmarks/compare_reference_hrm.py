@@ -266,6 +266,20 @@ def our_step_fn(cfg: HRMConfig, scheme: str, batch: int, device: torch.device, c
     return lambda: trainer.train_step(batches[trainer.step % len(batches)])
 
 
+def parse_sets(items: list[str], base: HRMConfig) -> dict:
+    """['pos_encodings=learned', 'hidden_size=32'] -> fields typed like the preset's values."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not hasattr(base, key):
+            raise SystemExit(f"--set {item}: expected FIELD=VALUE with FIELD one of HRMConfig's fields")
+        current = getattr(base, key)
+        out[key] = value if current is None or isinstance(current, str) else type(current)(value)
+        if current is None:  # puzzle_emb_ndim: None means hidden_size; a number otherwise
+            out[key] = None if value.lower() == "none" else int(value)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reference", required=True, type=Path, help="a checkout of github.com/sapientinc/HRM")
@@ -282,13 +296,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--schemes", nargs="+", choices=["baseline", "deeploop"], default=["baseline", "deeploop"],
                         help="our residual schemes to time (the reference is the baseline)")
     parser.add_argument("--num-puzzle-ids", type=int, default=1024)
+    parser.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE",
+                        help="HRMConfig fields over the preset, e.g. pos_encodings=learned puzzle_emb_ndim=48")
     add_common_args(parser, TrainGPTConfig().mfu_peak_tflops)
     args = parser.parse_args(argv)
 
     preset = PRESETS[args.preset]
     device = setup_device(args.device, args.threads)
     ref, attention = import_reference(args.reference.resolve())
-    cfg = replace(preset["model"], num_puzzle_identifiers=args.num_puzzle_ids, mlp_multiple=REFERENCE_MLP_MULTIPLE)
+    cfg = replace(preset["model"], num_puzzle_identifiers=args.num_puzzle_ids, mlp_multiple=REFERENCE_MLP_MULTIPLE,
+                  **parse_sets(args.set, preset["model"]))
     batch = args.batch or preset["batch"]
     warmup = preset["warmup"] if args.warmup is None else args.warmup
     steps = args.steps or preset["steps"]
@@ -302,7 +319,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# reference attention: {attention}")
     failed = False
 
-    if not args.skip_check:
+    if not args.skip_check and cfg.loss_type == "softmax_cross_entropy":
+        # HRM's softmax_cross_entropy calls .view on the logits sliced past the puzzle prefix; in
+        # bf16 its .to(float32) makes a contiguous copy first, in fp32 it is a no-op and .view fails.
+        print("# equivalence: skipped: HRM's softmax_cross_entropy fails in fp32 (.view on non-contiguous "
+              "logits), and this check runs in fp32")
+    elif not args.skip_check:
         rows = check_equivalence(ref, cfg, args.check_batch, device, args.check_steps, o, seed=0)
         bad = [r for r in rows if "mismatches" not in r[1] and float(r[2]) > args.tol]
         bad += [r for r in rows if "mismatches" in r[1] and r[2] != "0"]
