@@ -194,6 +194,23 @@ def _bar_factory(enabled: bool):
                                     disable=not enabled)
 
 
+def _fsync_tree(root: Path) -> None:
+    """fsync every file under `root`, then the folders (their entries), deepest first."""
+    dirs = [root]
+    for path in sorted(root.rglob("*")):
+        if path.is_dir():
+            dirs.append(path)
+        else:
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+    for d in sorted(dirs, key=lambda p: len(p.parts), reverse=True):
+        fd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 def build(cfg: BuildConfig) -> BuildSummary:
     t0 = time.perf_counter()
     if cfg.num_aug < 0:
@@ -229,6 +246,7 @@ def build(cfg: BuildConfig) -> BuildSummary:
     tmp.mkdir()
     try:
         write_dataset(plan, tmp, cfg.materialize, manifest, bars)
+        _fsync_tree(tmp)  # durable before the rename publishes it (a power cut cannot leave it half-written)
         if out.exists():
             old = out.parent / f".{out.name}.old-{os.getpid()}"
             out.rename(old)
