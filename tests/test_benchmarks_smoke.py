@@ -78,3 +78,14 @@ def test_compare_reference_hrm_is_bit_identical(capsys):
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "# equivalence: ok" in out and "ratio" in out
+
+
+@pytest.mark.skipif(not (REFERENCE / "arc_eval.ipynb").is_file(),
+                    reason="no checkout of sapientinc/HRM at HRM_REFERENCE (not shipped; see the README)")
+def test_compare_reference_vote_agrees(capsys):
+    from benchmarks import compare_reference_vote
+
+    rc = compare_reference_vote.main(["--reference", str(REFERENCE), "--num-aug", "8", "--p-correct", "0.2"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert " yes" in out and " NO" not in out

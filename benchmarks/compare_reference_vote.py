@@ -1,0 +1,143 @@
+"""Our vote against HRM's own scorer (the `test()` of its arc_eval.ipynb) on the same predictions.
+
+Needs a checkout of the reference code, which this project does not ship:
+
+    git clone https://github.com/sapientinc/HRM benchmarks/out/hrm-reference   # /benchmarks/out is git-ignored
+    python benchmarks/compare_reference_vote.py --reference benchmarks/out/hrm-reference
+
+What it does:
+1. builds ARC-AGI-1 with our builder (`arc_data.build`, compact layout, `--num-aug` copies);
+2. makes predictions for every row of the test split (every augmented copy of every evaluation
+   test input): each row predicts the right answer (in its augmented frame) with probability
+   `--p-correct`, else one of two wrong answers that all its augmented copies share (all black,
+   or a copy of the input: both commute with the augmentations) or a one-cell corruption of its
+   own; Q logits are drawn from a few values so that count and mean-Q ties happen;
+3. scores them with our `eval.vote` (HRM protocol: a task counts when all its test inputs are
+   right) and with HRM's scorer, run from the notebook's own cells on a predictions file in the
+   layout HRM's evaluate writes (`<checkpoint>_all_preds.0`: puzzle_identifiers, inputs, labels,
+   logits, q_halt_logits);
+4. prints both pass@K tables; exit 1 if any K differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from arc_data.build import BuildConfig, build  # noqa: E402
+from arc_data.dataset import open_split  # noqa: E402
+from benchmarks.benchlib import print_table  # noqa: E402
+from eval.predictions import Predictions, validate  # noqa: E402
+from eval.vote import DEFAULT_KS, vote  # noqa: E402
+
+VOCAB = 12
+
+
+def make_predictions(data_dir: Path, p_correct: float, seed: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """(arrays for both scorers, labels (N, 900)) for every row of the test split."""
+    rng = np.random.default_rng(seed)
+    split = open_split(data_dir, "test")
+    n = split.num_examples
+    inputs, labels = split.examples(np.arange(n))
+    inputs, labels = np.asarray(inputs, dtype=np.int64), np.asarray(labels, dtype=np.int64)
+    labels = np.where(labels < 0, 0, labels)  # ignore-label cells are padding (0) in the grid
+    ids = np.repeat(np.asarray(split.puzzle_identifiers), np.diff(np.asarray(split.puzzle_indices)))
+    # Each row predicts: the right answer (probability p), or one of two wrong answers that every
+    # augmented copy shares once mapped back (they commute with rotations and colour maps): the
+    # output's shape all black, or a copy of the input; or a wrong answer of its own (one cell
+    # recoloured). So wrong answers win votes, counts tie, and Q decides or first-seen does.
+    kind = rng.choice(4, size=n, p=[p_correct, (1 - p_correct) * 0.35, (1 - p_correct) * 0.35, (1 - p_correct) * 0.3])
+    colour_cells = labels >= 2
+    preds = labels.copy()
+    preds[kind == 1] = np.where(colour_cells[kind == 1], 2, labels[kind == 1])  # all black (colour 0 + offset 2)
+    preds[kind == 2] = inputs[kind == 2]
+    for i in np.flatnonzero(kind == 3):
+        cells = np.flatnonzero(colour_cells[i])
+        cell = cells[rng.integers(0, len(cells))]
+        preds[i, cell] = 2 + (preds[i, cell] - 2 + rng.integers(1, 10)) % 10
+    q = rng.choice(np.array([-2.0, 0.0, 0.0, 1.5]), size=n).astype(np.float32)
+    return {"puzzle_identifiers": ids.astype(np.int32), "inputs": inputs, "predictions": preds, "q_halt": q}, labels
+
+
+def ours(data_dir: Path, arrays: dict[str, np.ndarray], ks: list[int]) -> dict[int, float]:
+    p = validate(Predictions(puzzle_identifiers=arrays["puzzle_identifiers"], inputs=arrays["inputs"].astype(np.uint8),
+                             predictions=arrays["predictions"].astype(np.uint8), q_halt=arrays["q_halt"]))
+    result = vote(p, data_dir, ks=ks)
+    return {k: result.scores["hrm"][str(k)] for k in ks}
+
+
+def reference(ref_dir: Path, data_dir: Path, arrays: dict[str, np.ndarray], labels: np.ndarray,
+              ks: list[int], work: Path) -> dict[int, float]:
+    """Run the scorer cells of HRM's arc_eval.ipynb on an `_all_preds` file of these predictions."""
+    ckpt = work / "step_0"
+    logits = torch.nn.functional.one_hot(torch.from_numpy(arrays["predictions"]), VOCAB).to(torch.float16)
+    torch.save({"puzzle_identifiers": torch.from_numpy(arrays["puzzle_identifiers"]),
+                "inputs": torch.from_numpy(arrays["inputs"]), "labels": torch.from_numpy(labels),
+                "logits": logits, "q_halt_logits": torch.from_numpy(arrays["q_halt"])}, f"{ckpt}_all_preds.0")
+    cells = [c for c in json.loads((ref_dir / "arc_eval.ipynb").read_text())["cells"] if c["cell_type"] == "code"]
+    code = "\n".join("".join(c["source"]) for c in cells)
+    # The notebook ends by calling test(visualize=False) at top level; drop that call (with the
+    # notebook's paths) and call test() below with ours.
+    code, calls = re.subn(r"^test\(.*\)\s*$", "", code, flags=re.M)
+    if calls != 1 or "def test(" not in code:
+        raise SystemExit(f"{ref_dir}/arc_eval.ipynb: not the layout this script expects (a `def test(` and one "
+                         "top-level `test(...)` call)")
+    sys.path.insert(0, str(ref_dir))
+    scope: dict = {"__name__": "hrm_arc_eval"}
+    exec(compile(code, "arc_eval.ipynb", "exec"), scope)  # noqa: S102 - the reference's scorer, on purpose
+    scope["DATASET_PATH"], scope["CHECKPOINT_PATH"] = str(data_dir), str(ckpt)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        scope["test"](visualize=False, Ks=ks)
+    found = {int(k): float(v) for k, v in re.findall(r"^(\d+)-shot: ([\d.]+)%", out.getvalue(), re.M)}
+    if sorted(found) != sorted(ks):
+        raise SystemExit(f"could not read the reference scorer's output:\n{out.getvalue()}")
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reference", required=True, type=Path, help="a checkout of github.com/sapientinc/HRM")
+    parser.add_argument("--num-aug", type=int, default=20)
+    parser.add_argument("--p-correct", type=float, nargs="+", default=[0.1, 0.3, 0.5])
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    ref_dir = args.reference.resolve()
+    if not (ref_dir / "arc_eval.ipynb").is_file():
+        raise SystemExit(f"--reference {ref_dir}: no arc_eval.ipynb there (a checkout of sapientinc/HRM is expected)")
+    ks = list(DEFAULT_KS)
+    t0 = time.perf_counter()
+    rows, differ = [], False
+    with tempfile.TemporaryDirectory() as tmp:
+        data_dir = Path(tmp) / "arc1"
+        build(BuildConfig(sources=["arc1"], output_dir=str(data_dir), num_aug=args.num_aug, materialize=False,
+                          progress=False))
+        for p in args.p_correct:
+            arrays, labels = make_predictions(data_dir, p, args.seed)
+            a = ours(data_dir, arrays, ks)
+            b = reference(ref_dir, data_dir, arrays, labels, ks, Path(tmp))
+            same = all(abs(a[k] - b[k]) < 0.005 for k in ks)  # the notebook prints 2 decimals
+            differ |= not same
+            rows.append([f"{p:g}", f"{len(labels):,}"] + [f"{a[k]:.2f} / {b[k]:.2f}" for k in ks]
+                        + ["yes" if same else "NO"])
+    print(f"# ARC-AGI-1 evaluation, num_aug {args.num_aug}, seed {args.seed}: pass@K in % (HRM protocol), "
+          f"ours / HRM's arc_eval.ipynb scorer")
+    print_table(["p(correct)", "rows"] + [f"pass@{k}" for k in ks] + ["same"], rows)
+    print(f"# {time.perf_counter() - t0:.1f} s")
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
