@@ -89,3 +89,14 @@ def test_compare_reference_vote_agrees(capsys):
     out = capsys.readouterr().out
     assert rc == 0, out
     assert " yes" in out and " NO" not in out
+
+
+@pytest.mark.skipif(not (REFERENCE / "dataset/build_arc_dataset.py").is_file(),
+                    reason="no checkout of sapientinc/HRM at HRM_REFERENCE (not shipped; see the README)")
+def test_compare_reference_arc_build_agrees(capsys):
+    from benchmarks import compare_reference_arc_build
+
+    rc = compare_reference_arc_build.main(["--reference", str(REFERENCE)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "DIFF" not in out and "byte-identical" in out
