@@ -13,6 +13,7 @@
 #   bash benchmarks/gpu.sh                      # log in ${OUT:-benchmarks/out}/gpu_<time>.log
 #   OUT=/tmp/x MEM_BUDGET_GB=120 bash benchmarks/gpu.sh
 #   INSTALL_ADAM_ATAN2=1 bash benchmarks/gpu.sh # also try to build the adam-atan2 CUDA kernel (minutes; needs its sdist)
+#   ONLY="hrm kernels fusion mem" bash benchmarks/gpu.sh        # a subset (e.g. what a first run's budget cut)
 #   PYTHON=/path/to/python BUDGET_S=470 MEM_BUDGET_GB=100 ...    # the other knobs
 #
 # The reference comparison needs the reference code beside the repo (git-ignored, not shipped):
@@ -28,6 +29,7 @@ PY=${PYTHON:-python3}
 BUDGET_S=${BUDGET_S:-470}
 MEM_BUDGET_GB=${MEM_BUDGET_GB:-100}
 HRM_REFERENCE=${HRM_REFERENCE:-benchmarks/out/hrm-reference}
+ONLY=${ONLY:-}  # step ids to run (default: all): smi pytest gpt ref hrm kernels fusion mem
 mkdir -p "$OUT"
 LOG="$OUT/gpu_$(date +%Y%m%d_%H%M%S).log"
 exec > >(tee -a "$LOG") 2>&1
@@ -64,15 +66,18 @@ if ! "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1
 fi
 
 # ---- steps --------------------------------------------------------------------------------------
-step() {  # step NAME CAP_S CMD...: run CMD under min(CAP_S, time left), record the outcome
-  local name=$1 cap=$2; shift 2
+step() {  # step ID NAME CAP_S CMD...: run CMD under min(CAP_S, time left), record the outcome
+  local id=$1 name=$2 cap=$3; shift 3
+  if [ -n "$ONLY" ] && [[ " $ONLY " != *" $id "* ]]; then
+    return
+  fi
   local left=$(( BUDGET_S - ($(date +%s) - START) ))
   local t=$(( cap < left ? cap : left ))
   echo
-  echo "================ $name (timeout ${t} s) ================"
+  echo "================ $name [$id] (timeout ${t} s) ================"
   if [ "$t" -lt 15 ]; then
     echo "skipped: budget spent"
-    SUMMARY+=("$(printf '%-26s %-14s %6s' "$name" skipped 0)")
+    SUMMARY+=("$(printf '%-8s %-22s %-14s %6s' "$id" "$name" skipped 0)")
     return
   fi
   local t0=$(date +%s)
@@ -81,26 +86,26 @@ step() {  # step NAME CAP_S CMD...: run CMD under min(CAP_S, time left), record 
   local status=ok
   [ $rc -eq 124 ] || [ $rc -eq 137 ] && status="timeout"
   [ $rc -ne 0 ] && [ "$status" = ok ] && status="failed rc=$rc"
-  SUMMARY+=("$(printf '%-26s %-14s %6s' "$name" "$status" $(( $(date +%s) - t0 )))")
+  SUMMARY+=("$(printf '%-8s %-22s %-14s %6s' "$id" "$name" "$status" $(( $(date +%s) - t0 )))")
 }
 
-step "nvidia-smi" 15 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,power.limit --format=csv
-step "pytest -m gpu" 75 "$PY" -m pytest -m gpu -q -p no:cacheprovider tests
-step "bench_gpt throughput" 150 "$PY" benchmarks/bench_gpt.py --preset paper --rounds 1 3 --skip-memory
+step smi "nvidia-smi" 15 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,power.limit --format=csv
+step pytest "pytest -m gpu" 75 "$PY" -m pytest -m gpu -q -p no:cacheprovider tests
+step gpt "bench_gpt throughput" 150 "$PY" benchmarks/bench_gpt.py --preset paper --rounds 1 3 --skip-memory
 if [ -d "$HRM_REFERENCE/models/hrm" ]; then
-  step "HRM vs reference" 130 "$PY" benchmarks/compare_reference_hrm.py --reference "$HRM_REFERENCE" \
+  step ref "HRM vs reference" 170 "$PY" benchmarks/compare_reference_hrm.py --reference "$HRM_REFERENCE" \
     --preset paper --variants compile --schemes baseline --check-steps 2 --check-batch 8
 else
   echo; echo "# HRM vs reference: no checkout at HRM_REFERENCE=$HRM_REFERENCE, skipped"
-  SUMMARY+=("$(printf '%-26s %-14s %6s' "HRM vs reference" "no reference" 0)")
+  SUMMARY+=("$(printf '%-8s %-22s %-14s %6s' ref "HRM vs reference" "no reference" 0)")
 fi
-step "bench_hrm paper" 140 "$PY" benchmarks/bench_hrm.py --preset paper
-step "bench_kernels" 60 "$PY" benchmarks/bench_kernels.py --iters 30
-step "bench_fusion" 60 "$PY" benchmarks/bench_fusion.py
-step "bench_gpt memory" 100 "$PY" benchmarks/bench_gpt.py --preset paper --skip-throughput \
+step hrm "bench_hrm paper" 140 "$PY" benchmarks/bench_hrm.py --preset paper
+step kernels "bench_kernels" 60 "$PY" benchmarks/bench_kernels.py --iters 30
+step fusion "bench_fusion" 60 "$PY" benchmarks/bench_fusion.py
+step mem "bench_gpt memory" 100 "$PY" benchmarks/bench_gpt.py --preset paper --skip-throughput \
   --mem-rounds 1 3 5 7 --mem-budget-gb "$MEM_BUDGET_GB"
 echo
 echo "================ summary ($(( $(date +%s) - START )) s in all) ================"
-printf '%-26s %-14s %6s\n' step status seconds
+printf '%-8s %-22s %-14s %6s\n' id step status seconds
 for line in "${SUMMARY[@]}"; do echo "$line"; done
 echo "# full log: $LOG"
