@@ -1,9 +1,11 @@
-"""Our vote against HRM's own scorer (the `test()` of its arc_eval.ipynb) on the same predictions.
+"""Our vote against HRM's scorer (its arc_eval.ipynb) and TRM's (evaluators/arc.py), same predictions.
 
-Needs a checkout of the reference code, which this project does not ship:
+Needs checkouts of the reference code, which this project does not ship:
 
     git clone https://github.com/sapientinc/HRM benchmarks/out/hrm-reference   # /benchmarks/out is git-ignored
-    python benchmarks/compare_reference_vote.py --reference benchmarks/out/hrm-reference
+    git clone https://github.com/SamsungSAILMontreal/TinyRecursiveModels benchmarks/out/trm-reference  # optional
+    python benchmarks/compare_reference_vote.py --reference benchmarks/out/hrm-reference \
+        [--trm benchmarks/out/trm-reference]
 
 What it does:
 1. builds ARC-AGI-1 with our builder (`arc_data.build`, compact layout, `--num-aug` copies);
@@ -16,7 +18,11 @@ What it does:
    right) and with HRM's scorer, run from the notebook's own cells on a predictions file in the
    layout HRM's evaluate writes (`<checkpoint>_all_preds.0`: puzzle_identifiers, inputs, labels,
    logits, q_halt_logits);
-4. prints both pass@K tables; exit 1 if any K differs.
+4. with `--trm`, also with TRM's `ARC` evaluator (its fractional protocol: a task earns the share of
+   its test inputs that are right), fed through its `update_batch`/`result` API in a one-process
+   gloo group, on a copy of the dataset's identifiers in TRM's naming (`|||` separators) and a
+   `test_puzzles.json` as TRM's builder writes it; compared with our `fractional` scores;
+5. prints the pass@K tables; exit 1 if any K differs.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import re
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -71,11 +78,11 @@ def make_predictions(data_dir: Path, p_correct: float, seed: int) -> tuple[dict[
     return {"puzzle_identifiers": ids.astype(np.int32), "inputs": inputs, "predictions": preds, "q_halt": q}, labels
 
 
-def ours(data_dir: Path, arrays: dict[str, np.ndarray], ks: list[int]) -> dict[int, float]:
+def ours(data_dir: Path, arrays: dict[str, np.ndarray], ks: list[int]) -> dict[str, dict[int, float]]:
     p = validate(Predictions(puzzle_identifiers=arrays["puzzle_identifiers"], inputs=arrays["inputs"].astype(np.uint8),
                              predictions=arrays["predictions"].astype(np.uint8), q_halt=arrays["q_halt"]))
     result = vote(p, data_dir, ks=ks)
-    return {k: result.scores["hrm"][str(k)] for k in ks}
+    return {proto: {k: result.scores[proto][str(k)] for k in ks} for proto in ("hrm", "fractional")}
 
 
 def reference(ref_dir: Path, data_dir: Path, arrays: dict[str, np.ndarray], labels: np.ndarray,
@@ -94,9 +101,14 @@ def reference(ref_dir: Path, data_dir: Path, arrays: dict[str, np.ndarray], labe
     if calls != 1 or "def test(" not in code:
         raise SystemExit(f"{ref_dir}/arc_eval.ipynb: not the layout this script expects (a `def test(` and one "
                          "top-level `test(...)` call)")
+    for mod in [m for m in sys.modules if m == "dataset" or m.startswith("dataset.")]:
+        del sys.modules[mod]  # TRM's `dataset` package may be loaded: HRM's has the same name
     sys.path.insert(0, str(ref_dir))
     scope: dict = {"__name__": "hrm_arc_eval"}
-    exec(compile(code, "arc_eval.ipynb", "exec"), scope)  # noqa: S102 - the reference's scorer, on purpose
+    try:
+        exec(compile(code, "arc_eval.ipynb", "exec"), scope)  # noqa: S102 - the reference's scorer, on purpose
+    finally:
+        sys.path.remove(str(ref_dir))
     scope["DATASET_PATH"], scope["CHECKPOINT_PATH"] = str(data_dir), str(ckpt)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -107,9 +119,73 @@ def reference(ref_dir: Path, data_dir: Path, arrays: dict[str, np.ndarray], labe
     return found
 
 
+def trm(trm_dir: Path, data_dir: Path, arrays: dict[str, np.ndarray], ks: list[int], work: Path) -> dict[int, float]:
+    """TRM's evaluators/arc.py `ARC` on these predictions: pass@K in % (fractional protocol)."""
+    import torch.distributed as dist
+
+    from eval.vote import load_ground_truth, load_table
+
+    table = load_table(data_dir)
+    names = json.loads((data_dir / "identifiers.json").read_text())
+    trm_data = work / "trm_data"
+    trm_data.mkdir(exist_ok=True)
+    # TRM names augmented puzzles <task>|||t<k>|||<perm>; ours (HRM's) use "_".
+    trm_names = [n if i == 0 or table.base_task[i] < 0 or table.is_identity(np.array([i]))[0]
+                 else f"{table.task_names[table.base_task[i]]}|||t{table.dihedral[i]}|||{''.join(map(str, table.colour_map[i]))}"
+                 for i, n in enumerate(names)]
+    (trm_data / "identifiers.json").write_text(json.dumps(trm_names))
+    truth = load_ground_truth(data_dir, "test", table)
+    puzzles: dict[str, dict] = {}
+    for t in truth.test_inputs:  # test_puzzles.json: each evaluation task's test pairs, in order
+        puzzles.setdefault(t.task, {"test": []})["test"].append({"input": t.input_grid.tolist(), "output": t.truth_grid.tolist()})
+    (trm_data / "test_puzzles.json").write_text(json.dumps(puzzles))
+
+    for mod in [m for m in sys.modules if m == "dataset" or m.startswith(("dataset.", "evaluators"))]:
+        del sys.modules[mod]  # HRM's `dataset` package may be loaded: TRM's has the same name
+    _stub_argdantic()
+    sys.path.insert(0, str(trm_dir))
+    try:
+        from evaluators.arc import ARC  # noqa: PLC0415 - the reference's evaluator, from --trm
+    finally:
+        sys.path.remove(str(trm_dir))
+    meta = types.SimpleNamespace(blank_identifier_id=0)
+    evaluator = ARC(str(trm_data), meta, submission_K=2, pass_Ks=ks, aggregated_voting=False)
+    evaluator.begin_eval()
+    n = len(arrays["q_halt"])
+    for a in range(0, n, 4096):  # batches, as its evaluation loop feeds it
+        sl = slice(a, a + 4096)
+        evaluator.update_batch({"inputs": torch.from_numpy(arrays["inputs"][sl]),
+                                "puzzle_identifiers": torch.from_numpy(arrays["puzzle_identifiers"][sl])},
+                               {"q_halt_logits": torch.from_numpy(arrays["q_halt"][sl]),
+                                "preds": torch.from_numpy(arrays["predictions"][sl])})
+    dist.init_process_group("gloo", init_method=f"file://{work / 'pg'}", rank=0, world_size=1)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            res = evaluator.result(None, rank=0, world_size=1)
+    finally:
+        dist.destroy_process_group()
+        (work / "pg").unlink(missing_ok=True)
+    return {k: 100 * res[f"ARC/pass@{k}"] for k in ks}
+
+
+def _stub_argdantic() -> None:
+    """The reference builders import argdantic for their command line only; a stand-in suffices."""
+    if "argdantic" not in sys.modules:
+        stub = types.ModuleType("argdantic")
+
+        class ArgParser:
+            def command(self, *a, **k):
+                return lambda f: f
+
+        stub.ArgParser = ArgParser
+        sys.modules["argdantic"] = stub
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reference", required=True, type=Path, help="a checkout of github.com/sapientinc/HRM")
+    parser.add_argument("--trm", type=Path, help="also compare with TRM's evaluator: a checkout of "
+                        "github.com/SamsungSAILMontreal/TinyRecursiveModels")
     parser.add_argument("--num-aug", type=int, default=20)
     parser.add_argument("--p-correct", type=float, nargs="+", default=[0.1, 0.3, 0.5])
     parser.add_argument("--seed", type=int, default=0)
@@ -119,22 +195,31 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--reference {ref_dir}: no arc_eval.ipynb there (a checkout of sapientinc/HRM is expected)")
     ks = list(DEFAULT_KS)
     t0 = time.perf_counter()
-    rows, differ = [], False
+    rows, trm_rows, differ = [], [], False
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = Path(tmp) / "arc1"
-        build(BuildConfig(sources=["arc1"], output_dir=str(data_dir), num_aug=args.num_aug, materialize=False,
-                          progress=False))
+        with contextlib.redirect_stdout(io.StringIO()):
+            build(BuildConfig(sources=["arc1"], output_dir=str(data_dir), num_aug=args.num_aug, materialize=False,
+                              progress=False))
         for p in args.p_correct:
             arrays, labels = make_predictions(data_dir, p, args.seed)
             a = ours(data_dir, arrays, ks)
-            b = reference(ref_dir, data_dir, arrays, labels, ks, Path(tmp))
-            same = all(abs(a[k] - b[k]) < 0.005 for k in ks)  # the notebook prints 2 decimals
-            differ |= not same
-            rows.append([f"{p:g}", f"{len(labels):,}"] + [f"{a[k]:.2f} / {b[k]:.2f}" for k in ks]
-                        + ["yes" if same else "NO"])
+            # HRM's notebook prints 2 decimals; TRM's evaluator returns the exact fractions
+            for table, proto, tol, theirs in [(rows, "hrm", 0.005, reference(ref_dir, data_dir, arrays, labels, ks,
+                                                                            Path(tmp)))] + (
+                    [(trm_rows, "fractional", 1e-9, trm(args.trm.resolve(), data_dir, arrays, ks, Path(tmp)))]
+                    if args.trm else []):
+                same = all(abs(a[proto][k] - theirs[k]) < tol for k in ks)
+                differ |= not same
+                table.append([f"{p:g}", f"{len(labels):,}"] + [f"{a[proto][k]:.2f} / {theirs[k]:.2f}" for k in ks]
+                             + ["yes" if same else "NO"])
+    header = ["p(correct)", "rows"] + [f"pass@{k}" for k in ks] + ["same"]
     print(f"# ARC-AGI-1 evaluation, num_aug {args.num_aug}, seed {args.seed}: pass@K in % (HRM protocol), "
           f"ours / HRM's arc_eval.ipynb scorer")
-    print_table(["p(correct)", "rows"] + [f"pass@{k}" for k in ks] + ["same"], rows)
+    print_table(header, rows)
+    if args.trm:
+        print("\n# the same predictions, pass@K in % (TRM's fractional protocol), ours / TRM's evaluators/arc.py")
+        print_table(header, trm_rows)
     print(f"# {time.perf_counter() - t0:.1f} s")
     return 1 if differ else 0
 

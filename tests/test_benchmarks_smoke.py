@@ -85,7 +85,9 @@ def test_compare_reference_hrm_is_bit_identical(capsys):
 def test_compare_reference_vote_agrees(capsys):
     from benchmarks import compare_reference_vote
 
-    rc = compare_reference_vote.main(["--reference", str(REFERENCE), "--num-aug", "8", "--p-correct", "0.2"])
+    trm = REFERENCE.parent / "trm-reference"
+    rc = compare_reference_vote.main(["--reference", str(REFERENCE), "--num-aug", "8", "--p-correct", "0.2"]
+                                     + (["--trm", str(trm)] if (trm / "evaluators/arc.py").is_file() else []))
     out = capsys.readouterr().out
     assert rc == 0, out
     assert " yes" in out and " NO" not in out
