@@ -90,7 +90,7 @@ step() {  # step ID NAME CAP_S CMD...: run CMD under min(CAP_S, time left), reco
 }
 
 step smi "nvidia-smi" 15 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,power.limit --format=csv
-step pytest "pytest -m gpu" 75 "$PY" -m pytest -m gpu -q -p no:cacheprovider tests
+step pytest "pytest -m gpu" 120 "$PY" -m pytest -m gpu -q -p no:cacheprovider tests
 step gpt "bench_gpt throughput" 150 "$PY" benchmarks/bench_gpt.py --preset paper --rounds 1 3 --skip-memory
 if [ -d "$HRM_REFERENCE/models/hrm" ]; then
   step ref "HRM vs reference" 170 "$PY" benchmarks/compare_reference_hrm.py --reference "$HRM_REFERENCE" \

@@ -1,0 +1,121 @@
+"""The CUDA code paths of the trainers, evaluator and benchmarks (skipped without a GPU).
+
+The CPU suite covers the same logic in fp32; these check what only a GPU runs: bf16 compute,
+the fused residual-norm kernel inside the models (eager and under torch.compile), bf16 autocast
+with fused AdamW, CUDA memory accounting in the benchmarks, and build -> train -> evaluate -> vote
+on CUDA. Tolerances are for bf16.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+
+def _hrm_trainer(compile_: bool, fused: bool, monkeypatch):
+    from benchmarks.bench_hrm import PRESETS, fake_split
+    from hrm_deeploop import core
+    from hrm_deeploop import distributed as D
+    from hrm_deeploop.scaling import ScalingConfig
+    from hrm_deeploop.train import LoopConfig, TrainConfig, Trainer
+
+    monkeypatch.setattr(core, "USE_FUSED_RESIDUAL_NORM", fused)
+    cfg = replace(PRESETS["tiny"]["model"], num_puzzle_identifiers=8, seq_len=64, forward_dtype="bfloat16")
+    env = D.Env(rank=0, local_rank=0, world_size=1, device=torch.device("cuda"))
+    tcfg = TrainConfig(logger="none", device="cuda", train=LoopConfig(global_batch_size=8, compile=compile_,
+                                                                       progress=False))
+    return Trainer(tcfg, cfg, ScalingConfig(scheme="deeploop"), env, fake_split(8), total_steps=100), cfg
+
+
+@pytest.mark.parametrize("compile_,fused", [(False, True), (True, True)], ids=["eager+fused", "compile+fused"])
+def test_hrm_cuda_bf16_step_matches_eager_plain(compile_, fused, monkeypatch):
+    """bf16 HRM train steps with the fused kernel and/or torch.compile match eager plain PyTorch."""
+    from benchmarks.bench_hrm import random_batches
+    from hrm_deeploop.kernels import residual_norm as rn
+
+    calls = {"n": 0}
+    real = rn.residual_rms_norm
+
+    def counting(*a, **k):
+        calls["n"] += 1
+        return real(*a, **k)
+
+    runs = {}
+    for name, (c, f) in {"ref": (False, False), "test": (compile_, fused)}.items():
+        trainer, cfg = _hrm_trainer(c, f, monkeypatch)
+        if name == "test" and fused and not compile_:
+            monkeypatch.setattr(rn, "residual_rms_norm", counting)
+        batches = random_batches(cfg, 8, 2, torch.device("cuda"), seed=1)
+        runs[name] = [trainer.train_step(b) for b in batches]
+        monkeypatch.setattr(rn, "residual_rms_norm", real)
+        torch._dynamo.reset()
+    if fused and not compile_:
+        assert calls["n"] > 0, "the fused kernel was not used on CUDA"
+    for a, b in zip(runs["ref"], runs["test"]):
+        assert math.isfinite(b["loss"]) and math.isfinite(b["grad_norm"])
+        assert b["lm_loss"] == pytest.approx(a["lm_loss"], rel=3e-2)
+        assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-1)
+
+
+@pytest.mark.parametrize("compile_", [False, True], ids=["eager", "compiled"])
+def test_gpt_cuda_bf16_autocast_fused_adamw_learns(tmp_path, compile_):
+    from hrm_deeploop import train_gpt
+    from hrm_deeploop.scaling import ScalingConfig
+    from tests.gpt_helpers import array_data, patterned_tokens, tiny_model, tiny_train_cfg
+
+    stream = patterned_tokens(22_000, seed=0)
+    cfg = tiny_train_cfg(str(tmp_path / "run"), max_steps=40, eval_every=40, device="cuda", compile=compile_)
+    summary = train_gpt.train(cfg, tiny_model(num_rounds=2), ScalingConfig(scheme="deeploop"),
+                              data=array_data(stream[:20_000], stream[20_000:], 32, 4))
+    rows = [json.loads(x) for x in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    losses = [r["train/loss"] for r in rows if "train/loss" in r]
+    assert summary["status"] == "finished" and math.isfinite(summary["final_val_loss"])
+    assert losses[-1] < losses[0] - 0.5, losses
+    assert all(r["perf/mfu"] > 0 for r in rows if "perf/mfu" in r)
+
+
+def test_benchmarks_cuda_tiny(capsys):
+    from benchmarks import bench_gpt, bench_hrm
+
+    rc = bench_hrm.main(["--preset", "tiny", "--device", "cuda", "--warmup", "1", "--steps", "2", "--no-compile"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "eager+fused" in out and "MFU" in out, out
+    rc = bench_gpt.main(["--preset", "tiny", "--device", "cuda", "--warmup", "1", "--steps", "2", "--no-compile",
+                         "--rounds", "1", "--mem-rounds", "1", "2", "--max-r", "4"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "largest R within" in out and "FAILED" not in out, out
+
+
+def test_build_train_evaluate_vote_cuda(tmp_path, capsys):
+    from arc_data.build import BuildConfig, build
+    from arc_data.dataset import open_split
+    from hrm_deeploop.cli import run_subcommand
+    from tests.hrm_helpers import TINY_OVERRIDES
+
+    rng = np.random.default_rng(0)
+    for subset, names in (("training", ["aaaa0001", "aaaa0002"]), ("evaluation", ["bbbb0001"])):
+        (tmp_path / "raw" / subset).mkdir(parents=True)
+        for n in names:
+            pairs = [{"input": (g := rng.integers(0, 4, size=(2, 3))).tolist(), "output": g[::-1].tolist()}
+                     for _ in range(3)]
+            (tmp_path / "raw" / subset / f"{n}.json").write_text(json.dumps({"train": pairs[:2], "test": pairs[2:]}))
+    data = tmp_path / "data"
+    build(BuildConfig(sources=[str(tmp_path / "raw")], output_dir=str(data), num_aug=3, seed=0, progress=False))
+    overrides = [o for o in TINY_OVERRIDES if not o.startswith("device=")]
+    rc = run_subcommand("train", [*overrides, "device=cuda", "model.forward_dtype=bfloat16", f"data_dir={data}",
+                                  f"output_dir={tmp_path / 'run'}", "train.max_steps=3", "train.global_batch_size=4"])
+    assert rc == 0, capsys.readouterr().err
+    out = tmp_path / "eval"
+    rc = run_subcommand("evaluate", [f"checkpoint={tmp_path / 'run'}", f"data_dir={data}", f"output_dir={out}",
+                                     "progress=false", "global_batch_size=4", "device=cuda"])
+    assert rc == 0, capsys.readouterr().err
+    z = np.load(out / "predictions.npz")
+    assert z["predictions"].shape == (open_split(data, "test").num_examples, 900)
+    assert set(json.loads((out / "pass_at_k.json").read_text())["hrm"]) == {"1", "2", "10", "100", "1000"}
