@@ -32,7 +32,6 @@ import json
 import sys
 import tempfile
 import time
-import types
 from collections import Counter
 from pathlib import Path
 
@@ -44,6 +43,7 @@ from arc_data import format as fmt  # noqa: E402
 from arc_data.build import BuildConfig, build  # noqa: E402
 from arc_data.sources import load_sources  # noqa: E402
 from arc_data.viz import decode  # noqa: E402  (translated row -> grid: the bounding box of its colours)
+from benchmarks.benchlib import stub_argdantic  # noqa: E402
 
 
 def write_raw(out: Path, specs: list[str]) -> int:
@@ -59,15 +59,7 @@ def write_raw(out: Path, specs: list[str]) -> int:
 
 
 def run_reference(ref_dir: Path, raw: Path, out: Path) -> None:
-    if "argdantic" not in sys.modules:  # only its ArgParser decorator is used, at import time
-        stub = types.ModuleType("argdantic")
-
-        class ArgParser:
-            def command(self, *a, **k):
-                return lambda f: f
-
-        stub.ArgParser = ArgParser
-        sys.modules["argdantic"] = stub
+    stub_argdantic()
     sys.path.insert(0, str(ref_dir / "dataset"))
     import build_arc_dataset as ref  # noqa: PLC0415 - the reference's module, from --reference
 

@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from arc_data.build import BuildConfig, build  # noqa: E402
 from arc_data.dataset import open_split  # noqa: E402
-from benchmarks.benchlib import print_table  # noqa: E402
+from benchmarks.benchlib import print_table, stub_argdantic  # noqa: E402
 from eval.predictions import Predictions, validate  # noqa: E402
 from eval.vote import DEFAULT_KS, vote  # noqa: E402
 
@@ -142,7 +142,7 @@ def trm(trm_dir: Path, data_dir: Path, arrays: dict[str, np.ndarray], ks: list[i
 
     for mod in [m for m in sys.modules if m == "dataset" or m.startswith(("dataset.", "evaluators"))]:
         del sys.modules[mod]  # HRM's `dataset` package may be loaded: TRM's has the same name
-    _stub_argdantic()
+    stub_argdantic()
     sys.path.insert(0, str(trm_dir))
     try:
         from evaluators.arc import ARC  # noqa: PLC0415 - the reference's evaluator, from --trm
@@ -166,19 +166,6 @@ def trm(trm_dir: Path, data_dir: Path, arrays: dict[str, np.ndarray], ks: list[i
         dist.destroy_process_group()
         (work / "pg").unlink(missing_ok=True)
     return {k: 100 * res[f"ARC/pass@{k}"] for k in ks}
-
-
-def _stub_argdantic() -> None:
-    """The reference builders import argdantic for their command line only; a stand-in suffices."""
-    if "argdantic" not in sys.modules:
-        stub = types.ModuleType("argdantic")
-
-        class ArgParser:
-            def command(self, *a, **k):
-                return lambda f: f
-
-        stub.ArgParser = ArgParser
-        sys.modules["argdantic"] = stub
 
 
 def main(argv: list[str] | None = None) -> int:

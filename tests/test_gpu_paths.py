@@ -2,8 +2,8 @@
 
 The CPU suite covers the same logic in fp32; these check what only a GPU runs: bf16 compute,
 the fused residual-norm kernel inside the models (eager and under torch.compile), bf16 autocast
-with fused AdamW, CUDA memory accounting in the benchmarks, and build -> train -> evaluate -> vote
-on CUDA. Tolerances are for bf16.
+with fused AdamW, CUDA memory accounting in the benchmarks. (build -> train -> evaluate -> vote on
+CUDA is the `cuda` case of tests/test_hrm_arc_pipeline.py.) Tolerances are for bf16.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import json
 import math
 from dataclasses import replace
 
-import numpy as np
 import pytest
 import torch
 
@@ -91,31 +90,3 @@ def test_benchmarks_cuda_tiny(capsys):
                          "--rounds", "1", "--mem-rounds", "1", "2", "--max-r", "4"])
     out = capsys.readouterr().out
     assert rc == 0 and "largest R within" in out and "FAILED" not in out, out
-
-
-def test_build_train_evaluate_vote_cuda(tmp_path, capsys):
-    from arc_data.build import BuildConfig, build
-    from arc_data.dataset import open_split
-    from hrm_deeploop.cli import run_subcommand
-    from tests.hrm_helpers import TINY_OVERRIDES
-
-    rng = np.random.default_rng(0)
-    for subset, names in (("training", ["aaaa0001", "aaaa0002"]), ("evaluation", ["bbbb0001"])):
-        (tmp_path / "raw" / subset).mkdir(parents=True)
-        for n in names:
-            pairs = [{"input": (g := rng.integers(0, 4, size=(2, 3))).tolist(), "output": g[::-1].tolist()}
-                     for _ in range(3)]
-            (tmp_path / "raw" / subset / f"{n}.json").write_text(json.dumps({"train": pairs[:2], "test": pairs[2:]}))
-    data = tmp_path / "data"
-    build(BuildConfig(sources=[str(tmp_path / "raw")], output_dir=str(data), num_aug=3, seed=0, progress=False))
-    overrides = [o for o in TINY_OVERRIDES if not o.startswith("device=")]
-    rc = run_subcommand("train", [*overrides, "device=cuda", "model.forward_dtype=bfloat16", f"data_dir={data}",
-                                  f"output_dir={tmp_path / 'run'}", "train.max_steps=3", "train.global_batch_size=4"])
-    assert rc == 0, capsys.readouterr().err
-    out = tmp_path / "eval"
-    rc = run_subcommand("evaluate", [f"checkpoint={tmp_path / 'run'}", f"data_dir={data}", f"output_dir={out}",
-                                     "progress=false", "global_batch_size=4", "device=cuda"])
-    assert rc == 0, capsys.readouterr().err
-    z = np.load(out / "predictions.npz")
-    assert z["predictions"].shape == (open_split(data, "test").num_examples, 900)
-    assert set(json.loads((out / "pass_at_k.json").read_text())["hrm"]) == {"1", "2", "10", "100", "1000"}

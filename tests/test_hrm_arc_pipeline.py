@@ -43,15 +43,21 @@ def test_both_layouts_give_the_same_batches(built):
     assert sum(bb.num_valid for bb in rows) == test.num_examples
 
 
-@pytest.mark.slow  # 2 s on an idle machine, ~20 s when the 2 cores are shared (900-token sequences)
-def test_build_train_evaluate_vote(built, tmp_path, capsys):
-    data = built / "mat"  # the vote step reads the materialised test arrays (it does not take the compact layout)
-    rc = run_subcommand("train", [*TINY_OVERRIDES, f"data_dir={data}", f"output_dir={tmp_path / 'run'}",
+# cpu: slow (2 s on an idle machine, ~20 s when the 2 cores are shared: 900-token sequences);
+# cuda: bf16 on the GPU (skipped without one).
+@pytest.mark.parametrize("device", [pytest.param("cpu", marks=pytest.mark.slow),
+                                    pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_build_train_evaluate_vote(built, tmp_path, capsys, device):
+    data = built / "mat"
+    overrides = [o for o in TINY_OVERRIDES if not o.startswith("device=")] + [f"device={device}"]
+    if device == "cuda":
+        overrides.append("model.forward_dtype=bfloat16")
+    rc = run_subcommand("train", [*overrides, f"data_dir={data}", f"output_dir={tmp_path / 'run'}",
                                   "train.max_steps=2", "train.global_batch_size=4"])
     assert rc == 0, capsys.readouterr().err
     out = tmp_path / "eval"
     rc = run_subcommand("evaluate", [f"checkpoint={tmp_path / 'run'}", f"data_dir={data}", f"output_dir={out}",
-                                     "progress=false", "global_batch_size=4", "device=cpu"])
+                                     "progress=false", "global_batch_size=4", f"device={device}"])
     assert rc == 0, capsys.readouterr().err
     z = np.load(out / "predictions.npz")
     assert z["predictions"].shape == (open_split(data, "test").num_examples, 900)
