@@ -57,7 +57,7 @@ from hrm_deeploop import distributed as D  # noqa: E402
 from hrm_deeploop.core import swiglu_width  # noqa: E402
 from hrm_deeploop.hrm import HRMConfig  # noqa: E402
 from hrm_deeploop.scaling import ScalingConfig  # noqa: E402
-from hrm_deeploop.train import LoopConfig, TrainConfig, Trainer  # noqa: E402
+from hrm_deeploop.train import LoopConfig, OptimConfig, TrainConfig, Trainer  # noqa: E402
 from hrm_deeploop.train_gpt import TrainGPTConfig  # noqa: E402
 
 PRESETS = {
@@ -124,13 +124,20 @@ def random_batches(cfg: HRMConfig, batch: int, n: int, device: torch.device, see
     return out
 
 
+def make_trainer(model_cfg: HRMConfig, scaling: ScalingConfig, device: torch.device, batch: int,
+                 compile_: bool = False, optim: OptimConfig | None = None) -> Trainer:
+    """The real `train.Trainer` (one process, no logger) around a stub dataset split, for random
+    batches (benchmarks, reference comparisons, tests)."""
+    tcfg = TrainConfig(logger="none", device=device.type, optim=optim or OptimConfig(),
+                       train=LoopConfig(global_batch_size=batch, compile=compile_, progress=False))
+    env = D.Env(rank=0, local_rank=0, world_size=1, device=device)
+    return Trainer(tcfg, model_cfg, scaling, env, fake_split(model_cfg.num_puzzle_identifiers), total_steps=10**6)
+
+
 def run_variant(v: Variant, model_cfg: HRMConfig, scaling: ScalingConfig, device: torch.device, batch: int,
                 warmup: int, steps: int) -> dict:
     core.USE_FUSED_RESIDUAL_NORM = v.fused
-    tcfg = TrainConfig(logger="none", device=device.type,
-                       train=LoopConfig(global_batch_size=batch, compile=v.compile, progress=False))
-    env = D.Env(rank=0, local_rank=0, world_size=1, device=device)
-    trainer = Trainer(tcfg, model_cfg, scaling, env, fake_split(model_cfg.num_puzzle_identifiers), total_steps=10**6)
+    trainer = make_trainer(model_cfg, scaling, device, batch, v.compile)
     batches = random_batches(model_cfg, batch, 4, device)
     i = 0
 

@@ -44,18 +44,21 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from omegaconf import OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from benchmarks.bench_hrm import PRESETS, fake_split, random_batches  # noqa: E402
+from benchmarks.bench_hrm import PRESETS, make_trainer, random_batches  # noqa: E402
 from benchmarks.benchlib import add_common_args, describe, print_table, setup_device, time_steps  # noqa: E402
 from hrm_deeploop import distributed as D  # noqa: E402
 from hrm_deeploop.checkpoint import official_key_map, official_state_dict  # noqa: E402
+from hrm_deeploop.config import to_dict, typed  # noqa: E402
+from hrm_deeploop.errors import ConfigError  # noqa: E402
 from hrm_deeploop.hrm import HRM, HRMConfig  # noqa: E402
 from hrm_deeploop.losses import act_loss  # noqa: E402
 from hrm_deeploop.optim import SparseSignSGD, lr_at, make_adam_atan2, set_lr  # noqa: E402
 from hrm_deeploop.scaling import ScalingConfig  # noqa: E402
-from hrm_deeploop.train import LoopConfig, OptimConfig, TrainConfig, Trainer  # noqa: E402
+from hrm_deeploop.train import OptimConfig  # noqa: E402
 from hrm_deeploop.train_gpt import TrainGPTConfig  # noqa: E402
 
 REFERENCE_MLP_MULTIPLE = 256  # HRM's SwiGLU rounds its width up to a multiple of 256, fixed
@@ -257,27 +260,9 @@ def reference_step_fn(ref, cfg: HRMConfig, batch: int, dtype: torch.dtype, devic
 
 
 def our_step_fn(cfg: HRMConfig, scheme: str, batch: int, device: torch.device, compile_: bool, o: OptimConfig):
-    tcfg = TrainConfig(logger="none", device=device.type, optim=o,
-                       train=LoopConfig(global_batch_size=batch, compile=compile_, progress=False))
-    env = D.Env(rank=0, local_rank=0, world_size=1, device=device)
-    trainer = Trainer(tcfg, cfg, ScalingConfig(scheme=scheme), env, fake_split(cfg.num_puzzle_identifiers),
-                      total_steps=10**6)
+    trainer = make_trainer(cfg, ScalingConfig(scheme=scheme), device, batch, compile_, o)
     batches = random_batches(cfg, batch, 4, device)
     return lambda: trainer.train_step(batches[trainer.step % len(batches)])
-
-
-def parse_sets(items: list[str], base: HRMConfig) -> dict:
-    """['pos_encodings=learned', 'hidden_size=32'] -> fields typed like the preset's values."""
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not hasattr(base, key):
-            raise SystemExit(f"--set {item}: expected FIELD=VALUE with FIELD one of HRMConfig's fields")
-        current = getattr(base, key)
-        out[key] = value if current is None or isinstance(current, str) else type(current)(value)
-        if current is None:  # puzzle_emb_ndim: None means hidden_size; a number otherwise
-            out[key] = None if value.lower() == "none" else int(value)
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -297,15 +282,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="our residual schemes to time (the reference is the baseline)")
     parser.add_argument("--num-puzzle-ids", type=int, default=1024)
     parser.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE",
-                        help="HRMConfig fields over the preset, e.g. pos_encodings=learned puzzle_emb_ndim=48")
+                        help="HRMConfig fields over the preset, e.g. pos_encodings=learned puzzle_emb_ndim=48 (null: None)")
     add_common_args(parser, TrainGPTConfig().mfu_peak_tflops)
     args = parser.parse_args(argv)
 
     preset = PRESETS[args.preset]
     device = setup_device(args.device, args.threads)
     ref, attention = import_reference(args.reference.resolve())
-    cfg = replace(preset["model"], num_puzzle_identifiers=args.num_puzzle_ids, mlp_multiple=REFERENCE_MLP_MULTIPLE,
-                  **parse_sets(args.set, preset["model"]))
+    # --set FIELD=VALUE items are Hydra-style overrides of HRMConfig, typed and checked like the CLI's.
+    try:
+        cfg = typed({**to_dict(preset["model"]), "num_puzzle_identifiers": args.num_puzzle_ids,
+                     "mlp_multiple": REFERENCE_MLP_MULTIPLE, **OmegaConf.from_dotlist(args.set)}, HRMConfig, "--set ")
+    except ConfigError as e:
+        raise SystemExit(str(e)) from None
     batch = args.batch or preset["batch"]
     warmup = preset["warmup"] if args.warmup is None else args.warmup
     steps = args.steps or preset["steps"]

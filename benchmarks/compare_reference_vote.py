@@ -130,8 +130,9 @@ def trm(trm_dir: Path, data_dir: Path, arrays: dict[str, np.ndarray], ks: list[i
     trm_data = work / "trm_data"
     trm_data.mkdir(exist_ok=True)
     # TRM names augmented puzzles <task>|||t<k>|||<perm>; ours (HRM's) use "_".
-    trm_names = [n if i == 0 or table.base_task[i] < 0 or table.is_identity(np.array([i]))[0]
-                 else f"{table.task_names[table.base_task[i]]}|||t{table.dihedral[i]}|||{''.join(map(str, table.colour_map[i]))}"
+    plain = (table.base_task < 0) | table.is_identity(np.arange(len(table)))  # blank row and originals
+    trm_names = [n if plain[i] else
+                 f"{table.task_names[table.base_task[i]]}|||t{table.dihedral[i]}|||{''.join(map(str, table.colour_map[i]))}"
                  for i, n in enumerate(names)]
     (trm_data / "identifiers.json").write_text(json.dumps(trm_names))
     truth = load_ground_truth(data_dir, "test", table)

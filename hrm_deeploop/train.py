@@ -183,8 +183,8 @@ class Trainer:
         self.model = HRM(model_cfg, scaling, self.dtype).to(env.device)
         self.model.train()
         self.ddp = D.wrap_ddp(self.model, env, sync_buffers=False)
-        # Forward and ACT loss in one function, compiled as one graph when train.compile is set (as
-        # HRM compiles its loss head): the fp64 stablemax then fuses with the lm head.
+        # Forward and ACT loss in one function, compiled together when train.compile is set (as HRM
+        # compiles its loss head).
         self.forward_loss = torch.compile(self._forward_loss) if cfg.train.compile else self._forward_loss
         o = cfg.optim
         self.sparse = (SparseSignSGD(self.model.puzzle_emb.weights, o.puzzle_emb_lr, o.puzzle_emb_weight_decay)

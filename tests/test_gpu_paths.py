@@ -19,18 +19,13 @@ pytestmark = pytest.mark.gpu
 
 
 def _hrm_trainer(compile_: bool, fused: bool, monkeypatch):
-    from benchmarks.bench_hrm import PRESETS, fake_split
+    from benchmarks.bench_hrm import PRESETS, make_trainer
     from hrm_deeploop import core
-    from hrm_deeploop import distributed as D
     from hrm_deeploop.scaling import ScalingConfig
-    from hrm_deeploop.train import LoopConfig, TrainConfig, Trainer
 
     monkeypatch.setattr(core, "USE_FUSED_RESIDUAL_NORM", fused)
     cfg = replace(PRESETS["tiny"]["model"], num_puzzle_identifiers=8, seq_len=64, forward_dtype="bfloat16")
-    env = D.Env(rank=0, local_rank=0, world_size=1, device=torch.device("cuda"))
-    tcfg = TrainConfig(logger="none", device="cuda", train=LoopConfig(global_batch_size=8, compile=compile_,
-                                                                       progress=False))
-    return Trainer(tcfg, cfg, ScalingConfig(scheme="deeploop"), env, fake_split(8), total_steps=100), cfg
+    return make_trainer(cfg, ScalingConfig(scheme="deeploop"), torch.device("cuda"), 8, compile_), cfg
 
 
 @pytest.mark.parametrize("compile_,fused", [(False, True), (True, True)], ids=["eager+fused", "compile+fused"])

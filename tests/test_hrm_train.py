@@ -181,19 +181,14 @@ def test_compiled_train_step_matches_eager():
     as eager over ACT steps that halt and reload slots (fp32 on CPU; tolerance for fused kernels)."""
     from dataclasses import replace
 
-    from benchmarks.bench_hrm import PRESETS, fake_split, random_batches
-    from hrm_deeploop import distributed as D
+    from benchmarks.bench_hrm import PRESETS, make_trainer, random_batches
     from hrm_deeploop.scaling import ScalingConfig
-    from hrm_deeploop.train import LoopConfig, TrainConfig, Trainer
 
     cfg = replace(PRESETS["tiny"]["model"], num_puzzle_identifiers=8, seq_len=16)
-    env = D.Env(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"))
     batches = random_batches(cfg, 4, 3, torch.device("cpu"), seed=3)
     runs = {}
     for compile_ in (False, True):
-        tcfg = TrainConfig(logger="none", device="cpu", train=LoopConfig(global_batch_size=4, compile=compile_,
-                                                                          progress=False))
-        trainer = Trainer(tcfg, cfg, ScalingConfig(scheme="deeploop"), env, fake_split(8), total_steps=100)
+        trainer = make_trainer(cfg, ScalingConfig(scheme="deeploop"), torch.device("cpu"), 4, compile_)
         metrics = [trainer.train_step(b) for b in batches]
         runs[compile_] = (metrics, {k: v.detach().clone() for k, v in trainer.model.state_dict().items()})
     torch._dynamo.reset()

@@ -62,9 +62,13 @@ def summary(run: Path) -> dict:
     return json.loads((run / "summary.json").read_text())
 
 
+def finished_runs(folder: Path, pattern: str) -> list[Path]:
+    """Run folders under `folder` matching `pattern` that wrote a summary.json, sorted."""
+    return [r for r in sorted(folder.glob(pattern)) if (r / "summary.json").exists()]
+
+
 def p_sweep(folder: str = "psweep", lr: str = "2e-3", out: str = "p_sweep.png") -> None:
-    runs = sorted((ROOT / folder / "p").glob("p*_s*"))
-    runs = [r for r in runs if (r / "summary.json").exists()]
+    runs = finished_runs(ROOT / folder / "p", "p*_s*")
     if not runs:
         return
     rows = []
@@ -117,8 +121,7 @@ def p_sweep(folder: str = "psweep", lr: str = "2e-3", out: str = "p_sweep.png") 
 
 
 def rounds() -> None:
-    runs = sorted((ROOT / "rounds/rounds").glob("*_R*_s*"))
-    runs = [r for r in runs if (r / "summary.json").exists()]
+    runs = finished_runs(ROOT / "rounds/rounds", "*_R*_s*")
     if not runs:
         return
     rows = []
