@@ -35,12 +35,12 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from benchmarks.benchlib import add_common_args, describe, failure_line, print_table, setup_device, time_steps  # noqa: E402
-from hrm_deeploop.core import Rotary, apply_rope, swiglu_width  # noqa: E402
-from hrm_deeploop.gpt import GPTConfig  # noqa: E402
-from hrm_deeploop.hrm import HRMConfig  # noqa: E402
-from hrm_deeploop.kernels.residual_norm import residual_rms_norm_reference  # noqa: E402
-from hrm_deeploop.losses import stablemax_cross_entropy  # noqa: E402
-from hrm_deeploop.train_gpt import TrainGPTConfig  # noqa: E402
+from hrm_deeploop.models.core import Rotary, apply_rope, swiglu_width  # noqa: E402
+from hrm_deeploop.models.gpt import GPTConfig  # noqa: E402
+from hrm_deeploop.models.hrm import HRMConfig  # noqa: E402
+from hrm_deeploop.models.kernels.residual_norm import residual_rms_norm_reference  # noqa: E402
+from hrm_deeploop.models.losses import stablemax_cross_entropy  # noqa: E402
+from hrm_deeploop.training.lm import TrainGPTConfig  # noqa: E402
 
 
 def hrm_setup(batch: int) -> dict:

@@ -47,10 +47,10 @@ from benchmarks.benchlib import (  # noqa: E402
     setup_device,
     time_steps,
 )
-from hrm_deeploop import distributed as D  # noqa: E402
-from hrm_deeploop.gpt import GPT, GPTConfig, flops_per_token  # noqa: E402
-from hrm_deeploop.scaling import ScalingConfig  # noqa: E402
-from hrm_deeploop.train_gpt import OptimConfig, TrainGPTConfig, make_optimizer, mfu  # noqa: E402
+from hrm_deeploop import runtime as D  # noqa: E402
+from hrm_deeploop.models.gpt import GPT, GPTConfig, flops_per_token  # noqa: E402
+from hrm_deeploop.models.scaling import ScalingConfig  # noqa: E402
+from hrm_deeploop.training.lm import OptimConfig, TrainGPTConfig, make_optimizer, mfu  # noqa: E402
 
 PRESETS = {
     # GPT-2 small looped (the paper's LM setup): micro-batch 24 x 1024 as in the README (Looped GPT section).

@@ -52,13 +52,13 @@ from benchmarks.benchlib import (  # noqa: E402
     setup_device,
     time_steps,
 )
-from hrm_deeploop import core  # noqa: E402
-from hrm_deeploop import distributed as D  # noqa: E402
-from hrm_deeploop.core import swiglu_width  # noqa: E402
-from hrm_deeploop.hrm import HRMConfig  # noqa: E402
-from hrm_deeploop.scaling import ScalingConfig  # noqa: E402
-from hrm_deeploop.train import LoopConfig, OptimConfig, TrainConfig, Trainer  # noqa: E402
-from hrm_deeploop.train_gpt import TrainGPTConfig  # noqa: E402
+from hrm_deeploop import runtime as D  # noqa: E402
+from hrm_deeploop.models import core  # noqa: E402
+from hrm_deeploop.models.core import swiglu_width  # noqa: E402
+from hrm_deeploop.models.hrm import HRMConfig  # noqa: E402
+from hrm_deeploop.models.scaling import ScalingConfig  # noqa: E402
+from hrm_deeploop.training.lm import TrainGPTConfig  # noqa: E402
+from hrm_deeploop.training.reasoner import LoopConfig, OptimConfig, TrainConfig, Trainer  # noqa: E402
 
 PRESETS = {
     # The reference's ARC config per GPU: global batch 768 on 8 GPUs = 96 per GPU, bf16.

@@ -28,7 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from hrm_deeploop.kernels.residual_norm import (  # noqa: E402
+from hrm_deeploop.models.kernels.residual_norm import (  # noqa: E402
     residual_rms_norm,
     residual_rms_norm_reference,
     triton_available,

@@ -28,7 +28,7 @@ What is not the reference's: HRM hard-imports flash-attn. When neither `flash_at
 nor `flash_attn` (FA2) imports, a stand-in module maps `flash_attn_func` to PyTorch's
 `scaled_dot_product_attention` (our model's attention), so the two sides then share one attention
 kernel and the comparison measures everything around it. The header says which one ran. The
-AdamATan2 of both sides is `hrm_deeploop.optim.make_adam_atan2` (the adam-atan2 CUDA kernel when
+AdamATan2 of both sides is `hrm_deeploop.training.optim.make_adam_atan2` (the adam-atan2 CUDA kernel when
 it imports, as HRM's pretrain uses, else the PyTorch port). The reference's modules need pydantic.
 """
 
@@ -50,16 +50,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from benchmarks.bench_hrm import PRESETS, make_trainer, random_batches  # noqa: E402
 from benchmarks.benchlib import add_common_args, describe, print_table, setup_device, time_steps  # noqa: E402
-from hrm_deeploop import distributed as D  # noqa: E402
+from hrm_deeploop import runtime as D  # noqa: E402
 from hrm_deeploop.checkpoint import official_key_map, official_state_dict  # noqa: E402
 from hrm_deeploop.config import to_dict, typed  # noqa: E402
 from hrm_deeploop.errors import ConfigError  # noqa: E402
-from hrm_deeploop.hrm import HRM, HRMConfig  # noqa: E402
-from hrm_deeploop.losses import act_loss  # noqa: E402
-from hrm_deeploop.optim import SparseSignSGD, lr_at, make_adam_atan2, set_lr  # noqa: E402
-from hrm_deeploop.scaling import ScalingConfig  # noqa: E402
-from hrm_deeploop.train import OptimConfig  # noqa: E402
-from hrm_deeploop.train_gpt import TrainGPTConfig  # noqa: E402
+from hrm_deeploop.models.hrm import HRM, HRMConfig  # noqa: E402
+from hrm_deeploop.models.losses import act_loss  # noqa: E402
+from hrm_deeploop.models.scaling import ScalingConfig  # noqa: E402
+from hrm_deeploop.training.lm import TrainGPTConfig  # noqa: E402
+from hrm_deeploop.training.optim import SparseSignSGD, lr_at, make_adam_atan2, set_lr  # noqa: E402
+from hrm_deeploop.training.reasoner import OptimConfig  # noqa: E402
 
 REFERENCE_MLP_MULTIPLE = 256  # HRM's SwiGLU rounds its width up to a multiple of 256, fixed
 

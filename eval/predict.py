@@ -27,10 +27,10 @@ import torch
 
 from eval.predictions import save_predictions
 from hrm_deeploop import checkpoint as ckpt
-from hrm_deeploop import distributed as D
+from hrm_deeploop import runtime as D
 from hrm_deeploop.errors import ConfigError, UserError
-from hrm_deeploop.hrm import HRM, HRMConfig
-from hrm_deeploop.scaling import ScalingConfig
+from hrm_deeploop.models.hrm import HRM, HRMConfig
+from hrm_deeploop.models.scaling import ScalingConfig
 
 
 @dataclass
@@ -114,8 +114,8 @@ def _hrm_config(values: dict[str, Any], where: str) -> HRMConfig:
 def predict_split(model: HRM, split: Any, env: D.Env, global_batch_size: int, max_batches: int | None = None,
                   show_progress: bool = True) -> dict[str, np.ndarray] | None:
     """Predictions of this rank's rows, gathered on rank 0 in dataset order (None on other ranks)."""
-    from hrm_deeploop.data import num_sequential_batches, sequential_batches
-    from hrm_deeploop.runlog import progress
+    from hrm_deeploop.data.puzzles import num_sequential_batches, sequential_batches
+    from hrm_deeploop.training.runlog import progress
 
     model.eval()
     cols: dict[str, list[np.ndarray]] = {"index": [], "puzzle_identifiers": [], "inputs": [], "predictions": [], "q_halt": []}
@@ -155,8 +155,8 @@ def predict_split(model: HRM, split: Any, env: D.Env, global_batch_size: int, ma
 def run(cfg: Any) -> int:
     from eval.report import check_outputs
     from hrm_deeploop.config import typed
-    from hrm_deeploop.data import meta_value
-    from hrm_deeploop.train import check_matches, open_dataset
+    from hrm_deeploop.data.puzzles import meta_value
+    from hrm_deeploop.training.reasoner import check_matches, open_dataset
 
     c = typed(cfg, EvaluateConfig)
     for key in ("checkpoint", "data_dir", "output_dir"):

@@ -28,7 +28,7 @@ class Subcommand:
 
 # Lazy imports keep `hrm-deeploop --help` fast and keep torch out of torch-free commands.
 def _scales(cfg: DictConfig) -> int | None:
-    from hrm_deeploop.scaling import run
+    from hrm_deeploop.models.scaling import run
 
     return run(cfg)
 
@@ -50,7 +50,7 @@ def _viz_arc(cfg: DictConfig) -> int | None:
 
 
 def _train(cfg: DictConfig) -> int | None:
-    from hrm_deeploop.train import run
+    from hrm_deeploop.training.reasoner import run
 
     return run(cfg)
 
@@ -68,25 +68,25 @@ def _vote(cfg: DictConfig) -> int | None:
 
 
 def _prepare_text(cfg: DictConfig) -> int | None:
-    from hrm_deeploop.text import run_prepare
+    from hrm_deeploop.text.prepare import run_prepare
 
     return run_prepare(cfg)
 
 
 def _train_gpt(cfg: DictConfig) -> int | None:
-    from hrm_deeploop.train_gpt import run
+    from hrm_deeploop.training.lm import run
 
     return run(cfg)
 
 
 def _eval_gpt(cfg: DictConfig) -> int | None:
-    from hrm_deeploop.eval_gpt import run
+    from eval.lm import run
 
     return run(cfg)
 
 
 def _sweep(cfg: DictConfig) -> int | None:
-    from hrm_deeploop.sweep import run
+    from hrm_deeploop.training.sweep import run
 
     return run(cfg)
 
@@ -142,9 +142,9 @@ def register_schemas() -> None:
     """
     from hydra.core.config_store import ConfigStore
 
-    from hrm_deeploop.gpt import GPTConfig
-    from hrm_deeploop.hrm import HRMConfig
-    from hrm_deeploop.scaling import ScalingConfig
+    from hrm_deeploop.models.gpt import GPTConfig
+    from hrm_deeploop.models.hrm import HRMConfig
+    from hrm_deeploop.models.scaling import ScalingConfig
 
     cs = ConfigStore.instance()
     cs.store(group="scaling", name="_schema", node=ScalingConfig)

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from hrm_deeploop.gpt import GPTConfig
-from hrm_deeploop.train_gpt import Data, TrainGPTConfig, unigram_entropy
+from hrm_deeploop.models.gpt import GPTConfig
+from hrm_deeploop.training.lm import Data, TrainGPTConfig, unigram_entropy
 
 VOCAB = 64
 
@@ -48,7 +48,7 @@ def patterned_tokens(n: int, seed: int = 0, vocab: int = VOCAB) -> np.ndarray:
 
 class ArrayTokens:
     """Windows of T+1 tokens at stride T, shuffled per epoch by (seed, epoch); global batch g is
-    windows [g*W*B, (g+1)*W*B) and rank r takes its block of B (as hrm_deeploop.text.TokenShards)."""
+    windows [g*W*B, (g+1)*W*B) and rank r takes its block of B (as hrm_deeploop.text.loader.TokenShards)."""
 
     def __init__(self, tokens: np.ndarray, seq_len: int, batch_size: int, rank: int = 0, world_size: int = 1,
                  seed: int = 0):

@@ -66,9 +66,9 @@ def stand_in_open_split(data_dir, split):
 
 
 def use_stand_in(monkeypatch) -> None:
-    import hrm_deeploop.data
+    import hrm_deeploop.data.puzzles
 
-    monkeypatch.setattr(hrm_deeploop.data, "open_split", stand_in_open_split)
+    monkeypatch.setattr(hrm_deeploop.data.puzzles, "open_split", stand_in_open_split)
 
 
 def _task(rng: np.random.Generator, n: int, side: int = 2):
@@ -148,18 +148,18 @@ def ddp_grads_worker(rank: int, world: int, port: int, data_dir: str, out_file: 
 
     import torch
 
-    import hrm_deeploop.data
-    from hrm_deeploop import distributed as D
-    from hrm_deeploop.hrm import HRMConfig
-    from hrm_deeploop.scaling import ScalingConfig
-    from hrm_deeploop.train import TrainConfig, Trainer, fit_to_dataset
+    import hrm_deeploop.data.puzzles
+    from hrm_deeploop import runtime as D
+    from hrm_deeploop.models.hrm import HRMConfig
+    from hrm_deeploop.models.scaling import ScalingConfig
+    from hrm_deeploop.training.reasoner import TrainConfig, Trainer, fit_to_dataset
 
     saved_env = dict(os.environ)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank))
     if world > 1:
         torch.set_num_threads(1)
-    hrm_deeploop.data.open_split = stand_in_open_split
+    hrm_deeploop.data.puzzles.open_split = stand_in_open_split
     env = D.setup("cpu")
     try:
         split = stand_in_open_split(data_dir, "train")

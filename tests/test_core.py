@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hrm_deeploop.core import (
+from hrm_deeploop.models.core import (
     Attention,
     Block,
     LoopedCore,
@@ -17,7 +17,7 @@ from hrm_deeploop.core import (
     swiglu_width,
     trunc_normal_,
 )
-from hrm_deeploop.scaling import Residual, ScalingConfig, alpha_beta, loop_depth, module_residuals
+from hrm_deeploop.models.scaling import Residual, ScalingConfig, alpha_beta, loop_depth, module_residuals
 
 torch.set_grad_enabled(True)
 

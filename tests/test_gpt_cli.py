@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from hrm_deeploop.cli import main
-from hrm_deeploop.text import write_meta, write_shard
+from hrm_deeploop.text.shards import write_meta, write_shard
 from tests.gpt_helpers import one_thread  # noqa: F401  (autouse)
 from tests.lm_eval_helpers import write_tiny_mc_task
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hrm_deeploop.gpt import GPT, flops_per_token
-from hrm_deeploop.scaling import ScalingConfig
-from hrm_deeploop.train_gpt import mfu, param_groups
+from hrm_deeploop.models.gpt import GPT, flops_per_token
+from hrm_deeploop.models.scaling import ScalingConfig
+from hrm_deeploop.training.lm import mfu, param_groups
 from tests.gpt_helpers import VOCAB, one_thread, tiny_model  # noqa: F401  (autouse)
 
 
@@ -160,7 +160,7 @@ def test_flop_counter_hand_computed():
 
 def test_gpt2_small_param_count():
     """GPT-2 small looped: 12 blocks of 768 stored once (SwiGLU 2048 wide) + the tied 50304 x 768 table."""
-    from hrm_deeploop.gpt import GPTConfig
+    from hrm_deeploop.models.gpt import GPTConfig
 
     with torch.device("meta"):
         m = GPT(GPTConfig(num_rounds=3), ScalingConfig(scheme="deeploop"))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import csv
 import json
 
-from hrm_deeploop import sweep as sweep_mod
-from hrm_deeploop.sweep import SweepConfig, overrides, sweep
+from hrm_deeploop.training import sweep as sweep_mod
+from hrm_deeploop.training.sweep import SweepConfig, overrides, sweep
 from tests.gpt_helpers import array_data, one_thread, patterned_tokens, tiny_model, tiny_train_cfg  # noqa: F401  (autouse)
 
 _STREAM = patterned_tokens(12_000, seed=0)
@@ -69,7 +69,7 @@ def test_yaml_configs_list_every_trainer_key():
     import yaml
 
     from hrm_deeploop.config import to_dict
-    from hrm_deeploop.train_gpt import TrainGPTConfig
+    from hrm_deeploop.training.lm import TrainGPTConfig
 
     want = to_dict(TrainGPTConfig())
     root = Path(__file__).resolve().parent.parent / "configs"

@@ -11,10 +11,10 @@ import torch
 import torch.multiprocessing as mp
 
 from hrm_deeploop import checkpoint as ckpt
-from hrm_deeploop import train_gpt
 from hrm_deeploop.errors import ConfigError, TrainingDiverged, UserError
-from hrm_deeploop.gpt import GPT
-from hrm_deeploop.scaling import ScalingConfig
+from hrm_deeploop.models.gpt import GPT
+from hrm_deeploop.models.scaling import ScalingConfig
+from hrm_deeploop.training import lm as train_gpt
 from tests.gpt_helpers import array_data, one_thread, patterned_tokens, tiny_model, tiny_train_cfg  # noqa: F401  (autouse)
 
 _STREAM = patterned_tokens(22_000, seed=0)

@@ -20,8 +20,8 @@ pytestmark = pytest.mark.gpu
 
 def _hrm_trainer(compile_: bool, fused: bool, monkeypatch):
     from benchmarks.bench_hrm import PRESETS, make_trainer
-    from hrm_deeploop import core
-    from hrm_deeploop.scaling import ScalingConfig
+    from hrm_deeploop.models import core
+    from hrm_deeploop.models.scaling import ScalingConfig
 
     monkeypatch.setattr(core, "USE_FUSED_RESIDUAL_NORM", fused)
     cfg = replace(PRESETS["tiny"]["model"], num_puzzle_identifiers=8, seq_len=64, forward_dtype="bfloat16")
@@ -32,7 +32,7 @@ def _hrm_trainer(compile_: bool, fused: bool, monkeypatch):
 def test_hrm_cuda_bf16_step_matches_eager_plain(compile_, fused, monkeypatch):
     """bf16 HRM train steps with the fused kernel and/or torch.compile match eager plain PyTorch."""
     from benchmarks.bench_hrm import random_batches
-    from hrm_deeploop.kernels import residual_norm as rn
+    from hrm_deeploop.models.kernels import residual_norm as rn
 
     calls = {"n": 0}
     real = rn.residual_rms_norm
@@ -60,8 +60,8 @@ def test_hrm_cuda_bf16_step_matches_eager_plain(compile_, fused, monkeypatch):
 
 @pytest.mark.parametrize("compile_", [False, True], ids=["eager", "compiled"])
 def test_gpt_cuda_bf16_autocast_fused_adamw_learns(tmp_path, compile_):
-    from hrm_deeploop import train_gpt
-    from hrm_deeploop.scaling import ScalingConfig
+    from hrm_deeploop.models.scaling import ScalingConfig
+    from hrm_deeploop.training import lm as train_gpt
     from tests.gpt_helpers import array_data, patterned_tokens, tiny_model, tiny_train_cfg
 
     stream = patterned_tokens(22_000, seed=0)

@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hrm_deeploop.losses import act_loss, log_stablemax, softmax_cross_entropy, stablemax_cross_entropy
-from hrm_deeploop.optim import AdamATan2, SparseSignSGD, lr_at
+from hrm_deeploop.models.losses import act_loss, log_stablemax, softmax_cross_entropy, stablemax_cross_entropy
+from hrm_deeploop.training.optim import AdamATan2, SparseSignSGD, lr_at
 
 
 def test_stablemax_known_values():

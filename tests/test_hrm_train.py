@@ -32,7 +32,7 @@ def test_tiny_run_learns(monkeypatch, tmp_path, data):
 
 
 def test_resume_after_crash_is_bit_exact(monkeypatch, tmp_path, data):
-    import hrm_deeploop.train as T
+    import hrm_deeploop.training.reasoner as T
 
     args = ("train.max_steps=6", "checkpoint.every=3", "model.halt_max_steps=3")
     assert train_cli(monkeypatch, data, tmp_path / "straight", *args) == 0
@@ -65,7 +65,7 @@ def test_resume_after_crash_is_bit_exact(monkeypatch, tmp_path, data):
 
 
 def test_non_finite_loss_stops_and_keeps_checkpoint(monkeypatch, tmp_path, data, capsys):
-    import hrm_deeploop.train as T
+    import hrm_deeploop.training.reasoner as T
 
     real = T.act_loss
     calls = {"n": 0}
@@ -162,7 +162,7 @@ def test_experiment_configs_compose():
     from hydra import compose, initialize_config_dir
 
     from hrm_deeploop.cli import config_dir, register_schemas
-    from hrm_deeploop.train import parse
+    from hrm_deeploop.training.reasoner import parse
 
     register_schemas()
     with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
@@ -182,7 +182,7 @@ def test_compiled_train_step_matches_eager():
     from dataclasses import replace
 
     from benchmarks.bench_hrm import PRESETS, make_trainer, random_batches
-    from hrm_deeploop.scaling import ScalingConfig
+    from hrm_deeploop.models.scaling import ScalingConfig
 
     cfg = replace(PRESETS["tiny"]["model"], num_puzzle_identifiers=8, seq_len=16)
     batches = random_batches(cfg, 4, 3, torch.device("cpu"), seed=3)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hrm_deeploop.kernels import residual_norm as rn
+from hrm_deeploop.models.kernels import residual_norm as rn
 
 REPO = Path(__file__).resolve().parents[1]
 EPS = 1e-5
@@ -172,7 +172,7 @@ def test_import_without_triton_falls_back():
     code = (
         "import sys; sys.modules['triton'] = None\n"
         "import torch\n"
-        "from hrm_deeploop.kernels import residual_norm as rn\n"
+        "from hrm_deeploop.models.kernels import residual_norm as rn\n"
         "assert not rn.triton_available() and not rn.interpreter_active()\n"
         "x = torch.randn(2, 8)\n"
         "assert torch.equal(rn.residual_rms_norm(x, x, 2.0), rn.residual_rms_norm_reference(x, x, 2.0, None, 1e-5))\n"
@@ -189,7 +189,7 @@ def test_env_var_switches_the_fused_path(value, expected):
     if value is not None:
         env["HRM_DEEPLOOP_FUSED_RESIDUAL_NORM"] = value
     env["PYTHONPATH"] = str(REPO)
-    code = "from hrm_deeploop import core; print(core.USE_FUSED_RESIDUAL_NORM)"
+    code = "from hrm_deeploop.models import core; print(core.USE_FUSED_RESIDUAL_NORM)"
     proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(expected)

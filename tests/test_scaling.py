@@ -5,7 +5,7 @@ import math
 import pytest
 
 from hrm_deeploop.errors import ConfigError
-from hrm_deeploop.scaling import (
+from hrm_deeploop.models.scaling import (
     ScalingConfig,
     alpha_beta,
     hrm_depth,

@@ -7,8 +7,8 @@ import json
 import numpy as np
 
 from hrm_deeploop.cli import main
-from hrm_deeploop.text import open_shard, read_meta
-from hrm_deeploop.tokenizer import ENDOFTEXT, get_tokenizer
+from hrm_deeploop.text.shards import open_shard, read_meta
+from hrm_deeploop.text.tokenizer import ENDOFTEXT, get_tokenizer
 from tests.gpt_helpers import one_thread  # noqa: F401  (autouse)
 
 

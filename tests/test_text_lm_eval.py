@@ -13,8 +13,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from lm_eval.api.instance import Instance  # noqa: E402
 
-from hrm_deeploop.lm_eval_adapter import LoopedLM, run_lm_eval  # noqa: E402
-from hrm_deeploop.tokenizer import get_gpt2_tokenizer  # noqa: E402
+from hrm_deeploop.text.lm_eval import LoopedLM, run_lm_eval  # noqa: E402
+from hrm_deeploop.text.tokenizer import get_gpt2_tokenizer  # noqa: E402
 from tests.lm_eval_helpers import write_tiny_mc_task
 
 V = 50257
@@ -141,7 +141,7 @@ def test_paper_tasks_are_known_to_lm_eval():
     """The 8 task names exist in the installed lm-eval (indexing its tasks takes ~15 s)."""
     from lm_eval.tasks import TaskManager
 
-    from hrm_deeploop.lm_eval_adapter import PAPER_TASKS
+    from hrm_deeploop.text.lm_eval import PAPER_TASKS
 
     known = TaskManager().all_tasks
     assert [t for t in PAPER_TASKS if t not in known] == []

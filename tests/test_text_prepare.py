@@ -7,8 +7,10 @@ import pytest
 import torch
 
 from hrm_deeploop.cli import main
-from hrm_deeploop.text import TokenShards, iter_eval_batches, open_shard, read_meta, write_demo_corpus
-from hrm_deeploop.tokenizer import get_gpt2_tokenizer
+from hrm_deeploop.text.corpus import write_demo_corpus
+from hrm_deeploop.text.loader import TokenShards, iter_eval_batches
+from hrm_deeploop.text.shards import open_shard, read_meta
+from hrm_deeploop.text.tokenizer import get_gpt2_tokenizer
 
 
 def _cli(*args):

@@ -5,15 +5,8 @@ import pytest
 import torch
 
 from hrm_deeploop.errors import UserError
-from hrm_deeploop.text import (
-    HEADER_BYTES,
-    TokenShards,
-    iter_eval_batches,
-    open_shard,
-    read_shard_header,
-    write_meta,
-    write_shard,
-)
+from hrm_deeploop.text.loader import TokenShards, iter_eval_batches
+from hrm_deeploop.text.shards import HEADER_BYTES, open_shard, read_shard_header, write_meta, write_shard
 
 
 def make_shards(folder, sizes, seed=0, tokenizer_id="gpt2"):

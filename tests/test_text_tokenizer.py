@@ -3,7 +3,7 @@
 import pytest
 
 from hrm_deeploop.errors import UserError
-from hrm_deeploop.tokenizer import GPT2_EOT_ID, get_gpt2_tokenizer, get_tokenizer
+from hrm_deeploop.text.tokenizer import GPT2_EOT_ID, get_gpt2_tokenizer, get_tokenizer
 
 # Ids from GPT-2's published encoder (tiktoken "gpt2" / Hugging Face GPT2TokenizerFast).
 KNOWN = {

@@ -6,8 +6,8 @@ from typing import Any
 
 from hrm_deeploop.config import typed
 from hrm_deeploop.errors import ConfigError
-from hrm_deeploop.gpt import GPTConfig
-from hrm_deeploop.hrm import HRMConfig
+from hrm_deeploop.models.gpt import GPTConfig
+from hrm_deeploop.models.hrm import HRMConfig
 
 MODEL_CONFIGS: dict[str, type] = {"hrm": HRMConfig, "gpt": GPTConfig}
 

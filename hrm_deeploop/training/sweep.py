@@ -33,9 +33,9 @@ from typing import Any
 
 from hrm_deeploop.config import to_dict, typed
 from hrm_deeploop.errors import ConfigError, TrainingDiverged
-from hrm_deeploop.gpt import GPTConfig
-from hrm_deeploop.scaling import ScalingConfig
-from hrm_deeploop.train_gpt import Data, TrainGPTConfig
+from hrm_deeploop.models.gpt import GPTConfig
+from hrm_deeploop.models.scaling import ScalingConfig
+from hrm_deeploop.training.lm import Data, TrainGPTConfig
 
 KINDS = ("rounds", "p", "both")
 
@@ -83,7 +83,7 @@ def plan(opts: SweepConfig) -> list[RunSpec]:
 
 
 def run(cfg: Any) -> int:
-    from hrm_deeploop.models import model_config
+    from hrm_deeploop.models.registry import model_config
 
     model_cfg = model_config(cfg.get("model"))
     if not isinstance(model_cfg, GPTConfig):
@@ -146,7 +146,7 @@ def _run_configs(opts: SweepConfig, model_cfg: GPTConfig, spec: RunSpec, run_dir
 
 def _launch(opts: SweepConfig, model_cfg: GPTConfig, spec: RunSpec, run_dir: Path,
             data_for: Callable[[RunSpec], Data] | None) -> None:
-    from hrm_deeploop import train_gpt
+    from hrm_deeploop.training import lm as train_gpt
 
     train_cfg, m, scaling = _run_configs(opts, model_cfg, spec, run_dir)
     if opts.launcher == "inprocess":

@@ -30,16 +30,16 @@ from typing import Any
 import torch
 
 from hrm_deeploop import checkpoint as ckpt
-from hrm_deeploop import data as hdata
-from hrm_deeploop import distributed as D
+from hrm_deeploop import runtime as D
 from hrm_deeploop.config import to_dict, typed
-from hrm_deeploop.data import TrainSampler, meta_value, sequential_batches, steps_per_epoch
+from hrm_deeploop.data.puzzles import TrainSampler, meta_value, sequential_batches, steps_per_epoch
+from hrm_deeploop.data import puzzles as hdata
 from hrm_deeploop.errors import ConfigError, UserError
-from hrm_deeploop.hrm import HRM, Carry, HRMConfig, carry_from_state, carry_state, carry_to
-from hrm_deeploop.losses import act_loss
-from hrm_deeploop.optim import SparseSignSGD, lr_at, make_adam_atan2, set_lr
-from hrm_deeploop.runlog import RunLogger, check_finite, progress
-from hrm_deeploop.scaling import ScalingConfig
+from hrm_deeploop.models.hrm import HRM, Carry, HRMConfig, carry_from_state, carry_state, carry_to
+from hrm_deeploop.models.losses import act_loss
+from hrm_deeploop.models.scaling import ScalingConfig
+from hrm_deeploop.training.optim import SparseSignSGD, lr_at, make_adam_atan2, set_lr
+from hrm_deeploop.training.runlog import RunLogger, check_finite, progress
 
 METRIC_KEYS = ("count", "accuracy", "exact_accuracy", "q_halt_accuracy", "steps",
                "lm_loss", "q_halt_loss", "q_continue_loss")
@@ -111,7 +111,7 @@ def parse(cfg: Any) -> tuple[TrainConfig, HRMConfig, ScalingConfig]:
     """DictConfig -> (TrainConfig, HRMConfig, ScalingConfig); unknown keys raise naming the key."""
     from omegaconf import OmegaConf
 
-    from hrm_deeploop.models import model_config
+    from hrm_deeploop.models.registry import model_config
 
     raw = OmegaConf.to_container(cfg, resolve=True) if not isinstance(cfg, dict) else dict(cfg)
     model = model_config(raw.get("model"))

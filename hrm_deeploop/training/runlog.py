@@ -15,8 +15,8 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from hrm_deeploop.distributed import is_main
 from hrm_deeploop.errors import TrainingDiverged
+from hrm_deeploop.runtime import is_main
 
 
 class RunLogger:

@@ -5,7 +5,7 @@ on the command line. `checkpoint` may be a `step_N.pt` file or a run folder (its
 checkpoint). Validation loss is the token-weighted mean cross-entropy over the held-out shards'
 windows (the same windows as the trainer's validation). With `lm_eval=true` the paper's
 8-task suite (section 5.2: acc, 0- and 1-shot, GPT-2 tokenizer, context 1024, bf16 on CUDA) runs
-through `hrm_deeploop.lm_eval_adapter.run_lm_eval` and lm_eval.md/csv hold the table with the
+through `hrm_deeploop.text.lm_eval.run_lm_eval` and lm_eval.md/csv hold the table with the
 unweighted average. Results go to `<output_dir>/eval.json` (default: `<run>/eval/`).
 """
 
@@ -19,11 +19,11 @@ from typing import Any
 import torch
 
 from hrm_deeploop import checkpoint as ckpt
-from hrm_deeploop import distributed as dist_
+from hrm_deeploop import runtime as dist_
 from hrm_deeploop.config import typed
 from hrm_deeploop.errors import ConfigError, UserError
-from hrm_deeploop.gpt import GPT, GPTConfig
-from hrm_deeploop.scaling import ScalingConfig
+from hrm_deeploop.models.gpt import GPT, GPTConfig
+from hrm_deeploop.models.scaling import ScalingConfig
 
 PAPER_TASKS = ["arc_challenge", "arc_easy", "hellaswag", "openbookqa", "piqa", "sciq", "social_iqa", "winogrande"]
 
@@ -74,7 +74,7 @@ def run(cfg: Any) -> int:
 
 
 def evaluate(opts: EvalGPTConfig) -> dict[str, Any]:
-    from hrm_deeploop.train_gpt import evaluate_loss
+    from hrm_deeploop.training.lm import evaluate_loss
 
     if not opts.checkpoint:
         raise ConfigError("checkpoint= is required (a step_N.pt file or a train-gpt run folder)")
@@ -89,7 +89,7 @@ def evaluate(opts: EvalGPTConfig) -> dict[str, Any]:
         result: dict[str, Any] = {"checkpoint": str(path), "step": state.get("step"),
                                   "num_rounds": model.cfg.num_rounds, "scheme": model.scaling.scheme}
         if opts.data:
-            from hrm_deeploop.text import iter_eval_batches
+            from hrm_deeploop.text.loader import iter_eval_batches
 
             batches = iter_eval_batches(opts.data, model.cfg.seq_len, opts.batch_size, e.rank, e.world_size,
                                         max_batches=opts.max_batches, tokenizer_id=opts.tokenizer_id,
@@ -97,7 +97,7 @@ def evaluate(opts: EvalGPTConfig) -> dict[str, Any]:
             result["val_loss"] = evaluate_loss(model, batches, e.device, dtype)
             dist_.print0(f"val loss {result['val_loss']:.4f} ({path})")
         if opts.lm_eval:
-            from hrm_deeploop.lm_eval_adapter import run_lm_eval
+            from hrm_deeploop.text.lm_eval import run_lm_eval
 
             table = run_lm_eval(model, opts.tasks, opts.num_fewshot, opts.limit, opts.lm_eval_batch_size,
                                 output_path=out_dir if e.is_main else None, include_path=opts.include_path,

@@ -24,9 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from hrm_deeploop.core import Linear, LoopedCore, Rotary, init_block_, make_blocks, trunc_normal_
 from hrm_deeploop.errors import ConfigError
-from hrm_deeploop.scaling import ScalingConfig, hrm_depth, module_residuals
+from hrm_deeploop.models.core import Linear, LoopedCore, Rotary, init_block_, make_blocks, trunc_normal_
+from hrm_deeploop.models.scaling import ScalingConfig, hrm_depth, module_residuals
 
 IGNORE_LABEL = -100
 DATA_KEYS = ("inputs", "labels", "puzzle_identifiers")

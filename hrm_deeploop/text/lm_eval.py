@@ -39,7 +39,7 @@ except ImportError as e:  # the optional `lmeval` extra
         "pip install 'hrm-deeploop[lmeval]'"
     ) from e
 
-from hrm_deeploop.tokenizer import Tokenizer, get_gpt2_tokenizer
+from hrm_deeploop.text.tokenizer import Tokenizer, get_gpt2_tokenizer
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from hrm_deeploop.core import Linear, LoopedCore, RMSNorm, Rotary, init_block_, make_blocks, trunc_normal_
-from hrm_deeploop.scaling import ScalingConfig, loop_depth, module_residuals
+from hrm_deeploop.models.core import (
+    Linear,
+    LoopedCore,
+    RMSNorm,
+    Rotary,
+    init_block_,
+    make_blocks,
+    trunc_normal_,
+)
+from hrm_deeploop.models.scaling import ScalingConfig, loop_depth, module_residuals
 
 
 @dataclass
@@ -150,7 +158,7 @@ def flops_per_token(cfg: GPTConfig, seq_len: int | None = None, training: bool =
     Norm/RoPE/activation elementwise work and the embedding lookup are not counted.
     With training=False the forward-only cost (one third) is returned.
     """
-    from hrm_deeploop.core import swiglu_width
+    from hrm_deeploop.models.core import swiglu_width
 
     T = seq_len or cfg.seq_len
     D, K, R, V = cfg.hidden_size, cfg.num_blocks, cfg.num_rounds, cfg.vocab_size

@@ -35,13 +35,13 @@ import torch
 from torch import Tensor
 
 from hrm_deeploop import checkpoint as ckpt
-from hrm_deeploop import distributed as dist_
+from hrm_deeploop import runtime as dist_
 from hrm_deeploop.config import to_dict, typed
 from hrm_deeploop.errors import ConfigError, TrainingDiverged, UserError
-from hrm_deeploop.gpt import GPT, GPTConfig, flops_per_token
-from hrm_deeploop.optim import lr_at, set_lr
-from hrm_deeploop.runlog import RunLogger, check_finite, progress
-from hrm_deeploop.scaling import ScalingConfig
+from hrm_deeploop.models.gpt import GPT, GPTConfig, flops_per_token
+from hrm_deeploop.models.scaling import ScalingConfig
+from hrm_deeploop.training.optim import lr_at, set_lr
+from hrm_deeploop.training.runlog import RunLogger, check_finite, progress
 
 # ---- config ----------------------------------------------------------------------------------
 
@@ -99,7 +99,7 @@ class TrainGPTConfig:
 
 
 class TrainData(Protocol):
-    """What the trainer needs from a training stream (`hrm_deeploop.text.TokenShards` is one)."""
+    """What the trainer needs from a training stream (`hrm_deeploop.text.loader.TokenShards` is one)."""
 
     def next_batch(self) -> tuple[Tensor, Tensor]: ...  # this rank's (x, y), int64 (B, T)
     def state_dict(self) -> dict[str, Any]: ...
@@ -127,7 +127,7 @@ def unigram_entropy(tokens: np.ndarray, vocab_size: int | None = None) -> float:
 def shard_unigram_entropy(pattern: str, max_tokens: int) -> float:
     """Unigram entropy of (up to `max_tokens` of) the training shards, read from the start of each
     shard in proportion to its size."""
-    from hrm_deeploop.text import expand_shards, open_shard
+    from hrm_deeploop.text.shards import expand_shards, open_shard
 
     maps = [open_shard(p) for p in expand_shards(pattern)]
     total = sum(len(m) for m in maps)
@@ -142,7 +142,7 @@ def shard_unigram_entropy(pattern: str, max_tokens: int) -> float:
 
 def open_data(cfg: TrainGPTConfig, model_cfg: GPTConfig, e: dist_.Env) -> Data:
     """Open and validate the shards (every error here is raised before anything is written)."""
-    from hrm_deeploop.text import TokenShards, iter_eval_batches
+    from hrm_deeploop.text.loader import TokenShards, iter_eval_batches
 
     if not cfg.data.train:
         raise ConfigError("data.train is empty: point it at training shards (hrm-deeploop prepare-text output)")
@@ -216,7 +216,7 @@ def evaluate_loss(model: torch.nn.Module, batches: Iterable[tuple[Tensor, Tensor
 
 def run(cfg: Any) -> int:
     """CLI entry: compose -> typed configs -> train."""
-    from hrm_deeploop.models import model_config
+    from hrm_deeploop.models.registry import model_config
 
     model_cfg = model_config(cfg.get("model"))
     if not isinstance(model_cfg, GPTConfig):

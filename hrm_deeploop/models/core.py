@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from hrm_deeploop.scaling import Residual
+from hrm_deeploop.models.scaling import Residual
 
 # The fused Triton residual-norm kernel on CUDA tensors. False forces the plain PyTorch path
 # (benchmarks, debugging); the environment variable HRM_DEEPLOOP_FUSED_RESIDUAL_NORM=0 sets it
@@ -66,7 +66,7 @@ def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-5) -> Tens
 def residual_rms_norm(x: Tensor, f: Tensor, alpha: float, weight: Tensor | None, eps: float) -> Tensor:
     """Post-LN residual step y = RMSNorm(alpha * x + f): the fused Triton kernel on CUDA."""
     if USE_FUSED_RESIDUAL_NORM and x.is_cuda:
-        from hrm_deeploop.kernels.residual_norm import residual_rms_norm as fused
+        from hrm_deeploop.models.kernels.residual_norm import residual_rms_norm as fused
 
         return fused(x, f, alpha, weight, eps)
     s = f + x if alpha == 1.0 else alpha * x + f

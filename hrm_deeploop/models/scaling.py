@@ -210,7 +210,7 @@ class ScalesConfig:
 
 def run(cfg: Any) -> int:
     from hrm_deeploop.config import typed
-    from hrm_deeploop.models import model_config
+    from hrm_deeploop.models.registry import model_config
 
     model = model_config(cfg.get("model"))
     scaling = typed(cfg.get("scaling"), ScalingConfig, "scaling.")

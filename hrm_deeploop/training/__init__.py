@@ -1,0 +1,1 @@
+"""One trainer skeleton and its per-model steps; optimisers, run logging, sweeps."""
