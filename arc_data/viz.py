@@ -45,6 +45,9 @@ UNKNOWN = (230, 230, 230)  # a test output that is not given
 
 @dataclass
 class VizConfig:
+    """`hrm-deeploop viz-arc`: render ARC tasks (and augmentations) to PNG + one HTML gallery.
+    Give sources=[...] (as build-arc) or data_dir=<built dataset>."""
+
     sources: list[str] = field(default_factory=list)  # source specs, as for build-arc
     data_dir: str = ""  # or a built dataset (either layout)
     tasks: list[str] = field(default_factory=list)  # task names; empty: the first max_tasks
@@ -54,6 +57,14 @@ class VizConfig:
     cell: int = 12  # pixels per cell
     output_dir: str = "outputs/arc-viz"
     eval_name: str = "evaluation"
+
+    def __post_init__(self) -> None:
+        for key, lo in (("max_tasks", 1), ("num_aug", 0), ("seed", 0), ("cell", 2)):
+            v = getattr(self, key)
+            if not isinstance(v, int) or v < lo:
+                raise ArcDataError(f"{key}={v!r}: must be >= {lo}")
+        if bool(self.sources) == bool(self.data_dir):
+            raise ArcDataError("give exactly one of sources=[...] or data_dir=<built dataset>")
 
 
 @dataclass
@@ -186,10 +197,6 @@ def pictures_from_dataset(cfg: VizConfig) -> list[Picture]:
 
 
 def visualize(cfg: VizConfig) -> Path:
-    if bool(cfg.sources) == bool(cfg.data_dir):
-        raise ArcDataError("viz-arc: give either sources=[...] or data_dir=..., not both or neither")
-    if cfg.cell < 2:
-        raise ArcDataError(f"cell: must be >= 2 pixels, got {cfg.cell}")
     pics = pictures_from_sources(cfg) if cfg.sources else pictures_from_dataset(cfg)
     out = Path(os.path.expanduser(cfg.output_dir))
     out.mkdir(parents=True, exist_ok=True)
@@ -218,3 +225,9 @@ def visualize(cfg: VizConfig) -> Path:
     (out / "index.html").write_text(page)
     print(f"viz-arc: {len(pics)} pictures of {len(blocks)} tasks -> {out}/index.html")
     return out / "index.html"
+
+
+def run(cfg: VizConfig) -> int:
+    """CLI entry (`hrm-deeploop viz-arc`)."""
+    visualize(cfg)
+    return 0

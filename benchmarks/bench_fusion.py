@@ -35,9 +35,11 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from benchmarks.benchlib import add_common_args, describe, failure_line, print_table, setup_device, time_steps  # noqa: E402
+from hrm_deeploop.models.config import (
+    GPTConfig,  # noqa: E402
+    HRMConfig,  # noqa: E402
+)
 from hrm_deeploop.models.core import Rotary, apply_rope, swiglu_width  # noqa: E402
-from hrm_deeploop.models.gpt import GPTConfig  # noqa: E402
-from hrm_deeploop.models.hrm import HRMConfig  # noqa: E402
 from hrm_deeploop.models.kernels.residual_norm import residual_rms_norm_reference  # noqa: E402
 from hrm_deeploop.models.losses import stablemax_cross_entropy  # noqa: E402
 from hrm_deeploop.training.lm import TrainGPTConfig  # noqa: E402
@@ -112,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--no-compile", action="store_true")
-    add_common_args(parser, TrainGPTConfig().mfu_peak_tflops)
+    add_common_args(parser, TrainGPTConfig().train.mfu_peak_tflops)
     args = parser.parse_args(argv)
 
     device = setup_device(args.device, args.threads)

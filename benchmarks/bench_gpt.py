@@ -48,9 +48,10 @@ from benchmarks.benchlib import (  # noqa: E402
     time_steps,
 )
 from hrm_deeploop import runtime as D  # noqa: E402
-from hrm_deeploop.models.gpt import GPT, GPTConfig, flops_per_token  # noqa: E402
+from hrm_deeploop.models.config import GPTConfig  # noqa: E402
+from hrm_deeploop.models.gpt import GPT, flops_per_token  # noqa: E402
 from hrm_deeploop.models.scaling import ScalingConfig  # noqa: E402
-from hrm_deeploop.training.lm import OptimConfig, TrainGPTConfig, make_optimizer, mfu  # noqa: E402
+from hrm_deeploop.training.lm import LMOptim, TrainGPTConfig, make_optimizer, mfu  # noqa: E402
 
 PRESETS = {
     # GPT-2 small looped (the paper's LM setup): micro-batch 24 x 1024 as in the README (Looped GPT section).
@@ -88,7 +89,7 @@ class Bench:
         self.cfg, self.s = cfg, s
         self.model = GPT(cfg, s.scaling).to(s.device)
         self.model.train()
-        self.opt = make_optimizer(self.model, OptimConfig(), s.device)
+        self.opt = make_optimizer(self.model, LMOptim(), s.device)
         self.fwd = torch.compile(self.model) if compile else self.model
         g = torch.Generator().manual_seed(s.seed)
         tokens = torch.randint(0, cfg.vocab_size, (s.batch, cfg.seq_len + 1), generator=g)
@@ -320,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--scaling", default="deeploop", choices=["baseline", "deeploop"])
-    add_common_args(parser, TrainGPTConfig().mfu_peak_tflops)
+    add_common_args(parser, TrainGPTConfig().train.mfu_peak_tflops)
     args = parser.parse_args(argv)
 
     p = PRESETS[args.preset]

@@ -1,6 +1,6 @@
 """HRM train-step throughput: examples/s and tokens/s of the real trainer step on random batches.
 
-Each timed step is `train.Trainer.train_step` as `hrm-deeploop train` runs it: one ACT segment for
+Each timed step is `training.reasoner.Trainer.train_step` as `hrm-deeploop train` runs it: one ACT segment for
 every carry slot (plus the no-grad segment for the Q target), the stablemax/softmax ACT loss,
 backward, the grad-norm and finite checks, SparseSignSGD on the puzzle rows and AdamATan2 on
 every parameter (the adam-atan2 CUDA kernel when it imports, else the PyTorch port). Batches are
@@ -54,11 +54,11 @@ from benchmarks.benchlib import (  # noqa: E402
 )
 from hrm_deeploop import runtime as D  # noqa: E402
 from hrm_deeploop.models import core  # noqa: E402
+from hrm_deeploop.models.config import HRMConfig  # noqa: E402
 from hrm_deeploop.models.core import swiglu_width  # noqa: E402
-from hrm_deeploop.models.hrm import HRMConfig  # noqa: E402
 from hrm_deeploop.models.scaling import ScalingConfig  # noqa: E402
 from hrm_deeploop.training.lm import TrainGPTConfig  # noqa: E402
-from hrm_deeploop.training.reasoner import LoopConfig, OptimConfig, TrainConfig, Trainer  # noqa: E402
+from hrm_deeploop.training.reasoner import ReasonerLoop, ReasonerOptim, TrainConfig, Trainer  # noqa: E402
 
 PRESETS = {
     # The reference's ARC config per GPU: global batch 768 on 8 GPUs = 96 per GPU, bf16.
@@ -103,10 +103,12 @@ def model_flops_per_example(cfg: HRMConfig, training: bool = True) -> float:
     return T * (fwd_visits * visit + 2 * bwd_visits * visit + head)
 
 
-def fake_split(num_ids: int) -> SimpleNamespace:
-    """What `TrainSampler.__init__` reads from a dataset split (never sampled here)."""
-    return SimpleNamespace(group_indices=np.array([0, 1]), puzzle_indices=np.array([0, 1]),
-                           puzzle_identifiers=np.array([0], dtype=np.int32), num_examples=1)
+def fake_split(num_ids: int, examples: int = 1) -> SimpleNamespace:
+    """What `TrainSampler.__init__` reads from a dataset split (never sampled here): one group of
+    one puzzle with `examples` examples."""
+    return SimpleNamespace(group_indices=np.array([0, 1]), puzzle_indices=np.array([0, examples]),
+                           puzzle_identifiers=np.array([0], dtype=np.int32), num_examples=examples,
+                           meta={"total_groups": 1, "mean_puzzle_examples": examples})
 
 
 def random_batches(cfg: HRMConfig, batch: int, n: int, device: torch.device, seed: int = 0) -> list[dict]:
@@ -125,13 +127,14 @@ def random_batches(cfg: HRMConfig, batch: int, n: int, device: torch.device, see
 
 
 def make_trainer(model_cfg: HRMConfig, scaling: ScalingConfig, device: torch.device, batch: int,
-                 compile_: bool = False, optim: OptimConfig | None = None) -> Trainer:
-    """The real `train.Trainer` (one process, no logger) around a stub dataset split, for random
-    batches (benchmarks, reference comparisons, tests)."""
-    tcfg = TrainConfig(logger="none", device=device.type, optim=optim or OptimConfig(),
-                       train=LoopConfig(global_batch_size=batch, compile=compile_, progress=False))
+                 compile_: bool = False, optim: ReasonerOptim | None = None) -> Trainer:
+    """The real `training.reasoner.Trainer` (one process, no logger) around a stub dataset split,
+    for random batches given to `train_step(tensors=...)` (benchmarks, reference comparisons, tests)."""
+    tcfg = TrainConfig(model=model_cfg, scaling=scaling, logger="none", device=device.type,
+                       optim=optim or ReasonerOptim(),
+                       train=ReasonerLoop(global_batch_size=batch, compile=compile_, progress=False))
     env = D.Env(rank=0, local_rank=0, world_size=1, device=device)
-    return Trainer(tcfg, model_cfg, scaling, env, fake_split(model_cfg.num_puzzle_identifiers), total_steps=10**6)
+    return Trainer(tcfg, env, fake_split(model_cfg.num_puzzle_identifiers, batch), total_steps=10**6)
 
 
 def run_variant(v: Variant, model_cfg: HRMConfig, scaling: ScalingConfig, device: torch.device, batch: int,
@@ -143,7 +146,7 @@ def run_variant(v: Variant, model_cfg: HRMConfig, scaling: ScalingConfig, device
 
     def step() -> None:
         nonlocal i
-        trainer.train_step(batches[i % len(batches)])
+        trainer.train_step(tensors=batches[i % len(batches)])
         i += 1
 
     reset_peak(device)
@@ -172,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile variants")
     parser.add_argument("--num-puzzle-ids", type=int, default=1024,
                         help="puzzle-table rows (ARC-1 has ~880K: a 1.8 GB fp32 buffer, not included by default)")
-    add_common_args(parser, TrainGPTConfig().mfu_peak_tflops)
+    add_common_args(parser, TrainGPTConfig().train.mfu_peak_tflops)
     args = parser.parse_args(argv)
 
     preset = PRESETS[args.preset]

@@ -54,12 +54,13 @@ from hrm_deeploop import runtime as D  # noqa: E402
 from hrm_deeploop.checkpoint import official_key_map, official_state_dict  # noqa: E402
 from hrm_deeploop.config import to_dict, typed  # noqa: E402
 from hrm_deeploop.errors import ConfigError  # noqa: E402
-from hrm_deeploop.models.hrm import HRM, HRMConfig  # noqa: E402
+from hrm_deeploop.models.config import HRMConfig  # noqa: E402
+from hrm_deeploop.models.hrm import HRM  # noqa: E402
 from hrm_deeploop.models.losses import act_loss  # noqa: E402
 from hrm_deeploop.models.scaling import ScalingConfig  # noqa: E402
 from hrm_deeploop.training.lm import TrainGPTConfig  # noqa: E402
 from hrm_deeploop.training.optim import SparseSignSGD, lr_at, make_adam_atan2, set_lr  # noqa: E402
-from hrm_deeploop.training.reasoner import OptimConfig  # noqa: E402
+from hrm_deeploop.training.reasoner import ReasonerOptim as OptimConfig  # noqa: E402
 
 REFERENCE_MLP_MULTIPLE = 256  # HRM's SwiGLU rounds its width up to a multiple of 256, fixed
 
@@ -194,8 +195,8 @@ def _check(ref, cfg: HRMConfig, batch: int, device: torch.device, steps: int, o:
         ids, pgrad = ours.puzzle_emb.take_grads()
         diffs["puzzle-row grads"] = rel_diff(pgrad, head.model.inner.puzzle_emb.local_weights.grad)
         # optimiser step, same lr schedule on both sides
-        lr = lr_at(t, o.lr, o.lr_warmup_steps, 10**6, o.lr_min_ratio)
-        lr_p = lr_at(t, o.puzzle_emb_lr, o.lr_warmup_steps, 10**6, o.lr_min_ratio)
+        lr = lr_at(t, o.lr, o.warmup_steps, 10**6, o.min_lr_ratio)
+        lr_p = lr_at(t, o.puzzle_emb_lr, o.warmup_steps, 10**6, o.min_lr_ratio)
         for opt, value in zip(ref_opts, (lr_p, lr)):
             set_lr(opt, value)
             opt.step()
@@ -251,7 +252,7 @@ def reference_step_fn(ref, cfg: HRMConfig, batch: int, dtype: torch.dtype, devic
         state["carry"], loss, metrics, _, _ = model(carry=state["carry"], batch=b, return_keys=[])
         ((1 / batch) * loss).backward()
         for opt, base in zip(opts, base_lrs):
-            set_lr(opt, lr_at(state["step"], base, o.lr_warmup_steps, 10**6, o.lr_min_ratio))
+            set_lr(opt, lr_at(state["step"], base, o.warmup_steps, 10**6, o.min_lr_ratio))
             opt.step()
             opt.zero_grad()
         torch.stack([metrics[k] for k in sorted(metrics)]).cpu()  # the host copy its logging makes
@@ -262,7 +263,7 @@ def reference_step_fn(ref, cfg: HRMConfig, batch: int, dtype: torch.dtype, devic
 def our_step_fn(cfg: HRMConfig, scheme: str, batch: int, device: torch.device, compile_: bool, o: OptimConfig):
     trainer = make_trainer(cfg, ScalingConfig(scheme=scheme), device, batch, compile_, o)
     batches = random_batches(cfg, batch, 4, device)
-    return lambda: trainer.train_step(batches[trainer.step % len(batches)])
+    return lambda: trainer.train_step(tensors=batches[trainer.step % len(batches)])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -283,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-puzzle-ids", type=int, default=1024)
     parser.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE",
                         help="HRMConfig fields over the preset, e.g. pos_encodings=learned puzzle_emb_ndim=48 (null: None)")
-    add_common_args(parser, TrainGPTConfig().mfu_peak_tflops)
+    add_common_args(parser, TrainGPTConfig().train.mfu_peak_tflops)
     args = parser.parse_args(argv)
 
     preset = PRESETS[args.preset]

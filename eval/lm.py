@@ -12,17 +12,20 @@ unweighted average. Results go to `<output_dir>/eval.json` (default: `<run>/eval
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop import runtime as dist_
-from hrm_deeploop.config import typed
+from hrm_deeploop.config import at_least, device_name, one_of, optional_at_least, positive, typed
 from hrm_deeploop.errors import ConfigError, UserError
-from hrm_deeploop.models.gpt import GPT, GPTConfig
+from hrm_deeploop.models.config import GPTConfig
+from hrm_deeploop.models.gpt import GPT
 from hrm_deeploop.models.scaling import ScalingConfig
 
 PAPER_TASKS = ["arc_challenge", "arc_easy", "hellaswag", "openbookqa", "piqa", "sciq", "social_iqa", "winogrande"]
@@ -30,9 +33,11 @@ PAPER_TASKS = ["arc_challenge", "arc_easy", "hellaswag", "openbookqa", "piqa", "
 
 @dataclass
 class EvalGPTConfig:
+    """`hrm-deeploop eval-gpt`: validation loss on held-out shards and/or the lm-eval task suite."""
+
     checkpoint: str = ""  # step_N.pt or a run folder (latest checkpoint)
     data: str = ""  # held-out shards (glob / folder / file); empty skips validation loss
-    tokenizer_id: str | None = "gpt2"
+    tokenizer_id: str | None = "auto"  # auto: the one the checkpoint was trained with; null skips the check
     batch_size: int = 8  # sequences per forward
     max_batches: int | None = None  # cap on validation batches; null = every window
     num_rounds: int | None = None  # evaluate with a different R than trained (test-time depth)
@@ -47,7 +52,17 @@ class EvalGPTConfig:
     include_path: str | None = None  # extra lm-eval task YAMLs (e.g. offline local tasks)
     include_defaults: bool = True  # false: index only include_path tasks (faster, offline)
 
-
+    def __post_init__(self) -> None:
+        at_least("batch_size", self.batch_size, 1)
+        optional_at_least("max_batches", self.max_batches, 1)
+        optional_at_least("num_rounds", self.num_rounds, 1)
+        device_name("device", self.device)
+        one_of("dtype", self.dtype, ("bfloat16", "float16", "float32"))
+        for k in self.num_fewshot:
+            at_least("num_fewshot", k, 0)
+        if self.limit is not None:
+            positive("limit", self.limit)
+        at_least("lm_eval_batch_size", self.lm_eval_batch_size, 1)
 
 
 def load_model(path: str | Path, device: torch.device | str = "cpu", num_rounds: int | None = None
@@ -67,15 +82,32 @@ def load_model(path: str | Path, device: torch.device | str = "cpu", num_rounds:
     return model.to(device).eval(), state
 
 
-def run(cfg: Any) -> int:
-    opts = typed(cfg, EvalGPTConfig)
-    evaluate(opts)
+@torch.no_grad()
+def evaluate_loss(model: torch.nn.Module, batches: Iterable[tuple[Tensor, Tensor]], device: torch.device,
+                  dtype: torch.dtype) -> float:
+    """Token-weighted mean cross-entropy over `batches`, summed over all ranks."""
+    was_training = model.training
+    model.eval()
+    total = torch.zeros(2, dtype=torch.float64, device=device)  # (sum of losses, tokens)
+    for x, y in batches:
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        with dist_.autocast(device, dtype):
+            loss = model(x, y)[1]  # drop the (B, T, V) logits now, not after backward
+        n = (y != -1).sum()
+        total += torch.stack([loss.double() * n, n.double()])
+    model.train(was_training)
+    dist_.all_reduce_(total)
+    if total[1] == 0:
+        raise UserError("validation produced no batches")
+    return float(total[0] / total[1])
+
+
+def run(cfg: EvalGPTConfig) -> int:
+    evaluate(typed(cfg, EvalGPTConfig))
     return 0
 
 
 def evaluate(opts: EvalGPTConfig) -> dict[str, Any]:
-    from hrm_deeploop.training.lm import evaluate_loss
-
     if not opts.checkpoint:
         raise ConfigError("checkpoint= is required (a step_N.pt file or a train-gpt run folder)")
     if not opts.data and not opts.lm_eval:
@@ -91,8 +123,11 @@ def evaluate(opts: EvalGPTConfig) -> dict[str, Any]:
         if opts.data:
             from hrm_deeploop.text.loader import iter_eval_batches
 
+            tokenizer_id = opts.tokenizer_id
+            if tokenizer_id == "auto":  # what the checkpoint was trained with (gpt2 for older checkpoints)
+                tokenizer_id = ((state.get("config") or {}).get("data") or {}).get("tokenizer_id", "gpt2")
             batches = iter_eval_batches(opts.data, model.cfg.seq_len, opts.batch_size, e.rank, e.world_size,
-                                        max_batches=opts.max_batches, tokenizer_id=opts.tokenizer_id,
+                                        max_batches=opts.max_batches, tokenizer_id=tokenizer_id,
                                         vocab_size=model.cfg.vocab_size)
             result["val_loss"] = evaluate_loss(model, batches, e.device, dtype)
             dist_.print0(f"val loss {result['val_loss']:.4f} ({path})")

@@ -28,13 +28,17 @@ import torch
 from eval.predictions import save_predictions
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop import runtime as D
+from hrm_deeploop.config import device_name, one_of, optional_at_least
 from hrm_deeploop.errors import ConfigError, UserError
-from hrm_deeploop.models.hrm import HRM, HRMConfig
+from hrm_deeploop.models.config import HRMConfig
+from hrm_deeploop.models.hrm import HRM
 from hrm_deeploop.models.scaling import ScalingConfig
 
 
 @dataclass
 class EvaluateConfig:
+    """`hrm-deeploop evaluate`: predict every augmented test copy with a checkpoint, then vote."""
+
     checkpoint: str | None = None  # <run>/checkpoints/step_N.pt, a run folder, or an official <dir>/step_N
     data_dir: str | None = None
     output_dir: str | None = None
@@ -46,6 +50,13 @@ class EvaluateConfig:
     vote: bool = True  # run the vote step on the predictions
     overwrite: bool = False  # replace an existing OUT/predictions.npz
     progress: bool = True
+
+    def __post_init__(self) -> None:
+        optional_at_least("global_batch_size", self.global_batch_size, 1)
+        optional_at_least("max_batches", self.max_batches, 1)
+        device_name("device", self.device)
+        one_of("dtype", self.dtype, ("auto", "float32", "bfloat16", "float16"))
+        one_of("split", self.split, ("train", "test"))
 
 
 # ---- loading a checkpoint -------------------------------------------------------------------------
@@ -115,7 +126,7 @@ def predict_split(model: HRM, split: Any, env: D.Env, global_batch_size: int, ma
                   show_progress: bool = True) -> dict[str, np.ndarray] | None:
     """Predictions of this rank's rows, gathered on rank 0 in dataset order (None on other ranks)."""
     from hrm_deeploop.data.puzzles import num_sequential_batches, sequential_batches
-    from hrm_deeploop.training.runlog import progress
+    from hrm_deeploop.runtime import progress
 
     model.eval()
     cols: dict[str, list[np.ndarray]] = {"index": [], "puzzle_identifiers": [], "inputs": [], "predictions": [], "q_halt": []}
@@ -152,13 +163,10 @@ def predict_split(model: HRM, split: Any, env: D.Env, global_batch_size: int, ma
     return {k: v[order] for k, v in merged.items()}
 
 
-def run(cfg: Any) -> int:
+def run(c: EvaluateConfig) -> int:
     from eval.report import check_outputs
-    from hrm_deeploop.config import typed
-    from hrm_deeploop.data.puzzles import meta_value
-    from hrm_deeploop.training.reasoner import check_matches, open_dataset
+    from hrm_deeploop.data.puzzles import check_matches, meta_value, open_dataset
 
-    c = typed(cfg, EvaluateConfig)
     for key in ("checkpoint", "data_dir", "output_dir"):
         if not getattr(c, key):
             raise ConfigError(f"{key} is not set (hrm-deeploop evaluate checkpoint=CKPT data_dir=DIR output_dir=OUT)")
@@ -193,7 +201,8 @@ def run(cfg: Any) -> int:
 
 
 def _vote(pred_path: Path, c: EvaluateConfig) -> int:
-    from eval.vote import run as vote_run
+    from eval.report import run as vote_run
+    from eval.vote import VoteConfig
 
-    return int(vote_run({"predictions": str(pred_path), "data_dir": c.data_dir, "output_dir": c.output_dir,
-                         "split": c.split, "overwrite": c.overwrite}) or 0)
+    return int(vote_run(VoteConfig(predictions=str(pred_path), data_dir=c.data_dir, output_dir=c.output_dir,
+                                   split=c.split, overwrite=c.overwrite)) or 0)

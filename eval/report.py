@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
-from eval.vote import Candidate, TaskResult, VoteResult
+from eval.vote import Candidate, TaskResult, VoteConfig, VoteResult
 from hrm_deeploop.errors import UserError
 
 # The standard ARC palette (colours 0..9).
@@ -261,3 +261,38 @@ def write_outputs(
 
 
 __all__ = ["ARC_PALETTE", "Candidate", "check_outputs", "format_table", "submission", "write_outputs"]
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def run(c: VoteConfig) -> int:
+    """`hrm-deeploop vote predictions=FILE data_dir=DIR output_dir=OUT [ks=[1,2]] [overwrite=true]`."""
+    import sys
+    import time
+    from dataclasses import asdict
+
+    from eval.predictions import load_predictions
+    from eval.vote import vote
+
+    out = Path(c.output_dir)
+    check_outputs(out, c.overwrite, c.report)
+    t0 = time.perf_counter()
+    preds = load_predictions(c.predictions)
+    t_read = time.perf_counter() - t0
+    result = vote(preds, c.data_dir, split=c.split, ks=c.ks, keep_grids=max(c.max_candidates, c.report_candidates, 2))
+    result.stats["seconds_read_predictions"] = round(t_read, 3)
+    result.config = asdict(c)
+    for w in result.warnings[:20]:
+        print(f"warning: {w}", file=sys.stderr)
+    if len(result.warnings) > 20:
+        print(f"warning: ... and {len(result.warnings) - 20} more (see tasks.json)", file=sys.stderr)
+    write_outputs(result, out, overwrite=c.overwrite, max_candidates=c.max_candidates, report=c.report,
+                  report_candidates=c.report_candidates)
+    print(format_table(result.scores))
+    s = result.stats
+    print(
+        f"{s['num_votes']} votes, {s['num_candidates']} candidates, {s['num_tasks']} tasks, "
+        f"{s['num_test_inputs']} test inputs; read {t_read:.1f}s, vote {s['seconds_total']:.1f}s -> {out}"
+    )
+    return 0

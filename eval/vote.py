@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +25,7 @@ from omegaconf import MISSING
 
 from arc_data import format as fmt
 from eval.decode import decode_grid, decode_keys, inverse_colour_table
-from eval.predictions import Predictions, load_predictions
+from eval.predictions import Predictions
 from hrm_deeploop.errors import UserError
 
 DEFAULT_KS = (1, 2, 10, 100, 1000)
@@ -35,6 +34,8 @@ IDENTITY_COLOURS = np.arange(10, dtype=np.uint8)
 
 @dataclass
 class VoteConfig:
+    """`hrm-deeploop vote`: count-first voting and pass@K from a predictions.npz."""
+
     predictions: str = MISSING  # path to predictions.npz
     data_dir: str = MISSING  # built dataset (the folder holding test/ and augmentations.npz)
     output_dir: str = MISSING
@@ -44,6 +45,15 @@ class VoteConfig:
     max_candidates: int = 10  # candidates (with grids) listed per test input in tasks.json
     report: bool = True  # report.html + report/<task>.png
     report_candidates: int = 3  # candidates drawn per test input in the report
+
+    def __post_init__(self) -> None:
+        if not self.ks or any(not isinstance(k, int) or k < 1 for k in self.ks):
+            raise UserError(f"ks={self.ks}: must be a non-empty list of positive integers")
+        for key in ("max_candidates", "report_candidates"):
+            if getattr(self, key) < 1:
+                raise UserError(f"{key}={getattr(self, key)}: must be >= 1")
+        if self.split not in ("test", "train"):
+            raise UserError(f"split={self.split!r}: must be test or train")
 
 
 # ---------------------------------------------------------------- dataset side
@@ -451,35 +461,3 @@ def vote(
         "seconds_total": round(time.perf_counter() - t0, 3),
     }
     return VoteResult(task_list, ks, scores, warnings, stats)
-
-
-# ---------------------------------------------------------------- CLI
-
-
-def run(cfg) -> int:
-    """`hrm-deeploop vote predictions=FILE data_dir=DIR output_dir=OUT [ks=[1,2]] [overwrite=true]`."""
-    from eval.report import check_outputs, format_table, write_outputs
-    from hrm_deeploop.config import to_dict, typed
-
-    c = typed(cfg, VoteConfig)
-    out = Path(c.output_dir)
-    check_outputs(out, c.overwrite, c.report)
-    t0 = time.perf_counter()
-    preds = load_predictions(c.predictions)
-    t_read = time.perf_counter() - t0
-    result = vote(preds, c.data_dir, split=c.split, ks=c.ks, keep_grids=max(c.max_candidates, c.report_candidates, 2))
-    result.stats["seconds_read_predictions"] = round(t_read, 3)
-    result.config = to_dict(c)
-    for w in result.warnings[:20]:
-        print(f"warning: {w}", file=sys.stderr)
-    if len(result.warnings) > 20:
-        print(f"warning: ... and {len(result.warnings) - 20} more (see tasks.json)", file=sys.stderr)
-    write_outputs(result, out, overwrite=c.overwrite, max_candidates=c.max_candidates, report=c.report,
-                  report_candidates=c.report_candidates)
-    print(format_table(result.scores))
-    s = result.stats
-    print(
-        f"{s['num_votes']} votes, {s['num_candidates']} candidates, {s['num_tasks']} tasks, "
-        f"{s['num_test_inputs']} test inputs; read {t_read:.1f}s, vote {s['seconds_total']:.1f}s -> {out}"
-    )
-    return 0

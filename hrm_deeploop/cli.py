@@ -1,115 +1,99 @@
-"""`hrm-deeploop SUB [key=value ...]`: one console script, each subcommand a Hydra app.
+"""`hrm-deeploop SUB [key=value ...]`: the one place that wires subcommands.
 
-Each subcommand reads `configs/<config_name>.yaml` (with its config groups) and takes Hydra
-overrides. The registry below is explicit: every entry names the function it runs, so the wiring
-is visible to grep. Run functions take the composed DictConfig and convert it to their typed
-dataclass first thing (`hrm_deeploop.config.typed`).
+`COMMANDS` is a table: subcommand -> the function it runs ("module:function"), the typed dataclass
+that is the single source of its defaults ("module:Class"), and its YAML file in `configs/` (which
+holds only what differs from the dataclass, plus config-group choices such as `model: hrm`).
+For each call the CLI composes the YAML with the command-line overrides (Hydra's compose API,
+the dataclass registered as the YAML's schema), converts the result once to the dataclass, and
+calls the function with it. Every config mistake (unknown key, wrong type, value out of range) is
+one line on stderr and exit code 2, before anything is read or written; so is every `UserError`
+the function raises. Ctrl-C exits 130.
+
+Torch is imported only by the functions that need it, so `--help`, `scales`, `build-arc`,
+`viz-arc` and `vote` start without it.
 """
 
 from __future__ import annotations
 
+import difflib
+import importlib
 import os
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from omegaconf import DictConfig
-
-from hrm_deeploop.errors import UserError
+from hrm_deeploop.errors import ConfigError, UserError
 
 
 @dataclass(frozen=True)
-class Subcommand:
-    config_name: str
+class Command:
+    target: str  # "module:function", called with the typed config; returns an exit code or None
+    schema: str  # "module:Dataclass", the typed config and the single source of its defaults
+    config: str  # configs/<config>.yaml
     help: str
-    run: Callable[[DictConfig], int | None]
 
 
-# Lazy imports keep `hrm-deeploop --help` fast and keep torch out of torch-free commands.
-def _scales(cfg: DictConfig) -> int | None:
-    from hrm_deeploop.models.scaling import run
-
-    return run(cfg)
-
-
-def _build_arc(cfg: DictConfig) -> int | None:
-    from arc_data.build import BuildConfig, build
-    from hrm_deeploop.config import typed
-
-    build(typed(cfg, BuildConfig))
-    return 0
-
-
-def _viz_arc(cfg: DictConfig) -> int | None:
-    from arc_data.viz import VizConfig, visualize
-    from hrm_deeploop.config import typed
-
-    visualize(typed(cfg, VizConfig))
-    return 0
-
-
-def _train(cfg: DictConfig) -> int | None:
-    from hrm_deeploop.training.reasoner import run
-
-    return run(cfg)
-
-
-def _evaluate(cfg: DictConfig) -> int | None:
-    from eval.predict import run
-
-    return run(cfg)
-
-
-def _vote(cfg: DictConfig) -> int | None:
-    from eval.vote import run
-
-    return run(cfg)
-
-
-def _prepare_text(cfg: DictConfig) -> int | None:
-    from hrm_deeploop.text.prepare import run_prepare
-
-    return run_prepare(cfg)
-
-
-def _train_gpt(cfg: DictConfig) -> int | None:
-    from hrm_deeploop.training.lm import run
-
-    return run(cfg)
-
-
-def _eval_gpt(cfg: DictConfig) -> int | None:
-    from eval.lm import run
-
-    return run(cfg)
-
-
-def _sweep(cfg: DictConfig) -> int | None:
-    from hrm_deeploop.training.sweep import run
-
-    return run(cfg)
-
-
-def _demo(cfg: DictConfig) -> int | None:
-    from hrm_deeploop.demo import run
-
-    return run(cfg)
-
-
-SUBCOMMANDS: dict[str, Subcommand] = {
-    "scales": Subcommand("scales", "print depth accounting (N, M, N_g, M_g) and alpha/beta per module", _scales),
-    "build-arc": Subcommand("build_arc", "build the augmented ARC-AGI dataset (HRM layout or compact)", _build_arc),
-    "viz-arc": Subcommand("viz_arc", "render ARC tasks / augmentations to PNG and an HTML gallery", _viz_arc),
-    "train": Subcommand("train", "train HRM (baseline or DeepLoop) on a built ARC dataset", _train),
-    "evaluate": Subcommand("evaluate", "predict every augmented test copy with a checkpoint, then vote", _evaluate),
-    "vote": Subcommand("vote", "count-first voting and pass@K from a predictions.npz", _vote),
-    "prepare-text": Subcommand("prepare_text", "tokenise text/JSONL/Parquet into GPT-2 token shards", _prepare_text),
-    "train-gpt": Subcommand("train_gpt", "train the looped GPT language model", _train_gpt),
-    "eval-gpt": Subcommand("eval_gpt", "validation loss and lm-evaluation-harness tasks for a looped GPT", _eval_gpt),
-    "sweep": Subcommand("sweep", "looped-GPT sweeps: {baseline, deeploop} x R, and the p-sweep", _sweep),
-    "demo": Subcommand("demo", "the whole pipeline end to end on bundled data (2 CPU cores: ~4 min idle, <= 10 min)", _demo),
+COMMANDS: dict[str, Command] = {
+    "scales": Command("hrm_deeploop.models.scaling:run", "hrm_deeploop.models.scaling:ScalesConfig", "scales",
+                      "print depth accounting (N, M, N_g, M_g) and alpha/beta per module"),
+    "build-arc": Command("arc_data.build:run", "arc_data.build:BuildConfig", "build_arc",
+                         "build the augmented ARC-AGI dataset (HRM layout or compact)"),
+    "viz-arc": Command("arc_data.viz:run", "arc_data.viz:VizConfig", "viz_arc",
+                       "render ARC tasks / augmentations to PNG and an HTML gallery"),
+    "train": Command("hrm_deeploop.training.reasoner:run", "hrm_deeploop.training.reasoner:TrainConfig", "train",
+                     "train HRM (baseline or DeepLoop) on a built puzzle dataset"),
+    "evaluate": Command("eval.predict:run", "eval.predict:EvaluateConfig", "evaluate",
+                        "predict every augmented test copy with a checkpoint, then vote"),
+    "vote": Command("eval.report:run", "eval.vote:VoteConfig", "vote",
+                    "count-first voting and pass@K from a predictions.npz"),
+    "prepare-text": Command("hrm_deeploop.text.prepare:run", "hrm_deeploop.text.prepare:PrepareTextConfig",
+                            "prepare_text", "tokenise text/JSONL/Parquet into GPT-2 token shards"),
+    "train-gpt": Command("hrm_deeploop.training.lm:run", "hrm_deeploop.training.lm:TrainGPTConfig", "train_gpt",
+                         "train the looped GPT language model"),
+    "eval-gpt": Command("eval.lm:run", "eval.lm:EvalGPTConfig", "eval_gpt",
+                        "validation loss and lm-evaluation-harness tasks for a looped GPT"),
+    "sweep": Command("hrm_deeploop.training.sweep:run", "hrm_deeploop.training.sweep:SweepConfig", "sweep",
+                     "looped-GPT sweeps: {baseline, deeploop} x R, and the p-sweep"),
+    "demo": Command("hrm_deeploop.demo:run", "hrm_deeploop.demo:DemoConfig", "demo",
+                    "the whole pipeline end to end on bundled data (2 CPU cores; time in docs/demo.md)"),
 }
+
+# Config-group schemas: a group's YAML files extend these (`defaults: [_schema_hrm]`).
+GROUP_SCHEMAS: dict[tuple[str, str], str] = {
+    ("scaling", "_schema"): "hrm_deeploop.models.scaling:ScalingConfig",
+    ("model", "_schema_hrm"): "hrm_deeploop.models.config:HRMConfig",
+    ("model", "_schema_gpt"): "hrm_deeploop.models.config:GPTConfig",
+}
+
+# Old spellings that the docs or users already use: rewritten (with a one-line notice) to the
+# current key before composing. Per subcommand; `train.` prefixes of the sweep map like train-gpt's.
+_GPT_RENAMES = {
+    "max_steps": "train.max_steps", "stop_after": "train.stop_after", "compile": "train.compile",
+    "global_batch_tokens": "train.global_batch_tokens", "micro_batch_size": "train.micro_batch_size",
+    "log_every": "train.log_every", "progress": "train.progress", "mfu_peak_tflops": "train.mfu_peak_tflops",
+    "trailing_steps": "train.trailing_steps", "eval_every": "eval.every", "floor_margin": "eval.floor_margin",
+    "checkpoint_every": "checkpoint.every", "keep_checkpoints": "checkpoint.keep",
+}
+_HRM_RENAMES = {
+    "optim.lr_warmup_steps": "optim.warmup_steps", "optim.lr_min_ratio": "optim.min_lr_ratio",
+    "eval.every_steps": "eval.every",
+}
+DEPRECATED: dict[str, dict[str, str]] = {
+    "train": _HRM_RENAMES,
+    "train-gpt": _GPT_RENAMES,
+    "sweep": {"train." + k: v for k, v in _GPT_RENAMES.items() if "train." + k != v}
+    | {f"train.{k}": k for k in ("data.train", "data.val", "data.tokenizer_id", "data.val_batches",
+                                 "data.unigram_tokens", "optim.lr", "optim.min_lr_ratio", "optim.warmup_steps",
+                                 "optim.weight_decay", "optim.beta1", "optim.beta2", "optim.eps", "optim.grad_clip",
+                                 "optim.decay_embeddings", "device", "dtype", "logger", "project", "seed")},
+}
+
+
+def resolve(spec: str) -> Any:
+    """'package.module:attribute' -> the attribute (imports the module)."""
+    module, _, attr = spec.partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 def config_dir() -> Path:
@@ -123,69 +107,152 @@ def config_dir() -> Path:
 
 
 def _usage() -> str:
-    width = max(len(k) for k in SUBCOMMANDS)
+    width = max(len(k) for k in COMMANDS)
     lines = [
-        "usage: hrm-deeploop SUBCOMMAND [key=value ...]   (Hydra overrides)",
-        "       hrm-deeploop SUBCOMMAND --help            (show that subcommand's config)",
+        "usage: hrm-deeploop SUBCOMMAND [key=value ...]   (Hydra overrides, e.g. model=hrm train.max_steps=100)",
+        "       hrm-deeploop SUBCOMMAND --help            (that subcommand's settings and defaults)",
         "",
         "subcommands:",
     ]
-    lines += [f"  {name:<{width}}  {sub.help}" for name, sub in SUBCOMMANDS.items()]
+    lines += [f"  {name:<{width}}  {c.help}" for name, c in COMMANDS.items()]
     return "\n".join(lines)
 
 
-def register_schemas() -> None:
-    """Typed schemas for the shared config groups, so YAML files and overrides are checked.
-
-    A group file extends its schema (`defaults: [_schema_hrm]`), so any field of the dataclass
-    can be overridden on the command line and a misspelled key is an error at compose time.
-    """
+def register_schemas(name: str) -> None:
+    """Register the subcommand's dataclass (`_schema_<config>`) and the group schemas with Hydra."""
     from hydra.core.config_store import ConfigStore
 
-    from hrm_deeploop.models.gpt import GPTConfig
-    from hrm_deeploop.models.hrm import HRMConfig
-    from hrm_deeploop.models.scaling import ScalingConfig
-
     cs = ConfigStore.instance()
-    cs.store(group="scaling", name="_schema", node=ScalingConfig)
-    cs.store(group="model", name="_schema_hrm", node=HRMConfig)
-    cs.store(group="model", name="_schema_gpt", node=GPTConfig)
+    cmd = COMMANDS[name]
+    cs.store(name=f"_schema_{cmd.config}", node=resolve(cmd.schema))
+    for (group, node_name), spec in GROUP_SCHEMAS.items():
+        cs.store(group=group, name=node_name, node=resolve(spec))
+
+
+def rewrite_deprecated(name: str, overrides: list[str]) -> list[str]:
+    """Map old key spellings to the current ones, with a one-line notice each. Every setting
+    already exists in the schema, so Hydra's `+key` (add) and `~key` (delete) are refused."""
+    table = DEPRECATED.get(name, {})
+    out = []
+    for o in overrides:
+        prefix = o[: len(o) - len(o.lstrip("+~"))]
+        if prefix:
+            key = o[len(prefix):].partition("=")[0]
+            raise ConfigError(f"'{o}': every setting of {name} already exists, so '{prefix}' is not needed "
+                              f"(write {key}=VALUE; see `hrm-deeploop {name} --help`)")
+        key, sep, value = o[len(prefix):].partition("=")
+        if key in table:
+            print(f"hrm-deeploop {name}: note: '{key}' is deprecated, use '{table[key]}'", file=sys.stderr)
+            key = table[key]
+        out.append(f"{prefix}{key}{sep}{value}")
+    return out
+
+
+def compose(name: str, overrides: list[str], convert: bool = True) -> Any:
+    """The subcommand's config as its typed dataclass (or the composed DictConfig with
+    convert=False). Raises ConfigError (one line) on any mistake."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    register_schemas(name)
+    overrides = rewrite_deprecated(name, overrides)
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
+            cfg = hydra_compose(config_name=COMMANDS[name].config, overrides=overrides)
+        return OmegaConf.to_object(cfg) if convert else cfg
+    except (HydraException, OmegaConfBaseException) as e:
+        raise ConfigError(_one_line(name, e)) from None
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def _one_line(name: str, e: Exception) -> str:
+    """Hydra's multi-line composition errors as one line naming the key."""
+    texts = [str(e)] + ([str(e.__cause__)] if e.__cause__ is not None else [])
+    lines = [ln.strip() for t in texts for ln in t.splitlines() if ln.strip()]
+    full_key = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("full_key:")), "")
+    joined = "\n".join(lines)
+    if lines and lines[0].startswith("Could not override '") or "not in struct" in joined or " not in '" in joined:
+        bad = full_key or next((ln.split("'")[1] for ln in lines if ln.startswith(("Could not override", "Key '"))), "?")
+        hint = difflib.get_close_matches(bad, _known_keys(name), n=1)
+        return (f"unknown config key '{bad}'" + (f" (did you mean '{hint[0]}'?)" if hint else "")
+                + f"; see `hrm-deeploop {name} --help`")
+    if any(ln.startswith("Available options") for ln in lines):
+        at = next(i for i, ln in enumerate(lines) if ln.startswith("Available options"))
+        options = []
+        for ln in lines[at + 1:]:
+            if ln.startswith("Config search path"):
+                break
+            if not ln.startswith("_schema"):
+                options.append(ln)
+        return f"{lines[0].removeprefix(f'In {COMMANDS[name].config!r}: ')} (choose one of: {', '.join(options)})"
+    detail = next((ln for ln in lines[1:] if not ln.startswith(("full_key:", "object_type", "reference_type",
+                                                                   "To append"))), "")
+    head = lines[0] if lines else type(e).__name__
+    return f"{head} ({detail})" if detail and detail not in head else head
+
+
+def _known_keys(name: str) -> list[str]:
+    """Dotted keys of the subcommand's schema (for 'did you mean')."""
+    from omegaconf import OmegaConf
+
+    def walk(node: Any, prefix: str) -> list[str]:
+        out = []
+        for k in node:
+            v = node._get_node(k)
+            full = f"{prefix}{k}"
+            out.append(full)
+            if OmegaConf.is_dict(v):
+                out += walk(v, full + ".")
+        return out
+
+    from hrm_deeploop.models.config import MODEL_CONFIGS
+
+    try:
+        keys = walk(OmegaConf.structured(resolve(COMMANDS[name].schema)), "")
+    except Exception:  # noqa: BLE001 - hints are best effort; the error itself is already decided
+        return []
+    if "model" in keys:  # the model section's keys depend on model.name: offer every model's
+        keys += sorted({f"model.{k}" for cls in MODEL_CONFIGS.values() for k in OmegaConf.structured(cls)})
+    return keys
+
+
+def describe(name: str, overrides: list[str]) -> str:
+    """`SUB --help`: the help line, the schema's docstring and the composed settings as YAML."""
+    from omegaconf import OmegaConf
+
+    cmd = COMMANDS[name]
+    cfg = compose(name, overrides, convert=False)  # shown as composed, even where values are still missing
+    doc = (resolve(cmd.schema).__doc__ or "").strip()
+    return "\n".join([f"hrm-deeploop {name}: {cmd.help}", "", doc, "",
+                      f"settings (defaults: {cmd.schema.replace(':', '.')}; configs/{cmd.config}.yaml; "
+                      "override with key=value; ??? = required):", "", OmegaConf.to_yaml(cfg).rstrip()])
 
 
 def run_subcommand(name: str, overrides: list[str]) -> int:
-    """Compose the config for `name` with Hydra and run it. Returns the exit code."""
-    import hydra
-
-    register_schemas()
-
-    sub = SUBCOMMANDS[name]
-    code: list[int] = [0]
-
-    @hydra.main(config_path=str(config_dir()), config_name=sub.config_name, version_base=None)
-    def app(cfg: DictConfig) -> None:
-        try:
-            code[0] = int(sub.run(cfg) or 0)
-        except UserError as e:
-            print(f"hrm-deeploop {name}: error: {e}", file=sys.stderr)
-            code[0] = 2
-        except _arc_error_types() as e:
-            print(f"hrm-deeploop {name}: error: {e}", file=sys.stderr)
-            code[0] = 2
-
-    saved = sys.argv
-    sys.argv = [f"hrm-deeploop {name}", *overrides]
+    """Compose, convert, run. Returns the exit code (2 for user errors, 130 for Ctrl-C)."""
     try:
-        app()
-    finally:
-        sys.argv = saved
-    return code[0]
+        if any(o in ("-h", "--help") for o in overrides):
+            print(describe(name, [o for o in overrides if o not in ("-h", "--help")]))
+            return 0
+        cfg = compose(name, overrides)
+        return int(resolve(COMMANDS[name].target)(cfg) or 0)
+    except (UserError, *_data_errors()) as e:
+        print(f"hrm-deeploop {name}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"hrm-deeploop {name}: interrupted", file=sys.stderr)
+        return 130
 
 
-def _arc_error_types() -> tuple[type[BaseException], ...]:
-    try:
-        from arc_data.errors import ArcDataError
-    except ImportError:  # arc_data is part of this distribution; this only guards partial checkouts
-        return ()
+def _data_errors() -> tuple[type[BaseException], ...]:
+    from arc_data.errors import ArcDataError
+
     return (ArcDataError,)
 
 
@@ -195,8 +262,10 @@ def main(argv: list[str] | None = None) -> int:
         print(_usage())
         return 0
     name, rest = argv[0], argv[1:]
-    if name not in SUBCOMMANDS:
-        print(f"hrm-deeploop: unknown subcommand '{name}'\n\n{_usage()}", file=sys.stderr)
+    if name not in COMMANDS:
+        hint = difflib.get_close_matches(name, COMMANDS, n=1)
+        print(f"hrm-deeploop: unknown subcommand '{name}'" + (f" (did you mean '{hint[0]}'?)" if hint else "")
+              + f"\n\n{_usage()}", file=sys.stderr)
         return 2
     os.environ.setdefault("HYDRA_FULL_ERROR", "0")
     return run_subcommand(name, rest)

@@ -1,12 +1,17 @@
-"""Typed configs: Hydra composes YAML + overrides, we convert once to dataclasses at the entry point.
+"""Typed configs: Hydra composes YAML + overrides, the CLI converts once to dataclasses.
 
-Library code never sees a DictConfig. Unknown keys raise a ConfigError that names the key
-(HRM's pydantic setup silently drops misspelled keys).
+Library code never sees a DictConfig. Each subcommand's dataclass is the single source of its
+defaults (YAML files hold only what differs) and validates its own values in `__post_init__`
+with the helpers below, so a nonsensical value is a one-line `ConfigError` naming the key before
+anything is read or written. Unknown keys raise naming the key (HRM's pydantic setup silently
+drops misspelled keys).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Iterable
 from typing import Any, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
@@ -21,23 +26,36 @@ def typed(cfg: DictConfig | dict | None, schema: type[T], where: str = "") -> T:
     """Validate `cfg` against the dataclass `schema` and return an instance of it.
 
     Unknown keys, wrong types and missing required values raise ConfigError naming the key path
-    (prefixed by `where`, e.g. "model.").
+    (prefixed by `where`, e.g. "model."); range checks in the schema's `__post_init__` raise it too.
     """
     if cfg is None:
         cfg = {}
+    if isinstance(cfg, schema):
+        return cfg
+    if dataclasses.is_dataclass(cfg):
+        cfg = to_dict(cfg)
     try:
         base = OmegaConf.structured(schema)
         merged = OmegaConf.merge(base, cfg)
         return OmegaConf.to_object(merged)  # type: ignore[return-value]
     except OmegaConfBaseException as e:
+        cause = e.__cause__ if isinstance(e.__cause__, ConfigError) else None
+        if cause is not None:  # a __post_init__ check, raised while OmegaConf built the object
+            raise ConfigError(_prefixed(str(cause), where)) from None
         key = getattr(e, "full_key", None) or ""
         msg = str(e).splitlines()[0]
         raise ConfigError(f"config key '{where}{key}': {msg}") from None
+    except ConfigError as e:
+        raise ConfigError(_prefixed(str(e), where)) from None
+
+
+def _prefixed(msg: str, where: str) -> str:
+    return msg if not where or msg.startswith(where) else f"{where}{msg}"
 
 
 def to_dict(obj: Any) -> Any:
     """Dataclass (possibly nested) -> plain dict, for logging and checkpoints."""
-    if dataclasses.is_dataclass(obj):
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, (list, tuple)):
         return [to_dict(v) for v in obj]
@@ -46,8 +64,41 @@ def to_dict(obj: Any) -> Any:
     return obj
 
 
-def section(cfg: DictConfig, key: str) -> DictConfig:
-    """cfg[key] with a clear error when the section is missing."""
-    if key not in cfg:
-        raise ConfigError(f"config section '{key}' is missing")
-    return cfg[key]
+# ---- range checks, one place per field (called from each schema's __post_init__) ---------------
+
+def check(ok: bool, key: str, value: Any, rule: str) -> None:
+    """Raise ConfigError "key=value: must be rule" unless ok."""
+    if not ok:
+        raise ConfigError(f"{key}={value!r}: must be {rule}")
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def positive(key: str, v: Any) -> None:
+    check(_number(v) and v > 0, key, v, "> 0")
+
+
+def at_least(key: str, v: Any, lo: float) -> None:
+    check(_number(v) and v >= lo, key, v, f">= {lo}")
+
+
+def optional_at_least(key: str, v: Any, lo: float) -> None:
+    if v is not None:
+        at_least(key, v, lo)
+
+
+def in_range(key: str, v: Any, lo: float, hi: float) -> None:
+    check(_number(v) and lo <= v <= hi, key, v, f"in [{lo}, {hi}]")
+
+
+def one_of(key: str, v: Any, choices: Iterable[Any]) -> None:
+    choices = tuple(choices)
+    check(v in choices, key, v, "one of " + ", ".join(map(str, choices)))
+
+
+def device_name(key: str, v: Any) -> None:
+    """A `device=` value: auto, cpu, cuda or cuda:N (checked without touching the hardware)."""
+    ok = isinstance(v, str) and (v in ("auto", "cpu", "cuda") or (v.startswith("cuda:") and v[5:].isdigit()))
+    check(ok, key, v, "auto, cpu, cuda or cuda:N")

@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hrm_deeploop.config import typed
 from hrm_deeploop.errors import UserError
 
 
 @dataclass
 class DemoPreset:
-    """Sizes for one demo flavour (configs/preset/*.yaml)."""
+    """Sizes for one demo flavour. The defaults are the CPU preset (2 cores); configs/preset/gpu.yaml
+    holds what the one-GPU flavour changes."""
 
     name: str = "cpu"
     arc_max_side_train: int = 6  # training tasks whose grids all fit in this side
@@ -36,17 +36,18 @@ class DemoPreset:
     arc_eval_tasks: int = 8
     num_aug: int = 8
     hrm_model: str = "hrm_tiny"
-    hrm_steps: int = 60
-    hrm_batch: int = 16
+    hrm_steps: int = 150
+    hrm_batch: int = 8
     hrm_lr: float = 1e-3
     hrm_warmup: int = 5
-    hrm_overrides: list[str] = field(default_factory=list)
+    hrm_overrides: list[str] = field(
+        default_factory=lambda: ["model.num_h_layers=1", "model.num_l_layers=1", "model.halt_max_steps=2"])
     gpt_model: str = "gpt_tiny"
     gpt_rounds: list[int] = field(default_factory=lambda: [1, 3])
-    gpt_steps: int = 150
+    gpt_steps: int = 800
     gpt_seq_len: int = 64
     gpt_batch: int = 16
-    gpt_lr: float = 3e-3
+    gpt_lr: float = 1e-3
     gpt_overrides: list[str] = field(default_factory=list)
     gpt_vocab_size: int = 320  # byte tokenizer (257 ids) padded; 50304 for gpt2
     text_docs: int = 2000
@@ -56,6 +57,8 @@ class DemoPreset:
 
 @dataclass
 class DemoConfig:
+    """`hrm-deeploop demo`: the whole pipeline end to end on bundled data (preset=cpu or preset=gpu)."""
+
     preset: DemoPreset = field(default_factory=DemoPreset)
     output_dir: str = "demo_out"
     overwrite: bool = False
@@ -67,8 +70,7 @@ class DemoConfig:
 SCHEMES = ("baseline", "deeploop")
 
 
-def run(cfg: Any) -> int:
-    c = typed(cfg, DemoConfig)
+def run(c: DemoConfig) -> int:
     out = Path(c.output_dir).resolve()
     if out.exists():
         if not c.overwrite:
@@ -90,7 +92,7 @@ def run(cfg: Any) -> int:
                 "train", f"model={p.hrm_model}", f"scaling={scheme}", f"data_dir={out / 'arc'}",
                 f"output_dir={run_dir}", f"seed={c.seed}", "logger=none", f"device={p.device}",
                 f"train.max_steps={p.hrm_steps}", f"train.global_batch_size={p.hrm_batch}",
-                f"optim.lr={p.hrm_lr}", f"optim.lr_warmup_steps={p.hrm_warmup}", *p.hrm_overrides])
+                f"optim.lr={p.hrm_lr}", f"optim.warmup_steps={p.hrm_warmup}", *p.hrm_overrides])
             ckpt = _latest_checkpoint(run_dir)
             _step(steps, f"evaluate HRM ({scheme})", [
                 "evaluate", f"checkpoint={ckpt}", f"data_dir={out / 'arc'}",
@@ -110,10 +112,11 @@ def run(cfg: Any) -> int:
                     f"data.train={out / 'text' / 'train_*.bin'}", f"data.val={out / 'text' / 'val_*.bin'}",
                     f"data.tokenizer_id={p.text_tokenizer}", f"model.vocab_size={p.gpt_vocab_size}",
                     f"output_dir={run_dir}", f"seed={c.seed}", "logger=none", f"device={p.device}",
-                    f"max_steps={p.gpt_steps}", f"model.seq_len={p.gpt_seq_len}",
-                    f"micro_batch_size={p.gpt_batch}", f"global_batch_tokens={p.gpt_batch * p.gpt_seq_len}",
+                    f"train.max_steps={p.gpt_steps}", f"model.seq_len={p.gpt_seq_len}",
+                    f"train.micro_batch_size={p.gpt_batch}",
+                    f"train.global_batch_tokens={p.gpt_batch * p.gpt_seq_len}",
                     f"optim.lr={p.gpt_lr}", f"optim.warmup_steps={max(1, p.gpt_steps // 10)}",
-                    f"eval_every={max(1, p.gpt_steps // 5)}", *p.gpt_overrides])
+                    f"eval.every={max(1, p.gpt_steps // 5)}", *p.gpt_overrides])
                 results["gpt"][f"R{r}_{scheme}"] = json.loads((run_dir / "summary.json").read_text())
 
     results["wall_seconds"] = time.time() - t0

@@ -1,7 +1,9 @@
-"""Process group, device and dtype, decided once. Everything else reads x.device / x.dtype.
+"""Process group, device and dtype, decided once; rank-0 side effects. Everything else reads
+x.device / x.dtype.
 
 Single-process CPU is the default. Under torchrun (RANK / WORLD_SIZE / LOCAL_RANK in the
-environment) we join the process group: NCCL on CUDA, gloo on CPU.
+environment) we join the process group: NCCL on CUDA, gloo on CPU. `print0` and `progress` are
+the rank-0 helpers every command uses for output.
 """
 
 from __future__ import annotations
@@ -11,11 +13,14 @@ import os
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
+from tqdm.auto import tqdm
 
+from hrm_deeploop.config import device_name
 from hrm_deeploop.errors import ConfigError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
@@ -56,7 +61,7 @@ def setup(device: str = "auto") -> Env:
     elif device == "cpu":
         dev = torch.device("cpu")
     else:
-        raise ConfigError(f"device='{device}' must be auto, cpu or cuda[:N]")
+        device_name("device", device)
     if world > 1 and not dist.is_initialized():
         dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
     _ENV = Env(rank=rank, local_rank=local_rank, world_size=world, device=dev)
@@ -80,6 +85,11 @@ def print0(*args, **kwargs) -> None:
     """Print on rank 0 only."""
     if is_main():
         print(*args, **kwargs, flush=True)
+
+
+def progress(total: int | None, desc: str, initial: int = 0, **kw: Any) -> tqdm:
+    """A tqdm bar on rank 0 (disabled elsewhere)."""
+    return tqdm(total=total, desc=desc, initial=initial, disable=not is_main(), dynamic_ncols=True, **kw)
 
 
 def barrier() -> None:

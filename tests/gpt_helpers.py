@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from hrm_deeploop.models.gpt import GPTConfig
+from hrm_deeploop.config import to_dict, typed
+from hrm_deeploop.models.config import GPTConfig
+from hrm_deeploop.models.scaling import ScalingConfig
 from hrm_deeploop.training.lm import Data, TrainGPTConfig, unigram_entropy
 
 VOCAB = 64
@@ -93,10 +95,26 @@ def array_data(train: np.ndarray, val: np.ndarray | None, seq_len: int, batch_si
                 val=val_batches if val is not None else None, unigram_entropy=unigram_entropy(train))
 
 
-def tiny_train_cfg(out: str, **kw: Any) -> TrainGPTConfig:
-    base = dict(output_dir=out, device="cpu", max_steps=20, global_batch_tokens=4 * 32, micro_batch_size=4,
-                eval_every=10, checkpoint_every=10, log_every=5, logger="none", progress=False)
-    base.update(kw)
-    cfg = TrainGPTConfig(**base)
-    cfg.optim.lr, cfg.optim.warmup_steps = 1e-2, 2
-    return cfg
+# flat keyword -> (section, key) in TrainGPTConfig, so tests read as one line
+_SECTIONS = {"max_steps": "train", "stop_after": "train", "global_batch_tokens": "train", "micro_batch_size": "train",
+             "log_every": "train", "progress": "train", "compile": "train", "eval_every": ("eval", "every"),
+             "checkpoint_every": ("checkpoint", "every"), "keep_checkpoints": ("checkpoint", "keep")}
+
+
+def tiny_train_cfg(out: str, model: GPTConfig | None = None, scaling: ScalingConfig | None = None,
+                   **kw: Any) -> TrainGPTConfig:
+    """A CPU-sized TrainGPTConfig for `out`; flat keywords (max_steps=, eval_every=, ...) go to their section."""
+    values: dict[str, Any] = {"output_dir": out, "device": "cpu", "logger": "none",
+                              "model": to_dict(model or tiny_model()), "scaling": to_dict(scaling or ScalingConfig()),
+                              "train": {"max_steps": 20, "global_batch_tokens": 4 * 32, "micro_batch_size": 4,
+                                        "log_every": 5, "progress": False},
+                              "eval": {"every": 10}, "checkpoint": {"every": 10},
+                              "optim": {"lr": 1e-2, "warmup_steps": 2}}
+    for k, v in kw.items():
+        where = _SECTIONS.get(k)
+        if where is None:
+            values[k] = v
+        else:
+            section, key = where if isinstance(where, tuple) else (where, k)
+            values[section][key] = v
+    return typed(values, TrainGPTConfig)

@@ -125,7 +125,7 @@ def make_dataset(root: Path, num_tasks: int = 4, num_aug: int = 1, train_per_puz
 TINY_OVERRIDES = [
     "experiment=hrm_tiny_cpu", "logger=none", "device=cpu", "train.progress=false",
     "model.hidden_size=32", "model.num_heads=2", "model.num_h_layers=1", "model.num_l_layers=1",
-    "model.halt_max_steps=2", "train.global_batch_size=8", "optim.lr_warmup_steps=5",
+    "model.halt_max_steps=2", "train.global_batch_size=8", "optim.warmup_steps=5",
 ]
 
 
@@ -136,7 +136,7 @@ def train_cli(monkeypatch, data_dir, out_dir, *overrides) -> int:
     use_stand_in(monkeypatch)
     try:
         return run_subcommand("train", [*TINY_OVERRIDES, f"data_dir={data_dir}", f"output_dir={out_dir}", *overrides])
-    except SystemExit as e:  # Hydra exits on override errors (unknown key) after printing them
+    except SystemExit as e:
         return int(e.code or 0)
 
 
@@ -150,9 +150,10 @@ def ddp_grads_worker(rank: int, world: int, port: int, data_dir: str, out_file: 
 
     import hrm_deeploop.data.puzzles
     from hrm_deeploop import runtime as D
-    from hrm_deeploop.models.hrm import HRMConfig
+    from hrm_deeploop.data.puzzles import fit_to_dataset
+    from hrm_deeploop.models.config import HRMConfig
     from hrm_deeploop.models.scaling import ScalingConfig
-    from hrm_deeploop.training.reasoner import TrainConfig, Trainer, fit_to_dataset
+    from hrm_deeploop.training.reasoner import TrainConfig, Trainer
 
     saved_env = dict(os.environ)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
@@ -163,12 +164,13 @@ def ddp_grads_worker(rank: int, world: int, port: int, data_dir: str, out_file: 
     env = D.setup("cpu")
     try:
         split = stand_in_open_split(data_dir, "train")
-        cfg = TrainConfig(data_dir=data_dir, output_dir="unused", logger="none")
-        cfg.train.global_batch_size, cfg.train.grad_accum, cfg.train.compile = 8, grad_accum, compile_
         model_cfg = fit_to_dataset(HRMConfig(hidden_size=32, num_heads=2, num_h_layers=1, num_l_layers=1,
                                              expansion=2.0, mlp_multiple=16, halt_max_steps=2,
                                              forward_dtype="float32"), split, data_dir)
-        t = Trainer(cfg, model_cfg, ScalingConfig(scheme="deeploop"), env, split, total_steps=10)
+        cfg = TrainConfig(model=model_cfg, scaling=ScalingConfig(scheme="deeploop"), data_dir=data_dir,
+                          output_dir="unused", logger="none")
+        cfg.train.global_batch_size, cfg.train.grad_accum, cfg.train.compile = 8, grad_accum, compile_
+        t = Trainer(cfg, env, split, total_steps=10)
         b = t.sampler.next_batch()
         sums = t.forward_backward(b.tensors)
         D.all_reduce_(sums)

@@ -45,8 +45,8 @@ def test_viz_from_sources_and_dataset(tmp_path):
 
 
 def test_viz_errors(tmp_path):
-    with pytest.raises(ArcDataError, match="either"):
-        visualize(VizConfig(output_dir=str(tmp_path)))
+    with pytest.raises(ArcDataError, match="exactly one of sources"):
+        VizConfig(output_dir=str(tmp_path))
     src = write_layout(tmp_path / "data", {"training": synthetic_tasks()["training"]})
     with pytest.raises(ArcDataError, match="task nope: not found"):
         visualize(VizConfig(sources=[str(src)], tasks=["nope"], output_dir=str(tmp_path / "v")))

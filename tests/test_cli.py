@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from hrm_deeploop.cli import SUBCOMMANDS, config_dir, main
+from hrm_deeploop.cli import COMMANDS, DEPRECATED, config_dir, main, resolve
 
 
 def test_help_lists_subcommands(capsys):
@@ -21,9 +21,18 @@ def test_unknown_subcommand(capsys):
     assert "unknown subcommand 'nope'" in capsys.readouterr().err
 
 
-def test_every_subcommand_has_a_config():
-    for name, sub in SUBCOMMANDS.items():
-        assert (config_dir() / f"{sub.config_name}.yaml").exists(), name
+def test_every_subcommand_has_a_config_a_schema_and_a_target():
+    for name, cmd in COMMANDS.items():
+        assert (config_dir() / f"{cmd.config}.yaml").exists(), name
+        assert callable(resolve(cmd.target)), name
+        assert resolve(cmd.schema).__doc__, name
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_every_subcommand_help_shows_its_settings(capsys, name):
+    assert main([name, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"hrm-deeploop {name}: ") and "settings (defaults:" in out
 
 
 def _scales_json(capsys, *overrides):
@@ -58,9 +67,91 @@ def test_bad_scheme_is_a_one_line_error(capsys):
     assert "scaling.scheme='bogus'" in err and "Traceback" not in err
 
 
-def test_misspelled_key_is_an_error_naming_it():
-    # Hydra refuses keys that are not in the typed schema (exit code 1, message names the key).
+def test_misspelled_key_is_a_one_line_error_naming_it():
     p = subprocess.run([sys.executable, "-m", "hrm_deeploop.cli", "scales", "model.num_h_layer=3"],
                        capture_output=True, text=True)
-    assert p.returncode != 0
-    assert "num_h_layer" in p.stderr
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == [
+        "hrm-deeploop scales: error: unknown config key 'model.num_h_layer' (did you mean 'model.num_h_layers'?); "
+        "see `hrm-deeploop scales --help`"]
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["train", "optim.lr=-1"], "optim.lr=-1.0: must be > 0"),
+    (["train", "model.halt_exploration_prob=2"], "model.halt_exploration_prob=2.0: must be in [0.0, 1.0]"),
+    (["train", "model.num_heads=0"], "model.num_heads=0: must be >= 1"),
+    (["train", "checkpoint.every=-1"], "checkpoint.every=-1: must be >= 0"),
+    (["train", "model=gpt"], "model.name='gpt': must be a reasoner"),
+    (["train-gpt", "logger=foo"], "logger='foo': must be one of wandb, none"),
+    (["train-gpt", "model.hidden_size=10", "model.num_heads=4"], "model.hidden_size=10: must be divisible"),
+    (["train-gpt", "train.micro_batch_size=3", "train.global_batch_tokens=1000"], "train.global_batch_tokens=1000"),
+    (["sweep", "methods=[power]"], "must be given with scaling.p"),
+    (["train", "+foo=1"], "'+' is not needed"),
+    (["train", "model=nope"], "Could not find 'model/nope' (choose one of: gpt"),
+    (["train", "train.max_steps=abc"], "could not be converted to Integer"),
+    (["evaluate", "device=tpu"], "device='tpu': must be auto, cpu, cuda or cuda:N"),
+    (["vote", "predictions=x", "data_dir=y", "output_dir=z", "ks=[0]"], "ks=[0]: must be"),
+    (["build-arc", "num_aug=-1"], "num_aug=-1: must be >= 0"),
+])
+def test_config_mistakes_are_one_line_errors_before_anything_runs(capsys, tmp_path, monkeypatch, args, expected):
+    monkeypatch.chdir(tmp_path)
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and expected in err[0], err
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_deprecated_spellings_work_with_a_notice(capsys):
+    for name, table in DEPRECATED.items():
+        for old, new in table.items():
+            assert old != new, (name, old)
+    assert main(["train", "optim.lr_warmup_steps=7", "--help"]) == 0
+    cap = capsys.readouterr()
+    assert "'optim.lr_warmup_steps' is deprecated, use 'optim.warmup_steps'" in cap.err
+    assert "warmup_steps: 7" in cap.out
+    assert main(["train-gpt", "max_steps=9", "eval_every=3", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "max_steps: 9" in out and "every: 3" in out
+
+
+def test_torch_free_subcommands_do_not_import_torch():
+    code = ("import sys; from hrm_deeploop.cli import main; "
+            "main(['scales', 'format=json']); main(['build-arc', '--help']); main(['vote', '--help']); "
+            "main(['viz-arc', '--help']); assert 'torch' not in sys.modules, 'torch imported'")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+
+
+def test_yaml_files_hold_only_what_differs_from_the_dataclass():
+    """Each subcommand's YAML (and each experiment/preset file) restates no dataclass default."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    from hrm_deeploop.config import to_dict
+
+    def restated(values, defaults, prefix=""):
+        out = []
+        for k, v in values.items():
+            if k == "defaults" or not isinstance(defaults, dict) or k not in defaults:
+                continue
+            if isinstance(v, dict):
+                out += restated(v, defaults[k], f"{prefix}{k}.")
+            elif v == defaults[k]:
+                out.append(prefix + k)
+        return out
+
+    for name, cmd in COMMANDS.items():
+        schema = resolve(cmd.schema)
+        defaults = to_dict(OmegaConf.to_container(OmegaConf.structured(schema)))
+        values = yaml.safe_load((config_dir() / f"{cmd.config}.yaml").read_text()) or {}
+        assert restated(values, defaults) == [], name
+    from hrm_deeploop.demo import DemoPreset
+    from hrm_deeploop.training.reasoner import TrainConfig
+
+    train_defaults = to_dict(OmegaConf.to_container(OmegaConf.structured(TrainConfig)))
+    for f in (config_dir() / "experiment").glob("*.yaml"):
+        assert restated(yaml.safe_load(f.read_text()), train_defaults) == [], f.name
+    preset_defaults = to_dict(OmegaConf.to_container(OmegaConf.structured(DemoPreset)))
+    gpu = yaml.safe_load((config_dir() / "preset/gpu.yaml").read_text())
+    assert restated({k: v for k, v in gpu.items() if k != "name"}, preset_defaults) == []
+    assert yaml.safe_load((config_dir() / "preset/cpu.yaml").read_text()) == {"name": preset_defaults["name"]}

@@ -160,7 +160,7 @@ def test_flop_counter_hand_computed():
 
 def test_gpt2_small_param_count():
     """GPT-2 small looped: 12 blocks of 768 stored once (SwiGLU 2048 wide) + the tied 50304 x 768 table."""
-    from hrm_deeploop.models.gpt import GPTConfig
+    from hrm_deeploop.models.config import GPTConfig
 
     with torch.device("meta"):
         m = GPT(GPTConfig(num_rounds=3), ScalingConfig(scheme="deeploop"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -21,13 +22,18 @@ _STREAM = patterned_tokens(22_000, seed=0)
 TRAIN, VAL = _STREAM[:20_000], _STREAM[20_000:]
 
 
+def with_model(cfg, model, scaling):
+    """cfg with this model and scaling (configs are plain dataclasses: a copy with two fields set)."""
+    return dataclasses.replace(cfg, model=model, scaling=scaling)
+
+
 def _weights(run_dir, step):
     return ckpt.load(ckpt.step_path(run_dir, step))["model"]
 
 
 def test_run_folder_and_summary(tmp_path):
     cfg = tiny_train_cfg(str(tmp_path / "run"), max_steps=30, eval_every=15)
-    summary = train_gpt.train(cfg, tiny_model(num_rounds=2), ScalingConfig(scheme="deeploop"),
+    summary = train_gpt.train(with_model(cfg, tiny_model(num_rounds=2), ScalingConfig(scheme="deeploop")),
                               data=array_data(TRAIN, VAL, 32, 4))
     run = tmp_path / "run"
     for name in ("config.yaml", "metrics.jsonl", "metrics.csv", "summary.json", "checkpoints/step_30.pt"):
@@ -46,20 +52,20 @@ def test_run_folder_and_summary(tmp_path):
     assert {"model", "optimizers", "schedule", "rng", "sampler", "config", "code_version", "step"} <= set(state)
     # a fresh run refuses a folder that holds checkpoints
     with pytest.raises(UserError, match="resume=true"):
-        train_gpt.train(cfg, tiny_model(num_rounds=2), ScalingConfig(scheme="deeploop"),
+        train_gpt.train(with_model(cfg, tiny_model(num_rounds=2), ScalingConfig(scheme="deeploop")),
                         data=array_data(TRAIN, VAL, 32, 4))
 
 
 def test_resume_is_bit_exact(tmp_path):
     model, scaling = tiny_model(num_rounds=2), ScalingConfig(scheme="deeploop")
     straight = tiny_train_cfg(str(tmp_path / "a"), max_steps=8, checkpoint_every=100)
-    train_gpt.train(straight, model, scaling, data=array_data(TRAIN, VAL, 32, 4))
+    train_gpt.train(with_model(straight, model, scaling), data=array_data(TRAIN, VAL, 32, 4))
     first = tiny_train_cfg(str(tmp_path / "b"), max_steps=8, stop_after=4, checkpoint_every=100)
-    out = train_gpt.train(first, model, scaling, data=array_data(TRAIN, VAL, 32, 4))
+    out = train_gpt.train(with_model(first, model, scaling), data=array_data(TRAIN, VAL, 32, 4))
     assert out["status"] == "stopped" and out["steps"] == 4
     assert json.loads((tmp_path / "b/summary.json").read_text())["status"] == "stopped"
     second = tiny_train_cfg(str(tmp_path / "b"), max_steps=8, resume=True, checkpoint_every=100)
-    train_gpt.train(second, model, scaling, data=array_data(TRAIN, VAL, 32, 4))
+    train_gpt.train(with_model(second, model, scaling), data=array_data(TRAIN, VAL, 32, 4))
     a, b = _weights(tmp_path / "a", 8), _weights(tmp_path / "b", 8)
     for k in a:
         assert torch.equal(a[k], b[k]), k
@@ -69,15 +75,15 @@ def test_resume_is_bit_exact(tmp_path):
     # architecture changes cannot resume
     bad = tiny_train_cfg(str(tmp_path / "b"), max_steps=8, resume=True)
     with pytest.raises(UserError, match="model.num_rounds"):
-        train_gpt.train(bad, tiny_model(num_rounds=3), scaling, data=array_data(TRAIN, VAL, 32, 4))
+        train_gpt.train(with_model(bad, tiny_model(num_rounds=3), scaling), data=array_data(TRAIN, VAL, 32, 4))
 
 
 def test_gradient_accumulation_matches_one_big_batch(tmp_path):
     model, scaling = tiny_model(), ScalingConfig(scheme="deeploop")
     one = tiny_train_cfg(str(tmp_path / "one"), max_steps=3, micro_batch_size=4)
     two = tiny_train_cfg(str(tmp_path / "two"), max_steps=3, micro_batch_size=2)
-    train_gpt.train(one, model, scaling, data=array_data(TRAIN, None, 32, 4))
-    train_gpt.train(two, model, scaling, data=array_data(TRAIN, None, 32, 2))
+    train_gpt.train(with_model(one, model, scaling), data=array_data(TRAIN, None, 32, 4))
+    train_gpt.train(with_model(two, model, scaling), data=array_data(TRAIN, None, 32, 2))
     a, b = _weights(tmp_path / "one", 3), _weights(tmp_path / "two", 3)
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=k)
@@ -88,7 +94,7 @@ def _ddp_worker(rank: int, world: int, port: int, out: str, compile_: bool = Fal
                       LOCAL_RANK=str(rank), WANDB_MODE="disabled")
     torch.set_num_threads(1)
     cfg = tiny_train_cfg(out, max_steps=3, micro_batch_size=2, compile=compile_)
-    train_gpt.train(cfg, tiny_model(), ScalingConfig(scheme="deeploop"),
+    train_gpt.train(with_model(cfg, tiny_model(), ScalingConfig(scheme="deeploop")),
                     data=array_data(TRAIN, VAL, 32, 2, rank=rank, world_size=world))
 
 
@@ -103,7 +109,7 @@ def test_ddp_two_processes_match_one(tmp_path, compile_):
     """2 gloo processes x 2 sequences == 1 eager process x 4 sequences (same global batch, same
     windows); compiled: DDP around torch.compile(model) on both ranks."""
     single = tiny_train_cfg(str(tmp_path / "single"), max_steps=3, micro_batch_size=4)
-    s1 = train_gpt.train(single, tiny_model(), ScalingConfig(scheme="deeploop"), data=array_data(TRAIN, VAL, 32, 4))
+    s1 = train_gpt.train(with_model(single, tiny_model(), ScalingConfig(scheme="deeploop")), data=array_data(TRAIN, VAL, 32, 4))
     mp.start_processes(_ddp_worker, args=(2, _free_port(), str(tmp_path / "ddp"), compile_), nprocs=2, join=True,
                        start_method="spawn")
     a, b = _weights(tmp_path / "single", 3), _weights(tmp_path / "ddp", 3)
@@ -130,14 +136,17 @@ def test_divergence_raises_with_step_and_keeps_summary(tmp_path, monkeypatch):
     monkeypatch.setattr(train_gpt, "GPT", _NaNAfter)
     cfg = tiny_train_cfg(str(tmp_path / "run"), max_steps=10, checkpoint_every=2)
     with pytest.raises(TrainingDiverged, match="at step 4"):
-        train_gpt.train(cfg, tiny_model(), ScalingConfig(), data=array_data(TRAIN, VAL, 32, 4))
+        train_gpt.train(with_model(cfg, tiny_model(), ScalingConfig()), data=array_data(TRAIN, VAL, 32, 4))
     summary = json.loads((tmp_path / "run/summary.json").read_text())
     assert summary["status"] == "diverged" and summary["steps"] == 3 and summary["left_unigram_floor"] is False
     assert [s for s, _ in ckpt.list_checkpoints(tmp_path / "run")] == [2]  # the last good one is kept
 
 
 def test_bad_batch_config_is_an_error(tmp_path):
-    cfg = tiny_train_cfg(str(tmp_path / "run"), global_batch_tokens=100)
-    with pytest.raises(ConfigError, match="global_batch_tokens=100"):
-        train_gpt.train(cfg, tiny_model(), ScalingConfig(), data=array_data(TRAIN, VAL, 32, 4))
+    with pytest.raises(ConfigError, match="train.global_batch_tokens=100: must be a multiple"):
+        tiny_train_cfg(str(tmp_path / "run"), global_batch_tokens=100)
+    # a multiple per process that the world size does not divide is found at launch, before writing
+    cfg = tiny_train_cfg(str(tmp_path / "run"), global_batch_tokens=128, micro_batch_size=4)
+    with pytest.raises(ConfigError, match="world_size"):
+        train_gpt.grad_accum_steps(cfg.train.global_batch_tokens, cfg.train.micro_batch_size, 32, world_size=3)
     assert not (tmp_path / "run").exists()

@@ -47,7 +47,7 @@ def test_hrm_cuda_bf16_step_matches_eager_plain(compile_, fused, monkeypatch):
         if name == "test" and fused and not compile_:
             monkeypatch.setattr(rn, "residual_rms_norm", counting)
         batches = random_batches(cfg, 8, 2, torch.device("cuda"), seed=1)
-        runs[name] = [trainer.train_step(b) for b in batches]
+        runs[name] = [trainer.train_step(tensors=b) for b in batches]
         monkeypatch.setattr(rn, "residual_rms_norm", real)
         torch._dynamo.reset()
     if fused and not compile_:
@@ -65,9 +65,9 @@ def test_gpt_cuda_bf16_autocast_fused_adamw_learns(tmp_path, compile_):
     from tests.gpt_helpers import array_data, patterned_tokens, tiny_model, tiny_train_cfg
 
     stream = patterned_tokens(22_000, seed=0)
-    cfg = tiny_train_cfg(str(tmp_path / "run"), max_steps=40, eval_every=40, device="cuda", compile=compile_)
-    summary = train_gpt.train(cfg, tiny_model(num_rounds=2), ScalingConfig(scheme="deeploop"),
-                              data=array_data(stream[:20_000], stream[20_000:], 32, 4))
+    cfg = tiny_train_cfg(str(tmp_path / "run"), tiny_model(num_rounds=2), ScalingConfig(scheme="deeploop"),
+                         max_steps=40, eval_every=40, device="cuda", compile=compile_)
+    summary = train_gpt.train(cfg, data=array_data(stream[:20_000], stream[20_000:], 32, 4))
     rows = [json.loads(x) for x in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
     losses = [r["train/loss"] for r in rows if "train/loss" in r]
     assert summary["status"] == "finished" and math.isfinite(summary["final_val_loss"])

@@ -8,7 +8,8 @@ import yaml
 
 from eval.predict import load_model
 from hrm_deeploop.errors import UserError
-from hrm_deeploop.models.hrm import HRM, HRMConfig
+from hrm_deeploop.models.config import HRMConfig
+from hrm_deeploop.models.hrm import HRM
 from tests.hrm_helpers import make_dataset, stand_in_open_split, use_stand_in
 
 ARCH = {

@@ -18,7 +18,7 @@ def data(tmp_path_factory):
 
 def test_tiny_run_learns(monkeypatch, tmp_path, data):
     rc = train_cli(monkeypatch, data, tmp_path / "run", "train.max_steps=120", "optim.lr=3e-3",
-                   "eval.every_steps=120", "checkpoint.every=0")
+                   "eval.every=120", "checkpoint.every=0")
     assert rc == 0
     rows = [r for r in read_metrics(tmp_path / "run") if "train/loss" in r]
     first = sum(r["train/lm_loss"] for r in rows[:10]) / 10
@@ -39,14 +39,13 @@ def test_resume_after_crash_is_bit_exact(monkeypatch, tmp_path, data):
 
     real = T.Trainer.train_step
 
-    def crash_at_5(self, tensors):
+    def crash_at_5(self, step=None, tensors=None):
         if self.step == 4:
             raise KeyboardInterrupt("simulated kill after step 4")
-        return real(self, tensors)
+        return real(self, step, tensors)
 
     monkeypatch.setattr(T.Trainer, "train_step", crash_at_5)
-    with pytest.raises(KeyboardInterrupt):
-        train_cli(monkeypatch, data, tmp_path / "crashed", *args)
+    assert train_cli(monkeypatch, data, tmp_path / "crashed", *args) == 130  # Ctrl-C: exit 130, one line
     assert [s for s, _ in ckpt.list_checkpoints(tmp_path / "crashed")] == [3]
     monkeypatch.setattr(T.Trainer, "train_step", real)
     assert train_cli(monkeypatch, data, tmp_path / "crashed", *args, "resume=true") == 0
@@ -159,21 +158,18 @@ def test_two_process_gloo_compiled_equals_one_process_eager(tmp_path, data):
 
 
 def test_experiment_configs_compose():
-    from hydra import compose, initialize_config_dir
+    from hrm_deeploop.cli import compose
 
-    from hrm_deeploop.cli import config_dir, register_schemas
-    from hrm_deeploop.training.reasoner import parse
-
-    register_schemas()
-    with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
-        for name, scheme in (("arc1_hrm_baseline", "baseline"), ("arc1_hrm_deeploop", "deeploop")):
-            t, m, s = parse(compose("train", overrides=[f"experiment={name}"]))
-            assert s.scheme == scheme and m.hidden_size == 512 and m.halt_max_steps == 16 and t.train.compile
-            assert t.train.global_batch_size == 768 and t.train.epochs == 100000
-            assert t.eval.interval_epochs == 10000 and t.optim.lr == 1e-4 and t.optim.puzzle_emb_lr == 1e-2
-            assert (t.optim.beta1, t.optim.beta2, t.optim.weight_decay, t.optim.lr_warmup_steps) == (0.9, 0.95, 0.1, 2000)
-        t, m, s = parse(compose("train", overrides=["experiment=hrm_tiny_cpu"]))
-        assert m.hidden_size == 64 and t.device == "cpu"
+    for name, scheme in (("arc1_hrm_baseline", "baseline"), ("arc1_hrm_deeploop", "deeploop")):
+        t = compose("train", [f"experiment={name}"])
+        m, s = t.model, t.scaling
+        assert s.scheme == scheme and m.hidden_size == 512 and m.halt_max_steps == 16 and t.train.compile
+        assert t.train.global_batch_size == 768 and t.train.epochs == 100000 and t.train.epochs_per_iter == 10000
+        assert t.eval.interval_epochs == 10000 and t.optim.lr == 1e-4 and t.optim.puzzle_emb_lr == 1e-2
+        assert (t.optim.beta1, t.optim.beta2, t.optim.weight_decay, t.optim.warmup_steps) == (0.9, 0.95, 0.1, 2000)
+        assert (t.optim.min_lr_ratio, t.checkpoint.at_eval, t.run_name) == (1.0, True, name)
+    t = compose("train", ["experiment=hrm_tiny_cpu"])
+    assert t.model.hidden_size == 64 and t.device == "cpu"
 
 
 def test_compiled_train_step_matches_eager():
@@ -189,7 +185,7 @@ def test_compiled_train_step_matches_eager():
     runs = {}
     for compile_ in (False, True):
         trainer = make_trainer(cfg, ScalingConfig(scheme="deeploop"), torch.device("cpu"), 4, compile_)
-        metrics = [trainer.train_step(b) for b in batches]
+        metrics = [trainer.train_step(tensors=b) for b in batches]
         runs[compile_] = (metrics, {k: v.detach().clone() for k, v in trainer.model.state_dict().items()})
     torch._dynamo.reset()
     (m_eager, sd_eager), (m_comp, sd_comp) = runs[False], runs[True]

@@ -23,16 +23,17 @@ Both the materialised HRM layout and the compact format are read through
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from hrm_deeploop.errors import UserError
+from hrm_deeploop.errors import ConfigError, UserError
 
 IGNORE_LABEL = -100
+DATASET_KEYS = ("vocab_size", "seq_len", "num_puzzle_identifiers")  # what a model takes from its dataset
 
 
 def open_split(data_dir: str | Path, split: str) -> Any:
@@ -40,6 +41,44 @@ def open_split(data_dir: str | Path, split: str) -> Any:
     from arc_data.dataset import open_split as _open_split
 
     return _open_split(data_dir, split)
+
+
+def open_dataset(data_dir: str | None, split: str) -> Any:
+    """`open_split` with one-line errors naming the folder (data_dir unset, missing, unreadable)."""
+    from arc_data.errors import ArcDataError
+
+    if not data_dir:
+        raise ConfigError("data_dir is not set (data_dir=PATH to a dataset built by hrm-deeploop build-arc)")
+    path = Path(data_dir)
+    if not path.is_dir():
+        raise UserError(f"data_dir '{path}' does not exist")
+    try:
+        return open_split(path, split)
+    except (UserError, ArcDataError):
+        raise
+    except (OSError, ValueError, KeyError) as e:
+        raise UserError(f"cannot read dataset split '{path / split}': {e}") from None
+
+
+def fit_to_dataset(model: Any, split: Any, where: str) -> Any:
+    """Fill vocab_size / seq_len / num_puzzle_identifiers of a model config from the dataset; a value
+    the user set explicitly (not the default) that disagrees with the dataset is an error."""
+    defaults = type(model)()
+    values = {}
+    for key in DATASET_KEYS:
+        want, have = int(meta_value(split, key)), getattr(model, key)
+        if have != getattr(defaults, key) and have != want:
+            raise UserError(f"model.{key}={have} does not match the dataset '{where}' ({key}={want})")
+        values[key] = want
+    return replace(model, **values)
+
+
+def check_matches(model: Any, split: Any, where: str, what: str = "model") -> None:
+    """The dataset must agree with a fixed model (a checkpoint's) on vocab, length and ids."""
+    for key in DATASET_KEYS:
+        want, have = int(meta_value(split, key)), getattr(model, key)
+        if have != want:
+            raise UserError(f"dataset '{where}' has {key}={want} but the {what} has {key}={have}")
 
 
 def meta_value(split: Any, key: str) -> Any:
@@ -101,6 +140,16 @@ class TrainSampler:
         self.num_groups = len(self.group_indices) - 1
         if self.num_groups < 1:
             raise UserError("training split has no groups")
+        # Fewest examples one sampler pass can yield: every group contributes its smallest puzzle.
+        sizes = np.diff(self.puzzle_indices)
+        smallest = np.minimum.reduceat(sizes, self.group_indices[:-1]) if len(sizes) else np.zeros(0, np.int64)
+        fewest = int(smallest.sum()) * self.epochs_per_iter
+        if fewest < global_batch_size:
+            raise UserError(
+                f"train.global_batch_size={global_batch_size} can never be filled: one sampler iteration of "
+                f"{self.epochs_per_iter} epoch(s) over {self.num_groups} groups yields as few as {fewest} "
+                f"examples and the short last batch is dropped; lower train.global_batch_size or raise "
+                f"train.epochs_per_iter to at least {-(-global_batch_size * self.epochs_per_iter // max(fewest, 1))}")
         self.iteration = 0
         self.cursor = 0
         self._order: np.ndarray | None = None

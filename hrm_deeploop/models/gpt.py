@@ -17,12 +17,11 @@ Architecture only: no distributed, no config files, no environment variables.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from hrm_deeploop.models.config import GPTConfig
 from hrm_deeploop.models.core import (
     Linear,
     LoopedCore,
@@ -30,29 +29,10 @@ from hrm_deeploop.models.core import (
     Rotary,
     init_block_,
     make_blocks,
+    swiglu_width,
     trunc_normal_,
 )
 from hrm_deeploop.models.scaling import ScalingConfig, loop_depth, module_residuals
-
-
-@dataclass
-class GPTConfig:
-    name: str = "gpt"
-    vocab_size: int = 50304  # GPT-2's 50257 padded to a multiple of 128
-    hidden_size: int = 768
-    num_heads: int = 12
-    num_blocks: int = 12  # K physical blocks
-    num_rounds: int = 1  # R loop rounds
-    expansion: float = 4.0
-    mlp_multiple: int = 256
-    seq_len: int = 1024
-    rope_theta: float = 10000.0
-    norm_eps: float = 1e-5
-    norm_weight: bool = True
-    embed_norm: bool = True  # RMSNorm on the input embedding (paper's baseline has it)
-    tie_embeddings: bool = True
-    activation_checkpointing: bool = False  # per-round checkpointing, for large R
-    embed_init_std: float = 0.02  # token embedding (= tied head) init std, GPT-2's value
 
 
 class GPT(nn.Module):
@@ -65,8 +45,6 @@ class GPT(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.scaling = scaling or ScalingConfig()
-        if cfg.hidden_size % cfg.num_heads:
-            raise ValueError(f"hidden_size {cfg.hidden_size} is not divisible by num_heads {cfg.num_heads}")
         depth = loop_depth(cfg.num_blocks, cfg.num_rounds)
         self.residual = module_residuals(self.scaling, depth)["core"]
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)  # (V, D)
@@ -158,7 +136,6 @@ def flops_per_token(cfg: GPTConfig, seq_len: int | None = None, training: bool =
     Norm/RoPE/activation elementwise work and the embedding lookup are not counted.
     With training=False the forward-only cost (one third) is returned.
     """
-    from hrm_deeploop.models.core import swiglu_width
 
     T = seq_len or cfg.seq_len
     D, K, R, V = cfg.hidden_size, cfg.num_blocks, cfg.num_rounds, cfg.vocab_size

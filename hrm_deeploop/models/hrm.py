@@ -24,63 +24,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from hrm_deeploop.errors import ConfigError
+from hrm_deeploop.models.config import HRMConfig
 from hrm_deeploop.models.core import Linear, LoopedCore, Rotary, init_block_, make_blocks, trunc_normal_
 from hrm_deeploop.models.scaling import ScalingConfig, hrm_depth, module_residuals
 
 IGNORE_LABEL = -100
 DATA_KEYS = ("inputs", "labels", "puzzle_identifiers")
-
-
-@dataclass
-class HRMConfig:
-    """HRM architecture (reference spec 3.1 defaults). Keys mirror HRM's `arch` section."""
-
-    name: str = "hrm"
-    hidden_size: int = 512
-    num_heads: int = 8
-    expansion: float = 4.0
-    num_h_layers: int = 4  # K_H
-    num_l_layers: int = 4  # K_L
-    num_h_cycles: int = 2  # C
-    num_l_cycles: int = 2  # C_L
-    halt_max_steps: int = 16
-    halt_exploration_prob: float = 0.1
-    puzzle_emb_ndim: int | None = None  # None -> hidden_size; 0 disables the puzzle embedding
-    pos_encodings: str = "rope"  # rope | learned
-    rope_theta: float = 10000.0
-    rms_norm_eps: float = 1e-5
-    norm_weight: bool = False  # HRM's RMSNorm has no gain
-    mlp_multiple: int = 256
-    forward_dtype: str = "bfloat16"  # compute dtype on CUDA; CPU runs use float32
-    loss_type: str = "stablemax_cross_entropy"  # or softmax_cross_entropy
-    stablemax_dtype: str = "float64"  # float64 as the reference; float32 is faster on consumer GPUs
-    vocab_size: int = 12
-    seq_len: int = 900
-    num_puzzle_identifiers: int = 1  # filled in from the dataset
-
-    def __post_init__(self) -> None:
-        if self.pos_encodings not in ("rope", "learned"):
-            raise ConfigError(f"model.pos_encodings='{self.pos_encodings}' must be 'rope' or 'learned'")
-        if self.loss_type not in ("stablemax_cross_entropy", "softmax_cross_entropy"):
-            raise ConfigError(f"model.loss_type='{self.loss_type}' must be stablemax_cross_entropy or "
-                              "softmax_cross_entropy")
-        if self.stablemax_dtype not in ("float64", "float32"):
-            raise ConfigError(f"model.stablemax_dtype='{self.stablemax_dtype}' must be float64 or float32")
-        if self.hidden_size % self.num_heads:
-            raise ConfigError(f"model.hidden_size={self.hidden_size} is not divisible by "
-                              f"model.num_heads={self.num_heads}")
-        if self.halt_max_steps < 1:
-            raise ConfigError(f"model.halt_max_steps must be >= 1, got {self.halt_max_steps}")
-
-    @property
-    def puzzle_dim(self) -> int:
-        return self.hidden_size if self.puzzle_emb_ndim is None else self.puzzle_emb_ndim
-
-    @property
-    def puzzle_len(self) -> int:
-        """P: number of prefix tokens the puzzle embedding occupies (ceil(ndim / hidden))."""
-        return -(self.puzzle_dim // -self.hidden_size)
 
 
 # ---- embeddings ---------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from hrm_deeploop.config import at_least, check, one_of, positive
 from hrm_deeploop.errors import ConfigError
 
 SCHEMES = ("baseline", "deepnorm", "deeploop", "power", "looped_eps")
@@ -52,15 +53,14 @@ class ScalingConfig:
     beta_targets: list[str] = field(default_factory=lambda: list(DEFAULT_BETA_TARGETS))
 
     def __post_init__(self) -> None:
-        if self.scheme not in SCHEMES:
-            raise ConfigError(f"scaling.scheme='{self.scheme}' is not one of {', '.join(SCHEMES)}")
-        if self.scheme == "power" and self.p is None:
-            raise ConfigError("scaling.p must be set for scheme=power")
-        if self.hrm_depth not in ("paper", "autograd"):
-            raise ConfigError(f"scaling.hrm_depth='{self.hrm_depth}' must be 'paper' or 'autograd'")
-        bad = [t for t in self.beta_targets if t not in BETA_TARGET_CHOICES]
-        if bad:
-            raise ConfigError(f"scaling.beta_targets has unknown entries {bad}; choose from {BETA_TARGET_CHOICES}")
+        one_of("scaling.scheme", self.scheme, SCHEMES)
+        check(self.scheme != "power" or self.p is not None, "scaling.p", self.p, "set for scheme=power")
+        if self.p is not None:
+            at_least("scaling.p", self.p, 0.0)
+        positive("scaling.eps_lambda", self.eps_lambda)
+        one_of("scaling.hrm_depth", self.hrm_depth, ("paper", "autograd"))
+        for t in self.beta_targets:
+            one_of("scaling.beta_targets", t, BETA_TARGET_CHOICES)
 
     @property
     def exponent(self) -> float | None:
@@ -203,24 +203,23 @@ def format_table(report: dict) -> str:
 
 @dataclass
 class ScalesConfig:
+    """`hrm-deeploop scales`: depth accounting and alpha/beta per module for a model and scheme."""
+
     model: Any = None
     scaling: ScalingConfig = field(default_factory=ScalingConfig)
-    format: str = "table"
+    format: str = "table"  # table | json
+
+    def __post_init__(self) -> None:
+        from hrm_deeploop.config import typed
+        from hrm_deeploop.models.config import model_config
+
+        self.model = model_config(self.model)
+        if not isinstance(self.scaling, ScalingConfig):
+            self.scaling = typed(self.scaling, ScalingConfig, "scaling.")
+        one_of("format", self.format, ("table", "json"))
 
 
-def run(cfg: Any) -> int:
-    from hrm_deeploop.config import typed
-    from hrm_deeploop.models.registry import model_config
-
-    model = model_config(cfg.get("model"))
-    scaling = typed(cfg.get("scaling"), ScalingConfig, "scaling.")
-    rest = {k: v for k, v in cfg.items() if k not in ("model", "scaling")}
-    opts = typed(rest, ScalesConfig)
-    report = describe(model, scaling)
-    if opts.format == "json":
-        print(json.dumps(report, indent=2))
-    elif opts.format == "table":
-        print(format_table(report))
-    else:
-        raise ConfigError(f"format='{opts.format}' must be 'table' or 'json'")
+def run(cfg: ScalesConfig) -> int:
+    report = describe(cfg.model, cfg.scaling)
+    print(json.dumps(report, indent=2) if cfg.format == "json" else format_table(report))
     return 0

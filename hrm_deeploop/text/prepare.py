@@ -14,17 +14,17 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from omegaconf import MISSING
 
+from hrm_deeploop.config import at_least, one_of, optional_at_least
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.text.corpus import write_demo_corpus
 from hrm_deeploop.text.shards import TOKEN_DTYPE, write_meta, write_shard
+from hrm_deeploop.text.tokenizer import TOKENIZERS
 
-if TYPE_CHECKING:
-    from omegaconf import DictConfig
 
 @dataclass
 class PrepareTextConfig:
@@ -52,6 +52,17 @@ class PrepareTextConfig:
     batch_docs: int = 512  # documents per tokenisation batch
     overwrite: bool = False
     progress: bool = True
+
+    def __post_init__(self) -> None:
+        at_least("shard_size", self.shard_size, 1)
+        at_least("val_tokens", self.val_tokens, 0)
+        at_least("batch_docs", self.batch_docs, 1)
+        at_least("demo_docs", self.demo_docs, 0)
+        at_least("num_workers", self.num_workers, 0)
+        at_least("seed", self.seed, 0)
+        optional_at_least("max_tokens", self.max_tokens, 1)
+        one_of("txt_split", self.txt_split, ("file", "paragraph"))
+        one_of("tokenizer", self.tokenizer, TOKENIZERS)
 
 
 _TXT_SUFFIXES = (".txt", ".md")
@@ -231,10 +242,6 @@ def prepare(cfg: PrepareTextConfig) -> dict[str, Any]:
 
     from hrm_deeploop.text.tokenizer import get_tokenizer
 
-    if cfg.shard_size < 1 or cfg.val_tokens < 0 or cfg.batch_docs < 1:
-        raise UserError("shard_size and batch_docs must be >= 1 and val_tokens >= 0")
-    if cfg.txt_split not in ("file", "paragraph"):
-        raise UserError(f"txt_split must be 'file' or 'paragraph', got '{cfg.txt_split}'")
     chosen = [bool(cfg.inputs), cfg.hf_dataset is not None, cfg.demo_docs > 0]
     if sum(chosen) != 1:
         raise UserError("give exactly one corpus: inputs=[...], hf_dataset=NAME, or demo_docs=N")
@@ -345,9 +352,7 @@ def prepare(cfg: PrepareTextConfig) -> dict[str, Any]:
     return meta
 
 
-def run_prepare(cfg: DictConfig) -> int:
+def run(cfg: PrepareTextConfig) -> int:
     """CLI entry point for `hrm-deeploop prepare-text`."""
-    from hrm_deeploop.config import typed
-
-    prepare(typed(cfg, PrepareTextConfig))
+    prepare(cfg)
     return 0

@@ -1,30 +1,27 @@
 """`hrm-deeploop train-gpt`: train the looped GPT on token shards (DeepLoop paper section 5.1).
 
 Optimiser: AdamW (decoupled weight decay), betas (0.9, 0.95), eps 1e-8, grad-norm clip 1.0,
-linear warmup then cosine to `min_lr_ratio * lr`. The paper does not name its LM optimiser; its
-global batch (480 x 1024 = 491,520 tokens) and 100K steps match nanoGPT's GPT-2 reproduction, so
-we take nanoGPT's AdamW settings (lr 6e-4, wd 0.1, min lr 6e-5, warmup 2000). Weight decay
-applies to the block matrices (and an untied head) only: not to norm gains, and not to the token
-embedding, which is also the tied output head (nanoGPT does decay it; set
+linear warmup then cosine to `optim.min_lr_ratio * optim.lr`. The paper does not name its LM
+optimiser; its global batch (480 x 1024 = 491,520 tokens) and 100K steps match nanoGPT's GPT-2
+reproduction, so we take nanoGPT's AdamW settings (lr 6e-4, wd 0.1, min lr 6e-5, warmup 2000).
+Weight decay applies to the block matrices (and an untied head) only: not to norm gains, and not
+to the token embedding, which is also the tied output head (nanoGPT does decay it; set
 `optim.decay_embeddings=true` for that).
 
-Batching: `global_batch_tokens` = micro_batch_size x seq_len x world_size x accumulation; the
-accumulation count is derived and must be a whole number. Every micro-batch consumes one global
-batch of windows from `TokenShards` (rank r takes its slice), so 1 process x B sequences and
-W processes x B/W sequences see the same windows and produce the same update.
+Batching: `train.global_batch_tokens` = train.micro_batch_size x seq_len x world_size x
+accumulation; the accumulation count is derived and must be a whole number. Every micro-batch
+consumes one global batch of windows from `TokenShards` (rank r takes its slice), so 1 process x B
+sequences and W processes x B/W sequences see the same windows and produce the same update.
 
-Run folder: config.yaml, metrics.jsonl/csv, checkpoints/step_N.pt (full state: model, optimiser,
-schedule, step, RNG, data position, recent losses, config, code version), summary.json at the end.
-Data is opened and validated before the folder is touched, so bad input writes nothing.
+The loop around the step (run folder, resume, cadence, NaN guard, summary.json) is
+`training.loop`. Data is opened and validated before the folder is touched, so bad input writes
+nothing.
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
-import json
 import math
-import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,14 +31,24 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from hrm_deeploop import checkpoint as ckpt
+from eval.lm import evaluate_loss
 from hrm_deeploop import runtime as dist_
-from hrm_deeploop.config import to_dict, typed
-from hrm_deeploop.errors import ConfigError, TrainingDiverged, UserError
-from hrm_deeploop.models.gpt import GPT, GPTConfig, flops_per_token
-from hrm_deeploop.models.scaling import ScalingConfig
+from hrm_deeploop.config import at_least, check, one_of, positive
+from hrm_deeploop.errors import ConfigError, UserError
+from hrm_deeploop.models.config import GPTConfig, model_config
+from hrm_deeploop.models.gpt import GPT, flops_per_token
+from hrm_deeploop.training.loop import (
+    CheckpointConfig,
+    EvalConfig,
+    LoopConfig,
+    OptimConfig,
+    RunConfig,
+    Task,
+    fit,
+    run_config_dict,
+)
 from hrm_deeploop.training.optim import lr_at, set_lr
-from hrm_deeploop.training.runlog import RunLogger, check_finite, progress
+from hrm_deeploop.training.runlog import check_finite
 
 # ---- config ----------------------------------------------------------------------------------
 
@@ -50,49 +57,86 @@ from hrm_deeploop.training.runlog import RunLogger, check_finite, progress
 class DataConfig:
     train: str = ""  # shard glob, folder of .bin shards, or file (prepare-text output)
     val: str = ""  # held-out shards; empty = no validation
-    tokenizer_id: str | None = "gpt2"  # checked against the shards' meta.json; null skips the check
+    tokenizer_id: str | None = "gpt2"  # checked against the shards' meta.json; null skips that check
     val_batches: int = 20  # max validation batches per rank per evaluation (micro_batch_size each)
     unigram_tokens: int = 20_000_000  # training tokens read to compute the unigram-entropy floor
 
+    def __post_init__(self) -> None:
+        at_least("data.val_batches", self.val_batches, 1)
+        at_least("data.unigram_tokens", self.unigram_tokens, 0)
+
 
 @dataclass
-class OptimConfig:
+class LMLoop(LoopConfig):
+    max_steps: int | None = 100_000
+    global_batch_tokens: int = 480 * 1024
+    micro_batch_size: int = 16  # sequences per rank per forward/backward
+    log_every: int = 10
+    mfu_peak_tflops: float = 989.0  # per device; H200/H100 SXM dense bf16
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.max_steps is not None, "train.max_steps", self.max_steps, "set (the schedule's length)")
+        at_least("train.global_batch_tokens", self.global_batch_tokens, 1)
+        at_least("train.micro_batch_size", self.micro_batch_size, 1)
+        positive("train.mfu_peak_tflops", self.mfu_peak_tflops)
+
+
+@dataclass
+class LMOptim(OptimConfig):
     lr: float = 6e-4
     min_lr_ratio: float = 0.1  # cosine floor as a fraction of lr
-    warmup_steps: int = 2000
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
     eps: float = 1e-8
     grad_clip: float = 1.0  # 0 disables clipping (the norm is still logged)
     decay_embeddings: bool = False
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        positive("optim.eps", self.eps)
+        at_least("optim.grad_clip", self.grad_clip, 0.0)
+
 
 @dataclass
-class TrainGPTConfig:
-    data: DataConfig = field(default_factory=DataConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    output_dir: str = "runs/gpt"
-    resume: bool = False
-    seed: int = 0
-    device: str = "auto"  # auto | cpu | cuda[:N]
-    dtype: str = "bfloat16"  # autocast dtype on CUDA (CPU runs in float32)
-    compile: bool = False  # torch.compile the model (CUDA)
-    max_steps: int = 100_000  # optimiser steps; also the cosine schedule's length
-    stop_after: int | None = None  # stop (with a checkpoint) at this step, e.g. to fit a job's time limit
-    global_batch_tokens: int = 480 * 1024
-    micro_batch_size: int = 16  # sequences per rank per forward/backward
-    eval_every: int = 1000  # steps between validation losses (and always at the end)
-    checkpoint_every: int = 5000  # steps between checkpoints (and always at the end / stop_after)
-    keep_checkpoints: int = 3  # most recent checkpoints kept; 0 keeps all
-    log_every: int = 10
-    logger: str = "wandb"  # wandb (offline without a key) | none
-    project: str = "hrm-deeploop"
-    run_name: str | None = None
-    mfu_peak_tflops: float = 989.0  # per device; H200/H100 SXM dense bf16
+class LMCheckpoint(CheckpointConfig):
+    every: int = 5000
+    keep: int = 3
+
+
+@dataclass
+class LMEval(EvalConfig):
+    every: int = 1000  # steps between validation losses (and always at the end)
     floor_margin: float = 0.1  # nats below the unigram entropy a run must reach to count as trained
-    trailing_steps: int = 50  # train-loss window for summary.json (the paper's trailing-50 mean)
-    progress: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        at_least("eval.floor_margin", self.floor_margin, 0.0)
+
+
+@dataclass
+class TrainGPTConfig(RunConfig):
+    """`hrm-deeploop train-gpt`: the looped GPT on token shards (prepare-text output).
+
+    Paper setup (GPT-2 small, section 5.1): model=gpt2_small_looped model.num_rounds={1,3,5,7}
+    scaling={baseline,deeploop}, 100K steps x 480 x 1024 tokens, context 1024."""
+
+    output_dir: str | None = "runs/gpt"
+    data: DataConfig = field(default_factory=DataConfig)
+    train: LMLoop = field(default_factory=LMLoop)
+    optim: LMOptim = field(default_factory=LMOptim)
+    checkpoint: LMCheckpoint = field(default_factory=LMCheckpoint)
+    eval: LMEval = field(default_factory=LMEval)
+    dtype: str = "bfloat16"  # autocast dtype on CUDA (CPU runs in float32)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.model = GPTConfig() if self.model is None else model_config(self.model)
+        check(isinstance(self.model, GPTConfig), "model.name", self.model.name,
+              "gpt (train-gpt trains the looped GPT; reasoners train with `train`)")
+        one_of("dtype", self.dtype, ("bfloat16", "float16", "float32"))
+        per_micro = self.train.micro_batch_size * self.model.seq_len
+        check(self.train.global_batch_tokens % per_micro == 0, "train.global_batch_tokens",
+              self.train.global_batch_tokens,
+              f"a multiple of train.micro_batch_size x model.seq_len = {per_micro} (x the number of ranks)")
 
 
 # ---- data -----------------------------------------------------------------------------------
@@ -140,20 +184,21 @@ def shard_unigram_entropy(pattern: str, max_tokens: int) -> float:
     return float(-(p * np.log(p)).sum())
 
 
-def open_data(cfg: TrainGPTConfig, model_cfg: GPTConfig, e: dist_.Env) -> Data:
+def open_data(cfg: TrainGPTConfig, e: dist_.Env) -> Data:
     """Open and validate the shards (every error here is raised before anything is written)."""
     from hrm_deeploop.text.loader import TokenShards, iter_eval_batches
 
+    model_cfg = cfg.model
     if not cfg.data.train:
         raise ConfigError("data.train is empty: point it at training shards (hrm-deeploop prepare-text output)")
-    train = TokenShards(cfg.data.train, model_cfg.seq_len, cfg.micro_batch_size, e.rank, e.world_size,
+    train = TokenShards(cfg.data.train, model_cfg.seq_len, cfg.train.micro_batch_size, e.rank, e.world_size,
                         seed=cfg.seed, tokenizer_id=cfg.data.tokenizer_id, vocab_size=model_cfg.vocab_size)
     val = None
     if cfg.data.val:
         def val() -> Iterator[tuple[Tensor, Tensor]]:
-            return iter_eval_batches(cfg.data.val, model_cfg.seq_len, cfg.micro_batch_size, e.rank, e.world_size,
-                                     max_batches=cfg.data.val_batches, tokenizer_id=cfg.data.tokenizer_id,
-                                     vocab_size=model_cfg.vocab_size)
+            return iter_eval_batches(cfg.data.val, model_cfg.seq_len, cfg.train.micro_batch_size, e.rank,
+                                     e.world_size, max_batches=cfg.data.val_batches,
+                                     tokenizer_id=cfg.data.tokenizer_id, vocab_size=model_cfg.vocab_size)
         next(iter(val()))  # validate the val shards now (the generator checks lazily)
     h = shard_unigram_entropy(cfg.data.train, cfg.data.unigram_tokens) if cfg.data.unigram_tokens > 0 else None
     return Data(train=train, val=val, unigram_entropy=h)
@@ -166,8 +211,8 @@ def grad_accum_steps(global_batch_tokens: int, micro_batch_size: int, seq_len: i
     per_micro = micro_batch_size * seq_len * world_size
     if global_batch_tokens % per_micro or global_batch_tokens < per_micro:
         raise ConfigError(
-            f"global_batch_tokens={global_batch_tokens} is not a whole multiple of micro_batch_size x seq_len x "
-            f"world_size = {micro_batch_size} x {seq_len} x {world_size} = {per_micro}")
+            f"train.global_batch_tokens={global_batch_tokens} is not a whole multiple of train.micro_batch_size x "
+            f"model.seq_len x world_size = {micro_batch_size} x {seq_len} x {world_size} = {per_micro}")
     return global_batch_tokens // per_micro
 
 
@@ -181,7 +226,7 @@ def param_groups(model: GPT, weight_decay: float, decay_embeddings: bool = False
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def make_optimizer(model: GPT, o: OptimConfig, device: torch.device) -> torch.optim.AdamW:
+def make_optimizer(model: GPT, o: LMOptim, device: torch.device) -> torch.optim.AdamW:
     return torch.optim.AdamW(param_groups(model, o.weight_decay, o.decay_embeddings), lr=o.lr,
                              betas=(o.beta1, o.beta2), eps=o.eps, fused=device.type == "cuda")
 
@@ -191,202 +236,6 @@ def mfu(tokens_per_s: float, flops_token: float, peak_tflops: float, world_size:
     return tokens_per_s * flops_token / (peak_tflops * 1e12 * world_size)
 
 
-@torch.no_grad()
-def evaluate_loss(model: torch.nn.Module, batches: Iterable[tuple[Tensor, Tensor]], device: torch.device,
-                  dtype: torch.dtype) -> float:
-    """Token-weighted mean cross-entropy over `batches`, summed over all ranks."""
-    was_training = model.training
-    model.eval()
-    total = torch.zeros(2, dtype=torch.float64, device=device)  # (sum of losses, tokens)
-    for x, y in batches:
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        with dist_.autocast(device, dtype):
-            loss = model(x, y)[1]  # drop the (B, T, V) logits now, not after backward
-        n = (y != -1).sum()
-        total += torch.stack([loss.double() * n, n.double()])
-    model.train(was_training)
-    dist_.all_reduce_(total)
-    if total[1] == 0:
-        raise UserError("validation produced no batches")
-    return float(total[0] / total[1])
-
-
-# ---- training ----------------------------------------------------------------------------------
-
-
-def run(cfg: Any) -> int:
-    """CLI entry: compose -> typed configs -> train."""
-    from hrm_deeploop.models.registry import model_config
-
-    model_cfg = model_config(cfg.get("model"))
-    if not isinstance(model_cfg, GPTConfig):
-        raise ConfigError("train-gpt needs model.name=gpt")
-    scaling = typed(cfg.get("scaling"), ScalingConfig, "scaling.")
-    rest = {k: v for k, v in cfg.items() if k not in ("model", "scaling")}
-    train_cfg = typed(rest, TrainGPTConfig)
-    train(train_cfg, model_cfg, scaling)
-    return 0
-
-
-def train(cfg: TrainGPTConfig, model_cfg: GPTConfig, scaling: ScalingConfig,
-          data: Data | None = None) -> dict[str, Any]:
-    """Train (or resume) one run; returns the summary dict (also written to summary.json, rank 0).
-
-    `data` replaces the shard loaders (tests, custom sources); by default they come from `cfg.data`.
-    Summary status: finished (max_steps reached), stopped (at stop_after; resume to continue) or
-    diverged (then TrainingDiverged is raised: a non-finite loss or gradient).
-    """
-    e = dist_.setup(cfg.device)
-    try:
-        return _train(cfg, model_cfg, scaling, data, e)
-    finally:
-        dist_.teardown()
-
-
-def _train(cfg: TrainGPTConfig, model_cfg: GPTConfig, scaling: ScalingConfig, data: Data | None,
-           e: dist_.Env) -> dict[str, Any]:
-    device, run_dir = e.device, Path(cfg.output_dir)
-    dtype = dist_.compute_dtype(cfg.dtype, device)
-    accum = grad_accum_steps(cfg.global_batch_tokens, cfg.micro_batch_size, model_cfg.seq_len, e.world_size)
-    if cfg.max_steps < 1:
-        raise ConfigError(f"max_steps must be >= 1, got {cfg.max_steps}")
-    stop = min(cfg.max_steps, cfg.stop_after or cfg.max_steps)
-
-    dist_.seed_all(cfg.seed)
-    model = GPT(model_cfg, scaling).to(device)
-    opt = make_optimizer(model, cfg.optim, device)
-    if data is None:
-        data = open_data(cfg, model_cfg, e)  # validates shards; nothing written yet
-
-    full_cfg = {"model": to_dict(model_cfg), "scaling": to_dict(scaling), **to_dict(cfg)}
-    resume_from, error = None, None
-    if e.is_main:
-        try:
-            resume_from = ckpt.prepare_run_dir(run_dir, full_cfg, cfg.resume, must_match=("model", "scaling"))
-        except UserError as err:  # tell the other ranks instead of leaving them waiting
-            error = str(err)
-    resume_from, error = dist_.broadcast_object((str(resume_from) if resume_from else None, error))
-    if error:
-        raise UserError(error)
-    summary_path = run_dir / "summary.json"
-    if resume_from and summary_path.exists():
-        done = json.loads(summary_path.read_text())
-        if done.get("status") == "finished" and done.get("steps") == cfg.max_steps:
-            dist_.print0(f"{run_dir} already finished ({cfg.max_steps} steps); nothing to do")
-            return done
-
-    step, recent = 0, collections.deque(maxlen=cfg.trailing_steps)
-    last_val: float | None = None
-    wall_before = 0.0  # wall time of earlier segments of a resumed run
-    if resume_from:
-        state = ckpt.load(resume_from, map_location=device)
-        model.load_state_dict(ckpt.strip_prefixes(state["model"]))
-        opt.load_state_dict(state["optimizers"]["adamw"])
-        data.train.load_state_dict(state["sampler"])
-        ckpt.set_rng_state(state["rng"])
-        step = int(state["step"])
-        recent.extend(state.get("recent_losses", []))
-        last_val = state.get("val_loss")
-        wall_before = float(state.get("wall_time_s", 0.0))
-        dist_.print0(f"resumed {run_dir} at step {step} from {Path(resume_from).name}")
-
-    fwd_model: torch.nn.Module = torch.compile(model) if cfg.compile else model
-    train_model = dist_.wrap_ddp(fwd_model, e)  # DDP only for the gradient all-reduce
-
-    n_params = model.num_params()
-    flops_token = flops_per_token(model_cfg)
-    tokens_per_step = cfg.global_batch_tokens
-    logger = RunLogger(run_dir, cfg.logger, cfg.project,
-                       cfg.run_name or run_dir.name, full_cfg, resume=resume_from is not None)
-    dist_.print0(f"looped GPT: {n_params / 1e6:.2f}M params (stored once), K={model_cfg.num_blocks} "
-                 f"R={model_cfg.num_rounds} N={model_cfg.num_blocks * model_cfg.num_rounds} "
-                 f"scheme={scaling.scheme} alpha={model.residual.alpha:.4g} beta={model.residual.beta:.4g}; "
-                 f"{accum} micro-batches x {cfg.micro_batch_size} x {model_cfg.seq_len} x {e.world_size} ranks "
-                 f"= {tokens_per_step} tokens/step; {flops_token / 1e9:.3f} GFLOP/token")
-
-    def save(at: int) -> None:
-        if not e.is_main:
-            return
-        ckpt.save(ckpt.step_path(run_dir, at), {
-            "step": at, "model": model.state_dict(), "optimizers": {"adamw": opt.state_dict()},
-            "schedule": {"lr": cfg.optim.lr, "warmup_steps": cfg.optim.warmup_steps, "total_steps": cfg.max_steps,
-                         "min_lr_ratio": cfg.optim.min_lr_ratio},
-            "rng": ckpt.rng_state(), "sampler": data.train.state_dict(), "recent_losses": list(recent),
-            "val_loss": last_val, "wall_time_s": wall_before + time.perf_counter() - started, "config": full_cfg,
-        })
-        if cfg.keep_checkpoints > 0:
-            for _, old in ckpt.list_checkpoints(run_dir)[:-cfg.keep_checkpoints]:
-                old.unlink(missing_ok=True)
-
-    def validate(at: int) -> float | None:
-        if data.val is None:
-            return None
-        v = evaluate_loss(fwd_model, data.val(), device, dtype)
-        logger.log({"val/loss": v}, step=at)
-        return v
-
-    started, status = time.perf_counter(), "running"
-    bar = progress(total=stop, desc="train-gpt", initial=step) if cfg.progress else None
-    busy, tokens_since = 0.0, 0  # training seconds and tokens since the last log (eval/saving excluded)
-    train_model.train()
-    try:
-        while step < stop:
-            t_step = time.perf_counter()
-            lr = lr_at(step + 1, cfg.optim.lr, cfg.optim.warmup_steps, cfg.max_steps, cfg.optim.min_lr_ratio)
-            set_lr(opt, lr)
-            loss_sum = torch.zeros((), device=device)
-            for micro in range(accum):
-                x, y = data.train.next_batch()
-                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-                sync = micro == accum - 1 or not e.distributed
-                with contextlib.nullcontext() if sync else train_model.no_sync():
-                    with dist_.autocast(device, dtype):
-                        loss = train_model(x, y)[1]  # logits freed before backward
-                    (loss / accum).backward()
-                loss_sum += loss.detach()
-            max_norm = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-            step_loss = dist_.all_reduce_(loss_sum / accum) / e.world_size
-            check_finite(step + 1, loss=step_loss, grad_norm=grad_norm)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            step += 1
-            recent.append(float(step_loss))  # float() syncs, so the step time below is real
-            tokens_since += tokens_per_step
-            busy += time.perf_counter() - t_step
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{float(step_loss):.4f}", refresh=False)
-            if step % cfg.log_every == 0 or step == stop:
-                tps = tokens_since / max(busy, 1e-9)
-                logger.log({"train/loss": float(step_loss), "train/lr": lr, "train/grad_norm": float(grad_norm),
-                            "perf/tokens_per_s": tps, "perf/mfu": mfu(tps, flops_token, cfg.mfu_peak_tflops,
-                                                                      e.world_size),
-                            "tokens": step * tokens_per_step}, step=step)
-                busy, tokens_since = 0.0, 0
-            if step % cfg.eval_every == 0 or step == stop:
-                last_val = validate(step)
-            if step % cfg.checkpoint_every == 0 or step == stop:
-                save(step)
-        status = "finished" if step >= cfg.max_steps else "stopped"
-    except TrainingDiverged:
-        status = "diverged"
-        raise
-    finally:
-        if bar is not None:
-            bar.close()
-        logger.close()
-        if status in ("finished", "diverged", "stopped"):
-            summary = _summary(cfg, model_cfg, scaling, data, step, recent, last_val, status,
-                               wall_before + time.perf_counter() - started, n_params, flops_token)
-            if e.is_main:
-                ckpt.atomic_write_bytes(summary_path, (json.dumps(summary, indent=2) + "\n").encode())
-    if status == "stopped":
-        dist_.print0(f"stopped at step {step} (stop_after); resume with resume=true")
-    dist_.print0(f"done: {json.dumps(summary)}")
-    return summary
-
-
 def left_floor(loss: float | None, floor: float | None, margin: float) -> bool | None:
     """Did a run get clearly below the unigram-entropy floor? None when either number is unknown."""
     if loss is None or floor is None or not math.isfinite(loss):
@@ -394,28 +243,120 @@ def left_floor(loss: float | None, floor: float | None, margin: float) -> bool |
     return loss < floor - margin
 
 
-def _summary(cfg: TrainGPTConfig, model_cfg: GPTConfig, scaling: ScalingConfig, data: Data, step: int,
-             recent: collections.deque, val_loss: float | None, status: str, wall: float, n_params: int,
-             flops_token: float) -> dict[str, Any]:
-    train_loss = float(np.mean(recent)) if recent else None
-    # The paper's surrogate: validation loss where there is one, else the trailing train loss.
-    loss_for_floor = val_loss if val_loss is not None else train_loss
-    return {
-        "status": status,
-        "steps": step,
-        "tokens": step * cfg.global_batch_tokens,
-        "final_train_loss": train_loss,
-        "train_loss_window": len(recent),
-        "final_val_loss": val_loss,
-        "unigram_entropy": data.unigram_entropy,
-        "left_unigram_floor": (False if status == "diverged"
-                               else left_floor(loss_for_floor, data.unigram_entropy, cfg.floor_margin)),
-        "wall_time_s": wall,
-        "params": n_params,
-        "flops_per_token": flops_token,
-        "model": {"hidden_size": model_cfg.hidden_size, "num_blocks": model_cfg.num_blocks,
-                  "num_rounds": model_cfg.num_rounds},
-        "scaling": {"scheme": scaling.scheme, "p": scaling.p},
-        "seed": cfg.seed,
-        "code_version": ckpt.code_version(),
-    }
+# ---- the step --------------------------------------------------------------------------------
+
+
+class LMTrainer(Task):
+    """The looped GPT's part of the shared loop: model, AdamW, token stream, one optimiser step."""
+
+    name = "train-gpt"
+    work_unit = "tokens"
+
+    def __init__(self, cfg: TrainGPTConfig, env: dist_.Env, data: Data | None = None):
+        self.cfg, self.env = cfg, env
+        m = cfg.model
+        self.device = env.device
+        self.dtype = dist_.compute_dtype(cfg.dtype, env.device)
+        self.accum = grad_accum_steps(cfg.train.global_batch_tokens, cfg.train.micro_batch_size, m.seq_len,
+                                      env.world_size)
+        self.total_steps = int(cfg.train.max_steps)
+        self.eval_every = cfg.eval.every
+        self.work_per_step = cfg.train.global_batch_tokens
+        self.flops_per_unit = flops_per_token(m)
+        self.peak_tflops = cfg.train.mfu_peak_tflops
+        self.config = run_config_dict(cfg)
+        dist_.seed_all(cfg.seed)
+        self.model = GPT(m, cfg.scaling).to(env.device)
+        self.opt = make_optimizer(self.model, cfg.optim, env.device)
+        self.data = data if data is not None else open_data(cfg, env)  # validates shards; nothing written yet
+        self.fwd_model: torch.nn.Module = torch.compile(self.model) if cfg.train.compile else self.model
+        self.train_model = dist_.wrap_ddp(self.fwd_model, env)  # DDP only for the gradient all-reduce
+        self.train_model.train()
+        self.last_val: float | None = None
+
+    def describe(self) -> str:
+        m, r = self.cfg.model, self.model.residual
+        return (f"looped GPT: {self.model.num_params() / 1e6:.2f}M params (stored once), K={m.num_blocks} "
+                f"R={m.num_rounds} N={m.num_blocks * m.num_rounds} scheme={self.cfg.scaling.scheme} "
+                f"alpha={r.alpha:.4g} beta={r.beta:.4g}; {self.accum} micro-batches x "
+                f"{self.cfg.train.micro_batch_size} x {m.seq_len} x {self.env.world_size} ranks = "
+                f"{self.work_per_step} tokens/step; {self.flops_per_unit / 1e9:.3f} GFLOP/token")
+
+    def train_step(self, step: int) -> dict[str, float]:
+        o, e = self.cfg.optim, self.env
+        lr = lr_at(step, o.lr, o.warmup_steps, self.total_steps, o.min_lr_ratio)
+        set_lr(self.opt, lr)
+        loss_sum = torch.zeros((), device=self.device)
+        for micro in range(self.accum):
+            x, y = self.data.train.next_batch()
+            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            sync = micro == self.accum - 1 or not e.distributed
+            with contextlib.nullcontext() if sync else self.train_model.no_sync():
+                with dist_.autocast(self.device, self.dtype):
+                    loss = self.train_model(x, y)[1]  # logits freed before backward
+                (loss / self.accum).backward()
+            loss_sum += loss.detach()
+        max_norm = o.grad_clip if o.grad_clip > 0 else float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        step_loss = dist_.all_reduce_(loss_sum / self.accum) / e.world_size
+        check_finite(step, loss=step_loss, grad_norm=grad_norm)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return {"loss": float(step_loss), "lr": lr, "grad_norm": float(grad_norm)}
+
+    def evaluate(self, step: int) -> dict[str, float] | None:
+        if self.data.val is None:
+            return None
+        self.last_val = evaluate_loss(self.fwd_model, self.data.val(), self.device, self.dtype)
+        return {"val/loss": self.last_val}
+
+    def state_dict(self) -> dict[str, Any]:
+        o = self.cfg.optim
+        return {"model": self.model.state_dict(), "optimizers": {"adamw": self.opt.state_dict()},
+                "schedule": {"lr": o.lr, "warmup_steps": o.warmup_steps, "total_steps": self.total_steps,
+                             "min_lr_ratio": o.min_lr_ratio},
+                "sampler": self.data.train.state_dict(), "val_loss": self.last_val}
+
+    def load_state_dict(self, state: dict[str, Any], path: Path) -> None:
+        from hrm_deeploop.checkpoint import strip_prefixes
+
+        try:
+            self.model.load_state_dict(strip_prefixes(state["model"]))
+        except RuntimeError as err:
+            raise UserError(f"checkpoint '{path}' does not fit the model: {str(err).splitlines()[0]}") from None
+        self.opt.load_state_dict(state["optimizers"]["adamw"])
+        self.data.train.load_state_dict(state["sampler"])
+        self.last_val = state.get("val_loss")
+
+    def summary(self, status: str, last_eval: dict[str, float] | None, train_loss: float | None) -> dict[str, Any]:
+        m = self.cfg.model
+        # The paper's surrogate: validation loss where there is one, else the trailing train loss.
+        loss_for_floor = self.last_val if self.last_val is not None else train_loss
+        return {
+            "final_val_loss": self.last_val,
+            "unigram_entropy": self.data.unigram_entropy,
+            "left_unigram_floor": (False if status == "diverged"
+                                   else left_floor(loss_for_floor, self.data.unigram_entropy, self.cfg.eval.floor_margin)),
+            "params": self.model.num_params(),
+            "flops_per_token": self.flops_per_unit,
+            "model": {"hidden_size": m.hidden_size, "num_blocks": m.num_blocks, "num_rounds": m.num_rounds},
+            "scaling": {"scheme": self.cfg.scaling.scheme, "p": self.cfg.scaling.p},
+        }
+
+
+# ---- entry points --------------------------------------------------------------------------------
+
+
+def train(cfg: TrainGPTConfig, data: Data | None = None) -> dict[str, Any]:
+    """Train (or resume) one run; returns the summary dict (also written to summary.json, rank 0).
+
+    `data` replaces the shard loaders (tests, custom sources); by default they come from `cfg.data`.
+    Summary status: finished (train.max_steps reached), stopped (at train.stop_after; resume to
+    continue) or diverged (then TrainingDiverged is raised: a non-finite loss or gradient).
+    """
+    return fit(cfg, lambda env: LMTrainer(cfg, env, data))
+
+
+def run(cfg: TrainGPTConfig) -> int:
+    train(cfg)
+    return 0

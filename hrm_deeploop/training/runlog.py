@@ -1,4 +1,4 @@
-"""Run logging: metrics JSONL/CSV in the run folder always, wandb when enabled, tqdm progress.
+"""Run logging: metrics JSONL/CSV in the run folder always, wandb when enabled; the NaN check.
 
 All side effects happen on rank 0. wandb runs offline when no API key is configured (or with
 WANDB_MODE=offline/disabled); `logger=none` turns it off. Tests never touch the network.
@@ -12,8 +12,6 @@ import math
 import os
 from pathlib import Path
 from typing import Any
-
-from tqdm.auto import tqdm
 
 from hrm_deeploop.errors import TrainingDiverged
 from hrm_deeploop.runtime import is_main
@@ -106,13 +104,8 @@ def _plain(v: Any) -> Any:
     return v
 
 
-def progress(total: int, desc: str, initial: int = 0, **kw) -> tqdm:
-    """A tqdm bar on rank 0 (disabled elsewhere)."""
-    return tqdm(total=total, desc=desc, initial=initial, disable=not is_main(), dynamic_ncols=True, **kw)
-
-
 def check_finite(step: int, **values: float) -> None:
     """Raise TrainingDiverged naming the step and the quantity if any value is NaN/inf."""
     for k, v in values.items():
         if not math.isfinite(float(v)):
-            raise TrainingDiverged(f"non-finite {k} ({v}) at step {step}; the last good checkpoint is kept")
+            raise TrainingDiverged(f"non-finite {k} ({v}) at step {step}")

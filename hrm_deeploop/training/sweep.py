@@ -27,22 +27,29 @@ import math
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from hrm_deeploop.config import to_dict, typed
-from hrm_deeploop.errors import ConfigError, TrainingDiverged
-from hrm_deeploop.models.gpt import GPTConfig
-from hrm_deeploop.models.scaling import ScalingConfig
+from hrm_deeploop.config import at_least, check, one_of, positive, to_dict, typed
+from hrm_deeploop.errors import TrainingDiverged, UserError
+from hrm_deeploop.models.scaling import SCHEMES
 from hrm_deeploop.training.lm import Data, TrainGPTConfig
 
 KINDS = ("rounds", "p", "both")
+TRAIN_KEYS = tuple(f.name for f in fields(TrainGPTConfig))
 
 
 @dataclass
-class SweepConfig:
-    output_dir: str = "runs/sweep"
+class SweepConfig(TrainGPTConfig):
+    """`hrm-deeploop sweep`: {methods} x R (paper table 1) and/or the p-sweep (paper figure 6).
+
+    Every train-gpt setting (model, scaling, data, train, optim, checkpoint, eval, ...) is a
+    setting of the sweep too and applies to every run; the sweep then sets each run's output_dir,
+    seed, model.num_rounds and scaling.scheme (and scaling.p for the p-sweep). `scaling.p` is the
+    exponent of `methods=[power]` runs; `scaling.eps_lambda` / `scaling.beta_targets` apply to all."""
+
+    output_dir: str | None = "runs/sweep"
     kind: str = "rounds"  # rounds | p | both
     methods: list[str] = field(default_factory=lambda: ["baseline", "deeploop"])  # any scaling schemes
     rounds: list[int] = field(default_factory=lambda: [1, 3, 5, 7])
@@ -52,7 +59,24 @@ class SweepConfig:
     p_seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
     launcher: str = "inprocess"  # inprocess | torchrun
     nproc_per_node: int = 1
-    train: TrainGPTConfig = field(default_factory=TrainGPTConfig)  # every run's trainer settings
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        one_of("kind", self.kind, KINDS)
+        one_of("launcher", self.launcher, ("inprocess", "torchrun"))
+        at_least("nproc_per_node", self.nproc_per_node, 1)
+        at_least("p_rounds", self.p_rounds, 1)
+        for r in self.rounds:
+            at_least("rounds", r, 1)
+        for p in self.p_values:
+            positive("p_values", p)
+        for m in self.methods:
+            one_of("methods", m, SCHEMES)
+            check(m != "power" or self.scaling.p is not None, "methods", m,
+                  "given with scaling.p=<exponent> when it includes power")
+        for key in ("seeds", "p_seeds"):
+            for s in getattr(self, key):
+                at_least(key, s, 0)
 
 
 @dataclass(frozen=True)
@@ -66,15 +90,14 @@ class RunSpec:
 
 
 def plan(opts: SweepConfig) -> list[RunSpec]:
-    if opts.kind not in KINDS:
-        raise ConfigError(f"kind='{opts.kind}' must be one of {', '.join(KINDS)}")
     specs: list[RunSpec] = []
     if opts.kind in ("rounds", "both"):
         for method in opts.methods:
-            ScalingConfig(scheme=method, p=0.5 if method == "power" else None)  # validates the name
+            p = opts.scaling.p if method == "power" else None
+            tag = f"power{p:.2f}" if method == "power" else method
             for r in opts.rounds:
                 for s in opts.seeds:
-                    specs.append(RunSpec("rounds", f"{method}_R{r}_s{s}", method, r, s))
+                    specs.append(RunSpec("rounds", f"{tag}_R{r}_s{s}", method, r, s, p))
     if opts.kind in ("p", "both"):
         for p in opts.p_values:
             for s in opts.p_seeds:
@@ -82,22 +105,14 @@ def plan(opts: SweepConfig) -> list[RunSpec]:
     return specs
 
 
-def run(cfg: Any) -> int:
-    from hrm_deeploop.models.registry import model_config
-
-    model_cfg = model_config(cfg.get("model"))
-    if not isinstance(model_cfg, GPTConfig):
-        raise ConfigError("sweep needs model.name=gpt")
-    rest = {k: v for k, v in cfg.items() if k != "model"}
-    opts = typed(rest, SweepConfig)
-    results = sweep(opts, model_cfg)
+def run(cfg: SweepConfig) -> int:
+    results = sweep(cfg)
     failed = sum(1 for r in results if r["failed"])
-    print(f"sweep: {len(results)} runs ({failed} failed / at the unigram floor); tables and plots in {opts.output_dir}")
+    print(f"sweep: {len(results)} runs ({failed} failed / at the unigram floor); tables and plots in {cfg.output_dir}")
     return 0
 
 
-def sweep(opts: SweepConfig, model_cfg: GPTConfig, data_for: Callable[[RunSpec], Data] | None = None
-          ) -> list[dict[str, Any]]:
+def sweep(opts: SweepConfig, data_for: Callable[[RunSpec], Data] | None = None) -> list[dict[str, Any]]:
     """Run (or skip) every planned run, then write the tables and plots. `data_for` replaces the
     shard loaders for in-process runs (tests)."""
     root = Path(opts.output_dir)
@@ -105,9 +120,9 @@ def sweep(opts: SweepConfig, model_cfg: GPTConfig, data_for: Callable[[RunSpec],
     for spec in plan(opts):
         run_dir = root / spec.kind / spec.name
         summary = _read_summary(run_dir)
-        if not _done(summary, opts.train):
+        if not _done(summary, opts):
             print(f"sweep: {spec.kind}/{spec.name}", flush=True)
-            _launch(opts, model_cfg, spec, run_dir, data_for)
+            _launch(opts, spec, run_dir, data_for)
             summary = _read_summary(run_dir)
         else:
             print(f"sweep: {spec.kind}/{spec.name} done, skipped", flush=True)
@@ -119,13 +134,13 @@ def sweep(opts: SweepConfig, model_cfg: GPTConfig, data_for: Callable[[RunSpec],
     return results
 
 
-def _done(summary: dict[str, Any] | None, train: TrainGPTConfig) -> bool:
-    """Finished, diverged, or stopped at this sweep's stop_after: nothing left to run."""
+def _done(summary: dict[str, Any] | None, opts: SweepConfig) -> bool:
+    """Finished, diverged, or stopped at this sweep's train.stop_after: nothing left to run."""
     if summary is None:
         return False
     status = summary.get("status")
     if status == "stopped":
-        return train.stop_after is not None and summary.get("steps", 0) >= train.stop_after
+        return opts.train.stop_after is not None and summary.get("steps", 0) >= opts.train.stop_after
     return status in ("finished", "diverged")
 
 
@@ -134,36 +149,32 @@ def _read_summary(run_dir: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def _run_configs(opts: SweepConfig, model_cfg: GPTConfig, spec: RunSpec, run_dir: Path
-                 ) -> tuple[TrainGPTConfig, GPTConfig, ScalingConfig]:
-    train_cfg = typed(to_dict(opts.train), TrainGPTConfig)  # a copy
-    train_cfg.output_dir, train_cfg.seed, train_cfg.resume = str(run_dir), spec.seed, True
-    train_cfg.run_name = f"{Path(opts.output_dir).name}/{spec.name}"
-    m = typed(to_dict(model_cfg), GPTConfig)
-    m.num_rounds = spec.num_rounds
-    return train_cfg, m, ScalingConfig(scheme=spec.scheme, p=spec.p)
+def run_config(opts: SweepConfig, spec: RunSpec, run_dir: Path) -> TrainGPTConfig:
+    """One run's train-gpt config: the sweep's settings with this run's folder, seed, R and scheme."""
+    values = {k: v for k, v in to_dict(opts).items() if k in TRAIN_KEYS}
+    values.update(output_dir=str(run_dir), seed=spec.seed, resume=True,
+                  run_name=f"{Path(opts.output_dir).name}/{spec.name}")
+    values["model"]["num_rounds"] = spec.num_rounds
+    values["scaling"].update(scheme=spec.scheme, p=spec.p)
+    return typed(values, TrainGPTConfig)
 
 
-def _launch(opts: SweepConfig, model_cfg: GPTConfig, spec: RunSpec, run_dir: Path,
-            data_for: Callable[[RunSpec], Data] | None) -> None:
+def _launch(opts: SweepConfig, spec: RunSpec, run_dir: Path, data_for: Callable[[RunSpec], Data] | None) -> None:
     from hrm_deeploop.training import lm as train_gpt
 
-    train_cfg, m, scaling = _run_configs(opts, model_cfg, spec, run_dir)
+    cfg = run_config(opts, spec, run_dir)
     if opts.launcher == "inprocess":
         try:
-            train_gpt.train(train_cfg, m, scaling, data=data_for(spec) if data_for else None)
+            train_gpt.train(cfg, data=data_for(spec) if data_for else None)
         except TrainingDiverged as err:  # recorded in summary.json as diverged
             print(f"sweep: {spec.name} diverged: {err}", flush=True)
-    elif opts.launcher == "torchrun":
+    else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                f"--nproc_per_node={opts.nproc_per_node}", "-m", "hrm_deeploop.cli", "train-gpt",
-               *overrides("model", to_dict(m)), *overrides("scaling", to_dict(scaling)),
-               *overrides("", to_dict(train_cfg))]
+               *overrides("", to_dict(cfg))]
         done = subprocess.run(cmd)
         if done.returncode != 0 and _read_summary(run_dir) is None:
-            raise RuntimeError(f"sweep run {spec.name} failed (exit {done.returncode}); see its output above")
-    else:
-        raise ConfigError(f"launcher='{opts.launcher}' must be inprocess or torchrun")
+            raise UserError(f"sweep run {spec.name} failed (exit {done.returncode}); see its output above")
 
 
 def overrides(prefix: str, values: dict[str, Any]) -> list[str]:

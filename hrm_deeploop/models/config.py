@@ -1,0 +1,128 @@
+"""Model configs: one typed dataclass per model, and the registry that picks one by `model.name`.
+
+Torch-free on purpose: composing or printing a config (`hrm-deeploop scales`, `--help`, the CLI's
+config checks) never imports torch. Each model file imports its config from here. Every field is
+range-checked once, in `__post_init__`, so a bad value is a one-line error naming `model.<field>`.
+
+| name | dataclass | model class                          |
+|------|-----------|--------------------------------------|
+| hrm  | HRMConfig | hrm_deeploop.models.hrm.HRM          |
+| gpt  | GPTConfig | hrm_deeploop.models.gpt.GPT          |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hrm_deeploop.config import at_least, check, in_range, one_of, positive, typed
+from hrm_deeploop.errors import ConfigError
+
+COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass
+class HRMConfig:
+    """HRM architecture (reference spec 3.1 defaults). Keys mirror HRM's `arch` section."""
+
+    name: str = "hrm"
+    hidden_size: int = 512
+    num_heads: int = 8
+    expansion: float = 4.0
+    num_h_layers: int = 4  # K_H
+    num_l_layers: int = 4  # K_L
+    num_h_cycles: int = 2  # C
+    num_l_cycles: int = 2  # C_L
+    halt_max_steps: int = 16
+    halt_exploration_prob: float = 0.1
+    puzzle_emb_ndim: int | None = None  # None -> hidden_size; 0 disables the puzzle embedding
+    pos_encodings: str = "rope"  # rope | learned
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-5
+    norm_weight: bool = False  # HRM's RMSNorm has no gain
+    mlp_multiple: int = 256
+    forward_dtype: str = "bfloat16"  # compute dtype on CUDA; CPU runs use float32
+    loss_type: str = "stablemax_cross_entropy"  # or softmax_cross_entropy
+    stablemax_dtype: str = "float64"  # float64 as the reference; float32 is faster on consumer GPUs
+    vocab_size: int = 12  # these three are filled in from the dataset
+    seq_len: int = 900
+    num_puzzle_identifiers: int = 1
+
+    def __post_init__(self) -> None:
+        for key in ("hidden_size", "num_heads", "num_h_layers", "num_l_layers", "num_h_cycles", "num_l_cycles",
+                    "halt_max_steps", "mlp_multiple", "vocab_size", "seq_len", "num_puzzle_identifiers"):
+            at_least(f"model.{key}", getattr(self, key), 1)
+        positive("model.expansion", self.expansion)
+        positive("model.rope_theta", self.rope_theta)
+        positive("model.rms_norm_eps", self.rms_norm_eps)
+        in_range("model.halt_exploration_prob", self.halt_exploration_prob, 0.0, 1.0)
+        if self.puzzle_emb_ndim is not None:
+            at_least("model.puzzle_emb_ndim", self.puzzle_emb_ndim, 0)
+        one_of("model.pos_encodings", self.pos_encodings, ("rope", "learned"))
+        one_of("model.loss_type", self.loss_type, ("stablemax_cross_entropy", "softmax_cross_entropy"))
+        one_of("model.stablemax_dtype", self.stablemax_dtype, ("float64", "float32"))
+        one_of("model.forward_dtype", self.forward_dtype, COMPUTE_DTYPES)
+        check(self.hidden_size % self.num_heads == 0, "model.hidden_size", self.hidden_size,
+              f"divisible by model.num_heads={self.num_heads}")
+        if self.pos_encodings == "rope":
+            check((self.hidden_size // self.num_heads) % 2 == 0, "model.hidden_size", self.hidden_size,
+                  f"such that the head size hidden_size / num_heads = {self.hidden_size // self.num_heads} is even (RoPE)")
+
+    @property
+    def puzzle_dim(self) -> int:
+        return self.hidden_size if self.puzzle_emb_ndim is None else self.puzzle_emb_ndim
+
+    @property
+    def puzzle_len(self) -> int:
+        """P: number of prefix tokens the puzzle embedding occupies (ceil(ndim / hidden))."""
+        return -(self.puzzle_dim // -self.hidden_size)
+
+
+@dataclass
+class GPTConfig:
+    """The looped GPT (DeepLoop section 5.1): GPT-2 small by default; K blocks looped R rounds."""
+
+    name: str = "gpt"
+    vocab_size: int = 50304  # GPT-2's 50257 padded to a multiple of 128
+    hidden_size: int = 768
+    num_heads: int = 12
+    num_blocks: int = 12  # K physical blocks
+    num_rounds: int = 1  # R loop rounds
+    expansion: float = 4.0
+    mlp_multiple: int = 256
+    seq_len: int = 1024
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+    norm_weight: bool = True
+    embed_norm: bool = True  # RMSNorm on the input embedding (paper's baseline has it)
+    tie_embeddings: bool = True
+    activation_checkpointing: bool = False  # per-round checkpointing, for large R
+    embed_init_std: float = 0.02  # token embedding (= tied head) init std, GPT-2's value
+
+    def __post_init__(self) -> None:
+        for key in ("vocab_size", "hidden_size", "num_heads", "num_blocks", "num_rounds", "mlp_multiple", "seq_len"):
+            at_least(f"model.{key}", getattr(self, key), 1)
+        positive("model.expansion", self.expansion)
+        positive("model.rope_theta", self.rope_theta)
+        positive("model.norm_eps", self.norm_eps)
+        positive("model.embed_init_std", self.embed_init_std)
+        check(self.hidden_size % self.num_heads == 0, "model.hidden_size", self.hidden_size,
+              f"divisible by model.num_heads={self.num_heads}")
+        check((self.hidden_size // self.num_heads) % 2 == 0, "model.hidden_size", self.hidden_size,
+              f"such that the head size hidden_size / num_heads = {self.hidden_size / self.num_heads:g} is even (RoPE)")
+
+
+MODEL_CONFIGS: dict[str, type] = {"hrm": HRMConfig, "gpt": GPTConfig}
+ModelConfig = HRMConfig | GPTConfig
+
+
+def model_config(cfg: Any) -> ModelConfig:
+    """Typed model config from the `model` section; `model.name` selects the schema."""
+    if cfg is None:
+        raise ConfigError(f"config section 'model' is missing (choose model={' or model='.join(MODEL_CONFIGS)})")
+    if isinstance(cfg, tuple(MODEL_CONFIGS.values())):
+        return cfg
+    name = cfg.get("name")
+    if name not in MODEL_CONFIGS:
+        raise ConfigError(f"model.name={name!r}: must be one of {', '.join(MODEL_CONFIGS)}")
+    return typed(cfg, MODEL_CONFIGS[name], "model.")

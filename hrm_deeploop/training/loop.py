@@ -1,0 +1,374 @@
+"""The one training skeleton shared by every model (HRM, TRM, the looped GPT).
+
+A model contributes a `Task`: its model, optimisers and data, one optimiser step, an evaluation,
+and its state. The skeleton (`fit`) owns everything around that, the same way for every model:
+
+- the task is built first (data opened and validated, model created), so bad input writes nothing;
+- the run folder: rank 0 creates or reopens it (`checkpoint.prepare_run_dir`); an error there is
+  broadcast, so every rank prints it instead of waiting on a collective;
+- resume: the latest checkpoint's state goes back into the task; rows a killed run logged after
+  that checkpoint are dropped from metrics.jsonl/csv (they are about to be logged again); a run
+  whose summary.json says finished is not run again;
+- cadence: log every `train.log_every`, evaluate every `eval.every` and at the end, checkpoint
+  every `checkpoint.every`, after evaluations (`checkpoint.at_eval`) and at the end, keep the
+  newest `checkpoint.keep`; stop early at `train.stop_after` (resume continues the schedule);
+- NaN guard: a non-finite loss or gradient stops the run with the step and the last checkpoint named;
+- summary.json: status (finished / stopped / diverged), steps, wall time, the trailing train loss,
+  the last evaluation and the task's own figures.
+
+The shared config sections (`RunConfig`, `LoopConfig`, `OptimConfig`, `CheckpointConfig`,
+`EvalConfig`) carry one set of names for every trainer; each trainer subclasses them for its own
+defaults and extra fields.
+"""
+
+from __future__ import annotations
+
+import abc
+import collections
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hrm_deeploop import checkpoint as ckpt
+from hrm_deeploop import runtime
+from hrm_deeploop.config import (
+    at_least,
+    check,
+    device_name,
+    in_range,
+    one_of,
+    optional_at_least,
+    positive,
+    to_dict,
+)
+from hrm_deeploop.errors import ConfigError, TrainingDiverged, UserError
+from hrm_deeploop.models.scaling import ScalingConfig
+from hrm_deeploop.training.runlog import RunLogger
+
+# ---- the shared config sections ------------------------------------------------------------------
+
+
+@dataclass
+class LoopConfig:
+    """`train.*`: length and cadence of the loop."""
+
+    max_steps: int | None = None  # optimiser steps, also the schedule's length
+    stop_after: int | None = None  # stop (with a checkpoint) at this step; resume=true continues
+    log_every: int = 1
+    compile: bool = False
+    progress: bool = True
+    trailing_steps: int = 50  # train-loss window for summary.json (the paper's trailing-50 mean)
+
+    def __post_init__(self) -> None:
+        optional_at_least("train.max_steps", self.max_steps, 1)
+        optional_at_least("train.stop_after", self.stop_after, 1)
+        at_least("train.log_every", self.log_every, 1)
+        at_least("train.trailing_steps", self.trailing_steps, 1)
+
+
+@dataclass
+class OptimConfig:
+    """`optim.*`: the dense optimiser and its schedule (linear warmup, then cosine to min_lr_ratio * lr)."""
+
+    lr: float = 1e-4
+    warmup_steps: int = 2000
+    min_lr_ratio: float = 1.0
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+
+    def __post_init__(self) -> None:
+        positive("optim.lr", self.lr)
+        at_least("optim.warmup_steps", self.warmup_steps, 0)
+        in_range("optim.min_lr_ratio", self.min_lr_ratio, 0.0, 1.0)
+        at_least("optim.weight_decay", self.weight_decay, 0.0)
+        for key in ("beta1", "beta2"):
+            v = getattr(self, key)
+            check(isinstance(v, (int, float)) and 0.0 <= v < 1.0, f"optim.{key}", v, "in [0, 1)")
+
+
+@dataclass
+class CheckpointConfig:
+    """`checkpoint.*`: when full train-state files are written and how many are kept."""
+
+    every: int = 0  # steps between checkpoints; 0: only at the end (and after evaluations with at_eval)
+    at_eval: bool = False  # also after each evaluation
+    keep: int = 0  # newest checkpoints kept; 0 keeps all
+
+    def __post_init__(self) -> None:
+        at_least("checkpoint.every", self.every, 0)
+        at_least("checkpoint.keep", self.keep, 0)
+
+
+@dataclass
+class EvalConfig:
+    """`eval.*`: evaluation during training."""
+
+    every: int = 0  # steps between evaluations; 0: only at the end (when the task has evaluation data)
+
+    def __post_init__(self) -> None:
+        at_least("eval.every", self.every, 0)
+
+
+LOGGERS = ("wandb", "none")
+
+
+@dataclass
+class RunConfig:
+    """Settings every trainer has: model, scaling, run folder, seed, device, logging."""
+
+    model: Any = None  # a model config (models.config), chosen by `model=NAME`
+    scaling: ScalingConfig = field(default_factory=ScalingConfig)
+    output_dir: str | None = None  # run folder: config.yaml, checkpoints/, metrics.jsonl/csv, summary.json
+    seed: int = 0
+    resume: bool = False  # continue from the latest checkpoint in output_dir
+    device: str = "auto"  # auto | cpu | cuda[:N]
+    logger: str = "wandb"  # wandb (offline without an API key) | none
+    project: str = "hrm-deeploop"
+    run_name: str | None = None
+
+    def __post_init__(self) -> None:
+        one_of("logger", self.logger, LOGGERS)
+        at_least("seed", self.seed, 0)
+        device_name("device", self.device)
+        if isinstance(self.scaling, dict):
+            from hrm_deeploop.config import typed
+
+            self.scaling = typed(self.scaling, ScalingConfig, "scaling.")
+
+
+# ---- what a model contributes --------------------------------------------------------------------
+
+
+class Task(abc.ABC):
+    """One model's part of training. Subclasses set the attributes and implement the abstract methods."""
+
+    name: str = "model"
+    total_steps: int  # the schedule's length
+    eval_every: int = 0  # 0: evaluate only at the end (if `evaluate` returns anything)
+    work_unit: str = "examples"  # what `work_per_step` counts (examples, tokens)
+    work_per_step: int = 0
+    flops_per_unit: float | None = None  # model FLOPs per unit of work (fwd+bwd), for MFU
+    peak_tflops: float | None = None  # per device, for MFU
+    config: dict[str, Any]  # the resolved run config (config.yaml, saved in every checkpoint)
+
+    def describe(self) -> str:
+        """One line printed when training starts."""
+        return self.name
+
+    @abc.abstractmethod
+    def train_step(self, step: int) -> dict[str, float]:
+        """One optimiser step (`step` counts from 1). Returns host-side metrics with at least `loss`;
+        raises TrainingDiverged (`runlog.check_finite`) on a non-finite loss or gradient."""
+
+    def evaluate(self, step: int) -> dict[str, float] | None:
+        """Metrics to log at this step, keys with their prefix (e.g. `val/loss`); None: nothing to evaluate."""
+        return None
+
+    @abc.abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """Top-level entries of the checkpoint file: model, optimizers, schedule, sampler, ..."""
+
+    @abc.abstractmethod
+    def load_state_dict(self, state: dict[str, Any], path: Path) -> None:
+        """Restore `state_dict()` from the checkpoint at `path` (named in errors)."""
+
+    def local_state(self) -> dict[str, Any] | None:
+        """Per-rank state (ranks > 0 write it to step_N.rank<r>.pt); None: nothing per rank."""
+        return None
+
+    def load_local_state(self, state: dict[str, Any] | None) -> None:  # noqa: B027 - optional hook
+        """Restore `local_state()`; None when the checkpoint has none for this rank. Tasks without
+        per-rank state have nothing to restore."""
+
+    def progress(self, metrics: dict[str, float]) -> dict[str, str]:
+        """The progress bar's postfix for this step's metrics."""
+        return {"loss": f"{metrics['loss']:.4f}"}
+
+    def summary(self, status: str, last_eval: dict[str, float] | None, train_loss: float | None) -> dict[str, Any]:
+        """The task's own fields of summary.json (`train_loss`: the trailing-window mean)."""
+        return {}
+
+
+# ---- the loop -----------------------------------------------------------------------------------
+
+
+def fit(cfg: Any, build: Callable[[runtime.Env], Task]) -> dict[str, Any]:
+    """Train (or resume) one run: set up the process group, build the task, run the loop, tear down.
+
+    `cfg` is a RunConfig subclass with `train` (LoopConfig), `checkpoint`, `eval` sections. Returns
+    the summary (also written to summary.json by rank 0). Raises TrainingDiverged on a non-finite
+    loss after writing summary.json with status diverged.
+    """
+    if not cfg.output_dir:
+        raise ConfigError("output_dir is not set (output_dir=PATH for checkpoints and logs)")
+    env = runtime.setup(cfg.device)
+    try:
+        return _fit(cfg, build(env), env)
+    finally:
+        runtime.teardown()
+
+
+def _prepare_run_dir(run_dir: Path, task: Task, resume: bool, env: runtime.Env) -> Path | None:
+    """Rank 0 creates or reopens the folder; its result or its error reaches every rank."""
+    resume_from, error = None, None
+    if env.is_main:
+        try:
+            found = ckpt.prepare_run_dir(run_dir, task.config, resume, must_match=("model", "scaling"))
+            resume_from = str(found) if found else None
+        except UserError as e:
+            error = str(e)
+    resume_from, error = runtime.broadcast_object((resume_from, error))
+    if error:
+        raise UserError(error)
+    return Path(resume_from) if resume_from else None
+
+
+def _finished(summary_path: Path, total_steps: int) -> dict[str, Any] | None:
+    try:
+        done = json.loads(summary_path.read_text())
+    except (OSError, ValueError):
+        return None
+    return done if done.get("status") == "finished" and done.get("steps") == total_steps else None
+
+
+def _fit(cfg: Any, task: Task, env: runtime.Env) -> dict[str, Any]:
+    run_dir = Path(cfg.output_dir)
+    loop, ck = cfg.train, cfg.checkpoint
+    total = task.total_steps
+    stop = min(total, loop.stop_after or total)
+    resume_from = _prepare_run_dir(run_dir, task, cfg.resume, env)
+    summary_path = run_dir / "summary.json"
+    if resume_from is not None and (done := _finished(summary_path, total)) is not None:
+        runtime.print0(f"{run_dir} already finished ({total} steps); nothing to do")
+        return done
+
+    step, wall_before = 0, 0.0
+    recent: collections.deque[float] = collections.deque(maxlen=loop.trailing_steps)
+    last_eval: dict[str, float] | None = None
+    if resume_from is not None:
+        state = ckpt.load(resume_from, map_location="cpu")
+        for key in ("step", "model"):
+            if key not in state:
+                raise UserError(f"checkpoint '{resume_from}' has no '{key}' (not a train-state file of hrm-deeploop)")
+        task.load_state_dict(state, resume_from)
+        step = int(state["step"])
+        ckpt.set_rng_state(state["rng"])
+        recent.extend(state.get("recent_losses", []))
+        last_eval = state.get("last_eval")
+        wall_before = float(state.get("wall_time_s", 0.0))
+        local = state.get("local")
+        if env.rank > 0:
+            side = _rank_file(resume_from, env.rank)
+            local = ckpt.load(side)["local"] if side.is_file() else None
+        task.load_local_state(local)
+        runtime.print0(f"resumed {run_dir} at step {step} from {resume_from.name}")
+    runtime.print0(task.describe())
+
+    logger = RunLogger(run_dir, cfg.logger, cfg.project, cfg.run_name or run_dir.name, task.config,
+                       resume=resume_from is not None, resume_step=step)
+    saved_at = step if resume_from is not None else None
+    started = time.perf_counter()
+
+    def save(at: int) -> None:
+        nonlocal saved_at
+        path = ckpt.step_path(run_dir, at)
+        local = task.local_state()
+        if env.rank > 0 and local is not None:
+            ckpt.save(_rank_file(path, env.rank), {"local": local})
+        runtime.barrier()
+        if env.is_main:
+            ckpt.save(path, {"step": at, **task.state_dict(), "rng": ckpt.rng_state(), "local": local,
+                             "recent_losses": list(recent), "last_eval": last_eval,
+                             "wall_time_s": wall_before + time.perf_counter() - started, "config": task.config})
+            if ck.keep > 0:
+                for _, old in ckpt.list_checkpoints(run_dir)[:-ck.keep]:
+                    old.unlink(missing_ok=True)
+                    for side in old.parent.glob(f"{old.stem}.rank*.pt"):
+                        side.unlink(missing_ok=True)
+        runtime.barrier()
+        saved_at = at
+
+    status = "running"
+    bar = runtime.progress(stop, task.name, initial=step) if loop.progress else None
+    busy, work_since = 0.0, 0  # training seconds and work since the last log (eval and saving excluded)
+    try:
+        while step < stop:
+            t0 = time.perf_counter()
+            try:
+                m = task.train_step(step + 1)
+            except TrainingDiverged as e:
+                last = f"the last checkpoint is {ckpt.step_path(run_dir, saved_at)}" if saved_at is not None \
+                    else "no checkpoint was written yet"
+                raise TrainingDiverged(f"{e}; {last}") from None
+            step += 1
+            recent.append(float(m["loss"]))
+            busy += time.perf_counter() - t0
+            work_since += task.work_per_step
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(task.progress(m), refresh=False)
+            if step % loop.log_every == 0 or step == stop:
+                rate = work_since / max(busy, 1e-9)
+                perf = {f"perf/{task.work_unit}_per_s": rate, task.work_unit: step * task.work_per_step}
+                if task.flops_per_unit and task.peak_tflops:
+                    perf["perf/mfu"] = rate * task.flops_per_unit / (task.peak_tflops * 1e12 * env.world_size)
+                logger.log({f"train/{k}": v for k, v in m.items()} | perf, step=step)
+                busy, work_since = 0.0, 0
+            evaluated = False
+            if (task.eval_every and step % task.eval_every == 0) or step == stop:
+                em = task.evaluate(step)
+                if em is not None:
+                    last_eval, evaluated = em, True
+                    logger.log(em, step=step)
+            if (ck.every and step % ck.every == 0) or step == stop or (evaluated and ck.at_eval):
+                save(step)
+        status = "finished" if step >= total else "stopped"
+    except TrainingDiverged:
+        status = "diverged"
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+        logger.close()
+        if status in ("finished", "stopped", "diverged"):
+            summary = _summary(cfg, task, status, step, recent, last_eval, wall_before + time.perf_counter() - started)
+            if env.is_main:
+                ckpt.atomic_write_bytes(summary_path, (json.dumps(summary, indent=2) + "\n").encode())
+    if status == "stopped":
+        runtime.print0(f"stopped at step {step} (train.stop_after); resume with resume=true")
+    last = ckpt.step_path(run_dir, saved_at) if saved_at is not None else None
+    runtime.print0(f"done: step {step}, {status}, last checkpoint {last}")
+    return summary
+
+
+def _rank_file(path: Path, rank: int) -> Path:
+    return path.with_name(f"{path.stem}.rank{rank}.pt")
+
+
+def _summary(cfg: Any, task: Task, status: str, step: int, recent: collections.deque, last_eval: dict | None,
+             wall: float) -> dict[str, Any]:
+    train_loss = float(sum(recent) / len(recent)) if recent else None
+    out = {
+        "status": status,
+        "steps": step,
+        task.work_unit: step * task.work_per_step,
+        "final_train_loss": train_loss if train_loss is None or math.isfinite(train_loss) else None,
+        "train_loss_window": len(recent),
+        "last_eval": last_eval,
+        "wall_time_s": wall,
+        "seed": cfg.seed,
+        "code_version": ckpt.code_version(),
+    }
+    out.update(task.summary(status, last_eval, out["final_train_loss"]))
+    return out
+
+
+def run_config_dict(cfg: Any) -> dict[str, Any]:
+    """The resolved config as a plain dict (model and scaling first), for config.yaml and checkpoints."""
+    d = to_dict(cfg)
+    return {"model": d.pop("model"), "scaling": d.pop("scaling"), **d}
