@@ -1,14 +1,17 @@
-"""The one place for checkpoints: full train state, atomic writes, key-prefix fixes.
+"""The one place for checkpoints: full train state, atomic writes, key-prefix fixes, official maps.
 
 Layout of a run folder:
-    <run>/config.yaml                 resolved config
-    <run>/checkpoints/step_<N>.pt     full train state (see `TrainState` keys below)
-    <run>/metrics.jsonl, metrics.csv  metrics log
+    <run>/config.yaml                      resolved config
+    <run>/checkpoints/step_<N>.pt          full train state (the keys below)
+    <run>/checkpoints/step_<N>.rank<r>.pt  per-rank state of rank r > 0 (HRM's ACT carry), if any
+    <run>/metrics.jsonl, metrics.csv       metrics log
+    <run>/summary.json                     status and final figures (training.loop)
 
-A train-state file is a dict: format, step, model, optimizers (name -> state_dict), schedule,
-rng (torch CPU/CUDA states and any named generators), sampler (loader position), config,
-code_version. Writes go to `<file>.tmp` and are renamed, so a killed run never leaves a
-half-written checkpoint, and the previous ones are kept.
+A train-state file is a dict written by `training.loop`: format, code_version, step, rng (torch
+CPU/CUDA states), local (rank 0's per-rank state), recent_losses, last_eval, wall_time_s, config,
+and the task's entries: model, optimizers (name -> state_dict), schedule, sampler (loader
+position), and model-specific ones (the GPT's val_loss). Writes go to `<file>.tmp` and are
+renamed, so a killed run never leaves a half-written checkpoint, and the previous ones are kept.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 from hrm_deeploop.config import device_name
 from hrm_deeploop.errors import ConfigError
+from hrm_deeploop.models import core
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
 
@@ -65,7 +66,13 @@ def setup(device: str = "auto") -> Env:
     if world > 1 and not dist.is_initialized():
         dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
     _ENV = Env(rank=rank, local_rank=local_rank, world_size=world, device=dev)
+    core.USE_FUSED_RESIDUAL_NORM = fused_kernel_enabled()
     return _ENV
+
+
+def fused_kernel_enabled() -> bool:
+    """HRM_DEEPLOOP_FUSED_RESIDUAL_NORM=0|false|no|off turns the fused Triton residual-norm kernel off."""
+    return os.environ.get("HRM_DEEPLOOP_FUSED_RESIDUAL_NORM", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def env() -> Env:

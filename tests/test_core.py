@@ -12,14 +12,26 @@ from hrm_deeploop.models.core import (
     LoopedCore,
     Rotary,
     apply_rope,
-    make_blocks,
+    init_block_,
     rms_norm,
     swiglu_width,
     trunc_normal_,
 )
+from hrm_deeploop.models.core import (
+    make_blocks as _make_blocks,
+)
 from hrm_deeploop.models.scaling import Residual, ScalingConfig, alpha_beta, loop_depth, module_residuals
 
 torch.set_grad_enabled(True)
+
+
+
+def make_blocks(*args, **kwargs):
+    """Blocks initialised as a model's init_weights does it (init_block_ on each)."""
+    blocks = _make_blocks(*args, **kwargs)
+    for b in blocks:
+        init_block_(b)
+    return blocks
 
 
 def naive_rms(x, w=None, eps=1e-5):

@@ -2,8 +2,8 @@
 
 RMSNorm, rotary embedding, multi-head attention on SDPA, SwiGLU, a two-sublayer block with a
 residual policy (alpha in the forward pass, beta once at init), and `LoopedCore`: K physical
-blocks applied for R rounds with optional input injection. Architecture only: no distributed,
-no config files, no environment variables.
+blocks applied for R rounds with optional input injection. Architecture only: no process group,
+no config files, no environment variables (the fused-kernel switch below is set by `runtime`).
 
 Module and parameter names follow HRM (`layers.N.self_attn.qkv_proj`, `mlp.gate_up_proj`, ...)
 so official checkpoints map onto this code by stripping prefixes only.
@@ -12,7 +12,6 @@ so official checkpoints map onto this code by stripping prefixes only.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterable
 
 import torch
@@ -22,10 +21,10 @@ from torch import Tensor, nn
 from hrm_deeploop.models.scaling import Residual
 
 # The fused Triton residual-norm kernel on CUDA tensors. False forces the plain PyTorch path
-# (benchmarks, debugging); the environment variable HRM_DEEPLOOP_FUSED_RESIDUAL_NORM=0 sets it
-# for a whole run (every torchrun rank inherits it).
-USE_FUSED_RESIDUAL_NORM = os.environ.get("HRM_DEEPLOOP_FUSED_RESIDUAL_NORM", "1").strip().lower() not in (
-    "0", "false", "no", "off")
+# (benchmarks, debugging). `runtime.setup` sets it from the environment variable
+# HRM_DEEPLOOP_FUSED_RESIDUAL_NORM (0/false/no/off: off), so it holds for a whole run and every
+# torchrun rank; this module reads no environment.
+USE_FUSED_RESIDUAL_NORM = True
 
 
 # ---- init ------------------------------------------------------------------------------------
@@ -95,7 +94,7 @@ class Linear(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(out_features, in_features))
         self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
-        self.reset_parameters()
+        self.reset_parameters()  # usable standalone; a model re-initialises it in its init_weights
 
     def reset_parameters(self) -> None:
         trunc_normal_(self.weight, std=1.0 / math.sqrt(self.weight.shape[1]))  # truncated LeCun normal
@@ -287,8 +286,7 @@ class LoopedCore(nn.Module):
 def make_blocks(num_blocks: int, dim: int, num_heads: int, expansion: float, causal: bool,
                 residual: Residual, norm_eps: float = 1e-5, norm_weight: bool = False,
                 mlp_multiple: int = 256) -> list[Block]:
-    blocks = [Block(dim, num_heads, expansion, causal, residual, norm_eps, norm_weight, mlp_multiple)
-              for _ in range(num_blocks)]
-    for b in blocks:
-        init_block_(b)
-    return blocks
+    """`num_blocks` blocks with their modules' default init; the model's `init_weights` then
+    initialises each one the model's way (`init_block_`, with the beta gain), once."""
+    return [Block(dim, num_heads, expansion, causal, residual, norm_eps, norm_weight, mlp_multiple)
+            for _ in range(num_blocks)]

@@ -12,7 +12,7 @@ there would only renormalise a unit-RMS vector, so there is none. With the Pre-L
 scheme `LoopedCore` closes the stack with its own final RMSNorm. Either way the head sees a
 normalised stream.
 
-Architecture only: no distributed, no config files, no environment variables.
+Architecture only: no process group, no config files, no environment variables.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ H call are on the autograd tape (HRM's one-step gradient, reference spec 3.4). T
 (`HRM.forward`) keeps a per-slot carry across calls and learns when to halt with a Q head read
 from the puzzle slot (spec 3.5).
 
-Architecture only: no distributed code, no config files, no environment variables. Residual
+Architecture only: no process group, no config files, no environment variables. Residual
 scaling (alpha in the forward, beta at init) comes from `scaling.module_residuals`; `scaling=
 baseline` is exactly HRM's Post-LN block. Module and buffer names equal HRM's
 (`H_level.layers.0.self_attn.qkv_proj.weight`, `embed_tokens.embedding_weight`,
