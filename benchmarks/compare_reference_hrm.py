@@ -21,7 +21,7 @@ SwiGLU width multiple of 256):
 2. Throughput: the reference's train step as its `pretrain.train_batch` does it (forward through
    the loss head, backward of loss / batch, sparse SignSGD + AdamATan2 with the scheduled lr,
    zero_grad, metrics to the host), eager and `torch.compile(model, dynamic=False)` as its pretrain
-   compiles; against ours, `train.Trainer.train_step` (baseline and deeploop scaling), eager and
+   compiles; against ours, `training.reasoner.Trainer.train_step` (baseline and deeploop scaling), eager and
    compiled. Warm-up steps (compilation) are not timed; ratio = ours / reference examples/s.
 
 What is not the reference's: HRM hard-imports flash-attn. When neither `flash_attn_interface` (FA3)
