@@ -135,7 +135,7 @@ class _NaNAfter(GPT):
 def test_divergence_raises_with_step_and_keeps_summary(tmp_path, monkeypatch):
     monkeypatch.setattr(train_gpt, "GPT", _NaNAfter)
     cfg = tiny_train_cfg(str(tmp_path / "run"), max_steps=10, checkpoint_every=2)
-    with pytest.raises(TrainingDiverged, match="at step 4"):
+    with pytest.raises(TrainingDiverged, match="at step 4; the last checkpoint is .*step_2.pt"):
         train_gpt.train(with_model(cfg, tiny_model(), ScalingConfig()), data=array_data(TRAIN, VAL, 32, 4))
     summary = json.loads((tmp_path / "run/summary.json").read_text())
     assert summary["status"] == "diverged" and summary["steps"] == 3 and summary["left_unigram_floor"] is False
@@ -150,3 +150,35 @@ def test_bad_batch_config_is_an_error(tmp_path):
     with pytest.raises(ConfigError, match="world_size"):
         train_gpt.grad_accum_steps(cfg.train.global_batch_tokens, cfg.train.micro_batch_size, 32, world_size=3)
     assert not (tmp_path / "run").exists()
+
+
+def test_nan_before_any_checkpoint_says_so(tmp_path, monkeypatch):
+    monkeypatch.setattr(train_gpt, "GPT", _NaNAfter)
+    _NaNAfter.calls = 0
+    cfg = tiny_train_cfg(str(tmp_path / "run"), max_steps=10, checkpoint_every=8)
+    with pytest.raises(TrainingDiverged, match="at step 4; no checkpoint was written yet"):
+        train_gpt.train(cfg, data=array_data(TRAIN, VAL, 32, 4))
+
+
+def test_resume_after_a_kill_logs_each_step_once(tmp_path, monkeypatch):
+    """Rows a killed run logged after its last checkpoint are dropped on resume (they are re-run)."""
+    cfg = tiny_train_cfg(str(tmp_path / "run"), max_steps=8, checkpoint_every=3, log_every=1, eval_every=100)
+    real = train_gpt.LMTrainer.train_step
+
+    def killed_at_6(self, step):
+        if step == 6:
+            raise KeyboardInterrupt("simulated kill")
+        return real(self, step)
+
+    monkeypatch.setattr(train_gpt.LMTrainer, "train_step", killed_at_6)
+    with pytest.raises(KeyboardInterrupt):
+        train_gpt.train(cfg, data=array_data(TRAIN, VAL, 32, 4))
+    logged = [json.loads(x)["step"] for x in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    assert logged == [1, 2, 3, 4, 5]  # steps 4 and 5 came after the step-3 checkpoint
+    monkeypatch.setattr(train_gpt.LMTrainer, "train_step", real)
+    train_gpt.train(dataclasses.replace(cfg, resume=True), data=array_data(TRAIN, VAL, 32, 4))
+    rows = [json.loads(x) for x in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    train_steps = [r["step"] for r in rows if "train/loss" in r]
+    assert train_steps == list(range(1, 9))
+    csv_lines = (tmp_path / "run/metrics.csv").read_text().splitlines()
+    assert len(csv_lines) == 1 + len(rows)

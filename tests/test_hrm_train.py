@@ -2,6 +2,7 @@
 crash, divergence handling, bad input, 2-process gloo gradients, experiment configs."""
 
 import socket
+from pathlib import Path
 
 import pytest
 import torch
@@ -195,3 +196,50 @@ def test_compiled_train_step_matches_eager():
     for k in sd_eager:
         torch.testing.assert_close(sd_comp[k], sd_eager[k], rtol=1e-4, atol=1e-5, msg=k)
     assert any(m["count"] > 0 for m in m_eager)  # some slot halted (the ACT reload path ran)
+
+
+def _rank0_error_worker(rank: int, world: int, port: int, data_dir: str, out_dir: str, result_dir: str) -> None:
+    import os
+
+    from tests.hrm_helpers import TINY_OVERRIDES, stand_in_open_split
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank), WANDB_MODE="disabled")
+    torch.set_num_threads(1)
+    import hrm_deeploop.data.puzzles
+
+    hrm_deeploop.data.puzzles.open_split = stand_in_open_split
+    from hrm_deeploop.cli import run_subcommand
+
+    rc = run_subcommand("train", [*TINY_OVERRIDES, f"data_dir={data_dir}", f"output_dir={out_dir}"])
+    Path(result_dir, f"rank{rank}").write_text(str(rc))
+
+
+def test_run_folder_error_on_rank0_reaches_every_rank(tmp_path, data):
+    """A folder that already holds checkpoints (no resume=true): rank 0 refuses it, and rank 1
+    prints the same error and exits instead of waiting on a collective."""
+    import torch.multiprocessing as mp
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "step_5.pt").write_bytes(b"x")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.start_processes(_rank0_error_worker, args=(2, port, str(data), str(run), str(tmp_path)), nprocs=2,
+                       join=True, start_method="spawn")
+    assert [(tmp_path / f"rank{r}").read_text() for r in (0, 1)] == ["2", "2"]
+
+
+def test_progress_bar_shows_the_last_real_accuracy():
+    """Steps where no sequence halted have no accuracy: the bar keeps the last real one."""
+    from hrm_deeploop.training.reasoner import Trainer
+
+    t = Trainer.__new__(Trainer)
+    t._shown = {}
+    assert t.progress({"loss": 1.0, "count": 0.0, "accuracy": 0.0, "exact_accuracy": 0.0, "steps": 0.0}) == {
+        "loss": "1.0000"}
+    halted = {"loss": 0.5, "count": 3.0, "accuracy": 0.75, "exact_accuracy": 0.25, "steps": 2.0}
+    assert t.progress(halted)["acc"] == "0.750"
+    quiet = t.progress({"loss": 0.4, "count": 0.0, "accuracy": 0.0, "exact_accuracy": 0.0, "steps": 0.0})
+    assert quiet == {"loss": "0.4000", "acc": "0.750", "exact": "0.250", "steps": "2.0"}
