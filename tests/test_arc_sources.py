@@ -138,3 +138,21 @@ def test_cli_builds(tmp_path, capsys):
                "materialize=false"])
     assert rc == 0 and (out / "manifest.json").exists()
     assert "tasks 1 (1 evaluation)" in capsys.readouterr().out
+
+
+def test_bundled_conceptarc_is_the_shared_kaggle_file():
+    """`concept` reads the packaged copy: 160 training tasks, identical to reading the files directly."""
+    from arc_data.sources import BUNDLED_DIR, load_source
+
+    tasks, info = load_source("concept")
+    assert len(tasks) == 160 and info.num_eval_tasks == 0 and info.kind == "bundled"
+    direct, _ = load_source(str(BUNDLED_DIR / "conceptarc/arc-agi_concept_challenges.json"))
+    assert [t.name for t in tasks] == [t.name for t in direct]
+    assert all(a.subset == b.subset and len(a.test) == len(b.test) for a, b in zip(tasks, direct))
+    assert (BUNDLED_DIR / "conceptarc/LICENSE").read_text().startswith("MIT License")
+
+
+def test_default_sources_are_the_papers_arc1_recipe():
+    from arc_data.build import BuildConfig
+
+    assert BuildConfig().sources == ["arc1", "concept"] and BuildConfig().output_dir == "data/arc-aug-1000"
