@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from hrm_deeploop.cli import COMMANDS, DEPRECATED, config_dir, main, resolve
+from hrm_deeploop.cli import COMMANDS, DEPRECATED, compose, config_dir, main, resolve
 
 
 def test_help_lists_subcommands(capsys):
@@ -146,11 +146,15 @@ def test_yaml_files_hold_only_what_differs_from_the_dataclass():
         values = yaml.safe_load((config_dir() / f"{cmd.config}.yaml").read_text()) or {}
         assert restated(values, defaults) == [], name
     from hrm_deeploop.demo import DemoPreset
+    from hrm_deeploop.training.lm import TrainGPTConfig
     from hrm_deeploop.training.reasoner import TrainConfig
 
-    train_defaults = to_dict(OmegaConf.to_container(OmegaConf.structured(TrainConfig)))
     for f in (config_dir() / "experiment").glob("*.yaml"):
-        assert restated(yaml.safe_load(f.read_text()), train_defaults) == [], f.name
+        values = yaml.safe_load(f.read_text())
+        lm = "override /model: gpt" in f.read_text()
+        defaults = to_dict(OmegaConf.to_container(OmegaConf.structured(TrainGPTConfig if lm else TrainConfig)))
+        assert restated(values, defaults) == [], f.name
+        compose("train-gpt" if lm else "train", [f"experiment={f.stem}"])  # and it composes
     preset_defaults = to_dict(OmegaConf.to_container(OmegaConf.structured(DemoPreset)))
     gpu = yaml.safe_load((config_dir() / "preset/gpu.yaml").read_text())
     assert restated({k: v for k, v in gpu.items() if k != "name"}, preset_defaults) == []

@@ -182,3 +182,14 @@ def test_resume_after_a_kill_logs_each_step_once(tmp_path, monkeypatch):
     assert train_steps == list(range(1, 9))
     csv_lines = (tmp_path / "run/metrics.csv").read_text().splitlines()
     assert len(csv_lines) == 1 + len(rows)
+
+
+def test_a_second_pass_over_the_data_is_announced(tmp_path, capsys):
+    """The trainer says when it starts repeating its training tokens (50B-token runs must not)."""
+    cfg = tiny_train_cfg(str(tmp_path / "run"), max_steps=4)
+    short = patterned_tokens(32 * 4 * 2 + 1, seed=1)  # two batches of windows: epoch 1 starts at step 3
+    train_gpt.train(cfg, data=array_data(short, VAL, 32, 4))
+    out = capsys.readouterr().out
+    assert "step 3 starts pass 2 over the training shards" in out and "pass 3" not in out
+    rows = [json.loads(x) for x in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    assert [r["train/data_epoch"] for r in rows if "train/data_epoch" in r][-1] == 1.0

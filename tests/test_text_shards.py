@@ -186,3 +186,19 @@ def test_eval_batches_sequential_and_rank_split(tmp_path):
     assert len(r0) == len(r1) == len(full)
     assert torch.equal(torch.cat([r0[0][0], r1[0][0]]), full[0][0])
     assert len(list(iter_eval_batches(folder, 10, 4, max_batches=3))) == 3
+
+
+def test_token_ids_outside_the_model_vocabulary_are_refused_naming_the_shard(tmp_path):
+    """tokenizer_id=null skips the meta.json check; the ids themselves are still checked."""
+    folder = tmp_path / "s"
+    folder.mkdir()
+    write_shard(folder / "train_000000.bin", np.arange(400) % 100)
+    write_shard(folder / "val_000000.bin", np.full(200, 150))
+    loader = TokenShards(folder / "train_000000.bin", seq_len=8, batch_size=2, tokenizer_id=None, vocab_size=64)
+    with pytest.raises(UserError, match=r"train_000000.bin at token \d+: token id (6[4-9]|[7-9]\d) is outside the model.s vocabulary"):
+        for _ in range(30):
+            loader.next_batch()
+    with pytest.raises(UserError, match="val_000000.bin at token 0: token id 150"):
+        next(iter_eval_batches(folder / "val_000000.bin", 8, 2, tokenizer_id=None, vocab_size=100))
+    ok = TokenShards(folder / "train_000000.bin", seq_len=8, batch_size=2, tokenizer_id=None, vocab_size=100)
+    ok.next_batch()

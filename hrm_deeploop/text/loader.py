@@ -52,6 +52,7 @@ class TokenShards:
             raise UserError(f"TokenShards: rank {rank} is not in [0, world_size={world_size})")
         self.paths = expand_shards(shards)
         self.meta = check_meta(self.paths, tokenizer_id, vocab_size)
+        self.vocab_size = vocab_size
         self.seq_len, self.batch_size = seq_len, batch_size
         self.rank, self.world_size, self.seed = rank, world_size, seed
         self.num_tokens = [read_shard_header(p) for p in self.paths]
@@ -91,14 +92,18 @@ class TokenShards:
         self._total = int(self._cum[-1])
         self._perm_cache = None
 
-    def _window(self, item: int) -> np.ndarray:
+    def _locate(self, item: int) -> tuple[int, int]:
+        """(shard index, first token) of stream item `item` of this epoch."""
         slot = int(np.searchsorted(self._cum, item, side="right")) - 1
         shard = int(self._order[slot])
         if self._perm_cache is None or self._perm_cache[0] != shard:
             n = int(self._cum[slot + 1] - self._cum[slot])
             rng = np.random.default_rng([self.seed, self.epoch, 1 + shard])
             self._perm_cache = (shard, rng.permutation(n))
-        start = int(self._offsets[shard]) + int(self._perm_cache[1][item - self._cum[slot]]) * self.seq_len
+        return shard, int(self._offsets[shard]) + int(self._perm_cache[1][item - self._cum[slot]]) * self.seq_len
+
+    def _window(self, item: int) -> np.ndarray:
+        shard, start = self._locate(item)
         if shard not in self._maps:
             self._maps[shard] = open_shard(self.paths[shard])
         return self._maps[shard][start : start + self.seq_len + 1]
@@ -110,8 +115,14 @@ class TokenShards:
             self._plan_epoch()
         first = self.position + self.rank * self.batch_size
         windows = [self._window(first + i) for i in range(self.batch_size)]
+        if self.vocab_size is not None:
+            _check_ids(windows, self.vocab_size, lambda i: self._where(first + i))
         self.position += self.global_batch
         return _to_xy(windows)
+
+    def _where(self, item: int) -> str:
+        shard, start = self._locate(item)
+        return f"{self.paths[shard]} at token {start}"
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         while True:
@@ -186,4 +197,15 @@ def iter_eval_batches(
     for g in range(num_batches):
         first = g * global_batch + rank * batch_size
         windows = [maps[i][s : s + seq_len + 1] for i, s in index[first : first + batch_size]]
+        if vocab_size is not None:
+            _check_ids(windows, vocab_size, lambda k, f=first: f"{paths[index[f + k][0]]} at token {index[f + k][1]}")
         yield _to_xy(windows)
+
+
+def _check_ids(windows: list[np.ndarray], vocab_size: int, where) -> None:
+    """Every token id must be < vocab_size (the model's embedding rows); name the first bad window."""
+    if max(int(w.max()) for w in windows) < vocab_size:
+        return
+    k = next(i for i, w in enumerate(windows) if int(w.max()) >= vocab_size)
+    raise UserError(f"token shard {where(k)}: token id {int(windows[k].max())} is outside the model's vocabulary "
+                    f"(model.vocab_size={vocab_size}); the shards were written with another tokenizer?")

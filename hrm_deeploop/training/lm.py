@@ -70,7 +70,7 @@ class DataConfig:
 class LMLoop(LoopConfig):
     max_steps: int | None = 100_000
     global_batch_tokens: int = 480 * 1024
-    micro_batch_size: int = 16  # sequences per rank per forward/backward
+    micro_batch_size: int = 12  # sequences per rank per forward/backward; 480 = 12 x 40 divides on 1, 2, 4, 8 GPUs
     log_every: int = 10
     mfu_peak_tflops: float = 989.0  # per device; H200/H100 SXM dense bf16
 
@@ -273,6 +273,7 @@ class LMTrainer(Task):
         self.train_model = dist_.wrap_ddp(self.fwd_model, env)  # DDP only for the gradient all-reduce
         self.train_model.train()
         self.last_val: float | None = None
+        self.epoch = 0  # passes over the training shards started so far (announced when a new one starts)
 
     def describe(self) -> str:
         m, r = self.cfg.model, self.model.residual
@@ -296,13 +297,18 @@ class LMTrainer(Task):
                     loss = self.train_model(x, y)[1]  # logits freed before backward
                 (loss / self.accum).backward()
             loss_sum += loss.detach()
+        epoch = getattr(self.data.train, "epoch", 0)
+        if epoch > self.epoch:
+            self.epoch = epoch
+            dist_.print0(f"train-gpt: step {step} starts pass {epoch + 1} over the training shards: from here on "
+                         "the run sees tokens it has seen before (more distinct tokens: a larger corpus)")
         max_norm = o.grad_clip if o.grad_clip > 0 else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
         step_loss = dist_.all_reduce_(loss_sum / self.accum) / e.world_size
         check_finite(step, loss=step_loss, grad_norm=grad_norm)
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
-        return {"loss": float(step_loss), "lr": lr, "grad_norm": float(grad_norm)}
+        return {"loss": float(step_loss), "lr": lr, "grad_norm": float(grad_norm), "data_epoch": float(self.epoch)}
 
     def evaluate(self, step: int) -> dict[str, float] | None:
         if self.data.val is None:
@@ -327,6 +333,7 @@ class LMTrainer(Task):
         self.opt.load_state_dict(state["optimizers"]["adamw"])
         self.data.train.load_state_dict(state["sampler"])
         self.last_val = state.get("val_loss")
+        self.epoch = getattr(self.data.train, "epoch", 0)
 
     def summary(self, status: str, last_eval: dict[str, float] | None, train_loss: float | None) -> dict[str, Any]:
         m = self.cfg.model
