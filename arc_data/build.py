@@ -21,8 +21,9 @@ import numpy as np
 from arc_data import format as F
 from arc_data.errors import ArcDataError
 from arc_data.kernels import encode_examples_parallel
+from arc_data.paths import check_output_dir, check_replaceable, remove_stale_tmp
 from arc_data.plan import Plan, SplitPlan, make_plan, resolve_examples
-from arc_data.sources import EVAL_SUBSET, SourceInfo, load_sources
+from arc_data.sources import EVAL_SUBSET, SOURCE_NAMES, SourceInfo, load_sources
 
 ENCODE_CHUNK = 1 << 15  # examples per encoded block (2 x 29 MB buffers)
 
@@ -191,18 +192,6 @@ def _dir_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def _remove_stale_tmp(out: Path) -> None:
-    """Temp folders of killed builds (`.<name>.tmp-<pid>` whose pid is gone)."""
-    for p in out.parent.glob(f".{out.name}.tmp-*"):
-        try:
-            pid = int(p.name.rsplit("-", 1)[1])
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            shutil.rmtree(p, ignore_errors=True)
-        except (ValueError, PermissionError, OSError):
-            continue
-
-
 def _bar_factory(enabled: bool):
     """tqdm progress bars on stderr (disabled bars are no-ops)."""
     from tqdm import tqdm
@@ -231,15 +220,11 @@ def _fsync_tree(root: Path) -> None:
 
 def build(cfg: BuildConfig) -> BuildSummary:
     t0 = time.perf_counter()
-    if cfg.num_aug < 0:
-        raise ArcDataError(f"num_aug: must be >= 0, got {cfg.num_aug}")
-    if not str(cfg.output_dir):
-        raise ArcDataError("output_dir: empty")
-    out = Path(os.path.expanduser(cfg.output_dir)).resolve()
+    out = check_output_dir(cfg.output_dir, [s for s in cfg.sources if s not in SOURCE_NAMES])
     if out.exists() and not cfg.overwrite:
         raise ArcDataError(f"{out}: output_dir exists (pass overwrite=true to replace it)")
-    if out.exists() and not out.is_dir():
-        raise ArcDataError(f"{out}: output_dir exists and is not a directory")
+    if cfg.overwrite:
+        check_replaceable(out, F.MANIFEST_FILE, "build-arc")
 
     tasks, infos = load_sources(list(cfg.sources), cfg.eval_name, require_outputs=True)
     bars = _bar_factory(cfg.progress)
@@ -258,7 +243,7 @@ def build(cfg: BuildConfig) -> BuildSummary:
     manifest = manifest_dict(cfg, infos, plan, counts, short)
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_tmp(out)
+    remove_stale_tmp(out)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()

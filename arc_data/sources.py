@@ -33,10 +33,12 @@ import numpy as np
 
 from arc_data.errors import ArcDataError
 from arc_data.format import MAX_SIDE
+from arc_data.paths import check_task_name
 
 BUNDLED = {"arc1": "arcagi1", "arc2": "arcagi2"}
 # Task files shipped inside the package: spec -> (challenges file, sha256 of challenges, of solutions).
 BUNDLED_DIR = Path(__file__).resolve().parent / "bundled"
+SOURCE_NAMES = ("arc1", "arc2", "concept")  # specs that name data shipped with a package, not a path
 BUNDLED_FILES = {
     "concept": ("conceptarc/arc-agi_concept_challenges.json",
                 "4e60bd1de956c2519c3236ba9f2c352c971d5971bfc568ceafa716dd9b1a91fd",
@@ -324,6 +326,7 @@ def load_sources(
         got, info = load_source(str(spec), eval_name, require_outputs)
         got.sort(key=lambda t: (t.subset, t.name))
         for t in got:
+            check_task_name(t.name, t.file)
             if t.name in seen:
                 raise ArcDataError(
                     f"{t.file}: task {t.name}: the same task id is also in {seen[t.name].file}"

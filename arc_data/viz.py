@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -197,13 +196,16 @@ def pictures_from_dataset(cfg: VizConfig) -> list[Picture]:
 
 
 def visualize(cfg: VizConfig) -> Path:
+    from arc_data.paths import check_output_dir, file_stem
+    from arc_data.sources import SOURCE_NAMES
+
+    out = check_output_dir(cfg.output_dir, [s for s in cfg.sources if s not in SOURCE_NAMES] + [cfg.data_dir])
     pics = pictures_from_sources(cfg) if cfg.sources else pictures_from_dataset(cfg)
-    out = Path(os.path.expanduser(cfg.output_dir))
     out.mkdir(parents=True, exist_ok=True)
     blocks: dict[str, list[str]] = {}
     for pic in pics:
         img = render(pic, cfg.cell)
-        img.save(out / f"{pic.name}.png")
+        img.save(out / f"{file_stem(pic.name)}.png")
         buf = io.BytesIO()
         img.save(buf, format="PNG")
         b64 = base64.b64encode(buf.getvalue()).decode()

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from arc_data.paths import check_output_dir
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop import runtime as dist_
 from hrm_deeploop.config import at_least, device_name, one_of, optional_at_least, positive, typed
@@ -117,7 +118,7 @@ def evaluate(opts: EvalGPTConfig) -> dict[str, Any]:
         path = ckpt.resolve(opts.checkpoint)
         model, state = load_model(path, e.device, opts.num_rounds)
         dtype = dist_.compute_dtype(opts.dtype, e.device)
-        out_dir = Path(opts.output_dir) if opts.output_dir else path.parent.parent / "eval"
+        out_dir = check_output_dir(opts.output_dir or path.parent.parent / "eval", [opts.data], "output_dir")
         result: dict[str, Any] = {"checkpoint": str(path), "step": state.get("step"),
                                   "num_rounds": model.cfg.num_rounds, "scheme": model.scaling.scheme}
         if opts.data:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from arc_data.paths import check_output_dir
 from eval.predictions import save_predictions
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop import runtime as D
@@ -170,7 +171,7 @@ def run(c: EvaluateConfig) -> int:
     for key in ("checkpoint", "data_dir", "output_dir"):
         if not getattr(c, key):
             raise ConfigError(f"{key} is not set (hrm-deeploop evaluate checkpoint=CKPT data_dir=DIR output_dir=OUT)")
-    out = Path(c.output_dir)
+    out = check_output_dir(c.output_dir, [c.data_dir])
     pred_path = out / "predictions.npz"
     if pred_path.exists() and not c.overwrite:
         raise UserError(f"'{pred_path}' exists; pass overwrite=true to replace it or choose another output_dir")

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
+from arc_data.paths import file_stem
 from eval.vote import Candidate, TaskResult, VoteConfig, VoteResult
 from hrm_deeploop.errors import UserError
 
@@ -182,10 +183,6 @@ def task_png(task: TaskResult, num_candidates: int) -> bytes:
     return buf.getvalue()
 
 
-def _safe(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
-
-
 def write_report(result: VoteResult, folder: Path, num_candidates: int) -> None:
     """folder/report.html (images embedded) and folder/report/<task>.png, failures first."""
     (folder / "report").mkdir()
@@ -201,7 +198,7 @@ def write_report(result: VoteResult, folder: Path, num_candidates: int) -> None:
     ]
     for task in order:
         png = task_png(task, num_candidates)
-        (folder / "report" / f"{_safe(task.name)}.png").write_bytes(png)
+        (folder / "report" / f"{file_stem(task.name)}.png").write_bytes(png)
         ok = task.correct_at(HEADLINE_K)
         parts.append(
             f"<h3 class='{'ok' if ok else 'fail'}'>{html.escape(task.name)}: {'solved' if ok else 'failed'} at pass@2</h3>"
@@ -272,10 +269,11 @@ def run(c: VoteConfig) -> int:
     import time
     from dataclasses import asdict
 
+    from arc_data.paths import check_output_dir
     from eval.predictions import load_predictions
     from eval.vote import vote
 
-    out = Path(c.output_dir)
+    out = check_output_dir(c.output_dir, [c.data_dir])
     check_outputs(out, c.overwrite, c.report)
     t0 = time.perf_counter()
     preds = load_predictions(c.predictions)

@@ -70,13 +70,20 @@ class DemoConfig:
 SCHEMES = ("baseline", "deeploop")
 
 
+MARKER = ".hrm-deeploop-demo"  # written first into every demo folder: overwrite=true replaces only those
+
+
 def run(c: DemoConfig) -> int:
-    out = Path(c.output_dir).resolve()
+    from arc_data.paths import check_output_dir, check_replaceable
+
+    out = check_output_dir(c.output_dir)
     if out.exists():
         if not c.overwrite:
             raise UserError(f"output_dir '{out}' exists; pass overwrite=true or choose another output_dir")
+        check_replaceable(out, MARKER, "hrm-deeploop demo")
         shutil.rmtree(out)
     out.mkdir(parents=True)
+    (out / MARKER).write_text("a folder written by `hrm-deeploop demo`; demo overwrite=true may replace it\n")
     p = c.preset
     t0 = time.time()
     steps: list[tuple[str, float]] = []

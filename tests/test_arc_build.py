@@ -228,9 +228,15 @@ def test_overwrite_and_atomic(src, tmp_path):
     (out / "keep.txt").write_text("x")
     with pytest.raises(ArcDataError, match="overwrite=true"):
         _build(src, out)
+    # overwrite=true replaces only a folder build-arc wrote: never an arbitrary one
+    with pytest.raises(ArcDataError, match="was not written by build-arc"):
+        _build(src, out, overwrite=True)
     assert (out / "keep.txt").exists()
-    _build(src, out, overwrite=True, materialize=False)
-    assert not (out / "keep.txt").exists() and (out / F.MANIFEST_FILE).exists()
+    (out / "keep.txt").unlink()
+    _build(src, out, materialize=True, overwrite=True)  # an empty folder may be written
+    (out / "extra.txt").write_text("x")
+    _build(src, out, overwrite=True, materialize=False)  # an earlier build is replaced, atomically
+    assert not (out / "extra.txt").exists() and (out / F.MANIFEST_FILE).exists()
     assert [p.name for p in tmp_path.iterdir()] == ["ds"]  # no temp folders left
 
 

@@ -19,10 +19,11 @@ from typing import Any
 import numpy as np
 from omegaconf import MISSING
 
+from arc_data.paths import check_output_dir, check_replaceable, remove_stale_tmp
 from hrm_deeploop.config import at_least, one_of, optional_at_least
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.text.corpus import write_demo_corpus
-from hrm_deeploop.text.shards import TOKEN_DTYPE, write_meta, write_shard
+from hrm_deeploop.text.shards import META_NAME, TOKEN_DTYPE, write_meta, write_shard
 from hrm_deeploop.text.tokenizer import TOKENIZERS
 
 
@@ -245,9 +246,12 @@ def prepare(cfg: PrepareTextConfig) -> dict[str, Any]:
     chosen = [bool(cfg.inputs), cfg.hf_dataset is not None, cfg.demo_docs > 0]
     if sum(chosen) != 1:
         raise UserError("give exactly one corpus: inputs=[...], hf_dataset=NAME, or demo_docs=N")
-    out = Path(cfg.output_dir)
+    out = check_output_dir(cfg.output_dir, cfg.inputs)
     if out.exists() and not cfg.overwrite:
         raise UserError(f"output_dir {out} already exists; pass overwrite=true to replace it")
+    if cfg.overwrite:
+        check_replaceable(out, META_NAME, "prepare-text")
+    remove_stale_tmp(out)  # left by a killed run
     tok = get_tokenizer(cfg.tokenizer)
     if tok.n_vocab > np.iinfo(np.uint16).max + 1:
         raise UserError(f"tokenizer '{cfg.tokenizer}' has {tok.n_vocab} ids; uint16 shards hold 65536")

@@ -139,6 +139,10 @@ class TrainGPTConfig(RunConfig):
               f"a multiple of train.micro_batch_size x model.seq_len = {per_micro} (x the number of ranks)")
 
 
+    def inputs(self) -> list[str | None]:
+        return [self.data.train, self.data.val]
+
+
 # ---- data -----------------------------------------------------------------------------------
 
 

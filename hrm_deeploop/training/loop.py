@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from arc_data.paths import check_output_dir
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop import runtime
 from hrm_deeploop.config import (
@@ -131,6 +132,10 @@ class RunConfig:
     project: str = "hrm-deeploop"
     run_name: str | None = None
 
+    def inputs(self) -> list[str | None]:
+        """The files and folders this run reads (an output_dir there, or around them, is refused)."""
+        return []
+
     def __post_init__(self) -> None:
         one_of("logger", self.logger, LOGGERS)
         at_least("seed", self.seed, 0)
@@ -206,6 +211,7 @@ def fit(cfg: Any, build: Callable[[runtime.Env], Task]) -> dict[str, Any]:
     """
     if not cfg.output_dir:
         raise ConfigError("output_dir is not set (output_dir=PATH for checkpoints and logs)")
+    check_output_dir(cfg.output_dir, cfg.inputs())
     env = runtime.setup(cfg.device)
     try:
         return _fit(cfg, build(env), env)

@@ -126,6 +126,9 @@ class TrainConfig(RunConfig):
         check(isinstance(self.model, REASONERS), "model.name", self.model.name,
               "a reasoner (hrm); the looped GPT trains with train-gpt")
 
+    def inputs(self) -> list[str | None]:
+        return [self.data_dir]
+
     @property
     def evaluates(self) -> bool:
         return self.eval.interval_epochs is not None or self.eval.every > 0
