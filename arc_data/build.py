@@ -227,6 +227,8 @@ def build(cfg: BuildConfig) -> BuildSummary:
         check_replaceable(out, F.MANIFEST_FILE, "build-arc")
 
     tasks, infos = load_sources(list(cfg.sources), cfg.eval_name, require_outputs=True)
+    for note in (n for info in infos for n in info.skipped):
+        print(f"build-arc: skipped {note}", file=sys.stderr)
     bars = _bar_factory(cfg.progress)
     with bars(len(tasks), "augment") as bar:
         plan = make_plan(tasks, cfg.num_aug, cfg.seed, progress=bar.update)

@@ -33,7 +33,7 @@ import numpy as np
 
 from arc_data.errors import ArcDataError
 from arc_data.format import MAX_SIDE
-from arc_data.paths import check_task_name
+from arc_data.paths import check_task_name, regular_files
 
 BUNDLED = {"arc1": "arcagi1", "arc2": "arcagi2"}
 # Task files shipped inside the package: spec -> (challenges file, sha256 of challenges, of solutions).
@@ -72,6 +72,7 @@ class SourceInfo:
     sha256: str  # over the bytes of every file read, in sorted order
     num_tasks: int
     num_eval_tasks: int
+    skipped: list[str] = field(default_factory=list)  # files named *.json that were not read, and why
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,10 +177,17 @@ def _read_json(path: Path, task: str, digest, label: str) -> object:
 # the four kinds of source
 
 
-def _list_json(folder: Path) -> list[Path]:
-    """The *.json files in `folder`, sorted by name (never the file system's listing order)."""
-    return sorted((p for p in folder.iterdir() if p.suffix == ".json" and not p.name.startswith(".")),
-                  key=lambda p: p.name)
+def _list_json(folder: Path, skipped: list[str] | None = None) -> list[Path]:
+    """The regular *.json files in `folder`, sorted by name (never the file system's listing order).
+
+    Hidden files (`.x.json`, `..json`) and anything that is not a regular file (a FIFO would block
+    the read forever; a folder named x.json) are not read; each is added to `skipped` with why."""
+    named = sorted((p for p in folder.iterdir() if p.suffix == ".json"), key=lambda p: p.name)
+    regular, other = regular_files(p for p in named if not p.name.startswith("."))
+    if skipped is not None:
+        skipped += [f"{p}: a hidden file" for p in named if p.name.startswith(".")]
+        skipped += [f"{p}: not a regular file" for p in other]
+    return regular
 
 
 def _task_file(path: Path, spec: str, subset: str, require_outputs: bool, digest) -> Task:
@@ -193,7 +201,7 @@ def _task_file(path: Path, spec: str, subset: str, require_outputs: bool, digest
     return Task(name, spec, str(path), subset, subset == EVAL_SUBSET, train, test)
 
 
-def _directory(root: Path, spec: str, require_outputs: bool, digest) -> list[Task]:
+def _directory(root: Path, spec: str, require_outputs: bool, digest, skipped: list[str]) -> list[Task]:
     subdirs = sorted((d for d in root.iterdir() if d.is_dir() and not d.name.startswith(".")),
                      key=lambda d: d.name)
     with_json = [d for d in subdirs if _list_json(d)]
@@ -204,11 +212,11 @@ def _directory(root: Path, spec: str, require_outputs: bool, digest) -> list[Tas
     else:
         for inner in ("data", "corpus"):
             if (root / inner).is_dir():
-                return _directory(root / inner, spec, require_outputs, digest)
+                return _directory(root / inner, spec, require_outputs, digest, skipped)
         raise ArcDataError(f"{root}: no task files (*.json) in it or in its subdirectories")
     tasks = []
     for folder in folders:
-        tasks += [_task_file(p, spec, folder.name, require_outputs, digest) for p in _list_json(folder)]
+        tasks += [_task_file(p, spec, folder.name, require_outputs, digest) for p in _list_json(folder, skipped)]
     return tasks
 
 
@@ -219,6 +227,8 @@ def _kaggle(path: Path, spec: str, eval_name: str, require_outputs: bool, digest
     if not isinstance(challenges, dict):
         raise ArcDataError(f"{path}: not a JSON object mapping task ids to tasks")
     solutions: dict | None = None
+    if sol_path.exists() and not sol_path.is_file():
+        raise ArcDataError(f"{sol_path}: not a regular file (a FIFO or a folder?); solutions must be a JSON file")
     if sol_path.exists():
         solutions = _read_json(sol_path, "(whole file)", digest, sol_path.name)
         if not isinstance(solutions, dict):
@@ -281,6 +291,7 @@ def _bundled_file(spec: str) -> Path:
 
 def load_source(spec: str, eval_name: str = EVAL_SUBSET, require_outputs: bool = True) -> tuple[list[Task], SourceInfo]:
     digest = hashlib.sha256()
+    skipped: list[str] = []
     if spec in BUNDLED:
         tasks, where = _bundled(spec, require_outputs, digest)
         kind = "bundled"
@@ -292,7 +303,7 @@ def load_source(spec: str, eval_name: str = EVAL_SUBSET, require_outputs: bool =
         path = Path(os.path.expanduser(spec))
         where = str(path)
         if path.is_dir():
-            kind, tasks = "directory", _directory(path, spec, require_outputs, digest)
+            kind, tasks = "directory", _directory(path, spec, require_outputs, digest, skipped)
         elif path.name.endswith(SOLUTIONS_SUFFIX):
             raise ArcDataError(f"{path}: give the *{CHALLENGES_SUFFIX} file, not the solutions")
         elif path.name.endswith(CHALLENGES_SUFFIX) and path.is_file():
@@ -306,7 +317,7 @@ def load_source(spec: str, eval_name: str = EVAL_SUBSET, require_outputs: bool =
             )
         else:
             raise ArcDataError(f"{spec}: not a directory or a .json file")
-    info = SourceInfo(spec, kind, where, digest.hexdigest(), len(tasks), sum(t.is_eval for t in tasks))
+    info = SourceInfo(spec, kind, where, digest.hexdigest(), len(tasks), sum(t.is_eval for t in tasks), skipped)
     return tasks, info
 
 

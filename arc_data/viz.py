@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -142,7 +143,9 @@ def _select(names: list[str], wanted: list[str], max_tasks: int, where: str) -> 
 def pictures_from_sources(cfg: VizConfig) -> list[Picture]:
     from arc_data.sources import load_sources
 
-    tasks, _ = load_sources(list(cfg.sources), cfg.eval_name, require_outputs=False)
+    tasks, infos = load_sources(list(cfg.sources), cfg.eval_name, require_outputs=False)
+    for note in (n for info in infos for n in info.skipped):
+        print(f"viz-arc: skipped {note}", file=sys.stderr)
     by_name = {t.name: t for t in tasks}
     chosen = _select([t.name for t in tasks], list(cfg.tasks), cfg.max_tasks, ",".join(cfg.sources))
     rng = np.random.Generator(np.random.PCG64(cfg.seed))

@@ -125,6 +125,8 @@ def load_predictions(path: str | Path) -> Predictions:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: predictions file not found")
+    if path.stat().st_size == 0:
+        raise UserError(f"{path}: the file is empty (not a predictions.npz)")
     try:
         with np.load(path, allow_pickle=False) as z:
             missing = [k for k in FIELDS if k not in z.files]
@@ -133,6 +135,6 @@ def load_predictions(path: str | Path) -> Predictions:
             arrays = {k: z[k] for k in FIELDS}
     except UserError:
         raise
-    except (OSError, ValueError, zipfile.BadZipFile) as e:  # not a zip / npy, or a pickled object array
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:  # not a zip / npy, or a pickled object array
         raise UserError(f"{path}: cannot read as .npz ({e})") from None
     return validate(Predictions(**arrays), where=str(path))
