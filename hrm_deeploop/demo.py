@@ -54,6 +54,19 @@ class DemoPreset:
     text_tokenizer: str = "bytes"  # bytes keeps the tiny model's head cheap on a CPU; gpt2 for real runs
     device: str = "auto"
 
+    def __post_init__(self) -> None:
+        for key in ("arc_max_side_train", "arc_max_side_eval", "arc_train_tasks", "arc_eval_tasks", "hrm_steps",
+                    "hrm_batch", "gpt_steps", "gpt_seq_len", "gpt_batch", "gpt_vocab_size", "text_docs"):
+            at_least(f"preset.{key}", getattr(self, key), 1)
+        for key in ("num_aug", "hrm_warmup"):
+            at_least(f"preset.{key}", getattr(self, key), 0)
+        positive("preset.hrm_lr", self.hrm_lr)
+        positive("preset.gpt_lr", self.gpt_lr)
+        for r in self.gpt_rounds:
+            at_least("preset.gpt_rounds", r, 1)
+        one_of("preset.text_tokenizer", self.text_tokenizer, ("bytes", "gpt2"))
+        device_name("preset.device", self.device)
+
 
 @dataclass
 class DemoConfig:
@@ -65,6 +78,9 @@ class DemoConfig:
     seed: int = 0
     skip_gpt: bool = False
     skip_hrm: bool = False
+
+    def __post_init__(self) -> None:
+        at_least("seed", self.seed, 0)
 
 
 SCHEMES = ("baseline", "deeploop")

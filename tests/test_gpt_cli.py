@@ -14,7 +14,7 @@ from tests.gpt_helpers import one_thread  # noqa: F401  (autouse)
 from tests.lm_eval_helpers import write_tiny_mc_task
 
 MODEL = ["model=gpt_tiny", "model.hidden_size=32", "model.seq_len=32", "model.mlp_multiple=16"]
-FAST = ["device=cpu", "logger=none", "progress=false", "micro_batch_size=2", "global_batch_tokens=64",
+FAST = ["device=cpu", "logger=none", "train.progress=false", "train.micro_batch_size=2", "train.global_batch_tokens=64",
         "optim.warmup_steps=1", "data.unigram_tokens=100000"]
 
 
@@ -38,7 +38,7 @@ def _train(shards, out, *extra):
 
 def test_train_then_eval_cli(shards, tmp_path, capsys):
     run = tmp_path / "run"
-    assert _train(shards, run, "max_steps=4", "eval_every=2", "checkpoint_every=2", "scaling=deeploop",
+    assert _train(shards, run, "train.max_steps=4", "eval.every=2", "checkpoint.every=2", "scaling=deeploop",
                   "model.num_rounds=2") == 0
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 4 and summary["tokens"] == 256 and summary["scaling"]["scheme"] == "deeploop"
@@ -58,7 +58,7 @@ def test_train_then_eval_cli(shards, tmp_path, capsys):
 
 def _bad(shards, tmp_path, capsys, *args, data=None):
     out = tmp_path / "run"
-    code = main(["train-gpt", *MODEL, *FAST, f"output_dir={out}", "max_steps=2", *(data or []), *args])
+    code = main(["train-gpt", *MODEL, *FAST, f"output_dir={out}", "train.max_steps=2", *(data or []), *args])
     err = capsys.readouterr().err
     assert code == 2 and not out.exists(), err
     return err
@@ -106,7 +106,7 @@ def test_eval_gpt_lm_eval_on_a_local_task(shards, tmp_path):
     pytest.importorskip("lm_eval")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     run = tmp_path / "run"
-    assert _train(shards, run, "max_steps=2") == 0
+    assert _train(shards, run, "train.max_steps=2") == 0
     rows = [{"question": "What colour is the sky?", "choices": [" blue", " green"], "label": 0},
             {"question": "How many legs has a cat?", "choices": [" two", " four"], "label": 1},
             {"question": "Which is a fruit?", "choices": [" apple", " chair"], "label": 0}]
@@ -131,3 +131,24 @@ def test_sweep_cli_with_torchrun_launcher(shards, tmp_path):
     summary = json.loads((out / "rounds/deeploop_R2_s0/summary.json").read_text())
     assert summary["status"] == "finished" and summary["model"]["num_rounds"] == 2
     assert "deeploop" in (out / "table.md").read_text()
+
+
+def test_eval_gpt_reads_the_tokenizer_from_the_checkpoint(tmp_path, capsys):
+    """A byte-tokenizer run evaluates without tokenizer_id=bytes: the checkpoint records it."""
+    root = tmp_path / "bytes"
+    root.mkdir()
+    rng = np.random.default_rng(1)
+    stream = rng.integers(0, 257, size=3000)
+    write_shard(root / "train_000000.bin", stream[:2400])
+    write_shard(root / "val_000000.bin", stream[2400:])
+    write_meta(root, tokenizer_id="bytes")
+    run = tmp_path / "run"
+    assert main(["train-gpt", *MODEL, "model.vocab_size=320", *FAST, f"data.train={root}/train_*.bin",
+                 f"data.val={root}/val_000000.bin", "data.tokenizer_id=bytes", f"output_dir={run}",
+                 "train.max_steps=2"]) == 0
+    assert main(["eval-gpt", f"checkpoint={run}", f"data={root}/val_000000.bin", "device=cpu", "batch_size=2"]) == 0
+    assert json.loads((run / "eval/eval.json").read_text())["val_loss"] > 0
+    # an explicit wrong tokenizer is still refused, naming both
+    assert main(["eval-gpt", f"checkpoint={run}", f"data={root}/val_000000.bin", "device=cpu", "tokenizer_id=gpt2",
+                 f"output_dir={tmp_path / 'e2'}"]) == 2
+    assert "written with tokenizer 'bytes' but the model uses 'gpt2'" in capsys.readouterr().err

@@ -9,6 +9,7 @@ import torch
 from hrm_deeploop.cli import main
 from hrm_deeploop.text.corpus import write_demo_corpus
 from hrm_deeploop.text.loader import TokenShards, iter_eval_batches
+from hrm_deeploop.text.prepare import PrepareTextConfig, prepare
 from hrm_deeploop.text.shards import open_shard, read_meta
 from hrm_deeploop.text.tokenizer import get_gpt2_tokenizer
 
@@ -138,3 +139,20 @@ def test_demo_corpus_deterministic_and_learnable(tmp_path):
         val = [loss_of(x, y) for x, y in iter_eval_batches(out / "val_000000.bin", seq_len=32, batch_size=16)]
     uniform = float(np.log(len(used)))
     assert float(torch.stack(val).mean()) < 0.5 * uniform, (float(torch.stack(val).mean()), uniform)
+
+
+def test_stale_temp_folder_of_a_killed_run_is_removed(tmp_path):
+    """A killed prepare-text leaves `.<name>.tmp-<pid>`; the next successful run removes it (pid gone),
+    and never a temp folder of a process that is still alive."""
+    import os
+    import subprocess
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / f".out.tmp-{dead.pid}"
+    stale.mkdir()
+    (stale / "train_000000.bin").write_bytes(b"partial")
+    alive = tmp_path / f".out.tmp-{os.getpid()}x"  # not a pid: left alone
+    alive.mkdir()
+    prepare(PrepareTextConfig(output_dir=str(tmp_path / "out"), demo_docs=20, val_tokens=100, progress=False))
+    assert not stale.exists() and alive.exists() and (tmp_path / "out" / "meta.json").exists()
