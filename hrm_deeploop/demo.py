@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hrm_deeploop.config import at_least, device_name, one_of, positive
 from hrm_deeploop.errors import UserError
 
 
