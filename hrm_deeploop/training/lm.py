@@ -278,6 +278,7 @@ class LMTrainer(Task):
         self.train_model.train()
         self.last_val: float | None = None
         self.epoch = 0  # passes over the training shards started so far (announced when a new one starts)
+        self._probe_batch: tuple[Tensor, Tensor] | None = None  # the fixed batch kappa is measured on
 
     def describe(self) -> str:
         m, r = self.cfg.model, self.model.residual
@@ -313,6 +314,29 @@ class LMTrainer(Task):
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         return {"loss": float(step_loss), "lr": lr, "grad_norm": float(grad_norm), "data_epoch": float(self.epoch)}
+
+    def diagnose(self, step: int) -> dict[str, float] | None:
+        """Visit alignment kappa_R per physical sublayer on a fixed batch (training/kappa.py)."""
+        from hrm_deeploop.training.kappa import adam_preconditioner, measure, summarize
+
+        if self._probe_batch is None:
+            if self.data.val is not None:
+                self._probe_batch = next(iter(self.data.val()))
+            else:  # the next training batch, without consuming it
+                saved = self.data.train.state_dict()
+                self._probe_batch = self.data.train.next_batch()
+                self.data.train.load_state_dict(saved)
+        x, y = (t.to(self.device) for t in self._probe_batch)
+        blocks = {f"core.layers.{i}": b for i, b in enumerate(self.model.core.layers)}
+
+        def forward():
+            with dist_.autocast(self.device, self.dtype):
+                logits, loss = self.model(x, y)
+            return loss, logits.float()
+
+        results = measure(blocks, forward, adam_preconditioner(self.opt), self.cfg.diagnostics.kappa_probes,
+                          torch.Generator().manual_seed(self.cfg.seed * 7919 + step))
+        return summarize(results)
 
     def evaluate(self, step: int) -> dict[str, float] | None:
         if self.data.val is None:

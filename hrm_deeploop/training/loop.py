@@ -115,6 +115,18 @@ class EvalConfig:
         at_least("eval.every", self.every, 0)
 
 
+@dataclass
+class DiagnosticsConfig:
+    """`diagnostics.*`: measurements that cost extra passes, off by default."""
+
+    kappa_every: int = 0  # steps between visit-alignment measurements (training/kappa.py); 0: never
+    kappa_probes: int = 2  # random output directions per measurement (the sensitivity estimate)
+
+    def __post_init__(self) -> None:
+        at_least("diagnostics.kappa_every", self.kappa_every, 0)
+        at_least("diagnostics.kappa_probes", self.kappa_probes, 1)
+
+
 LOGGERS = ("wandb", "none")
 
 
@@ -131,6 +143,7 @@ class RunConfig:
     logger: str = "wandb"  # wandb (offline without an API key) | none
     project: str = "hrm-deeploop"
     run_name: str | None = None
+    diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)
 
     def inputs(self) -> list[str | None]:
         """The files and folders this run reads (an output_dir there, or around them, is refused)."""
@@ -189,6 +202,11 @@ class Task(abc.ABC):
     def load_local_state(self, state: dict[str, Any] | None) -> None:  # noqa: B027 - optional hook
         """Restore `local_state()`; None when the checkpoint has none for this rank. Tasks without
         per-rank state have nothing to restore."""
+
+    def diagnose(self, step: int) -> dict[str, float] | None:
+        """Extra measurements (visit alignment) to log at this step; None: none for this model.
+        Must not change the training trajectory (no RNG draws, no data consumed)."""
+        return None
 
     def progress(self, metrics: dict[str, float]) -> dict[str, str]:
         """The progress bar's postfix for this step's metrics."""
@@ -325,6 +343,11 @@ def _fit(cfg: Any, task: Task, env: runtime.Env) -> dict[str, Any]:
                     perf["perf/mfu"] = rate * task.flops_per_unit / (task.peak_tflops * 1e12 * env.world_size)
                 logger.log({f"train/{k}": v for k, v in m.items()} | perf, step=step)
                 busy, work_since = 0.0, 0
+            kappa_every = cfg.diagnostics.kappa_every
+            if kappa_every and (step % kappa_every == 0 or step == 1):
+                dm = task.diagnose(step)
+                if dm:
+                    logger.log(dm, step=step)
             evaluated = False
             if (task.eval_every and step % task.eval_every == 0) or step == stop:
                 em = task.evaluate(step)
