@@ -102,3 +102,22 @@ def test_trainer_logs_kappa_without_changing_the_run(tmp_path):
     assert [r["step"] for r in logged] == [1, 3, 6]
     assert all(0 <= r["kappa/max"] <= 3 and "kappa/core.layers.0.attn" in r for r in logged)
     assert not any("kappa/max" in r for r in runs[0])
+
+
+def test_alignment_report_fits_gamma_from_logged_runs(tmp_path):
+    """Runs whose logged kappa grows as R^0.5 give gamma = 0.5 and the threshold p >= 0.375."""
+    from hrm_deeploop.training.alignment_report import alignment_table, fit_gamma, plot_alignment
+
+    assert fit_gamma([(1, 1.0), (2, 2.0), (4, 4.0)]) == pytest.approx(1.0)
+    assert fit_gamma([(1, 1.0)]) is None
+    results = []
+    for R in (1, 2, 4, 8):
+        name = f"deeploop_R{R}_s0"
+        d = tmp_path / "rounds" / name
+        d.mkdir(parents=True)
+        rows = [{"step": s, "kappa/max": R ** 0.5, "kappa/mean": R ** 0.5, "kappa_cos/mean": 0.5} for s in (1, 2, 3, 4)]
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        results.append({"kind": "rounds", "name": name, "scheme": "deeploop", "num_rounds": R, "seed": 0})
+    table = alignment_table(results, tmp_path)
+    assert "| deeploop | 1.00 -> 1.00 | 1.41 -> 1.41 | 2.00 -> 2.00 | 2.83 -> 2.83 | 0.50 | 0.50 | 0.38 |" in table
+    assert plot_alignment(results, tmp_path, tmp_path / "k.png").stat().st_size > 0

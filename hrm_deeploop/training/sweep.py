@@ -284,7 +284,9 @@ def p_table(results: list[dict[str, Any]]) -> str:
 def write_reports(results: list[dict[str, Any]], root: Path) -> dict[str, Path]:
     root.mkdir(parents=True, exist_ok=True)
     out = {}
-    parts = [t for t in (rounds_table(results), p_table(results)) if t]
+    from hrm_deeploop.training.alignment_report import alignment_table, plot_alignment
+
+    parts = [t for t in (rounds_table(results), p_table(results), alignment_table(results, root)) if t]
     out["table.md"] = root / "table.md"
     out["table.md"].write_text("# Sweep results\n\n" + "\n\n".join(parts) + "\n")
     out["table.csv"] = root / "table.csv"
@@ -297,6 +299,9 @@ def write_reports(results: list[dict[str, Any]], root: Path) -> dict[str, Path]:
         out["rounds.png"] = plot_rounds(results, root / "rounds.png")
     if any(r["kind"] == "p" for r in results):
         out["p_sweep.png"] = plot_p(results, root / "p_sweep.png")
+    kappa_png = plot_alignment(results, root, root / "kappa.png")
+    if kappa_png is not None:
+        out["kappa.png"] = kappa_png
     return out
 
 
