@@ -8,9 +8,6 @@ place at the end, so a failed or killed build never leaves a half-written `outpu
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -20,6 +17,7 @@ import numpy as np
 
 from arc_data import format as F
 from arc_data.errors import ArcDataError
+from arc_data.fsio import atomic_dir, checked_output_dir, dir_size, package_version, save_json
 from arc_data.kernels import encode_examples_parallel
 from arc_data.plan import Plan, SplitPlan, make_plan, resolve_examples
 from arc_data.sources import EVAL_SUBSET, SourceInfo, load_sources
@@ -52,29 +50,8 @@ class BuildSummary:
     short_groups: dict[str, int]
 
 
-def package_version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("hrm-deeploop")
-    except Exception:  # not installed (a source checkout): read pyproject.toml
-        try:
-            import tomllib
-
-            pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
-            return tomllib.loads(pyproject.read_text())["project"]["version"] + "+src"
-        except (OSError, KeyError, ImportError, ValueError):
-            return "unknown"
-
-
 # ---------------------------------------------------------------------------------------------
 # writing
-
-
-def _save_json(path: Path, obj: object, indent: int | None = 2) -> None:
-    with open(path, "w") as f:
-        json.dump(obj, f, indent=indent)
-        f.write("\n")
 
 
 def split_meta(sp: SplitPlan, num_ids: int) -> dict:
@@ -146,7 +123,7 @@ def write_dataset(plan: Plan, tmp: Path, materialize: bool, manifest: dict, bar_
         colour_map=plan.colour_map,
         task_names=np.array([t.name for t in plan.tasks], dtype=str),
     )
-    _save_json(tmp / F.IDENTIFIERS_FILE, plan.identifiers(), indent=None)
+    save_json(tmp / F.IDENTIFIERS_FILE, plan.identifiers(), indent=None)
     if not materialize:
         g = plan.grids
         np.savez(tmp / F.GRIDS_FILE, cells=g.cells, grid_offset=g.offset, grid_shape=g.shape,
@@ -165,24 +142,8 @@ def write_dataset(plan: Plan, tmp: Path, materialize: bool, manifest: dict, bar_
                 np.save(d / F.PLAN_GROUP_PAIRS_FILE, sp.group_pairs)
                 np.save(d / F.PLAN_GROUP_PAIR_INDICES_FILE, sp.group_pair_indices)
                 np.save(d / F.PLAN_OFFSETS_FILE, sp.offsets)
-            _save_json(d / F.META_FILE, split_meta(sp, plan.num_ids))
-    _save_json(tmp / F.MANIFEST_FILE, manifest)  # last: its presence marks a complete build
-
-
-def _dir_size(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-
-
-def _remove_stale_tmp(out: Path) -> None:
-    """Temp folders of killed builds (`.<name>.tmp-<pid>` whose pid is gone)."""
-    for p in out.parent.glob(f".{out.name}.tmp-*"):
-        try:
-            pid = int(p.name.rsplit("-", 1)[1])
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            shutil.rmtree(p, ignore_errors=True)
-        except (ValueError, PermissionError, OSError):
-            continue
+            save_json(d / F.META_FILE, split_meta(sp, plan.num_ids))
+    save_json(tmp / F.MANIFEST_FILE, manifest)  # last: its presence marks a complete build
 
 
 def _bar_factory(enabled: bool):
@@ -194,34 +155,11 @@ def _bar_factory(enabled: bool):
                                     disable=not enabled)
 
 
-def _fsync_tree(root: Path) -> None:
-    """fsync every file under `root`, then the folders (their entries), deepest first."""
-    dirs = [root]
-    for path in sorted(root.rglob("*")):
-        if path.is_dir():
-            dirs.append(path)
-        else:
-            with open(path, "rb") as f:
-                os.fsync(f.fileno())
-    for d in sorted(dirs, key=lambda p: len(p.parts), reverse=True):
-        fd = os.open(d, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def build(cfg: BuildConfig) -> BuildSummary:
     t0 = time.perf_counter()
     if cfg.num_aug < 0:
         raise ArcDataError(f"num_aug: must be >= 0, got {cfg.num_aug}")
-    if not str(cfg.output_dir):
-        raise ArcDataError("output_dir: empty")
-    out = Path(os.path.expanduser(cfg.output_dir)).resolve()
-    if out.exists() and not cfg.overwrite:
-        raise ArcDataError(f"{out}: output_dir exists (pass overwrite=true to replace it)")
-    if out.exists() and not out.is_dir():
-        raise ArcDataError(f"{out}: output_dir exists and is not a directory")
+    out = checked_output_dir(cfg.output_dir, cfg.overwrite)
 
     tasks, infos = load_sources(list(cfg.sources), cfg.eval_name, require_outputs=True)
     bars = _bar_factory(cfg.progress)
@@ -239,24 +177,8 @@ def build(cfg: BuildConfig) -> BuildSummary:
     }
     manifest = manifest_dict(cfg, infos, plan, counts, short)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_tmp(out)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
+    with atomic_dir(out) as tmp:
         write_dataset(plan, tmp, cfg.materialize, manifest, bars)
-        _fsync_tree(tmp)  # durable before the rename publishes it (a power cut cannot leave it half-written)
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            out.rename(old)
-            tmp.rename(out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
     summary = BuildSummary(
         output_dir=str(out),
@@ -266,7 +188,7 @@ def build(cfg: BuildConfig) -> BuildSummary:
         num_eval_tasks=sum(t.is_eval for t in tasks),
         num_identifiers=plan.num_ids,
         splits=counts,
-        bytes_on_disk=_dir_size(out),
+        bytes_on_disk=dir_size(out),
         short_groups=short,
     )
     print(format_summary(summary, cfg.num_aug))
@@ -278,6 +200,7 @@ def manifest_dict(cfg: BuildConfig, infos: list[SourceInfo], plan: Plan, counts:
 
     return {
         "format": "hrm-arc",
+        "task": "arc",
         "format_version": 1,
         "layout": "materialized" if cfg.materialize else "compact",
         "package": {"name": "hrm-deeploop", "version": package_version()},

@@ -41,6 +41,22 @@ def _build_arc(cfg: DictConfig) -> int | None:
     return 0
 
 
+def _build_puzzles(cfg: DictConfig) -> int | None:
+    from arc_data.puzzle_config import BuildPuzzlesConfig
+    from arc_data.puzzles import run_build
+    from hrm_deeploop.config import typed
+
+    return run_build(typed(cfg, BuildPuzzlesConfig))
+
+
+def _generate_puzzles(cfg: DictConfig) -> int | None:
+    from arc_data.puzzle_config import GeneratePuzzlesConfig
+    from arc_data.puzzles import run_generate
+    from hrm_deeploop.config import typed
+
+    return run_generate(typed(cfg, GeneratePuzzlesConfig))
+
+
 def _viz_arc(cfg: DictConfig) -> int | None:
     from arc_data.viz import VizConfig, visualize
     from hrm_deeploop.config import typed
@@ -100,6 +116,8 @@ def _demo(cfg: DictConfig) -> int | None:
 SUBCOMMANDS: dict[str, Subcommand] = {
     "scales": Subcommand("scales", "print depth accounting (N, M, N_g, M_g) and alpha/beta per module", _scales),
     "build-arc": Subcommand("build_arc", "build the augmented ARC-AGI dataset (HRM layout or compact)", _build_arc),
+    "build-puzzles": Subcommand("build_puzzles", "build a Sudoku or Maze dataset (HRM layout) from puzzle CSVs", _build_puzzles),
+    "generate-puzzles": Subcommand("generate_puzzles", "generate Sudoku / Maze puzzle CSVs (train.csv, test.csv) offline", _generate_puzzles),
     "viz-arc": Subcommand("viz_arc", "render ARC tasks / augmentations to PNG and an HTML gallery", _viz_arc),
     "train": Subcommand("train", "train HRM (baseline or DeepLoop) on a built ARC dataset", _train),
     "evaluate": Subcommand("evaluate", "predict every augmented test copy with a checkpoint, then vote", _evaluate),
@@ -150,6 +168,10 @@ def register_schemas() -> None:
     cs.store(group="scaling", name="_schema", node=ScalingConfig)
     cs.store(group="model", name="_schema_hrm", node=HRMConfig)
     cs.store(group="model", name="_schema_gpt", node=GPTConfig)
+    from arc_data.puzzle_config import BuildPuzzlesConfig, GeneratePuzzlesConfig  # light: no numba
+
+    cs.store(name="_schema_build_puzzles", node=BuildPuzzlesConfig)
+    cs.store(name="_schema_generate_puzzles", node=GeneratePuzzlesConfig)
 
 
 def run_subcommand(name: str, overrides: list[str]) -> int:
