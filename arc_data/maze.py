@@ -9,22 +9,23 @@ remaining wall between two cells is opened with that probability (cycles, so sev
 S is a random open cell; G a random open cell at least `min_path` steps away whose shortest path
 from S is unique (so the marked answer is the only right one). Rating = the path length in steps.
 
-Checks (`first_bad_maze`): the answer equals the question except open cells marked 'o', and the
-marked cells form an S->G path as short as the BFS distance. Augmentation: the 8 dihedral transforms
-(`format.dihedral` numbering), batched; `invert_dihedral_rows` undoes them.
+Kernels (numba: BFS, generator) live in arc_data.puzzle_kernels, imported on first use. The
+builder's check (`first_bad_maze`, a batched level-by-level BFS) is numpy only: the answer equals
+the question except open cells marked 'o', and the marked cells form an S->G path as short as the
+BFS distance. Augmentation: the 8 dihedral transforms (`format.dihedral` numbering), batched;
+`invert_dihedral_rows` undoes them.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from arc_data import format as F
 
 CHARSET = "# SGo"
 WALL, OPEN, START, GOAL, PATH = (ord(c) for c in CHARSET)
 
-# error codes of _check_one -> message
+# first_bad_maze's problems, in the order they are checked
 _PROBLEMS = {
     1: "the question holds 'o' (only the answer marks the path)",
     2: "the question needs exactly one 'S' and one 'G'",
@@ -35,106 +36,73 @@ _PROBLEMS = {
 }
 
 
-@njit(cache=True)
-def _bfs(passable, n, src, dist, queue):
-    """4-neighbour BFS over cells with passable[c] != 0; dist (int64 [n*n]) gets -1 where unreached.
+def batched_bfs(passable: np.ndarray, src: np.ndarray, n: int) -> np.ndarray:
+    """BFS distances (int32 [N, n*n], -1 unreached) of N boards at once, level by level (numpy).
 
-    Returns the number of cells reached; queue[:that] lists them in BFS order."""
-    dist[:] = -1
-    dist[src] = 0
-    head, tail = 0, 1
-    queue[0] = src
-    while head < tail:
-        c = queue[head]
-        head += 1
-        r, k = c // n, c % n
-        for t in range(4):
-            if t == 0:
-                if r == 0:
-                    continue
-                nb = c - n
-            elif t == 1:
-                if r == n - 1:
-                    continue
-                nb = c + n
-            elif t == 2:
-                if k == 0:
-                    continue
-                nb = c - 1
-            else:
-                if k == n - 1:
-                    continue
-                nb = c + 1
-            if passable[nb] != 0 and dist[nb] < 0:
-                dist[nb] = dist[c] + 1
-                queue[tail] = nb
-                tail += 1
-    return tail
+    passable bool [N, n*n]; src int [N]. Work is linear in the cells reached; the Python loop runs
+    once per BFS level (the largest distance in the batch)."""
+    N, C = passable.shape
+    flat = np.ascontiguousarray(passable).reshape(-1)
+    dist = np.full(N * C, -1, np.int32)
+    mark = np.full(N * C, -1, np.int64)
+    front = np.arange(N, dtype=np.int64) * C + np.asarray(src, np.int64)
+    dist[front] = 0
+    level = 0
+    while front.size:
+        level += 1
+        cell = front % C
+        r, k = cell // n, cell % n
+        cand = np.concatenate([front[r > 0] - n, front[r < n - 1] + n, front[k > 0] - 1, front[k < n - 1] + 1])
+        cand = cand[flat[cand] & (dist[cand] < 0)]
+        order = np.arange(cand.size, dtype=np.int64)
+        mark[cand] = order  # duplicates: the last write wins, so keep one copy of each cell
+        cand = cand[mark[cand] == order]
+        dist[cand] = level
+        front = cand
+    return dist.reshape(N, C)
 
 
-@njit(cache=True)
-def _check_one(q, a, n, dist, queue, passable):
-    """0 when (q, a) is a valid question/answer pair, else an error code (_PROBLEMS)."""
-    N = n * n
-    s, g, ns, ng, marked = -1, -1, 0, 0, 0
-    for c in range(N):
-        if q[c] == PATH:
-            return 1
-        if q[c] == START:
-            s = c
-            ns += 1
-        elif q[c] == GOAL:
-            g = c
-            ng += 1
-        if a[c] != q[c] and not (q[c] == OPEN and a[c] == PATH):
-            return 3
-        if a[c] == PATH:
-            marked += 1
-    if ns != 1 or ng != 1:
-        return 2
-    for c in range(N):
-        passable[c] = 1 if q[c] != WALL else 0
-    _bfs(passable, n, s, dist, queue)
-    shortest = dist[g]
-    if shortest < 0:
-        return 4
-    for c in range(N):
-        passable[c] = 1 if (a[c] == PATH or a[c] == START or a[c] == GOAL) else 0
-    _bfs(passable, n, s, dist, queue)
-    if dist[g] != marked + 1:  # a path of marked+1 steps visits every marked cell exactly once
-        return 5
-    if dist[g] != shortest:
-        return 6
-    return 0
+def problem_codes(questions: np.ndarray, answers: np.ndarray, n: int) -> np.ndarray:
+    """int64 [N]: 0 for a valid question/answer pair (CSV bytes [N, n*n]), else its first problem's
+    code (_PROBLEMS, checked in that order).
+
+    Valid: one 'S' and one 'G', no 'o' in the question; the answer equals the question except open
+    cells marked 'o'; the marked cells form one S->G path (a BFS through S, G and the marked cells
+    reaches G in exactly marked+1 steps, so it visits every marked cell once) as short as the BFS
+    distance through all open cells."""
+    q, a = np.asarray(questions, np.uint8), np.asarray(answers, np.uint8)
+    rows = np.arange(q.shape[0])
+    s, g = np.argmax(q == START, axis=1), np.argmax(q == GOAL, axis=1)
+    marked = (a == PATH).sum(axis=1)
+    shortest = batched_bfs(q != WALL, s, n)[rows, g]
+    on_path = batched_bfs((a == PATH) | (a == START) | (a == GOAL), s, n)[rows, g]
+    code = np.zeros(q.shape[0], np.int64)
+    for c, bad in ((6, on_path != shortest), (5, on_path != marked + 1), (4, shortest < 0),
+                   (3, ((a != q) & ~((q == OPEN) & (a == PATH))).any(axis=1)),
+                   (2, ((q == START).sum(axis=1) != 1) | ((q == GOAL).sum(axis=1) != 1)),
+                   (1, (q == PATH).any(axis=1))):
+        code[bad] = c  # later (earlier-listed) checks win
+    return code
 
 
-@njit(cache=True)
-def _first_bad(questions, answers, n):
-    N = n * n
-    dist = np.empty(N, np.int64)
-    queue = np.empty(N, np.int64)
-    passable = np.empty(N, np.uint8)
-    for i in range(questions.shape[0]):
-        code = _check_one(questions[i], answers[i], n, dist, queue, passable)
-        if code:
-            return i, code
-    return -1, 0
-
-
-def first_bad_maze(questions: np.ndarray, answers: np.ndarray, n: int) -> tuple[int, str]:
+def first_bad_maze(questions: np.ndarray, answers: np.ndarray, n: int, chunk: int = 1 << 13) -> tuple[int, str]:
     """(row, problem) of the first invalid question/answer pair (CSV bytes, [N, n*n]), or (-1, "")."""
-    q = np.ascontiguousarray(questions, dtype=np.uint8)
-    a = np.ascontiguousarray(answers, dtype=np.uint8)
-    i, code = _first_bad(q, a, n)
-    return int(i), _PROBLEMS.get(int(code), "")
+    for lo in range(0, np.shape(questions)[0], chunk):
+        code = problem_codes(questions[lo:lo + chunk], answers[lo:lo + chunk], n)
+        if code.any():
+            i = int(np.flatnonzero(code)[0])
+            return lo + i, _PROBLEMS[int(code[i])]
+    return -1, ""
 
 
 def shortest_path_length(board: np.ndarray, n: int) -> int:
     """BFS distance S->G on a board (CSV bytes [n*n]; walls '#'), -1 when unreachable."""
     b = np.asarray(board, dtype=np.uint8).reshape(-1)
     s, g = int(np.flatnonzero(b == START)[0]), int(np.flatnonzero(b == GOAL)[0])
+    from arc_data.puzzle_kernels import maze_bfs
+
     dist = np.empty(n * n, np.int64)
-    _bfs((b != WALL).astype(np.uint8), n, s, dist, np.empty(n * n, np.int64))
+    maze_bfs((b != WALL).astype(np.uint8), n, s, dist, np.empty(n * n, np.int64))
     return int(dist[g])
 
 
@@ -167,134 +135,15 @@ def uniforms_per_maze(n: int) -> int:
     return m * m + 2 * m * (m - 1) + 2
 
 
-@njit(cache=True)
-def _generate_one(n, u, openings, min_path, q, a):
-    """One maze from uniforms u (uniforms_per_maze(n)) into q, a (uint8 [n*n]). Returns the path
-    length, or -1 when no goal at >= min_path steps with a unique shortest path exists."""
-    N = n * n
-    m = (n + 1) // 2
-    q[:] = WALL
-    visited = np.zeros(m * m, np.uint8)
-    stack = np.empty(m * m, np.int64)
-    nbrs = np.empty(4, np.int64)
-    ui = 0
-    top = 0
-    stack[0] = 0
-    visited[0] = 1
-    q[0] = OPEN
-    while top >= 0:
-        cell = stack[top]
-        ci, cj = cell // m, cell % m
-        k = 0
-        if ci > 0 and visited[cell - m] == 0:
-            nbrs[k] = cell - m
-            k += 1
-        if ci < m - 1 and visited[cell + m] == 0:
-            nbrs[k] = cell + m
-            k += 1
-        if cj > 0 and visited[cell - 1] == 0:
-            nbrs[k] = cell - 1
-            k += 1
-        if cj < m - 1 and visited[cell + 1] == 0:
-            nbrs[k] = cell + 1
-            k += 1
-        if k == 0:
-            top -= 1
-            continue
-        nxt = nbrs[min(int(u[ui] * k), k - 1)]
-        ui += 1
-        ni, nj = nxt // m, nxt % m
-        q[(ci + ni) * n + (cj + nj)] = OPEN  # the wall between them (coordinates 2ci+1 etc. halved)
-        q[2 * ni * n + 2 * nj] = OPEN
-        visited[nxt] = 1
-        top += 1
-        stack[top] = nxt
-    ui = m * m
-    for i in range(m):  # walls between horizontal then vertical neighbours, in a fixed order
-        for j in range(m - 1):
-            if u[ui] < openings:
-                q[2 * i * n + 2 * j + 1] = OPEN
-            ui += 1
-    for i in range(m - 1):
-        for j in range(m):
-            if u[ui] < openings:
-                q[(2 * i + 1) * n + 2 * j] = OPEN
-            ui += 1
-    # start: a uniformly drawn open cell
-    num_open = 0
-    for c in range(N):
-        if q[c] == OPEN:
-            num_open += 1
-    pick = min(int(u[ui] * num_open), num_open - 1)
-    ui += 1
-    s = -1
-    for c in range(N):
-        if q[c] == OPEN:
-            if pick == 0:
-                s = c
-                break
-            pick -= 1
-    passable = np.empty(N, np.uint8)
-    for c in range(N):
-        passable[c] = 1 if q[c] != WALL else 0
-    dist = np.empty(N, np.int64)
-    queue = np.empty(N, np.int64)
-    reached = _bfs(passable, n, s, dist, queue)
-    # number of shortest paths (capped at 2), in BFS order
-    ways = np.zeros(N, np.int64)
-    ways[s] = 1
-    for h in range(1, reached):
-        c = queue[h]
-        r, k = c // n, c % n
-        w = 0
-        if r > 0 and dist[c - n] == dist[c] - 1:
-            w += ways[c - n]
-        if r < n - 1 and dist[c + n] == dist[c] - 1:
-            w += ways[c + n]
-        if k > 0 and dist[c - 1] == dist[c] - 1:
-            w += ways[c - 1]
-        if k < n - 1 and dist[c + 1] == dist[c] - 1:
-            w += ways[c + 1]
-        ways[c] = min(w, 2)
-    num_goal = 0
-    for c in range(N):
-        if dist[c] >= min_path and dist[c] > 0 and ways[c] == 1:
-            num_goal += 1
-    if num_goal == 0:
-        return -1
-    pick = min(int(u[ui] * num_goal), num_goal - 1)
-    g = -1
-    for c in range(N):
-        if dist[c] >= min_path and dist[c] > 0 and ways[c] == 1:
-            if pick == 0:
-                g = c
-                break
-            pick -= 1
-    q[s] = START
-    q[g] = GOAL
-    a[:] = q
-    c = g
-    while dist[c] > 1:  # walk back along the unique shortest path
-        r, k = c // n, c % n
-        if r > 0 and dist[c - n] == dist[c] - 1:
-            c = c - n
-        elif r < n - 1 and dist[c + n] == dist[c] - 1:
-            c = c + n
-        elif k > 0 and dist[c - 1] == dist[c] - 1:
-            c = c - 1
-        else:
-            c = c + 1
-        a[c] = PATH
-    return dist[g]
-
-
 def generate(rng: np.random.Generator, n: int, min_path: int = 1, openings: float = 0.0
              ) -> tuple[np.ndarray, np.ndarray, int] | None:
     """One maze (question bytes, answer bytes, path length), or None when this draw has no goal at
     >= min_path steps (the caller retries)."""
     q = np.empty(n * n, np.uint8)
     a = np.empty(n * n, np.uint8)
-    length = _generate_one(n, rng.random(uniforms_per_maze(n)), float(openings), int(min_path), q, a)
+    from arc_data.puzzle_kernels import maze_generate_one
+
+    length = maze_generate_one(n, rng.random(uniforms_per_maze(n)), float(openings), int(min_path), q, a)
     if length < 0:
         return None
     return q, a, int(length)

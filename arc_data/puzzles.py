@@ -37,7 +37,7 @@ from arc_data import maze, sudoku
 from arc_data.errors import ArcDataError
 from arc_data.fsio import atomic_dir, checked_output_dir, dir_size, package_version, progress_bar, save_json
 from arc_data.puzzle_config import AUG_TABLE_FILE, BuildPuzzlesConfig, GeneratePuzzlesConfig
-from arc_data.puzzle_csv import PuzzleCsv, file_sha256, read_puzzle_csv, write_puzzle_csv
+from arc_data.puzzle_csv import PuzzleCsv, read_puzzle_csv, write_puzzle_csv
 
 AUG_CHUNK = 1 << 16  # augmented rows per block
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -97,38 +97,52 @@ def board_of(task: str, csv: PuzzleCsv) -> Board:
 
 
 def encode(csv: PuzzleCsv, rows: np.ndarray, board: Board, check_answers: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Tokens (uint8 [len(rows), n*n]) of the selected CSV rows, after the charset and answer checks."""
+    """Tokens (uint8 [len(rows), n*n]) of the selected CSV rows, after the charset and answer checks.
+
+    When every row is selected the CSV's own arrays are converted in place (no copy of a 3.8M-row
+    file), so `csv` holds tokens afterwards; error messages re-read the file for line numbers.
+    """
+    if rows.size == len(csv):  # rows is arange(len(csv)) (selections are sorted, or a smaller subsample)
+        inputs, labels = csv.questions, csv.answers
+    else:
+        inputs, labels = csv.questions[rows], csv.answers[rows]
     lut = board.lut()
-    q_bytes, a_bytes = csv.questions[rows], csv.answers[rows]
-    inputs, labels = lut[q_bytes], lut[a_bytes]
-    for tok, raw, field in ((inputs, q_bytes, "question"), (labels, a_bytes, "answer")):
-        bad = tok == 255
-        if bad.any():
-            i, c = (int(v) for v in np.argwhere(bad)[0])
-            raise ArcDataError(f"{csv.path}:{csv.line_of(int(rows[i]))}: {field} cell {c} is {chr(raw[i, c])!r}, "
-                               f"outside the {board.task} charset {board.charset()!r}")
-    if check_answers:
-        i, problem = _first_bad_answer(board, q_bytes, a_bytes, inputs, labels)
-        if i >= 0:
-            raise ArcDataError(f"{csv.path}:{csv.line_of(int(rows[i]))}: {problem} (check_answers=false skips "
-                               f"this check)")
+    for lo in range(0, inputs.shape[0], AUG_CHUNK):
+        q_bytes, a_bytes = inputs[lo:lo + AUG_CHUNK], labels[lo:lo + AUG_CHUNK]
+        q_tok, a_tok = lut[q_bytes], lut[a_bytes]
+        for tok, raw, field in ((q_tok, q_bytes, "question"), (a_tok, a_bytes, "answer")):
+            bad = tok == 255
+            if bad.any():
+                i, c = (int(v) for v in np.argwhere(bad)[0])
+                raise ArcDataError(f"{csv.path}:{csv.line_of(int(rows[lo + i]))}: {field} cell {c} is "
+                                   f"{chr(raw[i, c])!r}, outside the {board.task} charset {board.charset()!r}")
+        if check_answers:
+            i, problem = _first_bad_answer(board, q_bytes, a_bytes, q_tok, a_tok)
+            if i >= 0:
+                raise ArcDataError(f"{csv.path}:{csv.line_of(int(rows[lo + i]))}: {problem} "
+                                   f"(check_answers=false skips this check)")
+        q_bytes[:], a_bytes[:] = q_tok, a_tok
     return inputs, labels
 
 
 def _first_bad_answer(board: Board, q_bytes, a_bytes, inputs, labels) -> tuple[int, str]:
     if board.task == "maze":
         return maze.first_bad_maze(q_bytes, a_bytes, board.n)
-    blank = labels == 1
-    if blank.any():
-        return int(np.argwhere(blank)[0][0]), "the answer has a blank cell"
-    clash = (inputs != 1) & (inputs != labels)
-    if clash.any():
-        i, c = (int(v) for v in np.argwhere(clash)[0])
+    blank = (labels == 1).any(axis=1)
+    clash = ((inputs != 1) & (inputs != labels)).any(axis=1)
+    invalid = sudoku.first_invalid_solution(labels - 1, board.n)
+    first = [int(np.flatnonzero(blank)[0]) if blank.any() else -1,
+             int(np.flatnonzero(clash)[0]) if clash.any() else -1, invalid]
+    hits = [i for i in first if i >= 0]
+    if not hits:
+        return -1, ""
+    i = min(hits)
+    if blank[i]:
+        return i, "the answer has a blank cell"
+    if clash[i]:
+        c = int(np.flatnonzero((inputs[i] != 1) & (inputs[i] != labels[i]))[0])
         return i, f"the answer changes the given at cell {c}"
-    i = sudoku.first_invalid_solution(labels - 1, board.n)
-    if i >= 0:
-        return i, "the answer is not a solved sudoku (a row, column or box repeats a digit)"
-    return -1, ""
+    return i, "the answer is not a solved sudoku (a row, column or box repeats a digit)"
 
 
 def _meta(board: Board, num_groups: int) -> dict:
@@ -259,25 +273,26 @@ def build_puzzles(cfg: BuildPuzzlesConfig) -> dict:
     for split in F.SPLITS:
         path, repo = resolve_source(cfg.source, split)
         with bars(None, f"read {split}.csv", "row") as bar:
-            rows = read_puzzle_csv(path, parse_ratings=cfg.min_difficulty is not None, progress=bar.update)
-        b = board_of(cfg.task, rows)
+            table = read_puzzle_csv(path, parse_ratings=cfg.min_difficulty is not None, progress=bar.update)
+        b = board_of(cfg.task, table)
         if board is not None and b != board:
             raise ArcDataError(f"{path}: {b.n}x{b.n} boards, but train.csv holds {board.n}x{board.n}")
         board = b
-        keep = np.arange(len(rows))
+        keep = np.arange(len(table))
         if cfg.min_difficulty is not None:
-            keep = np.flatnonzero(rows.ratings >= cfg.min_difficulty)
+            keep = np.flatnonzero(table.ratings >= cfg.min_difficulty)
             if keep.size == 0:
                 raise ArcDataError(f"{path}: min_difficulty={cfg.min_difficulty} leaves no puzzles "
-                                   f"(largest rating {int(rows.ratings.max())})")
+                                   f"(largest rating {int(table.ratings.max())})")
         if split == "train" and cfg.subsample_size is not None and cfg.subsample_size < keep.size:
             keep = keep[rng.choice(keep.size, size=cfg.subsample_size, replace=False)]
-        inputs, labels = encode(rows, keep, board, cfg.check_answers)
+        inputs, labels = encode(table, keep, board, cfg.check_answers)
+        sources.append({"split": split, "path": str(path), "repo": repo, "sha256": table.sha256,
+                        "rows": len(table), "kept": int(keep.size)})
+        del table  # the byte arrays of a subsampled file are not needed any more
         num_aug = cfg.num_aug if split == "train" else 0
         with bars(keep.size * (num_aug + 1), f"augment {split}", "puzzle") as bar:
             splits[split] = augment(board, inputs, labels, keep, num_aug, rng, bar)
-        sources.append({"split": split, "path": str(path), "repo": repo, "sha256": file_sha256(path),
-                        "rows": len(rows), "kept": int(keep.size)})
     assert board is not None
     counts = {s: {"groups": d.num_groups, "puzzles": d.num_puzzles, "examples": d.num_puzzles}
               for s, d in splits.items()}
