@@ -10,9 +10,11 @@ cells are '#', ' ', 'S', 'G', 'o'. The generators write the same format (`write_
 
 `read_puzzle_csv` returns the boards as uint8 byte arrays [N, L], or raises a one-line
 ArcDataError naming the file and line. Two readers, one result:
-- fast (numpy): the file in 64 MB blocks, rows split at newlines and commas with vectorised
-  searches. It takes plain files only: ASCII, no quotes, LF or CRLF line ends, exactly four fields
-  of the right lengths, integer ratings. The official and generated files are such files.
+- fast: the file in 64 MB blocks, rows split at newlines and commas, with vectorised numpy searches
+  (`_split_block`) or, for files over NUMBA_MIN_BYTES, one numba pass (`_split_block_numba`: on big
+  files it is faster; on small ones numba's start-up does not pay). It takes
+  plain files only: ASCII, no quotes, LF or CRLF line ends, exactly four fields of the right
+  lengths, integer ratings. The official and generated files are such files.
 - the `csv` module, for everything else (quoted fields, odd rows); it also words every error.
 Blank lines are skipped.
 Both fill arrays preallocated at an upper bound of the row count (untouched pages of `np.empty`
@@ -34,6 +36,7 @@ from arc_data.errors import ArcDataError
 HEADER = ["source", "question", "answer", "rating"]
 CHUNK_ROWS = 1 << 16
 BLOCK_BYTES = 1 << 26
+NUMBA_MIN_BYTES = 1 << 25  # files larger than this are split by the numba kernel (its start-up, ~0.85 s, pays)
 
 
 @dataclass
@@ -104,8 +107,12 @@ class _Rows:
         return PuzzleCsv(path, self.q[:n], self.a[:n], None if self.r is None else self.r[:n], sha)
 
 
-def _parse_block(buf: np.ndarray, ratings: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
-    """Rows of a block of whole LF-terminated lines, or None when the block needs the csv module."""
+Split = tuple[np.ndarray, np.ndarray, np.ndarray | None, int]  # question offsets, answer offsets, ratings, width
+
+
+def _split_block(buf: np.ndarray, ratings: bool) -> Split | None:
+    """Rows of a block of whole LF-terminated lines (numpy), or None when it needs the csv module."""
+    empty = (np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64) if ratings else None, 0)
     if (buf >= 128).any() or (buf == ord('"')).any():
         return None
     nl = np.flatnonzero(buf == ord("\n"))
@@ -117,9 +124,9 @@ def _parse_block(buf: np.ndarray, ratings: bool) -> tuple[np.ndarray, np.ndarray
             return None
         ends[np.isin(nl - 1, cr)] -= 1
     keep = ends > starts  # blank lines are skipped (as by the csv reader below)
-    starts, ends, nl = starts[keep], ends[keep], nl[keep]
-    if nl.size == 0:
-        return np.empty((0, 0), np.uint8), np.empty((0, 0), np.uint8), np.empty(0, np.int64) if ratings else None
+    starts, ends = starts[keep], ends[keep]
+    if starts.size == 0:
+        return empty
     commas = np.flatnonzero(buf == ord(","))
     first = np.searchsorted(commas, starts)
     if not (np.searchsorted(commas, ends) - first == 3).all():
@@ -128,13 +135,6 @@ def _parse_block(buf: np.ndarray, ratings: bool) -> tuple[np.ndarray, np.ndarray
     width = int(c2[0] - c1[0] - 1)
     if width < 1 or not ((c2 - c1 - 1 == width) & (c3 - c2 - 1 == width)).all():
         return None
-    cols = np.arange(width)
-    q = np.empty((nl.size, width), np.uint8)
-    a = np.empty_like(q)
-    for lo in range(0, nl.size, CHUNK_ROWS):  # bounded index arrays
-        hi = min(lo + CHUNK_ROWS, nl.size)
-        q[lo:hi] = buf[(c1[lo:hi] + 1)[:, None] + cols]
-        a[lo:hi] = buf[(c2[lo:hi] + 1)[:, None] + cols]
     r = None
     if ratings:
         w = ends - c3 - 1
@@ -147,10 +147,36 @@ def _parse_block(buf: np.ndarray, ratings: bool) -> tuple[np.ndarray, np.ndarray
         if ((digits < 0) | (digits > 9))[used].any():
             return None
         r = (np.where(used, digits, 0) * 10 ** (wmax - 1 - pos)).sum(axis=1)
-    return q, a, r
+    return c1 + 1, c2 + 1, r, width
+
+
+def _split_block_numba(buf: np.ndarray, ratings: bool) -> Split | None:
+    """_split_block in one pass (arc_data.puzzle_kernels.csv_scan): the same rows, or None."""
+    from arc_data.puzzle_kernels import csv_scan
+
+    cap = int(np.count_nonzero(buf == ord("\n"))) + 1
+    q_off, a_off, r = np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.int64)
+    rows, width = csv_scan(buf, q_off, a_off, r, ratings)
+    if rows < 0:
+        return None
+    return q_off[:rows], a_off[:rows], (r[:rows] if ratings else None), max(width, 0)
+
+
+def _gather(buf: np.ndarray, offsets: np.ndarray, width: int, out: np.ndarray, numba: bool) -> None:
+    """out[r] = buf[offsets[r] : offsets[r] + width]."""
+    if numba:
+        from arc_data.puzzle_kernels import gather_rows
+
+        gather_rows(buf, offsets, width, out)
+        return
+    cols = np.arange(width)
+    for lo in range(0, offsets.size, CHUNK_ROWS):  # bounded index arrays
+        out[lo:lo + CHUNK_ROWS] = buf[offsets[lo:lo + CHUNK_ROWS, None] + cols]
 
 
 def _read_fast(path: Path, parse_ratings: bool, progress: Callable[[int], object] | None) -> PuzzleCsv | None:
+    numba = path.stat().st_size > NUMBA_MIN_BYTES
+    split = _split_block_numba if numba else _split_block
     h = hashlib.sha256()
     with open(path, "rb") as f:
         header = f.readline()
@@ -158,35 +184,59 @@ def _read_fast(path: Path, parse_ratings: bool, progress: Callable[[int], object
         if header.decode("utf-8-sig", errors="replace").rstrip("\r\n").split(",") != HEADER:
             return None
         rows: _Rows | None = None
-        carry = b""
+        buf = np.empty(BLOCK_BYTES + 1, np.uint8)  # +1: room for a final LF
+        kept = 0  # bytes of an unfinished line carried to the front of buf
         while True:
-            block = f.read(BLOCK_BYTES)
-            h.update(block)
-            data = carry + block
-            if block:
-                cut = data.rfind(b"\n") + 1
-                chunk, carry = data[:cut], data[cut:]
-            else:
-                chunk, carry = (data + b"\n" if data else b""), b""
-            if chunk:
-                parsed = _parse_block(np.frombuffer(chunk, np.uint8), parse_ratings)
-                if parsed is None:
-                    return None
-                q, a, r = parsed
-                if q.shape[0] == 0:
+            got = f.readinto(memoryview(buf)[kept:-1])
+            h.update(memoryview(buf)[kept:kept + got])
+            total = kept + got
+            if got:
+                cut = _last_newline(buf, total) + 1
+                if cut == 0:  # a line longer than the buffer: grow it
+                    buf = np.concatenate([buf, np.empty(buf.size, np.uint8)])
+                    kept = total
                     continue
-                if rows is None:
-                    rows = _Rows(path, len(header), q.shape[1], parse_ratings)
-                if q.shape[1] != rows.q.shape[1]:
+            else:
+                cut = total
+                if total and buf[total - 1] != ord("\n"):
+                    buf[total] = ord("\n")
+                    cut += 1
+            if cut:
+                block = buf[:cut]
+                found = split(block, parse_ratings)
+                if found is None:
                     return None
-                rows.add(q, a, r)
-                if progress:
-                    progress(q.shape[0])
-            if not block:
+                q_off, a_off, r, width = found
+                if q_off.size:
+                    if rows is None:
+                        rows = _Rows(path, len(header), width, parse_ratings)
+                    if width != rows.q.shape[1]:
+                        return None
+                    lo, hi = rows.count, rows.count + q_off.size
+                    _gather(block, q_off, width, rows.q[lo:hi], numba)
+                    _gather(block, a_off, width, rows.a[lo:hi], numba)
+                    if rows.r is not None:
+                        rows.r[lo:hi] = r
+                    rows.count = hi
+                    if progress:
+                        progress(q_off.size)
+            if not got:
                 break
+            kept = total - cut
+            buf[:kept] = buf[cut:total].copy()
     if rows is None:
         return None
     return rows.result(path, h.hexdigest())
+
+
+def _last_newline(buf: np.ndarray, total: int) -> int:
+    """Index of the last LF in buf[:total], or -1 (looks at the tail first: lines are short)."""
+    for width in (1 << 16, total):
+        lo = max(total - width, 0)
+        hits = np.flatnonzero(buf[lo:total] == ord("\n"))
+        if hits.size:
+            return lo + int(hits[-1])
+    return -1
 
 
 def _to_array(path: Path, texts: list[str], first_row: int, width: int, field: str) -> np.ndarray:

@@ -292,3 +292,126 @@ def maze_generate_one(n, u, openings, min_path, q, a):
             c = c + 1
         a[c] = PATH
     return dist[g]
+
+
+# ---------------------------------------------------------------------------------------------
+# large files: one pass over the CSV bytes, and the Sudoku encode + check in place
+# (numpy references: puzzle_csv._parse_block, and puzzles.encode's numpy path)
+
+
+@njit(cache=True)
+def csv_scan(buf, q_off, a_off, ratings, parse_ratings):
+    """Split a block of whole lines (bytes, LF or CRLF ends) into rows of 4 fields.
+
+    Writes each row's question/answer start offsets (and its rating) and returns (rows, width), or
+    (-1, 0) when the block needs the csv module: a quote, a non-ASCII byte, a stray CR, a row
+    without exactly 3 commas, question/answer lengths that differ, a rating that is not 1-18 digits.
+    Blank lines are skipped.
+    """
+    n = buf.shape[0]
+    i = 0
+    rows = 0
+    width = -1
+    while i < n:
+        start = i
+        commas = 0
+        c1 = c2 = c3 = -1
+        j = i
+        while j < n and buf[j] != 10:
+            b = buf[j]
+            if b >= 128 or b == 34:
+                return -1, 0
+            if b == 13 and not (j + 1 < n and buf[j + 1] == 10):
+                return -1, 0
+            if b == 44:
+                if commas == 0:
+                    c1 = j
+                elif commas == 1:
+                    c2 = j
+                elif commas == 2:
+                    c3 = j
+                commas += 1
+            j += 1
+        end = j
+        if end > start and buf[end - 1] == 13:
+            end -= 1
+        i = j + 1
+        if end == start:
+            continue
+        if commas != 3:
+            return -1, 0
+        qw = c2 - c1 - 1
+        if width < 0:
+            width = qw
+        if qw < 1 or qw != width or c3 - c2 - 1 != width:
+            return -1, 0
+        q_off[rows] = c1 + 1
+        a_off[rows] = c2 + 1
+        if parse_ratings:
+            w = end - c3 - 1
+            if w < 1 or w > 18:
+                return -1, 0
+            v = 0
+            for k in range(c3 + 1, end):
+                d = buf[k] - 48
+                if d < 0 or d > 9:
+                    return -1, 0
+                v = v * 10 + d
+            ratings[rows] = v
+        rows += 1
+    return rows, width
+
+
+@njit(cache=True)
+def gather_rows(buf, offsets, width, out):
+    """out[r, :] = buf[offsets[r] : offsets[r] + width]."""
+    for r in range(offsets.shape[0]):
+        o = offsets[r]
+        for k in range(width):
+            out[r, k] = buf[o + k]
+
+
+@njit(cache=True)
+def sudoku_encode_check(q, a, lut, n, box_of, check):
+    """CSV bytes -> tokens in place (lut: 255 = not allowed), checking each answer when `check`.
+
+    Returns (row, code, cell, byte) of the first problem, or (-1, 0, 0, 0): code 1 question byte not
+    allowed, 2 answer byte not allowed, 3 blank in the answer, 4 the answer changes a given,
+    5 not a solved board. Rows before the bad one are already converted.
+    """
+    N = n * n
+    full = (1 << (n + 1)) - 2
+    units = np.zeros(3 * n, np.int64)
+    qt = np.empty(N, np.uint8)
+    at = np.empty(N, np.uint8)
+    for i in range(q.shape[0]):
+        for c in range(N):
+            x = lut[q[i, c]]
+            if x == 255:
+                return i, 1, c, q[i, c]
+            qt[c] = x
+        for c in range(N):
+            y = lut[a[i, c]]
+            if y == 255:
+                return i, 2, c, a[i, c]
+            at[c] = y
+        if check:
+            units[:] = 0
+            for c in range(N):
+                if at[c] == 1:
+                    return i, 3, c, 0
+            for c in range(N):
+                if qt[c] != 1 and qt[c] != at[c]:
+                    return i, 4, c, 0
+            for c in range(N):
+                bit = 1 << (at[c] - 1)
+                units[c // n] |= bit
+                units[n + c % n] |= bit
+                units[2 * n + box_of[c]] |= bit
+            for u in range(3 * n):
+                if units[u] != full:
+                    return i, 5, 0, 0
+        for c in range(N):
+            q[i, c] = qt[c]
+            a[i, c] = at[c]
+    return -1, 0, 0, 0

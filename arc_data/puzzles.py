@@ -40,8 +40,10 @@ from arc_data.puzzle_config import AUG_TABLE_FILE, BuildPuzzlesConfig, GenerateP
 from arc_data.puzzle_csv import PuzzleCsv, read_puzzle_csv, write_puzzle_csv
 
 AUG_CHUNK = 1 << 16  # augmented rows per block
+NUMBA_MIN_ROWS = 1 << 18  # Sudoku sets with more rows are encoded and checked by one numba kernel
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 SUDOKU_BLANKS = ".0"
+SUDOKU_INVALID = "the answer is not a solved sudoku (a row, column or box repeats a digit)"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -107,22 +109,48 @@ def encode(csv: PuzzleCsv, rows: np.ndarray, board: Board, check_answers: bool) 
     else:
         inputs, labels = csv.questions[rows], csv.answers[rows]
     lut = board.lut()
+    if board.task == "sudoku" and inputs.shape[0] > NUMBA_MIN_ROWS:
+        _encode_sudoku_numba(csv, rows, board, check_answers, inputs, labels, lut)
+        return inputs, labels
     for lo in range(0, inputs.shape[0], AUG_CHUNK):
         q_bytes, a_bytes = inputs[lo:lo + AUG_CHUNK], labels[lo:lo + AUG_CHUNK]
         q_tok, a_tok = lut[q_bytes], lut[a_bytes]
-        for tok, raw, field in ((q_tok, q_bytes, "question"), (a_tok, a_bytes, "answer")):
-            bad = tok == 255
-            if bad.any():
-                i, c = (int(v) for v in np.argwhere(bad)[0])
-                raise ArcDataError(f"{csv.path}:{csv.line_of(int(rows[lo + i]))}: {field} cell {c} is "
-                                   f"{chr(raw[i, c])!r}, outside the {board.task} charset {board.charset()!r}")
+        bad_q, bad_a = (q_tok == 255).any(axis=1), (a_tok == 255).any(axis=1)
+        if bad_q.any() or bad_a.any():
+            i = int(np.flatnonzero(bad_q | bad_a)[0])
+            field, tok, raw = ("question", q_tok, q_bytes) if bad_q[i] else ("answer", a_tok, a_bytes)
+            c = int(np.flatnonzero(tok[i] == 255)[0])
+            raise _charset_error(csv, int(rows[lo + i]), board, field, c, int(raw[i, c]))
         if check_answers:
             i, problem = _first_bad_answer(board, q_bytes, a_bytes, q_tok, a_tok)
             if i >= 0:
-                raise ArcDataError(f"{csv.path}:{csv.line_of(int(rows[lo + i]))}: {problem} "
-                                   f"(check_answers=false skips this check)")
+                raise _answer_error(csv, int(rows[lo + i]), problem)
         q_bytes[:], a_bytes[:] = q_tok, a_tok
     return inputs, labels
+
+
+def _charset_error(csv: PuzzleCsv, row: int, board: Board, field: str, cell: int, byte: int) -> ArcDataError:
+    return ArcDataError(f"{csv.path}:{csv.line_of(row)}: {field} cell {cell} is {chr(byte)!r}, outside the "
+                        f"{board.task} charset {board.charset()!r}")
+
+
+def _answer_error(csv: PuzzleCsv, row: int, problem: str) -> ArcDataError:
+    return ArcDataError(f"{csv.path}:{csv.line_of(row)}: {problem} (check_answers=false skips this check)")
+
+
+def _encode_sudoku_numba(csv: PuzzleCsv, rows: np.ndarray, board: Board, check: bool, inputs: np.ndarray,
+                         labels: np.ndarray, lut: np.ndarray) -> None:
+    """The numpy loop above in one pass per row (arc_data.puzzle_kernels.sudoku_encode_check)."""
+    from arc_data.puzzle_kernels import sudoku_encode_check
+
+    i, code, cell, byte = sudoku_encode_check(inputs, labels, lut, board.n, sudoku.box_index(board.n), check)
+    if i < 0:
+        return
+    row = int(rows[i])
+    if code in (1, 2):
+        raise _charset_error(csv, row, board, "question" if code == 1 else "answer", int(cell), int(byte))
+    raise _answer_error(csv, row, {3: "the answer has a blank cell", 4: f"the answer changes the given at cell {cell}",
+                                   5: SUDOKU_INVALID}[int(code)])
 
 
 def _first_bad_answer(board: Board, q_bytes, a_bytes, inputs, labels) -> tuple[int, str]:
@@ -142,7 +170,7 @@ def _first_bad_answer(board: Board, q_bytes, a_bytes, inputs, labels) -> tuple[i
     if clash[i]:
         c = int(np.flatnonzero((inputs[i] != 1) & (inputs[i] != labels[i]))[0])
         return i, f"the answer changes the given at cell {c}"
-    return i, "the answer is not a solved sudoku (a row, column or box repeats a digit)"
+    return i, SUDOKU_INVALID
 
 
 def _meta(board: Board, num_groups: int) -> dict:

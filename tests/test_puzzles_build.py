@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from arc_data import format as F
+from arc_data import puzzle_csv, puzzles
 from arc_data.dataset import open_split, task_kind
 from arc_data.errors import ArcDataError
 from arc_data.puzzle_config import BuildPuzzlesConfig, GeneratePuzzlesConfig
@@ -42,7 +43,11 @@ SUDOKU_TOK = {".": 1, "0": 1, **{str(d): d + 1 for d in range(1, 10)}}
 MAZE_TOK = {"#": 1, " ": 2, "S": 3, "G": 4, "o": 5}
 
 
-def test_sudoku_layout_matches_hand_written(tmp_path):
+@pytest.mark.parametrize("kernel", ["numpy", "numba"])
+def test_sudoku_layout_matches_hand_written(tmp_path, monkeypatch, kernel):
+    if kernel == "numba":
+        monkeypatch.setattr(puzzle_csv, "NUMBA_MIN_BYTES", -1)
+        monkeypatch.setattr(puzzles, "NUMBA_MIN_ROWS", -1)
     src = write_csvs(tmp_path / "csv", SUDOKU_TRAIN, SUDOKU_TEST)
     out = tmp_path / "ds"
     build(src, out)
@@ -199,8 +204,12 @@ BAD_SUDOKU = [
 ]
 
 
+@pytest.mark.parametrize("kernel", ["numpy", "numba"])
 @pytest.mark.parametrize("case,train,pattern", BAD_SUDOKU, ids=[c[0] for c in BAD_SUDOKU])
-def test_bad_sudoku_csv(tmp_path, capsys, case, train, pattern):
+def test_bad_sudoku_csv(tmp_path, capsys, monkeypatch, case, train, pattern, kernel):
+    if kernel == "numba":  # the big-file paths: one-pass CSV split and sudoku encode + check
+        monkeypatch.setattr(puzzle_csv, "NUMBA_MIN_BYTES", -1)
+        monkeypatch.setattr(puzzles, "NUMBA_MIN_ROWS", -1)
     src = write_csvs(tmp_path / "csv", train, SUDOKU_TEST)
     _refused(tmp_path, capsys, ["task=sudoku", f"source={src}"], pattern)
 

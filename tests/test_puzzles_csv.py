@@ -15,7 +15,13 @@ HEADER = "source,question,answer,rating"
 
 
 def _both(path, parse_ratings=True):
+    """(fast reader with numpy splitting, the same with the numba kernel, the csv module)."""
     fast = P._read_fast(path, parse_ratings, None)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(P, "NUMBA_MIN_BYTES", -1)
+        fast_numba = P._read_fast(path, parse_ratings, None)
+    assert (fast is None) == (fast_numba is None)
+    assert fast is None or _same(fast, fast_numba)
     slow = P._read_csv_module(path, parse_ratings, None)
     return fast, slow
 
