@@ -154,9 +154,7 @@ def _split_block_numba(buf: np.ndarray, ratings: bool) -> Split | None:
     """_split_block in one pass (arc_data.puzzle_kernels.csv_scan): the same rows, or None."""
     from arc_data.puzzle_kernels import csv_scan
 
-    cap = int(np.count_nonzero(buf == ord("\n"))) + 1
-    q_off, a_off, r = np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.int64)
-    rows, width = csv_scan(buf, q_off, a_off, r, ratings)
+    rows, width, q_off, a_off, r = csv_scan(buf, ratings)
     if rows < 0:
         return None
     return q_off[:rows], a_off[:rows], (r[:rows] if ratings else None), max(width, 0)

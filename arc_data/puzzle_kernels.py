@@ -300,14 +300,21 @@ def maze_generate_one(n, u, openings, min_path, q, a):
 
 
 @njit(cache=True)
-def csv_scan(buf, q_off, a_off, ratings, parse_ratings):
+def csv_scan(buf, parse_ratings):
     """Split a block of whole lines (bytes, LF or CRLF ends) into rows of 4 fields.
 
-    Writes each row's question/answer start offsets (and its rating) and returns (rows, width), or
-    (-1, 0) when the block needs the csv module: a quote, a non-ASCII byte, a stray CR, a row
-    without exactly 3 commas, question/answer lengths that differ, a rating that is not 1-18 digits.
-    Blank lines are skipped.
+    Returns (rows, width, question offsets, answer offsets, ratings) (the arrays hold `rows` valid
+    entries), or rows = -1 when the block needs the csv module: a quote, a non-ASCII byte, a stray
+    CR, a row without exactly 3 commas, question/answer lengths that differ, a rating that is not
+    1-18 digits. Blank lines are skipped.
     """
+    cap = 1
+    for j in range(buf.shape[0]):
+        if buf[j] == 10:
+            cap += 1
+    q_off = np.empty(cap, np.int64)
+    a_off = np.empty(cap, np.int64)
+    ratings = np.zeros(cap if parse_ratings else 0, np.int64)
     n = buf.shape[0]
     i = 0
     rows = 0
@@ -320,9 +327,9 @@ def csv_scan(buf, q_off, a_off, ratings, parse_ratings):
         while j < n and buf[j] != 10:
             b = buf[j]
             if b >= 128 or b == 34:
-                return -1, 0
+                return -1, 0, q_off, a_off, ratings
             if b == 13 and not (j + 1 < n and buf[j + 1] == 10):
-                return -1, 0
+                return -1, 0, q_off, a_off, ratings
             if b == 44:
                 if commas == 0:
                     c1 = j
@@ -339,27 +346,27 @@ def csv_scan(buf, q_off, a_off, ratings, parse_ratings):
         if end == start:
             continue
         if commas != 3:
-            return -1, 0
+            return -1, 0, q_off, a_off, ratings
         qw = c2 - c1 - 1
         if width < 0:
             width = qw
         if qw < 1 or qw != width or c3 - c2 - 1 != width:
-            return -1, 0
+            return -1, 0, q_off, a_off, ratings
         q_off[rows] = c1 + 1
         a_off[rows] = c2 + 1
         if parse_ratings:
             w = end - c3 - 1
             if w < 1 or w > 18:
-                return -1, 0
+                return -1, 0, q_off, a_off, ratings
             v = 0
             for k in range(c3 + 1, end):
                 d = buf[k] - 48
                 if d < 0 or d > 9:
-                    return -1, 0
+                    return -1, 0, q_off, a_off, ratings
                 v = v * 10 + d
             ratings[rows] = v
         rows += 1
-    return rows, width
+    return rows, width, q_off, a_off, ratings
 
 
 @njit(cache=True)
@@ -415,3 +422,21 @@ def sudoku_encode_check(q, a, lut, n, box_of, check):
             q[i, c] = qt[c]
             a[i, c] = at[c]
     return -1, 0, 0, 0
+
+
+@njit(cache=True)
+def sudoku_augment(src_q, src_a, src_row, digit_map, transpose, row_perm, col_perm, n, out_q, out_a):
+    """out_q[p], out_a[p] = augmentation p of the token rows src_q/src_a[src_row[p]] (PAD 0 and blank 1
+    stay, digit token d+1 -> digit_map[p, d] + 1). arc_data.sudoku.apply_augs is the numpy
+    reference: new cell i takes old cell row_perm[r]*n + col_perm[c] of the (transposed) board."""
+    N = n * n
+    for p in range(out_q.shape[0]):
+        s = src_row[p]
+        for i in range(N):
+            old = row_perm[p, i // n] * n + col_perm[p, i % n]
+            if transpose[p]:
+                old = (old % n) * n + old // n
+            v = src_q[s, old]
+            out_q[p, i] = digit_map[p, v - 1] + 1 if v >= 2 else v
+            v = src_a[s, old]
+            out_a[p, i] = digit_map[p, v - 1] + 1 if v >= 2 else v

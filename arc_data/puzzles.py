@@ -227,8 +227,11 @@ def augment(board: Board, inputs: np.ndarray, labels: np.ndarray, source_rows: n
         src = moved // k
         if board.task == "sudoku":
             augs = sudoku.random_augs(rng, board.n, moved.size)  # one uniform block per row: chunk-independent
-            out_in[moved] = sudoku.apply_augs(inputs[src], augs, offset=1)
-            out_lab[moved] = sudoku.apply_augs(labels[src], augs, offset=1)
+            if total > NUMBA_MIN_ROWS:
+                out_in[moved], out_lab[moved] = _augment_numba(inputs, labels, src, augs, board.n)
+            else:
+                both = sudoku.apply_augs(np.concatenate([inputs[src], labels[src]], axis=1), augs, offset=1)
+                out_in[moved], out_lab[moved] = both[:, :board.seq_len], both[:, board.seq_len:]
             for name in ("digit_map", "transpose", "row_perm", "col_perm"):
                 table[name][moved] = getattr(augs, name)
         else:
@@ -238,6 +241,18 @@ def augment(board: Board, inputs: np.ndarray, labels: np.ndarray, source_rows: n
             table["dihedral"][moved] = tids
         bar.update(r.size)
     return SplitData(out_in, out_lab, k, table)
+
+
+def _augment_numba(inputs: np.ndarray, labels: np.ndarray, src: np.ndarray, augs: sudoku.SudokuAugs,
+                   n: int) -> tuple[np.ndarray, np.ndarray]:
+    """sudoku.apply_augs(x[src], augs, offset=1) for inputs and labels in one numba pass."""
+    from arc_data.puzzle_kernels import sudoku_augment
+
+    out_q = np.empty((src.size, inputs.shape[1]), np.uint8)
+    out_a = np.empty_like(out_q)
+    sudoku_augment(np.ascontiguousarray(inputs), np.ascontiguousarray(labels), src.astype(np.int64), augs.digit_map,
+                   augs.transpose, augs.row_perm.astype(np.int64), augs.col_perm.astype(np.int64), n, out_q, out_a)
+    return out_q, out_a
 
 
 def _identity_table(board: Board, count: int) -> dict[str, np.ndarray]:

@@ -247,18 +247,32 @@ def random_augs(rng: np.random.Generator, n: int, count: int) -> SudokuAugs:
 
 
 def _map_values(x: np.ndarray, table: np.ndarray, offset: int) -> np.ndarray:
-    """Per row p: values v in [offset, offset+n] -> table[p, v-offset] + offset; others unchanged."""
+    """Per row p: values v in [offset, offset+n] -> table[p, v-offset] + offset; others unchanged.
+
+    One gather through a per-row lookup table over the values present (non-negative integers)."""
     n = table.shape[1] - 1
-    y = x.astype(np.int64) - offset
-    ok = (y >= 0) & (y <= n)
-    mapped = np.take_along_axis(table.astype(np.int64), np.clip(y, 0, n), axis=1) + offset
-    return np.where(ok, mapped, x).astype(x.dtype)
+    top = max(int(x.max()) if x.size else 0, offset + n)
+    lut = np.broadcast_to(np.arange(top + 1, dtype=np.int64), (x.shape[0], top + 1)).copy()
+    lut[:, offset:offset + n + 1] = table.astype(np.int64) + offset
+    flat = x.astype(np.int64) + (np.arange(x.shape[0], dtype=np.int64) * (top + 1))[:, None]
+    return lut.reshape(-1)[flat].astype(x.dtype)
+
+
+def _perm_for(x: np.ndarray, augs: SudokuAugs) -> np.ndarray:
+    """Cell permutation for rows of k boards side by side (x [P, k*n*n]): the same one on each board."""
+    cells = augs.size ** 2
+    k = x.shape[1] // cells
+    if k * cells != x.shape[1] or k < 1:
+        raise ValueError(f"rows of {x.shape[1]} values are not whole {augs.size}x{augs.size} boards")
+    perm = augs.cell_perm()
+    return perm if k == 1 else np.concatenate([perm + j * cells for j in range(k)], axis=1)
 
 
 def apply_augs(x: np.ndarray, augs: SudokuAugs, offset: int = 0) -> np.ndarray:
-    """Augment boards x [P, n*n] (digits, or tokens with offset=1) row by row."""
+    """Augment boards row by row: x [P, k*n*n] holds k boards per row (e.g. input and label side by
+    side), digits (offset 0) or tokens (offset 1, PAD 0 untouched); values must be >= 0."""
     x = np.asarray(x)
-    moved = np.take_along_axis(x, augs.cell_perm(), axis=1)
+    moved = np.take_along_axis(x, _perm_for(x, augs), axis=1)
     return _map_values(moved, augs.digit_map, offset)
 
 
@@ -270,5 +284,5 @@ def invert_augs(x: np.ndarray, augs: SudokuAugs, offset: int = 0) -> np.ndarray:
         np.arange(augs.size + 1, dtype=augs.digit_map.dtype), augs.digit_map.shape), axis=1)
     y = _map_values(x, inv_digits, offset)
     out = np.empty_like(y)
-    np.put_along_axis(out, augs.cell_perm(), y, axis=1)
+    np.put_along_axis(out, _perm_for(x, augs), y, axis=1)
     return out
