@@ -234,7 +234,6 @@ def check_augmented(task: str, csv_dir: Path, out: Path) -> list[tuple[str, bool
     from arc_data.puzzles import load_table, sudoku_augs
 
     split = open_split(out, "train")
-    x, y = split.examples(np.arange(split.num_examples))
     table = load_table(out / "train")
     src = read_puzzle_csv(csv_dir / "train.csv")
     rows = table["source_row"]
@@ -244,34 +243,47 @@ def check_augmented(task: str, csv_dir: Path, out: Path) -> list[tuple[str, bool
     checks = [(f"{task} {n}x{n}: groups of 1 + {k - 1} augmentations of one distinct CSV puzzle each",
                bool((np.diff(split.group_indices) == k).all() and (groups == groups[:, :1]).all()
                     and len(np.unique(groups[:, 0])) == len(groups)), f"{split.num_groups:,} groups")]
+    ok = {"valid": True, "agree": True, "forward": True, "back": True}
+    bad_row, bad_problem = -1, ""
+    digit = np.zeros(256, np.uint8)
+    digit[np.frombuffer(b".0123456789", np.uint8)] = [0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+    chars = np.frombuffer(b"\0" + maze.CHARSET.encode(), np.uint8)
+    for lo in range(0, split.num_examples, 1 << 16):  # chunks: a published-size build has 1M puzzles
+        idx = np.arange(lo, min(lo + (1 << 16), split.num_examples))
+        x, y = split.examples(idx)
+        r = rows[idx]
+        if task == "sudoku":
+            q0, a0 = digit[src.questions[r]], digit[src.answers[r]]
+            qd, ad = x.astype(np.int64) - 1, y.astype(np.int64) - 1  # tokens -> digits (blank 0)
+            augs = sudoku_augs(table, idx)
+            ok["valid"] &= sudoku.first_invalid_solution(ad, n) == -1
+            ok["agree"] &= bool(((qd == 0) | (qd == ad)).all())
+            ok["forward"] &= (np.array_equal(sudoku.apply_augs(q0, augs), qd)
+                              and np.array_equal(sudoku.apply_augs(a0, augs), ad))
+            ok["back"] &= (np.array_equal(sudoku.invert_augs(qd, augs), q0)
+                           and np.array_equal(sudoku.invert_augs(ad, augs), a0))
+        else:
+            qb, ab = chars[x], chars[y]
+            i, problem = maze.first_bad_maze(qb, ab, n)
+            if i >= 0 and bad_row < 0:
+                bad_row, bad_problem = lo + i, problem
+            tids = table["dihedral"][idx]
+            ok["forward"] &= np.array_equal(maze.apply_dihedral_rows(src.questions[r], tids, n), qb)
+            ok["back"] &= np.array_equal(maze.invert_dihedral_rows(ab, tids, n), src.answers[r])
+    total = f"{split.num_examples:,} puzzles"
     if task == "sudoku":
-        digit = np.zeros(256, np.uint8)
-        digit[np.frombuffer(b".0123456789", np.uint8)] = [0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
-        q0, a0 = digit[src.questions[rows]], digit[src.answers[rows]]
-        qd, ad = x.astype(np.int64) - 1, y.astype(np.int64) - 1  # tokens -> digits (blank 0)
-        valid = sudoku.first_invalid_solution(ad, n) == -1
-        agree = bool(((qd == 0) | (qd == ad)).all())
-        augs = sudoku_augs(table)
-        forward = np.array_equal(sudoku.apply_augs(q0, augs), qd) and np.array_equal(sudoku.apply_augs(a0, augs), ad)
-        back = np.array_equal(sudoku.invert_augs(qd, augs), q0) and np.array_equal(sudoku.invert_augs(ad, augs), a0)
         checks += [
-            (f"sudoku {n}x{n}: every solution is a solved board", valid, f"{len(ad):,} puzzles"),
-            (f"sudoku {n}x{n}: every solution agrees with its givens", agree, ""),
-            (f"sudoku {n}x{n}: table maps each CSV original onto its row", forward, "apply_augs"),
-            (f"sudoku {n}x{n}: inverse maps each row back to its CSV original", back, "invert_augs"),
+            (f"sudoku {n}x{n}: every solution is a solved board", ok["valid"], total),
+            (f"sudoku {n}x{n}: every solution agrees with its givens", ok["agree"], total),
+            (f"sudoku {n}x{n}: table maps each CSV original onto its row", ok["forward"], "apply_augs"),
+            (f"sudoku {n}x{n}: inverse maps each row back to its CSV original", ok["back"], "invert_augs"),
         ]
     else:
-        chars = np.frombuffer(b"\0" + maze.CHARSET.encode(), np.uint8)
-        qb, ab = chars[x], chars[y]
-        bad, problem = maze.first_bad_maze(qb, ab, n)
-        tids = table["dihedral"]
-        forward = np.array_equal(maze.apply_dihedral_rows(src.questions[rows], tids, n), qb)
-        back = np.array_equal(maze.invert_dihedral_rows(ab, tids, n), src.answers[rows])
         checks += [
-            (f"maze {n}x{n}: every marked path is a shortest S->G path (BFS)", bad == -1,
-             f"{len(qb):,} mazes" + (f"; row {bad}: {problem}" if bad >= 0 else "")),
-            (f"maze {n}x{n}: table maps each CSV original onto its row", forward, "apply_dihedral_rows"),
-            (f"maze {n}x{n}: inverse maps each row back to its CSV original", back, "invert_dihedral_rows"),
+            (f"maze {n}x{n}: every marked path is a shortest S->G path (BFS)", bad_row < 0,
+             total + (f"; row {bad_row}: {bad_problem}" if bad_row >= 0 else "")),
+            (f"maze {n}x{n}: table maps each CSV original onto its row", ok["forward"], "apply_dihedral_rows"),
+            (f"maze {n}x{n}: inverse maps each row back to its CSV original", ok["back"], "invert_dihedral_rows"),
         ]
     return checks
 
@@ -357,8 +369,9 @@ def warm_numba_cache(csv_dir: Path, out: Path) -> None:
     shutil.rmtree(out)
 
 
-def timing(ref_dir: Path, work: Path, quick: bool) -> list[list[str]]:
-    rows = []
+def timing(ref_dir: Path, work: Path, quick: bool) -> tuple[list[list[str]], list[tuple[str, bool, str]]]:
+    """The timing table, and the validity checks of our augmented outputs at these sizes."""
+    rows, checks = [], []
     warm_numba_cache(work / "csv-sudoku9", work / "warm")
     base_s, base_m = work / "time-base-sudoku", work / "time-base-maze"
     generate_csvs(base_s, "sudoku", 9, 200 if quick else 2000, 50 if quick else 500, seed=6)
@@ -379,6 +392,8 @@ def timing(ref_dir: Path, work: Path, quick: bool) -> list[list[str]]:
                    for who, out in outs.items()}
         if puzzles["HRM"] != puzzles["ours"]:
             raise RuntimeError(f"{name}: HRM wrote {puzzles['HRM']} puzzles, we wrote {puzzles['ours']}")
+        if num_aug:
+            checks += [(f"{name}: {c}", ok, d) for c, ok, d in check_augmented(task, csv_dir, outs["ours"])]
         for out in outs.values():
             shutil.rmtree(out)
         rows.append([name, f"{n_train:,}/{n_test:,}", f"{puzzles['ours']:,}",
@@ -386,7 +401,7 @@ def timing(ref_dir: Path, work: Path, quick: bool) -> list[list[str]]:
                      f"{res['ours']['wall']:.1f} ({res['ours']['build']:.1f})",
                      f"{res['HRM']['wall'] / res['ours']['wall']:.1f}x",
                      f"{res['HRM']['peak_mb']:,.0f}", f"{res['ours']['peak_mb']:,.0f}"])
-    return rows
+    return rows, checks
 
 
 def print_table(header: list[str], rows: list[list[str]]) -> None:
@@ -438,7 +453,12 @@ def main(argv: list[str] | None = None) -> int:
         for name, ok, detail in checks:
             print(f"{name:<{width}}  {'ok  ' if ok else 'DIFF'}  {detail}")
         if not args.no_timing:
-            rows = timing(ref_dir, work, args.quick)
+            rows, big_checks = timing(ref_dir, work, args.quick)
+            checks += big_checks
+            print("\n# validity of every augmented puzzle of our builds at these sizes")
+            w2 = max(len(c[0]) for c in big_checks)
+            for name, ok, detail in big_checks:
+                print(f"{name:<{w2}}  {'ok  ' if ok else 'DIFF'}  {detail}")
             print(f"\n# timing: HRM's builder vs ours, each in its own process; s = wall incl. interpreter start "
                   f"and imports (build call alone); speed-up of wall; peak RSS MB; {os.cpu_count()} CPUs")
             print_table(["setup", "CSV rows train/test", "puzzles written", "HRM s", "ours s", "speed-up",
