@@ -1,7 +1,7 @@
 """The puzzle CSV format of sapientinc/sudoku-extreme and sapientinc/maze-30x30-hard-1k.
 
     source,question,answer,rating
-    puzzles0_kaggle,..3.2.6..9..3.5..1...,483921657967345821...,0
+    generated-sudoku-4x4,1.3.....2...4..1,1234341221434321,5       (a 4x4 board: 16 characters)
 
 One puzzle per row: `question` and `answer` are the board, row-major, one character per cell (all
 rows of a file the same length); `source` is free text; `rating` an integer difficulty (Sudoku:

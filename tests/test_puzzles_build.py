@@ -250,7 +250,8 @@ def test_bad_sources_and_options(tmp_path, capsys):
     _refused(tmp_path, capsys, ["task=sudoku", f"source={tmp_path / 'nope' / 'x' / 'y'}"], "neither a folder nor")
     # a dataset repository id with no network (tests run with HF_HUB_OFFLINE=1)
     _refused(tmp_path, capsys, ["task=sudoku", "source=sapientinc/sudoku-extreme-not-cached"],
-             "could not download train.csv from the dataset repository sapientinc/sudoku-extreme-not-cached")
+             "could not download train.csv from the dataset repository sapientinc/sudoku-extreme-not-cached"
+             "|sapientinc/sudoku-extreme-not-cached is not a folder, and huggingface_hub is not installed")
     _refused(tmp_path, capsys, ["task=maze", f"source={src}", "num_aug=3"], "num_aug: maze takes 0 or 7")
     _refused(tmp_path, capsys, ["task=chess", f"source={src}"], "task: expected one of sudoku, maze")
     _refused(tmp_path, capsys, ["task=sudoku", f"source={src}", "subsample_size=0"], "subsample_size: must be >= 1")
@@ -322,3 +323,18 @@ def test_numba_and_numpy_paths_write_the_same_bytes(tmp_path, monkeypatch):
     monkeypatch.setattr(puzzles, "NUMBA_MIN_ROWS", -1)
     build(src, tmp_path / "numba", num_aug=20, subsample_size=5, seed=7)
     assert _arrays(tmp_path / "numpy") == _arrays(tmp_path / "numba")
+
+
+def test_repository_id_downloads_with_huggingface_hub(tmp_path, monkeypatch):
+    hub = pytest.importorskip("huggingface_hub")
+    src = write_csvs(tmp_path / "cache", SUDOKU_TRAIN, SUDOKU_TEST)
+    calls = []
+
+    def fake_download(repo_id, filename, repo_type=None, **kw):
+        calls.append((repo_id, filename, repo_type))
+        return str(src / filename)
+
+    monkeypatch.setattr(hub, "hf_hub_download", fake_download)
+    man = build(Path("owner/some-puzzles"), tmp_path / "ds")
+    assert calls == [("owner/some-puzzles", "train.csv", "dataset"), ("owner/some-puzzles", "test.csv", "dataset")]
+    assert man["sources"][0]["repo"] == "owner/some-puzzles" and open_split(tmp_path / "ds", "train").num_examples == 2
