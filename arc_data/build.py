@@ -17,7 +17,7 @@ import numpy as np
 
 from arc_data import format as F
 from arc_data.errors import ArcDataError
-from arc_data.fsio import atomic_dir, checked_output_dir, dir_size, package_version, save_json
+from arc_data.fsio import atomic_dir, checked_output_dir, dir_size, package_version, progress_bar, save_json
 from arc_data.kernels import encode_examples_parallel
 from arc_data.plan import Plan, SplitPlan, make_plan, resolve_examples
 from arc_data.sources import EVAL_SUBSET, SourceInfo, load_sources
@@ -147,12 +147,9 @@ def write_dataset(plan: Plan, tmp: Path, materialize: bool, manifest: dict, bar_
 
 
 def _bar_factory(enabled: bool):
-    """tqdm progress bars on stderr (disabled bars are no-ops)."""
-    from tqdm import tqdm
-
-    return lambda total, desc: tqdm(total=total, desc=f"build-arc {desc}", unit="ex" if desc == "encode"
-                                    else "task", unit_scale=True, file=sys.stderr, dynamic_ncols=True,
-                                    disable=not enabled)
+    """tqdm progress bars on stderr (disabled bars are no-ops): examples for "encode", else tasks."""
+    bars = progress_bar(enabled, "build-arc")
+    return lambda total, desc: bars(total, desc, "ex" if desc == "encode" else "task")
 
 
 def build(cfg: BuildConfig) -> BuildSummary:

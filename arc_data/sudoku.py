@@ -105,11 +105,6 @@ def count_solutions_reference(board: np.ndarray, limit: int = 2) -> tuple[int, n
     return len(found), first
 
 
-def rating(board: np.ndarray) -> int:
-    """Backtracks of the exhaustive (limit 2) search: the generator's difficulty rating."""
-    return count_solutions(board, 2)[1]
-
-
 # ---------------------------------------------------------------------------------------------
 # generator
 
