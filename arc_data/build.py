@@ -8,9 +8,6 @@ place at the end, so a failed or killed build never leaves a half-written `outpu
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -20,8 +17,8 @@ import numpy as np
 
 from arc_data import format as F
 from arc_data.errors import ArcDataError
+from arc_data.fsio import atomic_dir, checked_output_dir, dir_size, package_version, progress_bar, save_json
 from arc_data.kernels import encode_examples_parallel
-from arc_data.paths import check_output_dir, check_replaceable, remove_stale_tmp
 from arc_data.plan import Plan, SplitPlan, make_plan, resolve_examples
 from arc_data.sources import EVAL_SUBSET, SOURCE_NAMES, SourceInfo, load_sources
 
@@ -71,29 +68,8 @@ class BuildSummary:
     short_groups: dict[str, int]
 
 
-def package_version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("hrm-deeploop")
-    except Exception:  # not installed (a source checkout): read pyproject.toml
-        try:
-            import tomllib
-
-            pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
-            return tomllib.loads(pyproject.read_text())["project"]["version"] + "+src"
-        except (OSError, KeyError, ImportError, ValueError):
-            return "unknown"
-
-
 # ---------------------------------------------------------------------------------------------
 # writing
-
-
-def _save_json(path: Path, obj: object, indent: int | None = 2) -> None:
-    with open(path, "w") as f:
-        json.dump(obj, f, indent=indent)
-        f.write("\n")
 
 
 def split_meta(sp: SplitPlan, num_ids: int) -> dict:
@@ -165,7 +141,7 @@ def write_dataset(plan: Plan, tmp: Path, materialize: bool, manifest: dict, bar_
         colour_map=plan.colour_map,
         task_names=np.array([t.name for t in plan.tasks], dtype=str),
     )
-    _save_json(tmp / F.IDENTIFIERS_FILE, plan.identifiers(), indent=None)
+    save_json(tmp / F.IDENTIFIERS_FILE, plan.identifiers(), indent=None)
     if not materialize:
         g = plan.grids
         np.savez(tmp / F.GRIDS_FILE, cells=g.cells, grid_offset=g.offset, grid_shape=g.shape,
@@ -184,47 +160,20 @@ def write_dataset(plan: Plan, tmp: Path, materialize: bool, manifest: dict, bar_
                 np.save(d / F.PLAN_GROUP_PAIRS_FILE, sp.group_pairs)
                 np.save(d / F.PLAN_GROUP_PAIR_INDICES_FILE, sp.group_pair_indices)
                 np.save(d / F.PLAN_OFFSETS_FILE, sp.offsets)
-            _save_json(d / F.META_FILE, split_meta(sp, plan.num_ids))
-    _save_json(tmp / F.MANIFEST_FILE, manifest)  # last: its presence marks a complete build
-
-
-def _dir_size(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+            save_json(d / F.META_FILE, split_meta(sp, plan.num_ids))
+    save_json(tmp / F.MANIFEST_FILE, manifest)  # last: its presence marks a complete build
 
 
 def _bar_factory(enabled: bool):
-    """tqdm progress bars on stderr (disabled bars are no-ops)."""
-    from tqdm import tqdm
-
-    return lambda total, desc: tqdm(total=total, desc=f"build-arc {desc}", unit="ex" if desc == "encode"
-                                    else "task", unit_scale=True, file=sys.stderr, dynamic_ncols=True,
-                                    disable=not enabled)
-
-
-def _fsync_tree(root: Path) -> None:
-    """fsync every file under `root`, then the folders (their entries), deepest first."""
-    dirs = [root]
-    for path in sorted(root.rglob("*")):
-        if path.is_dir():
-            dirs.append(path)
-        else:
-            with open(path, "rb") as f:
-                os.fsync(f.fileno())
-    for d in sorted(dirs, key=lambda p: len(p.parts), reverse=True):
-        fd = os.open(d, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    """tqdm progress bars on stderr (disabled bars are no-ops): examples for "encode", else tasks."""
+    bars = progress_bar(enabled, "build-arc")
+    return lambda total, desc: bars(total, desc, "ex" if desc == "encode" else "task")
 
 
 def build(cfg: BuildConfig) -> BuildSummary:
     t0 = time.perf_counter()
-    out = check_output_dir(cfg.output_dir, [s for s in cfg.sources if s not in SOURCE_NAMES])
-    if out.exists() and not cfg.overwrite:
-        raise ArcDataError(f"{out}: output_dir exists (pass overwrite=true to replace it)")
-    if cfg.overwrite:
-        check_replaceable(out, F.MANIFEST_FILE, "build-arc")
+    out = checked_output_dir(cfg.output_dir, cfg.overwrite, [s for s in cfg.sources if s not in SOURCE_NAMES],
+                             marker=F.MANIFEST_FILE, writer="build-arc")
 
     tasks, infos = load_sources(list(cfg.sources), cfg.eval_name, require_outputs=True)
     for note in (n for info in infos for n in info.skipped):
@@ -244,24 +193,8 @@ def build(cfg: BuildConfig) -> BuildSummary:
     }
     manifest = manifest_dict(cfg, infos, plan, counts, short)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_tmp(out)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
+    with atomic_dir(out) as tmp:
         write_dataset(plan, tmp, cfg.materialize, manifest, bars)
-        _fsync_tree(tmp)  # durable before the rename publishes it (a power cut cannot leave it half-written)
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            out.rename(old)
-            tmp.rename(out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
     summary = BuildSummary(
         output_dir=str(out),
@@ -271,7 +204,7 @@ def build(cfg: BuildConfig) -> BuildSummary:
         num_eval_tasks=sum(t.is_eval for t in tasks),
         num_identifiers=plan.num_ids,
         splits=counts,
-        bytes_on_disk=_dir_size(out),
+        bytes_on_disk=dir_size(out),
         short_groups=short,
     )
     print(format_summary(summary, cfg.num_aug))
@@ -283,6 +216,7 @@ def manifest_dict(cfg: BuildConfig, infos: list[SourceInfo], plan: Plan, counts:
 
     return {
         "format": "hrm-arc",
+        "task": "arc",
         "format_version": 1,
         "layout": "materialized" if cfg.materialize else "compact",
         "package": {"name": "hrm-deeploop", "version": package_version()},

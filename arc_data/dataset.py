@@ -1,17 +1,30 @@
-"""Read a built ARC dataset, materialised (HRM layout) or compact, through one API.
+"""Read a built dataset (ARC, Sudoku, Maze or any HRM-layout set), materialised or compact, through one API.
 
     split = open_split(data_dir, "train")
-    inputs, labels = split.examples(np.arange(16))     # uint8 [16, 900] each
+    inputs, labels = split.examples(np.arange(16))     # uint8 [16, split.seq_len] each
+    split.task                                          # "arc" | "sudoku" | "maze" | "generic"
 
-Materialised splits memory-map `all__inputs.npy`/`all__labels.npy`; compact splits encode the
-requested examples on the fly with the serial numba kernel (no thread pool, so it is safe inside
-forked DataLoader workers). Both return the same bytes for the same build options and seed.
+Shapes and token ids come from each split's `dataset.json` (`seq_len`, `vocab_size`, `pad_id`,
+`ignore_label_id`, `blank_identifier_id`, `num_puzzle_identifiers`), validated at open time; a bad
+field or array is a one-line ArcDataError naming the file and field.
+
+Token range (every token < vocab_size): arrays up to TOKEN_CHECK_FULL_BYTES each are scanned whole
+at open (chunked max, about 50 ms per 256 MB); larger ones (ARC-1 train is 3.3 GB per array) get
+their first and last TOKEN_CHECK_CHUNK rows checked at open and every batch `examples()` returns
+checked as it is read, so opening stays cheap and a bad byte is still caught before it reaches a
+model. `verify_tokens()` scans everything on demand.
+
+Materialised splits memory-map `all__inputs.npy`/`all__labels.npy`; compact splits (ARC only)
+encode the requested examples on the fly with the serial numba kernel (no thread pool, so it is
+safe inside forked DataLoader workers). Both return the same bytes for the same build options and seed.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +34,12 @@ from arc_data.errors import ArcDataError
 
 META_KEYS = ("pad_id", "ignore_label_id", "blank_identifier_id", "vocab_size", "seq_len",
              "num_puzzle_identifiers", "total_groups", "mean_puzzle_examples", "sets")
+META_INT_KEYS = ("pad_id", "blank_identifier_id", "vocab_size", "seq_len", "num_puzzle_identifiers", "total_groups")
+TOKEN_CHECK_FULL_BYTES = 1 << 28  # arrays up to 256 MB are scanned whole at open
+TOKEN_CHECK_CHUNK = 1 << 16  # rows per scanned block
+TASK_KINDS = ("arc", "sudoku", "maze", "generic")
+# HRM's ARC names: an ARC-AGI task id, or any task with HRM's / TRM's augmentation suffix
+_ARC_NAME = re.compile(r"^[0-9a-f]{8}($|_|\|)|(_|\|\|\|)t[0-7](_|\|\|\|)[0-9]{10}$")
 
 
 def _bad(path: Path, problem: str) -> ArcDataError:
@@ -29,7 +48,7 @@ def _bad(path: Path, problem: str) -> ArcDataError:
 
 def _load_json(path: Path) -> object:
     if not path.is_file():
-        raise _bad(path, "missing (not a built ARC dataset, or a half-written one?)")
+        raise _bad(path, "missing (not a built dataset, or a half-written one?)")
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError) as e:
@@ -38,7 +57,7 @@ def _load_json(path: Path) -> object:
 
 def _load_npy(path: Path, mmap: bool = False, ndim: int | None = None) -> np.ndarray:
     if not path.is_file():
-        raise _bad(path, "missing (not a built ARC dataset, or a half-written one?)")
+        raise _bad(path, "missing (not a built dataset, or a half-written one?)")
     try:
         arr = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     except (OSError, ValueError, EOFError) as e:
@@ -50,7 +69,7 @@ def _load_npy(path: Path, mmap: bool = False, ndim: int | None = None) -> np.nda
 
 def _load_npz(path: Path, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
     if not path.is_file():
-        raise _bad(path, "missing (not a built ARC dataset, or a half-written one?)")
+        raise _bad(path, "missing (not a built dataset, or a half-written one?)")
     try:
         with np.load(path, allow_pickle=False) as z:
             missing = [k for k in keys if k not in z.files]
@@ -106,6 +125,87 @@ def load_augmentations(data_dir: str | Path) -> Augmentations:
     return Augmentations(z["base_task"], z["dihedral"], z["colour_map"], z["task_names"])
 
 
+def read_meta(path: Path) -> dict:
+    """A split's dataset.json, validated (fields present, integers, non-negative, consistent)."""
+    meta = _load_json(path)
+    if not isinstance(meta, dict):
+        raise _bad(path, "expected a JSON object")
+    missing = [k for k in META_KEYS if k not in meta]
+    if missing:
+        raise _bad(path, f"missing field(s) {', '.join(missing)}")
+    for k in META_INT_KEYS + ("ignore_label_id",) + (("total_puzzles",) if "total_puzzles" in meta else ()):
+        v = meta[k]
+        if k == "ignore_label_id" and v is None:  # HRM: Optional (no label is ignored)
+            continue
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise _bad(path, f"field {k} = {v!r} is not an integer")
+        if v < 0:
+            raise _bad(path, f"field {k} = {v} is negative")
+    for k in ("vocab_size", "seq_len", "num_puzzle_identifiers"):
+        if meta[k] < 1:
+            raise _bad(path, f"field {k} = {meta[k]} must be >= 1")
+    if meta["pad_id"] >= meta["vocab_size"]:
+        raise _bad(path, f"field pad_id = {meta['pad_id']} is not below vocab_size = {meta['vocab_size']}")
+    if meta["blank_identifier_id"] >= meta["num_puzzle_identifiers"]:
+        raise _bad(path, f"field blank_identifier_id = {meta['blank_identifier_id']} is not below "
+                         f"num_puzzle_identifiers = {meta['num_puzzle_identifiers']}")
+    mpe = meta["mean_puzzle_examples"]
+    if not isinstance(mpe, (int, float)) or isinstance(mpe, bool) or not mpe >= 0:
+        raise _bad(path, f"field mean_puzzle_examples = {mpe!r} is not a non-negative number")
+    sets = meta["sets"]
+    if not isinstance(sets, list) or F.SET_NAME not in sets:
+        raise _bad(path, f"field sets = {sets!r}: expected a list holding {F.SET_NAME!r} (the only set read)")
+    return meta
+
+
+def _first_out_of_range(arr: np.ndarray, vocab: int, lo: int = 0, hi: int | None = None) -> int:
+    """Row (in [lo, hi)) of the first token outside [0, vocab), or -1; chunked, so memory stays small."""
+    hi = arr.shape[0] if hi is None else hi
+    signed = arr.dtype.kind == "i"
+    for a in range(lo, hi, TOKEN_CHECK_CHUNK):
+        block = np.asarray(arr[a:min(a + TOKEN_CHECK_CHUNK, hi)])
+        if block.size and (block.max() >= vocab or (signed and block.min() < 0)):
+            bad = (block >= vocab) | (block < 0) if signed else block >= vocab
+            return a + int(np.flatnonzero(bad.any(axis=1))[0])
+    return -1
+
+
+def _looks_like_arc(root: Path, meta: dict) -> bool:
+    if meta["seq_len"] != F.SEQ_LEN or meta["vocab_size"] != F.VOCAB_SIZE or meta["num_puzzle_identifiers"] < 2:
+        return False
+    path = root / F.IDENTIFIERS_FILE
+    if not path.is_file():
+        return False
+    names = _load_json(path)
+    if not isinstance(names, list) or len(names) < 2:
+        return False
+    return any(isinstance(n, str) and _ARC_NAME.search(n) for n in names[1:])
+
+
+def task_kind(data_dir: str | Path) -> str:
+    """"arc" | "sudoku" | "maze" | ... | "generic": what a dataset holds, for steps that apply to one task
+    only (the ARC decoder and vote). Our builders record it in manifest.json (`task`); a dataset from
+    HRM's own builders has no manifest and is "arc" when its seq_len is 900, vocab 12 and identifiers
+    look like ARC task names, else "generic"."""
+    root = Path(data_dir)
+    if not root.is_dir():
+        raise _bad(root, "no such dataset directory")
+    manifest = root / F.MANIFEST_FILE
+    if manifest.is_file():
+        m = _load_json(manifest)
+        if not isinstance(m, dict):
+            raise _bad(manifest, "expected a JSON object")
+        task = m.get("task", "arc" if m.get("format") == "hrm-arc" else None)
+        if task is not None:
+            if not isinstance(task, str) or not task:
+                raise _bad(manifest, f"field task = {task!r} is not a task name")
+            return task
+    for split in reversed(F.SPLITS):  # test is the smaller one
+        if (root / split / F.META_FILE).is_file():
+            return "arc" if _looks_like_arc(root, read_meta(root / split / F.META_FILE)) else "generic"
+    raise _bad(root, f"no {F.META_FILE} in {' or '.join(F.SPLITS)} (not a built dataset?)")
+
+
 class PuzzleSplit:
     """One split of a built dataset. Index arrays as in HRM; `examples(idx)` gives encoded rows."""
 
@@ -113,16 +213,22 @@ class PuzzleSplit:
         if split not in F.SPLITS:
             raise ArcDataError(f"split {split!r}: expected one of {F.SPLITS}")
         root = Path(data_dir)
+        self.root = root
         self.layout = layout(root)
         d = root / split
         if not d.is_dir():
-            raise _bad(d, "missing split directory (not a built ARC dataset, or a half-written one?)")
+            raise _bad(d, "missing split directory (not a built dataset, or a half-written one?)")
         self.path = d
         self.split = split
-        meta = _load_json(d / F.META_FILE)
-        if not isinstance(meta, dict) or any(k not in meta for k in META_KEYS):
-            raise _bad(d / F.META_FILE, f"expected a JSON object with {', '.join(META_KEYS)}")
+        meta_path = d / F.META_FILE
+        meta = read_meta(meta_path)
         self.meta: dict = meta
+        self.seq_len: int = meta["seq_len"]
+        self.vocab_size: int = meta["vocab_size"]
+        self.pad_id: int = meta["pad_id"]
+        self.ignore_label_id: int | None = meta["ignore_label_id"]
+        self.blank_identifier_id: int = meta["blank_identifier_id"]
+        self.num_puzzle_identifiers: int = meta["num_puzzle_identifiers"]
         self.puzzle_identifiers = _load_npy(d / F.PUZZLE_IDS_FILE, ndim=1).astype(np.int32, copy=False)
         self.puzzle_indices = _load_npy(d / F.PUZZLE_INDICES_FILE, ndim=1).astype(np.int32, copy=False)
         self.group_indices = _load_npy(d / F.GROUP_INDICES_FILE, ndim=1).astype(np.int32, copy=False)
@@ -132,15 +238,55 @@ class PuzzleSplit:
             raise _bad(d / F.PUZZLE_INDICES_FILE, f"not a CSR index over {p} puzzles")
         if len(gi) < 1 or gi[0] != 0 or gi[-1] != p or np.any(np.diff(gi) < 0):
             raise _bad(d / F.GROUP_INDICES_FILE, f"not a CSR index over {p} puzzles")
+        if meta["total_groups"] != len(gi) - 1:
+            raise _bad(meta_path, f"field total_groups = {meta['total_groups']}, but {F.GROUP_INDICES_FILE} "
+                                  f"holds {len(gi) - 1} groups")
+        if p and (self.puzzle_identifiers.min() < 0 or self.puzzle_identifiers.max() >= self.num_puzzle_identifiers):
+            raise _bad(meta_path, f"field num_puzzle_identifiers = {self.num_puzzle_identifiers}, but "
+                                  f"{F.PUZZLE_IDS_FILE} uses ids {self.puzzle_identifiers.min()}.."
+                                  f"{self.puzzle_identifiers.max()}")
         self.num_examples = int(pi[-1])
+        self._checked_tokens = True
         if self.layout == "materialized":
             self._inputs = _load_npy(d / F.INPUTS_FILE, mmap=True, ndim=2)
             self._labels = _load_npy(d / F.LABELS_FILE, mmap=True, ndim=2)
             for arr, name in ((self._inputs, F.INPUTS_FILE), (self._labels, F.LABELS_FILE)):
-                if arr.shape != (self.num_examples, F.SEQ_LEN):
-                    raise _bad(d / name, f"shape {arr.shape}, expected ({self.num_examples}, {F.SEQ_LEN})")
+                if arr.dtype.kind not in "ui":
+                    raise _bad(d / name, f"dtype {arr.dtype}: expected integer tokens")
+                if arr.shape[1] != self.seq_len:
+                    raise _bad(meta_path, f"field seq_len = {self.seq_len}, but {name} rows hold {arr.shape[1]} tokens")
+                if arr.shape[0] != self.num_examples:
+                    raise _bad(d / name, f"{arr.shape[0]} rows, but {F.PUZZLE_INDICES_FILE} indexes "
+                                         f"{self.num_examples} examples")
+            self._checked_tokens = all(a.nbytes <= TOKEN_CHECK_FULL_BYTES for a in (self._inputs, self._labels))
+            if self._checked_tokens:
+                self.verify_tokens()
+            else:
+                e = self.num_examples
+                for lo, hi in ((0, min(TOKEN_CHECK_CHUNK, e)), (max(e - TOKEN_CHECK_CHUNK, 0), e)):
+                    self._check_range(lo, hi)
         else:
+            if self.seq_len != F.SEQ_LEN or self.vocab_size != F.VOCAB_SIZE:
+                raise _bad(meta_path, f"the compact layout is ARC's (seq_len {F.SEQ_LEN}, vocab_size {F.VOCAB_SIZE}); "
+                                      f"got seq_len {self.seq_len}, vocab_size {self.vocab_size}")
             self._open_compact(root, d)
+
+    def _check_range(self, lo: int, hi: int) -> None:
+        for arr, name in ((self._inputs, F.INPUTS_FILE), (self._labels, F.LABELS_FILE)):
+            row = _first_out_of_range(arr, self.vocab_size, lo, hi)
+            if row >= 0:
+                raise _bad(self.path / name, f"example {row} holds a token outside [0, vocab_size = "
+                                             f"{self.vocab_size}) (dataset.json)")
+
+    def verify_tokens(self) -> None:
+        """Scan every token of a materialised split (chunked): all must be < vocab_size."""
+        if self.layout == "materialized":
+            self._check_range(0, self.num_examples)
+
+    @cached_property
+    def task(self) -> str:
+        """See task_kind()."""
+        return task_kind(self.root)
 
     def _open_compact(self, root: Path, d: Path) -> None:
         g = _load_npz(root / F.GRIDS_FILE, ("cells", "grid_offset", "grid_shape", "pair_grids"))
@@ -170,12 +316,19 @@ class PuzzleSplit:
         return len(self.group_indices) - 1
 
     def examples(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(inputs uint8 [n, 900], labels uint8 [n, 900]) for example indices `idx`."""
+        """(inputs [n, seq_len], labels [n, seq_len]) (uint8 as built) for example indices `idx`."""
         idx = np.asarray(idx, dtype=np.int64).reshape(-1)
         if idx.size and (idx.min() < 0 or idx.max() >= self.num_examples):
             raise IndexError(f"example index out of range [0, {self.num_examples}) in {self.path}")
         if self.layout == "materialized":
-            return np.asarray(self._inputs[idx]), np.asarray(self._labels[idx])
+            x, y = np.asarray(self._inputs[idx]), np.asarray(self._labels[idx])
+            if not self._checked_tokens:  # too big to scan at open: check what is read
+                for arr, name in ((x, F.INPUTS_FILE), (y, F.LABELS_FILE)):
+                    if arr.size and (arr.max() >= self.vocab_size or arr.min() < 0):
+                        row = int(idx[np.flatnonzero(((arr >= self.vocab_size) | (arr < 0)).any(axis=1))[0]])
+                        raise _bad(self.path / name, f"example {row} holds a token outside [0, vocab_size = "
+                                                     f"{self.vocab_size}) (dataset.json)")
+            return x, y
         from arc_data.kernels import encode_examples
         from arc_data.plan import resolve_examples
 
@@ -189,7 +342,7 @@ class PuzzleSplit:
         return out_in, out_lab
 
     def __repr__(self) -> str:
-        return (f"PuzzleSplit({str(self.path)!r}, {self.layout}, groups={self.num_groups}, "
+        return (f"PuzzleSplit({str(self.path)!r}, {self.layout}, seq_len={self.seq_len}, groups={self.num_groups}, "
                 f"puzzles={self.num_puzzles}, examples={self.num_examples})")
 
 

@@ -33,7 +33,7 @@ import numpy as np
 
 from arc_data.errors import ArcDataError
 from arc_data.format import MAX_SIDE
-from arc_data.paths import check_task_name, regular_files
+from arc_data.fsio import check_task_name, regular_files
 
 BUNDLED = {"arc1": "arcagi1", "arc2": "arcagi2"}
 # Task files shipped inside the package: spec -> (challenges file, sha256 of challenges, of solutions).

@@ -199,7 +199,7 @@ def pictures_from_dataset(cfg: VizConfig) -> list[Picture]:
 
 
 def visualize(cfg: VizConfig) -> Path:
-    from arc_data.paths import check_output_dir, file_stem
+    from arc_data.fsio import check_output_dir, file_stem
     from arc_data.sources import SOURCE_NAMES
 
     out = check_output_dir(cfg.output_dir, [s for s in cfg.sources if s not in SOURCE_NAMES] + [cfg.data_dir])

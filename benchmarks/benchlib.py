@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
+from benchmarks.refstubs import stub_argdantic  # noqa: F401  (re-exported: the comparison scripts use it)
+
 
 def add_common_args(parser, peak_tflops: float) -> None:
     """Flags every benchmark takes: --device, --threads, --peak-tflops."""
@@ -149,20 +151,3 @@ def print_table(header: list[str], rows: list[list[str]], file=None) -> None:
             print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))),
                   file=file)
     file.flush()
-
-
-def stub_argdantic() -> None:
-    """A stand-in `argdantic` module: the reference HRM/TRM dataset builders import it for their
-    command line only (its `ArgParser().command` decorator at import time); the comparison
-    scripts call their functions directly."""
-    import types
-
-    if "argdantic" not in sys.modules:
-        stub = types.ModuleType("argdantic")
-
-        class ArgParser:
-            def command(self, *a, **k):
-                return lambda f: f
-
-        stub.ArgParser = ArgParser
-        sys.modules["argdantic"] = stub

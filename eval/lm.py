@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from arc_data.paths import check_output_dir
+from arc_data.fsio import check_output_dir
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop import runtime as dist_
 from hrm_deeploop.config import at_least, device_name, one_of, optional_at_least, positive, typed

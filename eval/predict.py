@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from arc_data.paths import check_output_dir
+from arc_data.fsio import check_output_dir
 from eval.predictions import save_predictions
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop import runtime as D

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
-from arc_data.paths import file_stem
+from arc_data.fsio import file_stem
 from eval.vote import Candidate, TaskResult, VoteConfig, VoteResult
 from hrm_deeploop.errors import UserError
 
@@ -269,7 +269,7 @@ def run(c: VoteConfig) -> int:
     import time
     from dataclasses import asdict
 
-    from arc_data.paths import check_output_dir
+    from arc_data.fsio import check_output_dir
     from eval.predictions import load_predictions
     from eval.vote import vote
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from omegaconf import MISSING
 
-from arc_data.paths import check_output_dir, check_replaceable, remove_stale_tmp
+from arc_data.fsio import check_output_dir, check_replaceable, remove_stale_tmp
 from hrm_deeploop.config import at_least, one_of, optional_at_least
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.text.corpus import write_demo_corpus

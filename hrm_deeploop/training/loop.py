@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from arc_data.paths import check_output_dir
+from arc_data.fsio import check_output_dir
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop import runtime
 from hrm_deeploop.config import (
