@@ -42,7 +42,7 @@ COMMANDS: dict[str, Command] = {
     "viz-arc": Command("arc_data.viz:run", "arc_data.viz:VizConfig", "viz_arc",
                        "render ARC tasks / augmentations to PNG and an HTML gallery"),
     "train": Command("hrm_deeploop.training.reasoner:run", "hrm_deeploop.training.reasoner:TrainConfig", "train",
-                     "train HRM (baseline or DeepLoop) on a built puzzle dataset"),
+                     "train HRM or TRM (baseline or DeepLoop) on a built puzzle dataset"),
     "evaluate": Command("eval.predict:run", "eval.predict:EvaluateConfig", "evaluate",
                         "predict every augmented test copy with a checkpoint, then vote"),
     "vote": Command("eval.report:run", "eval.vote:VoteConfig", "vote",
@@ -63,6 +63,7 @@ COMMANDS: dict[str, Command] = {
 GROUP_SCHEMAS: dict[tuple[str, str], str] = {
     ("scaling", "_schema"): "hrm_deeploop.models.scaling:ScalingConfig",
     ("model", "_schema_hrm"): "hrm_deeploop.models.config:HRMConfig",
+    ("model", "_schema_trm"): "hrm_deeploop.models.config:TRMConfig",
     ("model", "_schema_gpt"): "hrm_deeploop.models.config:GPTConfig",
 }
 
