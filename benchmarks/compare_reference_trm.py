@@ -95,23 +95,27 @@ PRESETS = {
 _REFERENCE_TOP = ("models", "utils", "dataset", "evaluators", "puzzle_dataset", "pretrain")
 
 
-@contextlib.contextmanager
-def _isolated_imports(ref_dir: Path):
-    """Import from `ref_dir` with its own `models`, `utils`, ... packages, then put back whatever
-    held those names before (HRM's checkout has a `models` package too: the two comparisons can
-    run in one process, in either order)."""
-    def ours(name: str) -> bool:
-        return name.split(".")[0] in _REFERENCE_TOP
+def _reference_name(name: str) -> bool:
+    return name.split(".")[0] in _REFERENCE_TOP
 
-    saved = {k: v for k, v in sys.modules.items() if ours(k)}
+
+@contextlib.contextmanager
+def _reference_modules(ref_dir: Path, modules: dict[str, types.ModuleType]):
+    """While inside: `ref_dir` on sys.path and its `models`, `utils`, ... packages (`modules`, or
+    fresh imports, which are added to `modules`) under their names; after: whatever held those
+    names before. HRM's checkout has a `models` package too, so the two comparisons can run in one
+    process in either order; torch.compile looks the reference's modules up by name while tracing."""
+    saved = {k: v for k, v in sys.modules.items() if _reference_name(k)}
     for k in saved:
         del sys.modules[k]
+    sys.modules.update(modules)
     sys.path.insert(0, str(ref_dir))
     try:
         yield
     finally:
         sys.path.remove(str(ref_dir))
-        for k in [k for k in sys.modules if ours(k)]:
+        modules.update({k: v for k, v in sys.modules.items() if _reference_name(k)})
+        for k in [k for k in sys.modules if _reference_name(k)]:
             del sys.modules[k]
         sys.modules.update(saved)
 
@@ -136,7 +140,8 @@ def import_reference(ref_dir: Path) -> tuple[types.SimpleNamespace, str]:
         raise SystemExit(f"--reference {ref_dir}: no models/recursive_reasoning/trm.py there (a checkout of "
                          "https://github.com/SamsungSAILMontreal/TinyRecursiveModels is expected)")
     stubbed = _stub_modules()
-    with _isolated_imports(ref_dir):
+    modules: dict[str, types.ModuleType] = {}
+    with _reference_modules(ref_dir, modules):
         try:
             trm = importlib.import_module("models.recursive_reasoning.trm")
             losses = importlib.import_module("models.losses")
@@ -149,7 +154,8 @@ def import_reference(ref_dir: Path) -> tuple[types.SimpleNamespace, str]:
             "(never called); both sides' AdamATan2: make_adam_atan2")
     return types.SimpleNamespace(Model=trm.TinyRecursiveReasoningModel_ACTV1, LossHead=losses.ACTLossHead,
                                  SignSGD=sparse.CastedSparseEmbeddingSignSGD_Distributed, EMAHelper=ema.EMAHelper,
-                                 lr=pretrain.cosine_schedule_with_warmup_lr_lambda), note
+                                 lr=pretrain.cosine_schedule_with_warmup_lr_lambda,
+                                 active=lambda: _reference_modules(ref_dir, modules)), note
 
 
 def reference_config(cfg: TRMConfig, batch: int, dtype: torch.dtype) -> dict:
@@ -450,7 +456,8 @@ def main(argv: list[str] | None = None) -> int:
             sides += [(s, lambda s=s, c=comp: our_step_fn(cfg, s, batch, device, c, o)) for s in args.schemes]
             for label, make in sides:
                 try:
-                    ms = time_steps(make(), device, warmup, steps).ms_per_step
+                    with ref.active() if label == "reference" else contextlib.nullcontext():
+                        ms = time_steps(make(), device, warmup, steps).ms_per_step
                     ex = batch / (ms / 1e3)
                     row.append(f"{ex:,.2f}")
                     if label == "reference":
