@@ -27,8 +27,9 @@ Three parts, at one config (`--preset`, with the reference's fixed SwiGLU width 
 3. Throughput: the reference's step as its `train_batch` does it (loss head forward, backward of
    loss / batch, sparse SignSGD + AdamATan2 with the scheduled lr, zero_grad, metrics to the host)
    plus its EMA update, eager and `torch.compile` (its pretrain compiles the loss head); against
-   ours, `Trainer.train_step` with the weight average (baseline and deeploop scaling). Warm-up steps
-   (compilation) are not timed; ratio = ours / reference examples/s.
+   ours, `Trainer.train_step` with the weight average (baseline and deeploop scaling). The sides
+   take turns step by step (a shared machine's load falls on all alike); warm-up steps
+   (compilation) are not timed; ratio = ours / reference examples/s, from median step times.
 
 What is not the reference's (printed in the header): `pretrain.py` is imported for its lr schedule
 function only, with stand-ins for what it imports at module level and never calls here (`wandb`,
@@ -44,7 +45,9 @@ import argparse
 import contextlib
 import gc
 import importlib
+import statistics
 import sys
+import time
 import types
 from dataclasses import replace
 from pathlib import Path
@@ -61,7 +64,7 @@ from benchmarks.benchlib import (  # noqa: E402
     print_table,
     setup_device,
     stub_argdantic,
-    time_steps,
+    sync,
 )
 from hrm_deeploop import runtime as D  # noqa: E402
 from hrm_deeploop.checkpoint import official_state_dict, official_trm_key_map  # noqa: E402
@@ -377,6 +380,24 @@ def our_step_fn(cfg: TRMConfig, scheme: str, batch: int, device: torch.device, c
     return lambda: trainer.train_step(tensors=batches[trainer.step % len(batches)])
 
 
+def time_interleaved(steps_by_side: dict, device: torch.device, warmup: int, steps: int) -> dict[str, float]:
+    """Median ms per step of each side, the sides taking turns (in rotating order) so that a
+    shared machine's load falls on all of them alike. Warm-up steps (compilation) are not timed."""
+    for fn in steps_by_side.values():
+        for _ in range(warmup):
+            fn()
+    sync(device)
+    times: dict[str, list[float]] = {k: [] for k in steps_by_side}
+    names = list(steps_by_side)
+    for i in range(steps):
+        for k in names[i % len(names):] + names[:i % len(names)]:
+            t0 = time.perf_counter()
+            steps_by_side[k]()
+            sync(device)
+            times[k].append(time.perf_counter() - t0)
+    return {k: 1e3 * statistics.median(v) for k, v in times.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reference", required=True, type=Path,
@@ -444,36 +465,30 @@ def main(argv: list[str] | None = None) -> int:
         gc.collect()
 
     if not args.skip_speed:
-        variants = [(v, v == "compile") for v in args.variants]
         header = ["variant", "reference ex/s"] + [h for s in args.schemes for h in (f"ours {s} ex/s", "ratio")]
         table = []
-        print(f"\n## throughput: batch {batch}, compute {dtype}, EMA on, warm-up {warmup} + timed {steps} steps",
-              flush=True)
-        for name, comp in variants:
-            row = [name]
-            ref_ex = None
-            sides = [("reference", lambda c=comp: reference_step_fn(ref, cfg, batch, dtype, device, c, o))]
-            sides += [(s, lambda s=s, c=comp: our_step_fn(cfg, s, batch, device, c, o)) for s in args.schemes]
-            for label, make in sides:
-                try:
-                    with ref.active() if label == "reference" else contextlib.nullcontext():
-                        ms = time_steps(make(), device, warmup, steps).ms_per_step
-                    ex = batch / (ms / 1e3)
-                    row.append(f"{ex:,.2f}")
-                    if label == "reference":
-                        ref_ex = ex
-                    else:
-                        row.append(f"{ex / ref_ex:.2f}x" if ref_ex else "n/a")
-                except Exception as exc:  # a compile failure on one side: report it, keep the others
-                    failed = True
-                    row += [f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:80] if str(exc) else ''}"]
-                    row += [] if label == "reference" else ["n/a"]
-                finally:
-                    torch._dynamo.reset()
-                    gc.collect()
-                    if device.type == "cuda":
-                        torch.cuda.empty_cache()
-                print(f"# {name} {label} done", flush=True)
+        print(f"\n## throughput: batch {batch}, compute {dtype}, EMA on, warm-up {warmup} + timed {steps} steps "
+              "per side, the sides interleaved (median ms per step)", flush=True)
+        for name in args.variants:
+            comp = name == "compile"
+            makers = {"reference": lambda c=comp: reference_step_fn(ref, cfg, batch, dtype, device, c, o)}
+            makers |= {s: lambda s=s, c=comp: our_step_fn(cfg, s, batch, device, c, o) for s in args.schemes}
+            try:
+                with ref.active():  # torch.compile looks the reference's modules up while tracing
+                    ms = time_interleaved({k: make() for k, make in makers.items()}, device, warmup, steps)
+                ex = {k: batch / (v / 1e3) for k, v in ms.items()}
+                row = [name, f"{ex['reference']:,.2f}"]
+                for sch in args.schemes:
+                    row += [f"{ex[sch]:,.2f}", f"{ex[sch] / ex['reference']:.2f}x"]
+            except Exception as exc:  # a compile failure: report it, keep the other variant
+                failed = True
+                row = [name, f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:80] if str(exc) else ''}"]
+            finally:
+                torch._dynamo.reset()
+                gc.collect()
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+            print(f"# {name} done", flush=True)
             table.append(row)
         print()
         print_table(header, table)

@@ -52,20 +52,34 @@ class PuzzleEmbedding(nn.Module):
     """Sparse per-puzzle embedding: a zero-initialised fp32 buffer `weights` [num_ids, dim].
 
     The table is a buffer, not a Parameter: the dense optimiser never sees it. In training the
-    looked-up rows are copied into a fresh leaf tensor with requires_grad (HRM's `local_weights`);
-    after backward, `take_grads()` hands (ids, row grads) to `optim.SparseSignSGD`. Unlike HRM the
-    leaf is created per call, so the batch size is not fixed at construction and several calls
+    looked-up rows get a fresh leaf tensor with requires_grad (HRM's `local_weights`); after
+    backward, `take_grads()` hands (ids, row grads) to `optim.SparseSignSGD`. Unlike HRM the leaf
+    is created per call, so the batch size is not fixed at construction and several calls
     (gradient accumulation micro-batches) can be collected before one optimiser step.
+
+    `prepare(rows)` makes that leaf ahead of the call, as a zero offset added to the rows (their
+    gradient is the offset's): a leaf created inside a torch.compile'd region breaks its graph
+    (four breaks per ACT step), one made outside is just an input. Without `prepare` the leaf is
+    the looked-up rows themselves (eager callers, tests).
     """
 
     def __init__(self, num_ids: int, dim: int):
         super().__init__()
         self.register_buffer("weights", torch.zeros(num_ids, dim), persistent=True)
         self._pending: list[tuple[Tensor, Tensor]] = []
+        self._next: Tensor | None = None
+
+    def prepare(self, rows: int) -> None:
+        """A zero leaf (rows, dim) for the next tracked lookup of `rows` ids."""
+        self._next = torch.zeros(rows, self.weights.shape[1], device=self.weights.device, requires_grad=True)
 
     def forward(self, ids: Tensor, dtype: torch.dtype, track_grad: bool) -> Tensor:
         if not track_grad:
             return self.weights[ids].to(dtype)
+        local, self._next = self._next, None
+        if local is not None and local.shape[0] == ids.shape[0]:
+            self._pending.append((ids.detach(), local))
+            return (self.weights[ids] + local).to(dtype)  # (B, dim); x + 0 is x: the rows, bit for bit
         local = self.weights[ids].detach().clone().requires_grad_(True)  # (B, dim) leaf
         self._pending.append((ids.detach(), local))
         return local.to(dtype)
@@ -79,7 +93,7 @@ class PuzzleEmbedding(nn.Module):
         return torch.cat([i for i, _ in pairs]), torch.cat([g for _, g in pairs])
 
     def clear(self) -> None:
-        self._pending = []
+        self._pending, self._next = [], None
 
 
 # ---- carry ----------------------------------------------------------------------------------------
@@ -162,10 +176,24 @@ class ACTReasoner(nn.Module):
                      halted=torch.ones(B, dtype=torch.bool, device=device),
                      data={k: torch.zeros_like(batch[k]) for k in DATA_KEYS})
 
-    def forward(self, carry: Carry, batch: dict[str, Tensor],
-                generator: torch.Generator | None = None) -> tuple[Carry, dict[str, Tensor]]:
+    def exploration(self, batch_size: int, generator: torch.Generator | None = None) -> Tensor | None:
+        """Exploration's minimum segment count per slot, (B,) int64: with probability
+        halt_exploration_prob a uniform draw in [2, halt_max_steps], else 0. None where the ACT
+        step does not explore (eval mode, halt_max_steps 1). Two draws from `generator`, in HRM's
+        order (uniforms, then integers)."""
+        if not (self.training and self.cfg.halt_max_steps > 1):
+            return None
+        gen_dev = generator.device if generator is not None else torch.device("cpu")
+        explore = torch.rand(batch_size, generator=generator, device=gen_dev) < self.cfg.halt_exploration_prob
+        return explore * torch.randint(2, self.cfg.halt_max_steps + 1, (batch_size,), generator=generator,
+                                       device=gen_dev)
+
+    def forward(self, carry: Carry, batch: dict[str, Tensor], generator: torch.Generator | None = None,
+                min_halt: Tensor | None = None) -> tuple[Carry, dict[str, Tensor]]:
         """One ACT step. Halted slots restart from H_init/L_init on their row of `batch`; the rows of
-        `batch` at non-halted slots are dropped (HRM semantics). `generator` drives exploration."""
+        `batch` at non-halted slots are dropped (HRM semantics). Exploration: `min_halt` from
+        `exploration()` (drawn outside a compiled region: a generator inside one breaks its graph),
+        else drawn here from `generator`."""
         cfg = self.cfg
         reset = carry.halted  # (B,)
         r3 = reset.view(-1, 1, 1)
@@ -184,11 +212,8 @@ class ACTReasoner(nn.Module):
             halted = is_last
             if self.training and cfg.halt_max_steps > 1:
                 halted = halted | ((q[:, 0] > q[:, 1]) if self.q_continue else (q[:, 0] > 0))
-                B = steps.shape[0]
-                gen_dev = generator.device if generator is not None else torch.device("cpu")
-                explore = torch.rand(B, generator=generator, device=gen_dev) < cfg.halt_exploration_prob
-                min_halt = explore * torch.randint(2, cfg.halt_max_steps + 1, (B,), generator=generator,
-                                                   device=gen_dev)
+                if min_halt is None:
+                    min_halt = self.exploration(steps.shape[0], generator)
                 halted = halted & (steps >= min_halt.to(steps.device))
                 if self.q_continue:
                     # Target Q: one more segment from the new carry on the same data (no replay buffer).

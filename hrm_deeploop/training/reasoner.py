@@ -204,9 +204,9 @@ class Trainer(Task):
         return (lr_at(step, o.lr, o.warmup_steps, self.total_steps, o.min_lr_ratio),
                 lr_at(step, o.puzzle_emb_lr, o.warmup_steps, self.total_steps, o.min_lr_ratio))
 
-    def _forward_loss(self, carry: Carry, batch: dict[str, torch.Tensor], generator: torch.Generator
+    def _forward_loss(self, carry: Carry, batch: dict[str, torch.Tensor], min_halt: torch.Tensor | None
                       ) -> tuple[Carry, torch.Tensor, dict[str, torch.Tensor]]:
-        carry, out = self.ddp(carry, batch, generator)
+        carry, out = self.ddp(carry, batch, None, min_halt)
         loss, m = act_loss(out, carry.data["labels"], carry.halted, carry.steps,
                            self.model.cfg.loss_type, self.model.cfg.stablemax_dtype)
         return carry, loss, m
@@ -223,7 +223,13 @@ class Trainer(Task):
                 self.carries[a] = model.initial_carry(mb)
             sync = contextlib.nullcontext() if (a == A - 1 or not self.env.distributed) else self.ddp.no_sync()
             with sync:
-                carry, loss, m = self.forward_loss(self.carries[a], mb, self.generator)
+                # Made outside the (compiled) forward, which they would split: the exploration
+                # draws and the puzzle rows' gradient leaf.
+                rows = mb["inputs"].shape[0]
+                min_halt = model.exploration(rows, self.generator)
+                if model.puzzle_emb is not None:
+                    model.puzzle_emb.prepare(rows)
+                carry, loss, m = self.forward_loss(self.carries[a], mb, min_halt)
                 # DDP averages over ranks; HRM sums the per-rank loss / global batch: scale by W.
                 (loss * (W / G)).backward()
             self.carries[a] = carry
