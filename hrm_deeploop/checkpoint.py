@@ -10,7 +10,8 @@ Layout of a run folder:
 A train-state file is a dict written by `training.loop`: format, code_version, step, rng (torch
 CPU/CUDA states), local (rank 0's per-rank state), recent_losses, last_eval, wall_time_s, config,
 and the task's entries: model, optimizers (name -> state_dict), schedule, sampler (loader
-position), and model-specific ones (the GPT's val_loss). Writes go to `<file>.tmp` and are
+position), and task-specific ones (the reasoners' `ema`: the weight average {rate, shadow} or
+None; the GPT's val_loss). Writes go to `<file>.tmp` and are
 renamed, so a killed run never leaves a half-written checkpoint, and the previous ones are kept.
 """
 
