@@ -28,8 +28,9 @@ Three parts, at one config (`--preset`, with the reference's fixed SwiGLU width 
    loss / batch, sparse SignSGD + AdamATan2 with the scheduled lr, zero_grad, metrics to the host)
    plus its EMA update, eager and `torch.compile` (its pretrain compiles the loss head); against
    ours, `Trainer.train_step` with the weight average (baseline and deeploop scaling). The sides
-   take turns step by step (a shared machine's load falls on all alike); warm-up steps
-   (compilation) are not timed; ratio = ours / reference examples/s, from median step times.
+   take turns step by step (a shared machine's load falls on all alike); on CPU the clock is the
+   process's CPU time, which other processes do not inflate; warm-up steps (compilation) are not
+   timed; ratio = ours / reference examples/s, from median step times.
 
 What is not the reference's (printed in the header): `pretrain.py` is imported for its lr schedule
 function only, with stand-ins for what it imports at module level and never calls here (`wandb`,
@@ -382,7 +383,10 @@ def our_step_fn(cfg: TRMConfig, scheme: str, batch: int, device: torch.device, c
 
 def time_interleaved(steps_by_side: dict, device: torch.device, warmup: int, steps: int) -> dict[str, float]:
     """Median ms per step of each side, the sides taking turns (in rotating order) so that a
-    shared machine's load falls on all of them alike. Warm-up steps (compilation) are not timed."""
+    shared machine's load falls on all of them alike. Warm-up steps (compilation) are not timed.
+    On CUDA wall time; on CPU this process's CPU time (`time.process_time`), which other
+    processes' load on a shared machine does not inflate (run with --threads 1)."""
+    clock = time.perf_counter if device.type == "cuda" else time.process_time
     for fn in steps_by_side.values():
         for _ in range(warmup):
             fn()
@@ -391,10 +395,10 @@ def time_interleaved(steps_by_side: dict, device: torch.device, warmup: int, ste
     names = list(steps_by_side)
     for i in range(steps):
         for k in names[i % len(names):] + names[:i % len(names)]:
-            t0 = time.perf_counter()
+            t0 = clock()
             steps_by_side[k]()
             sync(device)
-            times[k].append(time.perf_counter() - t0)
+            times[k].append(clock() - t0)
     return {k: 1e3 * statistics.median(v) for k, v in times.items()}
 
 
@@ -467,8 +471,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_speed:
         header = ["variant", "reference ex/s"] + [h for s in args.schemes for h in (f"ours {s} ex/s", "ratio")]
         table = []
+        clock = "wall time" if device.type == "cuda" else "CPU time of this process"
         print(f"\n## throughput: batch {batch}, compute {dtype}, EMA on, warm-up {warmup} + timed {steps} steps "
-              "per side, the sides interleaved (median ms per step)", flush=True)
+              f"per side, the sides interleaved (median {clock} per step)", flush=True)
         for name in args.variants:
             comp = name == "compile"
             # Compiled, our schemes share one compiled function (Trainer._forward_loss), whose cache

@@ -98,6 +98,7 @@ def test_misspelled_key_is_a_one_line_error_naming_it():
     (["train", "model=trm", "model.mixer=conv"], "model.mixer='conv': must be one of attention, mlp"),
     (["train", "model=trm", "scaling.trm_depth=paper"], "scaling.trm_depth='paper': must be one of gradient"),
     (["train", "model=trm", "train.ema_rate=1.5"], "train.ema_rate=1.5: must be in (0, 1)"),
+    (["train", "model=trm", "scaling.per_module=true"], "scaling.per_module=true applies to HRM"),
     (["train", "model=trm", "model.num_h_layers=2"], "unknown config key 'model.num_h_layers'"),
     (["train-gpt", "logger=foo"], "logger='foo': must be one of wandb, none"),
     (["train-gpt", "model.hidden_size=10", "model.num_heads=4"], "model.hidden_size=10: must be divisible"),

@@ -36,7 +36,7 @@ from torch import Tensor, nn
 from hrm_deeploop.models.config import TRMConfig
 from hrm_deeploop.models.core import LoopedCore, init_block_, make_blocks, trunc_normal_
 from hrm_deeploop.models.hrm import ACTReasoner
-from hrm_deeploop.models.scaling import ScalingConfig, module_residuals, trm_depth
+from hrm_deeploop.models.scaling import ScalingConfig, model_depth, module_residuals
 
 
 class TRM(ACTReasoner):
@@ -52,7 +52,7 @@ class TRM(ACTReasoner):
         D = cfg.hidden_size
         self._build_io(cfg)
 
-        self.depth = trm_depth(cfg.num_layers, cfg.num_h_cycles, cfg.num_l_cycles, self.scaling.trm_depth)
+        self.depth = model_depth(cfg, self.scaling)  # scaling.trm_depth; refuses per_module
         res = module_residuals(self.scaling, self.depth)["net"]
         self.net = LoopedCore(make_blocks(cfg.num_layers, D, cfg.num_heads, cfg.expansion, causal=False,
                                           residual=res, norm_eps=cfg.rms_norm_eps, norm_weight=cfg.norm_weight,

@@ -46,6 +46,7 @@ from hrm_deeploop.models.config import HRMConfig, TRMConfig, model_config
 from hrm_deeploop.models.hrm import ACTReasoner, Carry, carry_from_state, carry_state, carry_to
 from hrm_deeploop.models.losses import act_loss
 from hrm_deeploop.models.reasoners import build_reasoner
+from hrm_deeploop.models.scaling import model_depth
 from hrm_deeploop.training.ema import EMA
 from hrm_deeploop.training.loop import (
     CheckpointConfig,
@@ -134,6 +135,7 @@ class TrainConfig(RunConfig):
         self.model = HRMConfig() if self.model is None else model_config(self.model)
         check(isinstance(self.model, REASONERS), "model.name", self.model.name,
               "a reasoner (hrm, trm); the looped GPT trains with train-gpt")
+        model_depth(self.model, self.scaling)  # the depth convention fits the model (e.g. no per_module for TRM)
 
     @property
     def evaluates(self) -> bool:
