@@ -54,7 +54,7 @@ from benchmarks.benchlib import (  # noqa: E402
 )
 from hrm_deeploop import runtime as D  # noqa: E402
 from hrm_deeploop.models import core  # noqa: E402
-from hrm_deeploop.models.config import HRMConfig  # noqa: E402
+from hrm_deeploop.models.config import HRMConfig, TRMConfig  # noqa: E402
 from hrm_deeploop.models.core import swiglu_width  # noqa: E402
 from hrm_deeploop.models.scaling import ScalingConfig  # noqa: E402
 from hrm_deeploop.training.lm import TrainGPTConfig  # noqa: E402
@@ -111,7 +111,7 @@ def fake_split(num_ids: int, examples: int = 1) -> SimpleNamespace:
                            meta={"total_groups": 1, "mean_puzzle_examples": examples})
 
 
-def random_batches(cfg: HRMConfig, batch: int, n: int, device: torch.device, seed: int = 0) -> list[dict]:
+def random_batches(cfg: HRMConfig | TRMConfig, batch: int, n: int, device: torch.device, seed: int = 0) -> list[dict]:
     """n random batches: tokens in [2, V) (0 pad, 1 end-of-row in ARC), about half the labels
     ignored (ARC pads grids to 30x30), random puzzle ids."""
     g = torch.Generator().manual_seed(seed)
@@ -126,13 +126,13 @@ def random_batches(cfg: HRMConfig, batch: int, n: int, device: torch.device, see
     return out
 
 
-def make_trainer(model_cfg: HRMConfig, scaling: ScalingConfig, device: torch.device, batch: int,
-                 compile_: bool = False, optim: ReasonerOptim | None = None) -> Trainer:
+def make_trainer(model_cfg: HRMConfig | TRMConfig, scaling: ScalingConfig, device: torch.device, batch: int,
+                 compile_: bool = False, optim: ReasonerOptim | None = None, ema: bool = False) -> Trainer:
     """The real `training.reasoner.Trainer` (one process, no logger) around a stub dataset split,
     for random batches given to `train_step(tensors=...)` (benchmarks, reference comparisons, tests)."""
     tcfg = TrainConfig(model=model_cfg, scaling=scaling, logger="none", device=device.type,
                        optim=optim or ReasonerOptim(),
-                       train=ReasonerLoop(global_batch_size=batch, compile=compile_, progress=False))
+                       train=ReasonerLoop(global_batch_size=batch, compile=compile_, progress=False, ema=ema))
     env = D.Env(rank=0, local_rank=0, world_size=1, device=device)
     return Trainer(tcfg, env, fake_split(model_cfg.num_puzzle_identifiers, batch), total_steps=10**6)
 

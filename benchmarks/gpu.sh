@@ -4,6 +4,8 @@
 #   looped GPT-2 small throughput + MFU at R = 1, 3 (eager / compile)           [target: 40% MFU at R = 3],
 #   HRM vs the reference implementation at the paper config, compiled, when a checkout of
 #   sapientinc/HRM is at HRM_REFERENCE (default benchmarks/out/hrm-reference)  [target: ratio >= 1],
+#   TRM vs the reference implementation at its ARC config (batch 192, bf16), when a checkout of
+#   SamsungSAILMontreal/TinyRecursiveModels is at TRM_REFERENCE (default benchmarks/out/trm-reference),
 #   HRM train step at the paper config (eager / compile x fused kernel on / off),
 #   fused residual-norm kernel benchmark, fusion candidates (RoPE, SwiGLU, loss: eager vs compile),
 #   looped GPT-2 small memory at R = 1, 3, 5, 7 with / without per-round checkpointing and the
@@ -29,7 +31,8 @@ PY=${PYTHON:-python3}
 BUDGET_S=${BUDGET_S:-470}
 MEM_BUDGET_GB=${MEM_BUDGET_GB:-100}
 HRM_REFERENCE=${HRM_REFERENCE:-benchmarks/out/hrm-reference}
-ONLY=${ONLY:-}  # step ids to run (default: all): smi pytest gpt ref hrm kernels fusion mem
+TRM_REFERENCE=${TRM_REFERENCE:-benchmarks/out/trm-reference}
+ONLY=${ONLY:-}  # step ids to run (default: all): smi pytest gpt ref trm hrm kernels fusion mem
 mkdir -p "$OUT"
 LOG="$OUT/gpu_$(date +%Y%m%d_%H%M%S).log"
 exec > >(tee -a "$LOG") 2>&1
@@ -98,6 +101,13 @@ if [ -d "$HRM_REFERENCE/models/hrm" ]; then
 else
   echo; echo "# HRM vs reference: no checkout at HRM_REFERENCE=$HRM_REFERENCE, skipped"
   SUMMARY+=("$(printf '%-8s %-22s %-14s %6s' ref "HRM vs reference" "no reference" 0)")
+fi
+if [ -d "$TRM_REFERENCE/models/recursive_reasoning" ]; then
+  step trm "TRM vs reference" 170 "$PY" benchmarks/compare_reference_trm.py --reference "$TRM_REFERENCE" \
+    --preset paper --variants compile --check-steps 2 --check-batch 8
+else
+  echo; echo "# TRM vs reference: no checkout at TRM_REFERENCE=$TRM_REFERENCE, skipped"
+  SUMMARY+=("$(printf '%-8s %-22s %-14s %6s' trm "TRM vs reference" "no reference" 0)")
 fi
 step hrm "bench_hrm paper" 140 "$PY" benchmarks/bench_hrm.py --preset paper
 step kernels "bench_kernels" 60 "$PY" benchmarks/bench_kernels.py --iters 30

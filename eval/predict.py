@@ -12,8 +12,12 @@ across ranks under torchrun and gathered on rank 0. Writes `OUT/predictions.npz`
 in dataset order, without padding rows (written by `eval.predictions.save_predictions`, which
 validates it); then runs the vote step (`eval.vote.run`, skip with vote=false).
 
-CKPT is one of ours (`<run>/checkpoints/step_N.pt`, or a run folder for its latest checkpoint) or
-an official HRM checkpoint (`<dir>/step_N` with `all_config.yaml` beside it).
+CKPT is one of ours (`<run>/checkpoints/step_N.pt`, or a run folder for its latest checkpoint), HRM
+or TRM (a TRM run trained with `train.ema=true` is evaluated with its weight average; `ema=false`
+for the raw weights), or an official checkpoint in its release layout, `<dir>/step_N` with
+`all_config.yaml` beside it: HRM's (sapientinc/HRM-checkpoint-*) or TRM's (the ARC Prize
+verification release arcprize/trm_arc_prize_verification, `arc_v1_public/step_518071`, whose
+weights are already TRM's average).
 """
 
 from __future__ import annotations
@@ -31,8 +35,9 @@ from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop import runtime as D
 from hrm_deeploop.config import device_name, one_of, optional_at_least
 from hrm_deeploop.errors import ConfigError, UserError
-from hrm_deeploop.models.config import HRMConfig
-from hrm_deeploop.models.hrm import HRM
+from hrm_deeploop.models.config import HRMConfig, TRMConfig
+from hrm_deeploop.models.hrm import ACTReasoner
+from hrm_deeploop.models.reasoners import build_reasoner
 from hrm_deeploop.models.scaling import ScalingConfig
 
 
@@ -40,7 +45,7 @@ from hrm_deeploop.models.scaling import ScalingConfig
 class EvaluateConfig:
     """`hrm-deeploop evaluate`: predict every augmented test copy with a checkpoint, then vote."""
 
-    checkpoint: str | None = None  # <run>/checkpoints/step_N.pt, a run folder, or an official <dir>/step_N
+    checkpoint: str | None = None  # <run>/checkpoints/step_N.pt, a run folder, or an official HRM/TRM <dir>/step_N
     data_dir: str | None = None
     output_dir: str | None = None
     split: str = "test"
@@ -48,6 +53,7 @@ class EvaluateConfig:
     device: str = "auto"
     dtype: str = "auto"  # auto: the checkpoint's forward_dtype on CUDA, float32 on CPU
     max_batches: int | None = None  # cap (quick looks and tests); the vote then sees a subset
+    ema: bool = True  # use the weight average of a checkpoint trained with train.ema=true
     vote: bool = True  # run the vote step on the predictions
     overwrite: bool = False  # replace an existing OUT/predictions.npz
     progress: bool = True
@@ -64,66 +70,92 @@ class EvaluateConfig:
 
 @dataclass
 class LoadedModel:
-    model: HRM
-    config: HRMConfig
+    model: ACTReasoner  # HRM or TRM
+    config: HRMConfig | TRMConfig
     kind: str  # "hrm-deeploop" | "official"
     step: int | None
     path: Path
+    weights: str = "raw"  # raw | ema (the weight average of our checkpoint) | official
 
 
+SCHEMAS: dict[str, type] = {"hrm": HRMConfig, "trm": TRMConfig}
 
 
 def load_model(path: str | Path, device: torch.device | str = "cpu", dtype: str = "auto",
-               seq_len: int | None = None) -> LoadedModel:
-    """Build the model a checkpoint describes and load its weights (ours or an official HRM one).
+               seq_len: int | None = None, ema: bool = True) -> LoadedModel:
+    """Build the model a checkpoint describes and load its weights (ours, HRM or TRM, or an official
+    HRM or TRM one). With `ema`, a checkpoint of ours that holds a weight average loads the average.
 
-    An official RoPE checkpoint does not record the sequence length (HRM takes it from the
+    An official RoPE checkpoint does not record the sequence length (HRM and TRM take it from the
     dataset): `seq_len` supplies it, default 900 (the ARC format)."""
     p = ckpt.resolve(path)
     device = torch.device(device)
     state = ckpt.load(p, map_location="cpu")
     if not isinstance(state, dict):
         raise UserError(f"checkpoint '{p}' is not a state dict or a train-state file")
+    which = "raw"
     if ckpt.is_official(state):
         arch = ckpt.read_official_arch(p)
-        values = ckpt.official_model_fields(arch, state, str(p))
+        name = ckpt.official_kind(arch, str(p))
+        if name == "trm":
+            values = ckpt.official_trm_model_fields(arch, state, str(p))
+        else:
+            values = ckpt.official_model_fields(arch, state, str(p))
         values.setdefault("seq_len", seq_len or 900)
-        cfg = _hrm_config(values, str(p))
-        key_map = ckpt.official_key_map(cfg.num_h_layers, cfg.num_l_layers, cfg.pos_encodings, cfg.puzzle_dim > 0)
+        cfg = _model_config(name, values, str(p))
+        if name == "trm":
+            key_map = ckpt.official_trm_key_map(cfg.num_layers, cfg.pos_encodings, cfg.puzzle_dim > 0, cfg.mixer)
+        else:
+            key_map = ckpt.official_key_map(cfg.num_h_layers, cfg.num_l_layers, cfg.pos_encodings, cfg.puzzle_dim > 0)
         weights = ckpt.official_state_dict(state, key_map, str(p))
-        scaling, kind = ScalingConfig(), "official"
+        scaling, kind, which = ScalingConfig(), "official", "official"
         step = int(p.name.split("_")[-1]) if p.name.startswith("step_") and p.name.split("_")[-1].isdigit() else None
     elif state.get("format") == ckpt.FORMAT:
         conf = state.get("config") or {}
-        cfg = _hrm_config(conf.get("model") or {}, str(p))
+        values = dict(conf.get("model") or {})
+        cfg = _model_config(values.pop("name", "hrm"), values, str(p))
         scaling = ScalingConfig(**(conf.get("scaling") or {}))
         weights, kind, step = ckpt.strip_prefixes(state["model"]), "hrm-deeploop", int(state["step"])
+        if ema and state.get("ema") is not None:
+            weights = _with_average(weights, state["ema"]["shadow"], str(p))
+            which = "ema"
     else:
-        raise UserError(f"checkpoint '{p}' is neither an hrm-deeploop train state nor an official HRM state dict")
+        raise UserError(f"checkpoint '{p}' is neither an hrm-deeploop train state nor an official HRM/TRM state dict")
     run_dtype = D.compute_dtype(cfg.forward_dtype, device) if dtype == "auto" else D.DTYPES.get(dtype)
     if run_dtype is None:
         raise ConfigError(f"dtype='{dtype}' must be auto or one of {sorted(D.DTYPES)}")
-    model = HRM(cfg, scaling, run_dtype)
+    model = build_reasoner(cfg, scaling, run_dtype)
     try:
         model.load_state_dict(weights)
     except RuntimeError as e:
         raise UserError(f"checkpoint '{p}' does not fit its model config: {str(e).splitlines()[0]}") from None
     model.to(device).eval()
-    return LoadedModel(model=model, config=cfg, kind=kind, step=step, path=p)
+    return LoadedModel(model=model, config=cfg, kind=kind, step=step, path=p, weights=which)
 
 
-def _hrm_config(values: dict[str, Any], where: str) -> HRMConfig:
-    known = {f.name for f in fields(HRMConfig)}
+def _with_average(weights: dict[str, Any], shadow: dict[str, Any], where: str) -> dict[str, Any]:
+    """The state dict with every trainable parameter replaced by its average (buffers kept)."""
+    unknown = sorted(set(shadow) - set(weights))
+    if unknown:
+        raise UserError(f"checkpoint '{where}': its weight average has key(s) the model lacks: {unknown[:5]}")
+    return {**weights, **shadow}
+
+
+def _model_config(name: str, values: dict[str, Any], where: str) -> HRMConfig | TRMConfig:
+    if name not in SCHEMAS:
+        raise UserError(f"{where}: model '{name}' is not a reasoner ({', '.join(SCHEMAS)})")
+    schema = SCHEMAS[name]
+    known = {f.name for f in fields(schema)} - {"name"}
     unknown = sorted(set(values) - known)
     if unknown:
         raise UserError(f"{where}: unknown model config key(s) {unknown}")
-    return HRMConfig(**values)
+    return schema(**values)
 
 
 # ---- predict --------------------------------------------------------------------------------------
 
 @torch.no_grad()
-def predict_split(model: HRM, split: Any, env: D.Env, global_batch_size: int, max_batches: int | None = None,
+def predict_split(model: ACTReasoner, split: Any, env: D.Env, global_batch_size: int, max_batches: int | None = None,
                   show_progress: bool = True) -> dict[str, np.ndarray] | None:
     """Predictions of this rank's rows, gathered on rank 0 in dataset order (None on other ranks)."""
     from hrm_deeploop.data.puzzles import num_sequential_batches, sequential_batches
@@ -183,10 +215,11 @@ def run(c: EvaluateConfig) -> int:
     env = D.setup(c.device)
     try:
         split = open_dataset(c.data_dir, c.split)
-        loaded = load_model(c.checkpoint, env.device, c.dtype, seq_len=int(meta_value(split, "seq_len")))
+        loaded = load_model(c.checkpoint, env.device, c.dtype, seq_len=int(meta_value(split, "seq_len")), ema=c.ema)
         check_matches(loaded.config, split, str(Path(c.data_dir) / c.split), what=f"checkpoint '{loaded.path}'")
         G = c.global_batch_size or (768 if env.device.type == "cuda" else 16 * env.world_size)
-        D.print0(f"evaluate: {loaded.kind} checkpoint {loaded.path} (step {loaded.step}), "
+        D.print0(f"evaluate: {loaded.kind} {loaded.config.name.upper()} checkpoint {loaded.path} (step {loaded.step}, "
+                 f"{loaded.weights} weights), "
                  f"{split.num_examples} examples of '{c.split}', halt_max_steps={loaded.config.halt_max_steps}, "
                  f"dtype={loaded.model.dtype}, world={env.world_size}")
         preds = predict_split(loaded.model, split, env, G, c.max_batches, c.progress)

@@ -46,7 +46,7 @@ COMMANDS: dict[str, Command] = {
     "generate-puzzles": Command("arc_data.puzzles:run_generate", "arc_data.puzzle_config:GeneratePuzzlesConfig",
                                 "generate_puzzles", "generate Sudoku / Maze puzzles into CSVs, offline"),
     "train": Command("hrm_deeploop.training.reasoner:run", "hrm_deeploop.training.reasoner:TrainConfig", "train",
-                     "train HRM (baseline or DeepLoop) on a built puzzle dataset"),
+                     "train HRM or TRM (baseline or DeepLoop) on a built puzzle dataset"),
     "evaluate": Command("eval.predict:run", "eval.predict:EvaluateConfig", "evaluate",
                         "predict every augmented test copy with a checkpoint, then vote"),
     "vote": Command("eval.report:run", "eval.vote:VoteConfig", "vote",
@@ -67,6 +67,7 @@ COMMANDS: dict[str, Command] = {
 GROUP_SCHEMAS: dict[tuple[str, str], str] = {
     ("scaling", "_schema"): "hrm_deeploop.models.scaling:ScalingConfig",
     ("model", "_schema_hrm"): "hrm_deeploop.models.config:HRMConfig",
+    ("model", "_schema_trm"): "hrm_deeploop.models.config:TRMConfig",
     ("model", "_schema_gpt"): "hrm_deeploop.models.config:GPTConfig",
 }
 

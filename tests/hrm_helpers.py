@@ -129,13 +129,20 @@ TINY_OVERRIDES = [
 ]
 
 
-def train_cli(monkeypatch, data_dir, out_dir, *overrides) -> int:
-    """`hrm-deeploop train` in-process on a stand-in dataset; returns the exit code."""
+TRM_TINY_OVERRIDES = [
+    "experiment=trm_tiny_cpu", "logger=none", "device=cpu", "train.progress=false",
+    "model.hidden_size=32", "model.halt_max_steps=2", "train.global_batch_size=8", "optim.warmup_steps=5",
+]
+
+
+def train_cli(monkeypatch, data_dir, out_dir, *overrides, base=TINY_OVERRIDES) -> int:
+    """`hrm-deeploop train` in-process on a stand-in dataset; returns the exit code. `base`: the
+    tiny HRM settings (TINY_OVERRIDES) or the tiny TRM ones (TRM_TINY_OVERRIDES)."""
     from hrm_deeploop.cli import run_subcommand
 
     use_stand_in(monkeypatch)
     try:
-        return run_subcommand("train", [*TINY_OVERRIDES, f"data_dir={data_dir}", f"output_dir={out_dir}", *overrides])
+        return run_subcommand("train", [*base, f"data_dir={data_dir}", f"output_dir={out_dir}", *overrides])
     except SystemExit as e:
         return int(e.code or 0)
 

@@ -102,3 +102,22 @@ def test_compare_reference_arc_build_agrees(capsys):
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "DIFF" not in out and "byte-identical" in out
+
+
+TRM_REFERENCE = Path(os.environ.get("TRM_REFERENCE",
+                                    Path(__file__).resolve().parents[1] / "benchmarks/out/trm-reference"))
+
+
+@pytest.mark.skipif(not (TRM_REFERENCE / "models/recursive_reasoning/trm.py").is_file(),
+                    reason="no checkout of SamsungSAILMontreal/TinyRecursiveModels at TRM_REFERENCE (not shipped)")
+@pytest.mark.parametrize("variant", [[], ["--set", "mixer=mlp", "pos_encodings=none"]], ids=["attention", "mlp_t"])
+def test_compare_reference_trm_is_bit_identical(capsys, variant):
+    from benchmarks import compare_reference_trm
+
+    rc = compare_reference_trm.main(["--reference", str(TRM_REFERENCE), "--preset", "tiny", "--device", "cpu",
+                                     "--check-steps", "3", "--variants", "eager", "--schemes", "baseline",
+                                     "--warmup", "0", "--steps", "1", *variant])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "tolerance 0)" in out and "# equivalence: ok" in out and "# sensitivity: ok (differs)" in out
+    assert "EMA weights (worst)" in out and "ratio" in out

@@ -55,6 +55,19 @@ def test_scales_gpt_json(capsys):
     assert r["modules"]["core"]["beta"] == pytest.approx(288**-0.25)
 
 
+def test_scales_trm_json(capsys):
+    r = _scales_json(capsys, "model=trm", "scaling=deeploop")  # the reference's arch default: n = 6
+    assert (r["N"], r["M"], r["N_g"], r["M_g"], r["trm_depth"]) == (42, 84, 14, 28, "gradient")
+    assert r["modules"]["net"]["alpha"] == pytest.approx(28**0.5) and r["modules"]["net"]["R"] == 7
+    r = _scales_json(capsys, "model=trm", "model.num_l_cycles=4", "scaling=deepnorm")  # ARC, Maze
+    assert (r["N"], r["N_g"], r["M_g"]) == (30, 10, 20)
+    assert r["modules"]["net"]["alpha"] == pytest.approx(20**0.25)
+    r = _scales_json(capsys, "model=trm", "scaling=power", "scaling.p=0.5", "scaling.trm_depth=forward")
+    assert r["modules"]["net"]["N"] == 42 and r["modules"]["net"]["alpha"] == pytest.approx(84**0.5)
+    assert main(["scales", "model=trm"]) == 0
+    assert "trm_depth=gradient" in capsys.readouterr().out
+
+
 def test_scales_table(capsys):
     assert main(["scales", "model=hrm", "scaling=baseline"]) == 0
     out = capsys.readouterr().out
@@ -82,6 +95,11 @@ def test_misspelled_key_is_a_one_line_error_naming_it():
     (["train", "model.num_heads=0"], "model.num_heads=0: must be >= 1"),
     (["train", "checkpoint.every=-1"], "checkpoint.every=-1: must be >= 0"),
     (["train", "model=gpt"], "model.name='gpt': must be a reasoner"),
+    (["train", "model=trm", "model.mixer=conv"], "model.mixer='conv': must be one of attention, mlp"),
+    (["train", "model=trm", "scaling.trm_depth=paper"], "scaling.trm_depth='paper': must be one of gradient"),
+    (["train", "model=trm", "train.ema_rate=1.5"], "train.ema_rate=1.5: must be in (0, 1)"),
+    (["train", "model=trm", "scaling.per_module=true"], "scaling.per_module=true applies to HRM"),
+    (["train", "model=trm", "model.num_h_layers=2"], "unknown config key 'model.num_h_layers'"),
     (["train-gpt", "logger=foo"], "logger='foo': must be one of wandb, none"),
     (["train-gpt", "model.hidden_size=10", "model.num_heads=4"], "model.hidden_size=10: must be divisible"),
     (["train-gpt", "train.micro_batch_size=3", "train.global_batch_tokens=1000"], "train.global_batch_tokens=1000"),
@@ -146,6 +164,7 @@ def test_yaml_files_hold_only_what_differs_from_the_dataclass():
         values = yaml.safe_load((config_dir() / f"{cmd.config}.yaml").read_text()) or {}
         assert restated(values, defaults) == [], name
     from hrm_deeploop.demo import DemoPreset
+    from hrm_deeploop.models.config import MODEL_CONFIGS
     from hrm_deeploop.training.lm import TrainGPTConfig
     from hrm_deeploop.training.reasoner import TrainConfig
 
@@ -154,7 +173,10 @@ def test_yaml_files_hold_only_what_differs_from_the_dataclass():
         lm = "override /model: gpt" in f.read_text()
         defaults = to_dict(OmegaConf.to_container(OmegaConf.structured(TrainGPTConfig if lm else TrainConfig)))
         assert restated(values, defaults) == [], f.name
-        compose("train-gpt" if lm else "train", [f"experiment={f.stem}"])  # and it composes
+        # it composes, and its model section restates nothing of the model it composes
+        model = compose("train-gpt" if lm else "train", [f"experiment={f.stem}"]).model
+        model_defaults = to_dict(MODEL_CONFIGS[model.name]())
+        assert restated(values.get("model") or {}, model_defaults) == [], f.name
     preset_defaults = to_dict(OmegaConf.to_container(OmegaConf.structured(DemoPreset)))
     gpu = yaml.safe_load((config_dir() / "preset/gpu.yaml").read_text())
     assert restated({k: v for k, v in gpu.items() if k != "name"}, preset_defaults) == []

@@ -58,6 +58,34 @@ def test_hrm_cuda_bf16_step_matches_eager_plain(compile_, fused, monkeypatch):
         assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-1)
 
 
+@pytest.mark.parametrize("mixer", ["attention", "mlp"])
+@pytest.mark.parametrize("compile_,fused", [(False, True), (True, True)], ids=["eager+fused", "compile+fused"])
+def test_trm_cuda_bf16_step_matches_eager_plain(compile_, fused, mixer, monkeypatch):
+    """bf16 TRM train steps (weight average on) with the fused kernel and/or torch.compile match
+    eager plain PyTorch; the model computes in bf16 and the average stays fp32."""
+    from benchmarks.bench_hrm import make_trainer, random_batches
+    from hrm_deeploop.models import core
+    from hrm_deeploop.models.config import TRMConfig
+    from hrm_deeploop.models.scaling import ScalingConfig
+
+    cfg = TRMConfig(hidden_size=64, num_heads=2, expansion=2.0, num_h_cycles=2, num_l_cycles=2, halt_max_steps=3,
+                    puzzle_emb_len=4, seq_len=64, num_puzzle_identifiers=8, mixer=mixer,
+                    pos_encodings="none" if mixer == "mlp" else "rope")
+    runs = {}
+    for name, (c, f) in {"ref": (False, False), "test": (compile_, fused)}.items():
+        monkeypatch.setattr(core, "USE_FUSED_RESIDUAL_NORM", f)
+        trainer = make_trainer(cfg, ScalingConfig(scheme="deeploop"), torch.device("cuda"), 8, c, ema=True)
+        assert trainer.model.dtype == torch.bfloat16
+        batches = random_batches(cfg, 8, 3, torch.device("cuda"), seed=1)
+        runs[name] = [trainer.train_step(tensors=b) for b in batches]
+        assert all(s.dtype == torch.float32 and s.is_cuda for s in trainer.ema.shadow.values())
+        torch._dynamo.reset()
+    for a, b in zip(runs["ref"], runs["test"]):
+        assert math.isfinite(b["loss"]) and math.isfinite(b["grad_norm"])
+        assert b["lm_loss"] == pytest.approx(a["lm_loss"], rel=3e-2)
+        assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-1)
+
+
 @pytest.mark.parametrize("compile_", [False, True], ids=["eager", "compiled"])
 def test_gpt_cuda_bf16_autocast_fused_adamw_learns(tmp_path, compile_):
     from hrm_deeploop.models.scaling import ScalingConfig

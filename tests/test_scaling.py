@@ -10,8 +10,10 @@ from hrm_deeploop.models.scaling import (
     alpha_beta,
     hrm_depth,
     loop_depth,
+    model_depth,
     module_residuals,
     residual_for,
+    trm_depth,
 )
 
 
@@ -78,3 +80,27 @@ def test_config_errors_name_the_key():
         ScalingConfig(beta_targets=["q"])
     with pytest.raises(ConfigError, match="num_rounds"):
         loop_depth(2, 0)
+
+
+@pytest.mark.parametrize("n, N, M, N_g, M_g", [(4, 30, 60, 10, 20),  # TRM on ARC and Maze: T=3, n=4, K=2
+                                               (6, 42, 84, 14, 28)])  # TRM on Sudoku (and its default)
+def test_trm_depth_at_the_paper_configs(n, N, M, N_g, M_g):
+    d = trm_depth(2, 3, n)
+    assert (d.N, d.M, d.N_g, d.M_g) == (N, M, N_g, M_g)
+    assert d.modules == {"net": {"K": 2, "R": n + 1, "N": N_g}}  # each block revisited n+1 times with grad
+    r = module_residuals(ScalingConfig(scheme="deeploop"), d)["net"]
+    assert r.alpha == pytest.approx(math.sqrt(2 * N_g)) and r.beta == pytest.approx((8 * N_g) ** -0.5)
+
+
+def test_trm_depth_conventions():
+    k, t, n = 3, 4, 5
+    assert trm_depth(k, t, n, "forward").modules["net"] == {"K": k, "R": t * (n + 1), "N": t * (n + 1) * k}
+    assert trm_depth(k, t, n, "physical").modules["net"] == {"K": k, "R": 1, "N": k}
+    d = trm_depth(k, t, n)
+    assert d.M == t * d.M_g and d.N_g == (n + 1) * k  # forward = T x the gradient window
+    with pytest.raises(ConfigError, match="trm_depth"):
+        ScalingConfig(trm_depth="paper")
+    from hrm_deeploop.models.config import TRMConfig
+
+    with pytest.raises(ConfigError, match="per_module"):
+        model_depth(TRMConfig(), ScalingConfig(per_module=True))

@@ -7,6 +7,7 @@ range-checked once, in `__post_init__`, so a bad value is a one-line error namin
 | name | dataclass | model class                          |
 |------|-----------|--------------------------------------|
 | hrm  | HRMConfig | hrm_deeploop.models.hrm.HRM          |
+| trm  | TRMConfig | hrm_deeploop.models.trm.TRM          |
 | gpt  | GPTConfig | hrm_deeploop.models.gpt.GPT          |
 """
 
@@ -79,6 +80,80 @@ class HRMConfig:
 
 
 @dataclass
+class TRMConfig:
+    """Tiny Recursive Model (TRM, Jolicoeur-Martineau 2025). Defaults: the reference's
+    `config/arch/trm.yaml` (ARC experiments set num_l_cycles=4). One network of `num_layers`
+    blocks updates both latents; the reference's arch keys map as H_cycles -> num_h_cycles (T),
+    L_cycles -> num_l_cycles (n), L_layers -> num_layers, mlp_t -> mixer=mlp,
+    no_ACT_continue -> act_continue=False (see checkpoint.OFFICIAL_TRM_ARCH_FIELDS)."""
+
+    name: str = "trm"
+    hidden_size: int = 512
+    num_heads: int = 8
+    expansion: float = 4.0
+    num_layers: int = 2  # K: physical blocks of the one network (the reference's L_layers; H_layers unused)
+    num_h_cycles: int = 3  # T: deep-recursion steps per segment; the first T-1 run without grad
+    num_l_cycles: int = 6  # n: latent updates z_L <- net(z_L, z_H + x) per step, then one z_H <- net(z_H, z_L)
+    mixer: str = "attention"  # attention | mlp (the reference's mlp_t: a SwiGLU across the sequence axis)
+    halt_max_steps: int = 16
+    halt_exploration_prob: float = 0.1
+    act_continue: bool = False  # learn Q(continue) (HRM's rule and its extra target forward); False: halt when Q(halt) > 0
+    puzzle_emb_ndim: int | None = None  # None -> hidden_size; 0 disables the puzzle embedding
+    puzzle_emb_len: int = 16  # prefix positions for the puzzle embedding; 0 -> ceil(puzzle_emb_ndim / hidden_size)
+    pos_encodings: str = "rope"  # rope | learned | none
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-5
+    norm_weight: bool = False  # TRM's RMSNorm has no gain
+    mlp_multiple: int = 256
+    forward_dtype: str = "bfloat16"  # compute dtype on CUDA; CPU runs use float32
+    loss_type: str = "stablemax_cross_entropy"  # or softmax_cross_entropy
+    stablemax_dtype: str = "float64"
+    vocab_size: int = 12  # these three are filled in from the dataset
+    seq_len: int = 900
+    num_puzzle_identifiers: int = 1
+
+    def __post_init__(self) -> None:
+        for key in ("hidden_size", "num_heads", "num_layers", "num_h_cycles", "num_l_cycles", "halt_max_steps",
+                    "mlp_multiple", "vocab_size", "seq_len", "num_puzzle_identifiers"):
+            at_least(f"model.{key}", getattr(self, key), 1)
+        positive("model.expansion", self.expansion)
+        positive("model.rope_theta", self.rope_theta)
+        positive("model.rms_norm_eps", self.rms_norm_eps)
+        in_range("model.halt_exploration_prob", self.halt_exploration_prob, 0.0, 1.0)
+        if self.puzzle_emb_ndim is not None:
+            at_least("model.puzzle_emb_ndim", self.puzzle_emb_ndim, 0)
+        at_least("model.puzzle_emb_len", self.puzzle_emb_len, 0)
+        one_of("model.mixer", self.mixer, ("attention", "mlp"))
+        one_of("model.pos_encodings", self.pos_encodings, ("rope", "learned", "none"))
+        one_of("model.loss_type", self.loss_type, ("stablemax_cross_entropy", "softmax_cross_entropy"))
+        one_of("model.stablemax_dtype", self.stablemax_dtype, ("float64", "float32"))
+        one_of("model.forward_dtype", self.forward_dtype, COMPUTE_DTYPES)
+        if self.puzzle_emb_len:
+            check(self.puzzle_dim <= self.puzzle_emb_len * self.hidden_size, "model.puzzle_emb_len",
+                  self.puzzle_emb_len, f"large enough to hold model.puzzle_emb_ndim={self.puzzle_dim} "
+                  f"(>= {-(self.puzzle_dim // -self.hidden_size)} positions of {self.hidden_size})")
+        if self.mixer == "attention":
+            check(self.hidden_size % self.num_heads == 0, "model.hidden_size", self.hidden_size,
+                  f"divisible by model.num_heads={self.num_heads}")
+        if self.mixer == "attention" and self.pos_encodings == "rope":
+            check((self.hidden_size // self.num_heads) % 2 == 0, "model.hidden_size", self.hidden_size,
+                  f"such that the head size hidden_size / num_heads = {self.hidden_size // self.num_heads} is even (RoPE)")
+
+    @property
+    def puzzle_dim(self) -> int:
+        return self.hidden_size if self.puzzle_emb_ndim is None else self.puzzle_emb_ndim
+
+    @property
+    def puzzle_len(self) -> int:
+        """P: prefix positions; only the first ceil(ndim / hidden) carry the embedding, the rest are
+        zeros (the reference pads the embedding to P * hidden_size). No puzzle embedding: no prefix
+        (the reference keeps puzzle_emb_len positions in its carry but not in its input, and fails)."""
+        if self.puzzle_dim == 0:
+            return 0
+        return self.puzzle_emb_len or -(self.puzzle_dim // -self.hidden_size)
+
+
+@dataclass
 class GPTConfig:
     """The looped GPT (DeepLoop section 5.1): GPT-2 small by default; K blocks looped R rounds."""
 
@@ -112,8 +187,8 @@ class GPTConfig:
               f"such that the head size hidden_size / num_heads = {self.hidden_size / self.num_heads:g} is even (RoPE)")
 
 
-MODEL_CONFIGS: dict[str, type] = {"hrm": HRMConfig, "gpt": GPTConfig}
-ModelConfig = HRMConfig | GPTConfig
+MODEL_CONFIGS: dict[str, type] = {"hrm": HRMConfig, "trm": TRMConfig, "gpt": GPTConfig}
+ModelConfig = HRMConfig | TRMConfig | GPTConfig
 
 
 def model_config(cfg: Any) -> ModelConfig:

@@ -1,9 +1,10 @@
-"""The looped-block core shared by HRM and the looped GPT.
+"""The looped-block core shared by HRM, TRM and the looped GPT.
 
 RMSNorm, rotary embedding, multi-head attention on SDPA, SwiGLU, a two-sublayer block with a
-residual policy (alpha in the forward pass, beta once at init), and `LoopedCore`: K physical
-blocks applied for R rounds with optional input injection. Architecture only: no process group,
-no config files, no environment variables (the fused-kernel switch below is set by `runtime`).
+residual policy (alpha in the forward pass, beta once at init), its token-mixing-MLP variant
+(`SeqMLPBlock`, TRM's mlp_t), and `LoopedCore`: K physical blocks applied for R rounds with
+optional input injection. Architecture only: no process group, no config files, no environment
+variables (the fused-kernel switch below is set by `runtime`).
 
 Module and parameter names follow HRM (`layers.N.self_attn.qkv_proj`, `mlp.gate_up_proj`, ...)
 so official checkpoints map onto this code by stripping prefixes only.
@@ -206,20 +207,65 @@ class Block(nn.Module):
             x = x + r.eps * self.mlp(self.mlp_norm(x))
         return x
 
-    def beta_matrices(self) -> dict[str, tuple[Tensor, slice]]:
+    def beta_matrices(self) -> dict[str, list[tuple[Tensor, slice]]]:
         """The residual-branch matrices (and row ranges) that take the beta gain, by target name."""
         hd = self.self_attn.num_heads * self.self_attn.head_dim
-        inner = self.mlp.inner
         return {
-            "v": (self.self_attn.qkv_proj.weight, slice(2 * hd, 3 * hd)),  # value rows of the fused QKV
-            "o": (self.self_attn.o_proj.weight, slice(None)),
-            "gate": (self.mlp.gate_up_proj.weight, slice(0, inner)),
-            "up": (self.mlp.gate_up_proj.weight, slice(inner, 2 * inner)),
-            "down": (self.mlp.down_proj.weight, slice(None)),
+            "v": [(self.self_attn.qkv_proj.weight, slice(2 * hd, 3 * hd))],  # value rows of the fused QKV
+            "o": [(self.self_attn.o_proj.weight, slice(None))],
+            **_swiglu_beta_matrices([self.mlp]),
         }
 
 
-def init_block_(block: Block) -> None:
+def _swiglu_beta_matrices(mlps: list[SwiGLU]) -> dict[str, list[tuple[Tensor, slice]]]:
+    out: dict[str, list[tuple[Tensor, slice]]] = {"gate": [], "up": [], "down": []}
+    for mlp in mlps:
+        out["gate"].append((mlp.gate_up_proj.weight, slice(0, mlp.inner)))
+        out["up"].append((mlp.gate_up_proj.weight, slice(mlp.inner, 2 * mlp.inner)))
+        out["down"].append((mlp.down_proj.weight, slice(None)))
+    return out
+
+
+class SeqMLPBlock(nn.Module):
+    """TRM's `mlp_t` block: a SwiGLU across the sequence axis (token mixing, in place of attention)
+    and the channel SwiGLU, both under the residual policy.
+
+    The token-mixing sublayer runs on the transposed stream (B, D, T), so its RMSNorm normalises
+    across the T positions of each channel, as the reference's does. Its SwiGLU's up and down
+    matrices are residual-branch matrices like the channel MLP's: `scaling.beta_targets` up / down /
+    gate apply to both MLPs (v and o have no counterpart here).
+    """
+
+    def __init__(self, dim: int, seq_len: int, expansion: float, residual: Residual, norm_eps: float = 1e-5,
+                 norm_weight: bool = False, mlp_multiple: int = 256):
+        super().__init__()
+        self.residual = residual
+        self.norm_eps = norm_eps
+        self.mlp_t = SwiGLU(seq_len, expansion, mlp_multiple)
+        self.mlp = SwiGLU(dim, expansion, mlp_multiple)
+        self.mix_norm = RMSNorm(seq_len, norm_eps, weight=norm_weight)
+        self.mlp_norm = RMSNorm(dim, norm_eps, weight=norm_weight)
+
+    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None = None) -> Tensor:
+        r = self.residual
+        xt = x.transpose(1, 2)  # (B, D, T): mix along the sequence axis
+        if r.norm == "post":
+            f = self.mlp_t(xt)  # (B, D, T)
+            # The reference's operand order: the first operand's (transposed) layout becomes the sum's,
+            # which fixes the order of the reduction inside the norm (bit-identical results).
+            s = xt + f if r.alpha == 1.0 else r.alpha * xt + f
+            x = rms_norm(s, self.mix_norm.weight, self.norm_eps).transpose(1, 2)  # (B, T, D)
+            x = residual_rms_norm(x, self.mlp(x), r.alpha, self.mlp_norm.weight, self.norm_eps)
+        else:
+            x = (xt + r.eps * self.mlp_t(self.mix_norm(xt))).transpose(1, 2)  # (B, T, D)
+            x = x + r.eps * self.mlp(self.mlp_norm(x))
+        return x
+
+    def beta_matrices(self) -> dict[str, list[tuple[Tensor, slice]]]:
+        return {"v": [], "o": [], **_swiglu_beta_matrices([self.mlp_t, self.mlp])}  # no attention here
+
+
+def init_block_(block: Block | SeqMLPBlock) -> None:
     """(Re)initialise one block: truncated LeCun normal on every matrix, unit norm gains, then the
     beta gain on the residual-branch matrices named in `block.residual.beta_targets`
     (query and key rows are never scaled)."""
@@ -238,8 +284,8 @@ def init_block_(block: Block) -> None:
         with torch.no_grad():
             mats = block.beta_matrices()
             for target in block.residual.beta_targets:
-                w, rows = mats[target]
-                w[rows].mul_(beta)
+                for w, rows in mats[target]:
+                    w[rows].mul_(beta)
 
 
 class LoopedCore(nn.Module):
@@ -251,16 +297,16 @@ class LoopedCore(nn.Module):
     RMSNorm closes the stack.
     """
 
-    def __init__(self, blocks: Iterable[Block], num_rounds: int = 1, checkpoint_rounds: bool = False):
+    def __init__(self, blocks: Iterable[Block | SeqMLPBlock], num_rounds: int = 1, checkpoint_rounds: bool = False):
         super().__init__()
         self.layers = nn.ModuleList(blocks)
         assert len(self.layers) > 0, "LoopedCore needs at least one block"
         self.num_rounds = num_rounds
         self.checkpoint_rounds = checkpoint_rounds
         first = self.layers[0]
-        dim = first.self_attn.o_proj.weight.shape[0]
+        dim = first.mlp.down_proj.weight.shape[0]
         self.final_norm = (
-            RMSNorm(dim, first.norm_eps, weight=first.attn_norm.weight is not None)
+            RMSNorm(dim, first.norm_eps, weight=first.mlp_norm.weight is not None)
             if first.residual.norm == "pre" else None
         )
 
@@ -285,8 +331,15 @@ class LoopedCore(nn.Module):
 
 def make_blocks(num_blocks: int, dim: int, num_heads: int, expansion: float, causal: bool,
                 residual: Residual, norm_eps: float = 1e-5, norm_weight: bool = False,
-                mlp_multiple: int = 256) -> list[Block]:
+                mlp_multiple: int = 256, mixer: str = "attention", seq_len: int | None = None
+                ) -> list[Block] | list[SeqMLPBlock]:
     """`num_blocks` blocks with their modules' default init; the model's `init_weights` then
-    initialises each one the model's way (`init_block_`, with the beta gain), once."""
+    initialises each one the model's way (`init_block_`, with the beta gain), once.
+    mixer="mlp": `SeqMLPBlock`s over `seq_len` positions instead of attention."""
+    if mixer == "mlp":
+        assert seq_len is not None, "the mlp mixer needs seq_len (its width is the sequence length)"
+        return [SeqMLPBlock(dim, seq_len, expansion, residual, norm_eps, norm_weight, mlp_multiple)
+                for _ in range(num_blocks)]
+    assert mixer == "attention", f"unknown mixer {mixer!r}"
     return [Block(dim, num_heads, expansion, causal, residual, norm_eps, norm_weight, mlp_multiple)
             for _ in range(num_blocks)]

@@ -4,8 +4,8 @@ Two `LoopedCore`s, H (slow) and L (fast), run a nested recurrence over a [B, P +
 the L module takes (z_H + input embedding) as its injection, the H module takes z_L. One forward
 segment runs H_cycles x L_cycles L calls and H_cycles H calls; only the last L call and the last
 H call are on the autograd tape (HRM's one-step gradient, reference spec 3.4). The ACT wrapper
-(`HRM.forward`) keeps a per-slot carry across calls and learns when to halt with a Q head read
-from the puzzle slot (spec 3.5).
+(`ACTReasoner.forward`, shared with TRM) keeps a per-slot carry across calls and learns when to
+halt with a Q head read from the puzzle slot (spec 3.5).
 
 Architecture only: no process group, no config files, no environment variables. Residual
 scaling (alpha in the forward, beta at init) comes from `scaling.module_residuals`; `scaling=
@@ -52,20 +52,34 @@ class PuzzleEmbedding(nn.Module):
     """Sparse per-puzzle embedding: a zero-initialised fp32 buffer `weights` [num_ids, dim].
 
     The table is a buffer, not a Parameter: the dense optimiser never sees it. In training the
-    looked-up rows are copied into a fresh leaf tensor with requires_grad (HRM's `local_weights`);
-    after backward, `take_grads()` hands (ids, row grads) to `optim.SparseSignSGD`. Unlike HRM the
-    leaf is created per call, so the batch size is not fixed at construction and several calls
+    looked-up rows get a fresh leaf tensor with requires_grad (HRM's `local_weights`); after
+    backward, `take_grads()` hands (ids, row grads) to `optim.SparseSignSGD`. Unlike HRM the leaf
+    is created per call, so the batch size is not fixed at construction and several calls
     (gradient accumulation micro-batches) can be collected before one optimiser step.
+
+    `prepare(rows)` makes that leaf ahead of the call, as a zero offset added to the rows (their
+    gradient is the offset's): a leaf created inside a torch.compile'd region breaks its graph
+    (four breaks per ACT step), one made outside is just an input. Without `prepare` the leaf is
+    the looked-up rows themselves (eager callers, tests).
     """
 
     def __init__(self, num_ids: int, dim: int):
         super().__init__()
         self.register_buffer("weights", torch.zeros(num_ids, dim), persistent=True)
         self._pending: list[tuple[Tensor, Tensor]] = []
+        self._next: Tensor | None = None
+
+    def prepare(self, rows: int) -> None:
+        """A zero leaf (rows, dim) for the next tracked lookup of `rows` ids."""
+        self._next = torch.zeros(rows, self.weights.shape[1], device=self.weights.device, requires_grad=True)
 
     def forward(self, ids: Tensor, dtype: torch.dtype, track_grad: bool) -> Tensor:
         if not track_grad:
             return self.weights[ids].to(dtype)
+        local, self._next = self._next, None
+        if local is not None and local.shape[0] == ids.shape[0]:
+            self._pending.append((ids.detach(), local))
+            return (self.weights[ids] + local).to(dtype)  # (B, dim); x + 0 is x: the rows, bit for bit
         local = self.weights[ids].detach().clone().requires_grad_(True)  # (B, dim) leaf
         self._pending.append((ids.detach(), local))
         return local.to(dtype)
@@ -79,7 +93,7 @@ class PuzzleEmbedding(nn.Module):
         return torch.cat([i for i, _ in pairs]), torch.cat([g for _, g in pairs])
 
     def clear(self) -> None:
-        self._pending = []
+        self._pending, self._next = [], None
 
 
 # ---- carry ----------------------------------------------------------------------------------------
@@ -96,21 +110,26 @@ class Carry:
     data: dict[str, Tensor] = field(default_factory=dict)
 
 
-# ---- the model ------------------------------------------------------------------------------------
+# ---- the ACT wrapper shared by HRM and TRM ---------------------------------------------------------
 
-class HRM(nn.Module):
-    """HRM with ACT. `forward(carry, batch, generator) -> (carry, outputs)`, one segment per call.
+class ACTReasoner(nn.Module):
+    """What HRM and TRM share: the input embedding (tokens, puzzle prefix, positions), the output
+    heads, the learned initial states and the ACT wrapper around a model-specific `segment`.
 
-    outputs: logits (B, S, V), q_halt_logits (B,) fp32, q_continue_logits (B,) fp32, and in
-    training with halt_max_steps > 1 also target_q_continue (B,) fp32.
+    `forward(carry, batch, generator) -> (carry, outputs)`, one segment per call. outputs: logits
+    (B, S, V), q_halt_logits (B,) fp32, q_continue_logits (B,) fp32, and in training with
+    halt_max_steps > 1 and `q_continue` also target_q_continue (B,) fp32.
+
+    Subclasses build the shared modules with `_build_io`, then their reasoning modules and the
+    `H_init` / `L_init` buffers, and implement `segment` and `init_weights`.
     """
 
-    def __init__(self, cfg: HRMConfig, scaling: ScalingConfig | None = None,
-                 dtype: torch.dtype = torch.float32):
-        super().__init__()
-        self.cfg = cfg
-        self.scaling = scaling or ScalingConfig()
-        self.dtype = dtype  # compute dtype; parameters stay fp32 (cast at use, like HRM)
+    cfg: HRMConfig  # or TRMConfig: the fields read here exist in both
+    dtype: torch.dtype
+    q_continue: bool = True  # halt when Q(halt) > Q(continue) and learn Q(continue) (HRM); else halt when Q(halt) > 0
+
+    def _build_io(self, cfg: HRMConfig) -> None:
+        """Token, puzzle and position embeddings, LM and Q heads, for a (P + seq_len)-token state."""
         D, P = cfg.hidden_size, cfg.puzzle_len
         self.total_len = P + cfg.seq_len
         self.embed_scale = math.sqrt(D)
@@ -119,12 +138,115 @@ class HRM(nn.Module):
         self.lm_head = Linear(D, cfg.vocab_size)
         self.q_head = Linear(D, 2, bias=True)
         self.puzzle_emb = PuzzleEmbedding(cfg.num_puzzle_identifiers, cfg.puzzle_dim) if cfg.puzzle_dim > 0 else None
-        if cfg.pos_encodings == "rope":
-            self.rotary_emb = Rotary(D // cfg.num_heads, self.total_len, cfg.rope_theta)
-            self.embed_pos = None
-        else:
-            self.rotary_emb = None
-            self.embed_pos = Embedding(self.total_len, D)
+        self.rotary_emb = Rotary(D // cfg.num_heads, self.total_len, cfg.rope_theta) \
+            if cfg.pos_encodings == "rope" else None
+        self.embed_pos = Embedding(self.total_len, D) if cfg.pos_encodings == "learned" else None
+
+    def num_params(self) -> int:
+        """Trainable parameters (the puzzle table is a buffer and is not counted, as in HRM)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def _rope(self) -> tuple[Tensor, Tensor] | None:
+        return self.rotary_emb(self.total_len) if self.rotary_emb is not None else None
+
+    def input_embedding(self, inputs: Tensor, puzzle_ids: Tensor, track_puzzle_grad: bool) -> Tensor:
+        """inputs (B, S) int, puzzle_ids (B,) -> scaled embedding (B, P+S, D) in the compute dtype."""
+        cfg, dt = self.cfg, self.dtype
+        x = self.embed_tokens(inputs.long(), dt)  # (B, S, D)
+        if self.puzzle_emb is not None:
+            pe = self.puzzle_emb(puzzle_ids.long(), dt, track_puzzle_grad)  # (B, ndim)
+            pad = cfg.puzzle_len * cfg.hidden_size - pe.shape[-1]
+            if pad > 0:
+                pe = nn.functional.pad(pe, (0, pad))
+            x = torch.cat((pe.view(-1, cfg.puzzle_len, cfg.hidden_size), x), dim=-2)  # (B, P+S, D)
+        if self.embed_pos is not None:
+            x = 0.707106781 * (x + self.embed_pos.embedding_weight.to(dt))
+        return self.embed_scale * x
+
+    def segment(self, z_H: Tensor, z_L: Tensor, data: dict[str, Tensor],
+                track_puzzle_grad: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """One forward segment: (z_H, z_L) detached, logits (B, S, V), q_logits (B, 2) fp32."""
+        raise NotImplementedError
+
+    def initial_carry(self, batch: dict[str, Tensor]) -> Carry:
+        """Every slot halted, so the first call loads every row of its batch."""
+        B, device = batch["inputs"].shape[0], batch["inputs"].device
+        z = torch.zeros(B, self.total_len, self.cfg.hidden_size, dtype=self.dtype, device=device)
+        return Carry(z_H=z, z_L=z.clone(), steps=torch.zeros(B, dtype=torch.int32, device=device),
+                     halted=torch.ones(B, dtype=torch.bool, device=device),
+                     data={k: torch.zeros_like(batch[k]) for k in DATA_KEYS})
+
+    def exploration(self, batch_size: int, generator: torch.Generator | None = None) -> Tensor | None:
+        """Exploration's minimum segment count per slot, (B,) int64: with probability
+        halt_exploration_prob a uniform draw in [2, halt_max_steps], else 0. None where the ACT
+        step does not explore (eval mode, halt_max_steps 1). Two draws from `generator`, in HRM's
+        order (uniforms, then integers)."""
+        if not (self.training and self.cfg.halt_max_steps > 1):
+            return None
+        gen_dev = generator.device if generator is not None else torch.device("cpu")
+        explore = torch.rand(batch_size, generator=generator, device=gen_dev) < self.cfg.halt_exploration_prob
+        return explore * torch.randint(2, self.cfg.halt_max_steps + 1, (batch_size,), generator=generator,
+                                       device=gen_dev)
+
+    def forward(self, carry: Carry, batch: dict[str, Tensor], generator: torch.Generator | None = None,
+                min_halt: Tensor | None = None) -> tuple[Carry, dict[str, Tensor]]:
+        """One ACT step. Halted slots restart from H_init/L_init on their row of `batch`; the rows of
+        `batch` at non-halted slots are dropped (HRM semantics). Exploration: `min_halt` from
+        `exploration()` (drawn outside a compiled region: a generator inside one breaks its graph),
+        else drawn here from `generator`."""
+        cfg = self.cfg
+        reset = carry.halted  # (B,)
+        r3 = reset.view(-1, 1, 1)
+        z_H = torch.where(r3, self.H_init.to(self.dtype), carry.z_H)
+        z_L = torch.where(r3, self.L_init.to(self.dtype), carry.z_L)
+        steps = torch.where(reset, torch.zeros_like(carry.steps), carry.steps)
+        data = {k: torch.where(reset.view((-1,) + (1,) * (batch[k].ndim - 1)), batch[k], carry.data[k])
+                for k in DATA_KEYS}
+
+        z_H, z_L, logits, q = self.segment(z_H, z_L, data, track_puzzle_grad=self.training)
+        out = {"logits": logits, "q_halt_logits": q[:, 0], "q_continue_logits": q[:, 1]}
+
+        with torch.no_grad():
+            steps = steps + 1
+            is_last = steps >= cfg.halt_max_steps
+            halted = is_last
+            if self.training and cfg.halt_max_steps > 1:
+                halted = halted | ((q[:, 0] > q[:, 1]) if self.q_continue else (q[:, 0] > 0))
+                if min_halt is None:
+                    min_halt = self.exploration(steps.shape[0], generator)
+                halted = halted & (steps >= min_halt.to(steps.device))
+                if self.q_continue:
+                    # Target Q: one more segment from the new carry on the same data (no replay buffer).
+                    _, _, _, q_next = self.segment(z_H, z_L, data)
+                    out["target_q_continue"] = torch.sigmoid(
+                        torch.where(is_last, q_next[:, 0], torch.maximum(q_next[:, 0], q_next[:, 1])))
+        return Carry(z_H=z_H, z_L=z_L, steps=steps.to(torch.int32), halted=halted, data=data), out
+
+    @torch.no_grad()
+    def predict(self, batch: dict[str, Tensor]) -> tuple[Carry, dict[str, Tensor]]:
+        """Evaluation as the reference: a fresh carry, exactly halt_max_steps segments (Q is not
+        consulted), outputs of the last segment. Call in eval mode."""
+        assert not self.training, f"{type(self).__name__}.predict runs in eval mode (model.eval())"
+        carry = self.initial_carry(batch)
+        out: dict[str, Tensor] = {}
+        for _ in range(self.cfg.halt_max_steps):
+            carry, out = self(carry, batch)
+        return carry, out
+
+
+# ---- the model ------------------------------------------------------------------------------------
+
+class HRM(ACTReasoner):
+    """HRM with ACT (`ACTReasoner`): two LoopedCores, H and L, and the one-step gradient."""
+
+    def __init__(self, cfg: HRMConfig, scaling: ScalingConfig | None = None,
+                 dtype: torch.dtype = torch.float32):
+        super().__init__()
+        self.cfg = cfg
+        self.scaling = scaling or ScalingConfig()
+        self.dtype = dtype  # compute dtype; parameters stay fp32 (cast at use, like HRM)
+        D = cfg.hidden_size
+        self._build_io(cfg)
 
         self.depth = hrm_depth(cfg.num_h_layers, cfg.num_l_layers, cfg.num_h_cycles, cfg.num_l_cycles,
                                self.scaling.hrm_depth, self.scaling.per_module)
@@ -190,28 +312,7 @@ class HRM(nn.Module):
         missed = [n for n, t in [*self.named_parameters(), *self.named_buffers()] if id(t) not in done]
         assert not missed, f"HRM.init_weights does not initialise {missed}"
 
-    def num_params(self) -> int:
-        """Trainable parameters (the puzzle table is a buffer and is not counted, as in HRM)."""
-        return sum(p.numel() for p in self.parameters())
-
-    # -- inner model (one segment) ------------------------------------------------------------------
-
-    def _rope(self) -> tuple[Tensor, Tensor] | None:
-        return self.rotary_emb(self.total_len) if self.rotary_emb is not None else None
-
-    def input_embedding(self, inputs: Tensor, puzzle_ids: Tensor, track_puzzle_grad: bool) -> Tensor:
-        """inputs (B, S) int, puzzle_ids (B,) -> scaled embedding (B, P+S, D) in the compute dtype."""
-        cfg, dt = self.cfg, self.dtype
-        x = self.embed_tokens(inputs.long(), dt)  # (B, S, D)
-        if self.puzzle_emb is not None:
-            pe = self.puzzle_emb(puzzle_ids.long(), dt, track_puzzle_grad)  # (B, ndim)
-            pad = cfg.puzzle_len * cfg.hidden_size - pe.shape[-1]
-            if pad > 0:
-                pe = nn.functional.pad(pe, (0, pad))
-            x = torch.cat((pe.view(-1, cfg.puzzle_len, cfg.hidden_size), x), dim=-2)  # (B, P+S, D)
-        if self.embed_pos is not None:
-            x = 0.707106781 * (x + self.embed_pos.embedding_weight.to(dt))
-        return self.embed_scale * x
+    # -- one segment -------------------------------------------------------------------------------
 
     def segment(self, z_H: Tensor, z_L: Tensor, data: dict[str, Tensor],
                 track_puzzle_grad: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -234,61 +335,6 @@ class HRM(nn.Module):
         logits = self.lm_head(z_H)[:, P:]  # (B, S, V)
         q_logits = self.q_head(z_H[:, 0]).float()  # (B, 2), from the puzzle slot
         return z_H.detach(), z_L.detach(), logits, q_logits
-
-    # -- ACT wrapper -------------------------------------------------------------------------------
-
-    def initial_carry(self, batch: dict[str, Tensor]) -> Carry:
-        """Every slot halted, so the first call loads every row of its batch."""
-        B, device = batch["inputs"].shape[0], batch["inputs"].device
-        z = torch.zeros(B, self.total_len, self.cfg.hidden_size, dtype=self.dtype, device=device)
-        return Carry(z_H=z, z_L=z.clone(), steps=torch.zeros(B, dtype=torch.int32, device=device),
-                     halted=torch.ones(B, dtype=torch.bool, device=device),
-                     data={k: torch.zeros_like(batch[k]) for k in DATA_KEYS})
-
-    def forward(self, carry: Carry, batch: dict[str, Tensor],
-                generator: torch.Generator | None = None) -> tuple[Carry, dict[str, Tensor]]:
-        """One ACT step. Halted slots restart from H_init/L_init on their row of `batch`; the rows of
-        `batch` at non-halted slots are dropped (HRM semantics). `generator` drives exploration."""
-        cfg = self.cfg
-        reset = carry.halted  # (B,)
-        r3 = reset.view(-1, 1, 1)
-        z_H = torch.where(r3, self.H_init.to(self.dtype), carry.z_H)
-        z_L = torch.where(r3, self.L_init.to(self.dtype), carry.z_L)
-        steps = torch.where(reset, torch.zeros_like(carry.steps), carry.steps)
-        data = {k: torch.where(reset.view((-1,) + (1,) * (batch[k].ndim - 1)), batch[k], carry.data[k])
-                for k in DATA_KEYS}
-
-        z_H, z_L, logits, q = self.segment(z_H, z_L, data, track_puzzle_grad=self.training)
-        out = {"logits": logits, "q_halt_logits": q[:, 0], "q_continue_logits": q[:, 1]}
-
-        with torch.no_grad():
-            steps = steps + 1
-            is_last = steps >= cfg.halt_max_steps
-            halted = is_last
-            if self.training and cfg.halt_max_steps > 1:
-                halted = halted | (q[:, 0] > q[:, 1])
-                B = steps.shape[0]
-                gen_dev = generator.device if generator is not None else torch.device("cpu")
-                explore = torch.rand(B, generator=generator, device=gen_dev) < cfg.halt_exploration_prob
-                min_halt = explore * torch.randint(2, cfg.halt_max_steps + 1, (B,), generator=generator,
-                                                   device=gen_dev)
-                halted = halted & (steps >= min_halt.to(steps.device))
-                # Target Q: one more segment from the new carry on the same data (no replay buffer).
-                _, _, _, q_next = self.segment(z_H, z_L, data)
-                out["target_q_continue"] = torch.sigmoid(
-                    torch.where(is_last, q_next[:, 0], torch.maximum(q_next[:, 0], q_next[:, 1])))
-        return Carry(z_H=z_H, z_L=z_L, steps=steps.to(torch.int32), halted=halted, data=data), out
-
-    @torch.no_grad()
-    def predict(self, batch: dict[str, Tensor]) -> tuple[Carry, dict[str, Tensor]]:
-        """Evaluation as the reference: a fresh carry, exactly halt_max_steps segments (Q is not
-        consulted), outputs of the last segment. Call in eval mode."""
-        assert not self.training, "HRM.predict runs in eval mode (model.eval())"
-        carry = self.initial_carry(batch)
-        out: dict[str, Tensor] = {}
-        for _ in range(self.cfg.halt_max_steps):
-            carry, out = self(carry, batch)
-        return carry, out
 
 
 def carry_to(carry: Carry, device: torch.device | str) -> Carry:

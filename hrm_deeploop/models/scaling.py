@@ -1,6 +1,6 @@
 """Depth accounting and residual-scaling schemes (DeepLoop paper sections 2-4).
 
-One module, used by both models. A scheme turns an unrolled depth N into a `Residual` policy
+One module, used by every model. A scheme turns an unrolled depth N into a `Residual` policy
 for the blocks of one module:
 
 | scheme       | norm | alpha           | beta             |
@@ -23,6 +23,15 @@ Conventions for HRM's N (config `scaling.hrm_depth`):
 Per-module assignment (`scaling.per_module=true`, paper eq. 18): H uses N_H = K_H (it is
 gradient-visited once), L uses N_L = C_L*K_L (`paper`) or K_L (`autograd`), each with the
 scheme's exponent. Default: one shared N_g for both modules, as in the paper's experiments.
+
+TRM (one network of K blocks; T deep-recursion steps of n latent updates and one answer update,
+only the last step on the tape): forward N = T*(n+1)*K. Conventions (`scaling.trm_depth`, derived
+in docs/trm.md):
+- `gradient` (default): the last recursion, every block revisited n+1 times inside the gradient
+  window (the aligned regime of paper section 3.4): N_g = (n+1)*K, R = n+1 (10 blocks on ARC, 14 on
+  Sudoku).
+- `forward`: every recursion of a segment, as if nothing were truncated: N = T*(n+1)*K, R = T*(n+1).
+- `physical`: the untied count of one pass, N = K, R = 1 (plain DeepNorm depth of the network).
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ SCHEMES = ("baseline", "deepnorm", "deeploop", "power", "looped_eps")
 # for attention (v, o) and MLP (up, down). Add "gate" to scale all three MLP matrices.
 DEFAULT_BETA_TARGETS = ("v", "o", "up", "down")
 BETA_TARGET_CHOICES = ("v", "o", "up", "down", "gate")
+TRM_DEPTHS = ("gradient", "forward", "physical")
 
 
 @dataclass
@@ -49,6 +59,7 @@ class ScalingConfig:
     p: float | None = None  # exponent for `power`
     eps_lambda: float = 1.0  # lambda for `looped_eps`
     hrm_depth: str = "paper"  # paper | autograd
+    trm_depth: str = "gradient"  # gradient | forward | physical
     per_module: bool = False
     beta_targets: list[str] = field(default_factory=lambda: list(DEFAULT_BETA_TARGETS))
 
@@ -59,6 +70,7 @@ class ScalingConfig:
             at_least("scaling.p", self.p, 0.0)
         positive("scaling.eps_lambda", self.eps_lambda)
         one_of("scaling.hrm_depth", self.hrm_depth, ("paper", "autograd"))
+        one_of("scaling.trm_depth", self.trm_depth, TRM_DEPTHS)
         for t in self.beta_targets:
             one_of("scaling.beta_targets", t, BETA_TARGET_CHOICES)
 
@@ -120,6 +132,19 @@ def hrm_depth(num_h_layers: int, num_l_layers: int, num_h_cycles: int, num_l_cyc
     )
 
 
+def trm_depth(num_layers: int, num_h_cycles: int, num_l_cycles: int, convention: str = "gradient") -> Depth:
+    """TRM's one network of K blocks: per deep-recursion step n+1 calls of the network (n latent
+    updates, one answer update), T steps per segment, the last one on the tape (docs/trm.md)."""
+    _positive(num_layers=num_layers, num_h_cycles=num_h_cycles, num_l_cycles=num_l_cycles)
+    k, t, n = num_layers, num_h_cycles, num_l_cycles
+    visits = {"gradient": n + 1, "forward": t * (n + 1), "physical": 1}  # R: visits of each block counted
+    if convention not in visits:
+        raise ConfigError(f"scaling.trm_depth='{convention}' must be one of {', '.join(TRM_DEPTHS)}")
+    n_fwd, n_g = t * (n + 1) * k, (n + 1) * k
+    r = visits[convention]
+    return Depth(N=n_fwd, M=2 * n_fwd, N_g=n_g, M_g=2 * n_g, modules={"net": {"K": k, "R": r, "N": k * r}})
+
+
 def alpha_beta(scheme: str, n: int, p: float | None = None) -> tuple[float, float]:
     """(alpha, beta) of a Post-LN scheme for unrolled depth n."""
     exponent = {"baseline": 0.0, "deepnorm": 0.25, "deeploop": 0.5, "power": p}.get(scheme)
@@ -167,6 +192,7 @@ def describe(model_cfg: Any, scaling: ScalingConfig) -> dict:
         "scheme": scaling.scheme,
         "exponent": scaling.exponent,
         "hrm_depth": scaling.hrm_depth if model_cfg.name == "hrm" else None,
+        "trm_depth": scaling.trm_depth if model_cfg.name == "trm" else None,
         "N": depth.N, "M": depth.M, "N_g": depth.N_g, "M_g": depth.M_g,
         "modules": modules,
     }
@@ -176,9 +202,13 @@ def model_depth(model_cfg: Any, scaling: ScalingConfig) -> Depth:
     if model_cfg.name == "hrm":
         return hrm_depth(model_cfg.num_h_layers, model_cfg.num_l_layers, model_cfg.num_h_cycles,
                          model_cfg.num_l_cycles, scaling.hrm_depth, scaling.per_module)
+    if model_cfg.name == "trm":
+        if scaling.per_module:
+            raise ConfigError("scaling.per_module=true applies to HRM's two modules; TRM has one network")
+        return trm_depth(model_cfg.num_layers, model_cfg.num_h_cycles, model_cfg.num_l_cycles, scaling.trm_depth)
     if model_cfg.name == "gpt":
         return loop_depth(model_cfg.num_blocks, model_cfg.num_rounds)
-    raise ConfigError(f"model.name='{model_cfg.name}' is not 'hrm' or 'gpt'")
+    raise ConfigError(f"model.name='{model_cfg.name}' is not 'hrm', 'trm' or 'gpt'")
 
 
 def format_table(report: dict) -> str:
@@ -189,7 +219,8 @@ def format_table(report: dict) -> str:
 
     head = [f"model={report['model']}  scheme={report['scheme']}"
             + (f"  p={report['exponent']}" if report["exponent"] is not None else "")
-            + (f"  hrm_depth={report['hrm_depth']}" if report["hrm_depth"] else "")]
+            + (f"  hrm_depth={report['hrm_depth']}" if report["hrm_depth"] else "")
+            + (f"  trm_depth={report['trm_depth']}" if report.get("trm_depth") else "")]
     head.append("  ".join(f"{k}={fmt(report[k])}" for k in ("N", "M", "N_g", "M_g")))
     cols = ["module", "K", "R", "N used", "norm", "alpha", "beta", "eps"]
     rows = [[name, m["K"], m["R"], m["N"], m["norm"], m["alpha"], m["beta"], m.get("eps")]

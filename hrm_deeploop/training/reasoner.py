@@ -1,19 +1,22 @@
-"""`hrm-deeploop train`: a recurrent reasoner (HRM) on a built puzzle dataset (reference spec 5).
+"""`hrm-deeploop train`: a recurrent reasoner (HRM or TRM) on a built puzzle dataset (reference spec 5).
 
 Each step is one ACT segment for every carry slot (deep supervision): the carry persists across
 batches, halted slots load new rows, and every segment gets its own loss and optimiser step.
 Optimisers: SparseSignSGD on the puzzle table (optim.puzzle_emb_lr, optim.puzzle_emb_weight_decay),
 then AdamATan2 over every parameter; both on linear warmup + cosine to optim.min_lr_ratio. The loss
-is divided by the global batch size.
+is divided by the global batch size. With `train.ema=true` (TRM's setups) an exponential moving
+average of the weights (`training.ema`, rate `train.ema_rate`) is updated after every step and
+used for evaluation.
 
 Single process on CPU or one GPU by default; under torchrun, DistributedDataParallel (gloo on
 CPU, NCCL on CUDA) with rank-sharded batches. `train.grad_accum` splits each rank's rows into
 micro-batches (each with its own carry) so a global batch of 768 fits any GPU count.
 
 The loop around the step (run folder, resume, cadence, NaN guard, summary) is `training.loop`.
-Checkpoints hold the full train state: model (with the puzzle table), both optimisers, schedule,
-step, RNG states (torch and the exploration generator), sampler position, the ACT carry, resolved
-config and code version; ranks > 0 keep their own carry and generator in `step_N.rank<r>.pt`.
+Checkpoints hold the full train state: model (with the puzzle table), the weight average (`ema`,
+when on), both optimisers, schedule, step, RNG states (torch and the exploration generator),
+sampler position, the ACT carry, resolved config and code version; ranks > 0 keep their own carry
+and generator in `step_N.rank<r>.pt`.
 `resume=true` continues from the latest one; on CPU the result equals an uninterrupted run bit
 for bit.
 """
@@ -39,9 +42,12 @@ from hrm_deeploop.data.puzzles import (
     steps_per_epoch,
 )
 from hrm_deeploop.errors import UserError
-from hrm_deeploop.models.config import HRMConfig, model_config
-from hrm_deeploop.models.hrm import HRM, Carry, carry_from_state, carry_state, carry_to
+from hrm_deeploop.models.config import HRMConfig, TRMConfig, model_config
+from hrm_deeploop.models.hrm import ACTReasoner, Carry, carry_from_state, carry_state, carry_to
 from hrm_deeploop.models.losses import act_loss
+from hrm_deeploop.models.reasoners import build_reasoner
+from hrm_deeploop.models.scaling import model_depth
+from hrm_deeploop.training.ema import EMA
 from hrm_deeploop.training.loop import (
     CheckpointConfig,
     EvalConfig,
@@ -57,7 +63,7 @@ from hrm_deeploop.training.runlog import check_finite
 
 METRIC_KEYS = ("count", "accuracy", "exact_accuracy", "q_halt_accuracy", "steps",
                "lm_loss", "q_halt_loss", "q_continue_loss")
-REASONERS = (HRMConfig,)
+REASONERS = (HRMConfig, TRMConfig)
 
 
 @dataclass
@@ -67,10 +73,14 @@ class ReasonerLoop(LoopConfig):
     epochs: int = 100000
     epochs_per_iter: int | None = None  # sampler iteration length in epochs; None: eval.interval_epochs or 1
     grad_accum: int = 1  # micro-batches per rank per step
+    ema: bool = False  # keep an exponential moving average of the weights for evaluation (TRM's setups)
+    ema_rate: float = 0.999
 
     def __post_init__(self) -> None:
         super().__post_init__()
         at_least("train.global_batch_size", self.global_batch_size, 1)
+        check(isinstance(self.ema_rate, float) and 0.0 < self.ema_rate < 1.0, "train.ema_rate", self.ema_rate,
+              "in (0, 1)")
         at_least("train.epochs", self.epochs, 1)
         optional_at_least("train.epochs_per_iter", self.epochs_per_iter, 1)
         at_least("train.grad_accum", self.grad_accum, 1)
@@ -109,7 +119,7 @@ class ReasonerEval(EvalConfig):
 
 @dataclass
 class TrainConfig(RunConfig):
-    """`hrm-deeploop train`: HRM on a dataset built by build-arc (or any puzzle builder).
+    """`hrm-deeploop train`: HRM or TRM (model=trm) on a dataset built by build-arc (or any puzzle builder).
 
     Every key is typed; a misspelled key or an out-of-range value is a one-line error. Pick a paper
     setup with experiment=NAME (configs/experiment/)."""
@@ -124,7 +134,8 @@ class TrainConfig(RunConfig):
         super().__post_init__()
         self.model = HRMConfig() if self.model is None else model_config(self.model)
         check(isinstance(self.model, REASONERS), "model.name", self.model.name,
-              "a reasoner (hrm); the looped GPT trains with train-gpt")
+              "a reasoner (hrm, trm); the looped GPT trains with train-gpt")
+        model_depth(self.model, self.scaling)  # the depth convention fits the model (e.g. no per_module for TRM)
 
     def inputs(self) -> list[str | None]:
         return [self.data_dir]
@@ -166,7 +177,7 @@ class Trainer(Task):
         self.config = run_config_dict(cfg)
         self.dtype = D.compute_dtype(cfg.model.forward_dtype, env.device)
         torch.manual_seed(cfg.seed)  # the same init on every rank (DDP also syncs at construction)
-        self.model = HRM(cfg.model, cfg.scaling, self.dtype).to(env.device)
+        self.model = build_reasoner(cfg.model, cfg.scaling, self.dtype).to(env.device)
         self.model.train()
         self.ddp = D.wrap_ddp(self.model, env, sync_buffers=False)
         # Forward and ACT loss in one function, compiled together when train.compile is set (as HRM
@@ -177,6 +188,7 @@ class Trainer(Task):
                        if self.model.puzzle_emb is not None else None)
         self.adam = make_adam_atan2(self.model.parameters(), lr=o.lr, betas=(o.beta1, o.beta2),
                                     weight_decay=o.weight_decay, device=env.device)
+        self.ema = EMA(self.model, cfg.train.ema_rate) if cfg.train.ema else None
         epi = cfg.train.epochs_per_iter or cfg.eval.interval_epochs or 1
         self.sampler = TrainSampler(train_split, G, cfg.seed, env.rank, env.world_size, epochs_per_iter=epi)
         # Exploration draws: an explicit generator per rank (never the global RNG).
@@ -188,7 +200,7 @@ class Trainer(Task):
     def describe(self) -> str:
         return (f"{self.name.upper()} {self.model.num_params():,} parameters (puzzle table excluded), "
                 f"scaling={self.cfg.scaling.scheme}, device={self.env.device}, world={self.env.world_size}, "
-                f"dtype={self.dtype}, steps={self.total_steps}")
+                f"dtype={self.dtype}, steps={self.total_steps}" + (f", ema={self.ema.rate}" if self.ema else ""))
 
     # -- one optimiser step ---------------------------------------------------------------------
 
@@ -197,9 +209,9 @@ class Trainer(Task):
         return (lr_at(step, o.lr, o.warmup_steps, self.total_steps, o.min_lr_ratio),
                 lr_at(step, o.puzzle_emb_lr, o.warmup_steps, self.total_steps, o.min_lr_ratio))
 
-    def _forward_loss(self, carry: Carry, batch: dict[str, torch.Tensor], generator: torch.Generator
+    def _forward_loss(self, carry: Carry, batch: dict[str, torch.Tensor], min_halt: torch.Tensor | None
                       ) -> tuple[Carry, torch.Tensor, dict[str, torch.Tensor]]:
-        carry, out = self.ddp(carry, batch, generator)
+        carry, out = self.ddp(carry, batch, None, min_halt)
         loss, m = act_loss(out, carry.data["labels"], carry.halted, carry.steps,
                            self.model.cfg.loss_type, self.model.cfg.stablemax_dtype)
         return carry, loss, m
@@ -216,7 +228,13 @@ class Trainer(Task):
                 self.carries[a] = model.initial_carry(mb)
             sync = contextlib.nullcontext() if (a == A - 1 or not self.env.distributed) else self.ddp.no_sync()
             with sync:
-                carry, loss, m = self.forward_loss(self.carries[a], mb, self.generator)
+                # Made outside the (compiled) forward, which they would split: the exploration
+                # draws and the puzzle rows' gradient leaf.
+                rows = mb["inputs"].shape[0]
+                min_halt = model.exploration(rows, self.generator)
+                if model.puzzle_emb is not None:
+                    model.puzzle_emb.prepare(rows)
+                carry, loss, m = self.forward_loss(self.carries[a], mb, min_halt)
                 # DDP averages over ranks; HRM sums the per-rank loss / global batch: scale by W.
                 (loss * (W / G)).backward()
             self.carries[a] = carry
@@ -250,6 +268,8 @@ class Trainer(Task):
             self.sparse.step(*puzzle)
         self.adam.step()
         self.adam.zero_grad(set_to_none=True)
+        if self.ema is not None:
+            self.ema.update(self.model)
         metrics["lr"] = lr
         return metrics
 
@@ -268,14 +288,15 @@ class Trainer(Task):
     def evaluate(self, step: int) -> dict[str, float] | None:
         if self.test_split is None:
             return None
-        em = evaluate(self.model, self.test_split, self.env, self.cfg.eval.global_batch_size or
-                      self.cfg.train.global_batch_size, self.cfg.eval.max_batches)
+        with self.ema.applied(self.model) if self.ema is not None else contextlib.nullcontext():
+            em = evaluate(self.model, self.test_split, self.env, self.cfg.eval.global_batch_size or
+                          self.cfg.train.global_batch_size, self.cfg.eval.max_batches)
         D.print0(f"step {step}: eval exact_accuracy={em['exact_accuracy']:.4f} "
                  f"accuracy={em['accuracy']:.4f} over {int(em['count'])} examples")
         return {f"eval/{k}": v for k, v in em.items()}
 
     def summary(self, status: str, last_eval: dict[str, float] | None, train_loss: float | None) -> dict[str, Any]:
-        return {"params": self.model.num_params(), "model": self.name, "scaling": {
+        return {"params": self.model.num_params(), "model": self.name, "ema": self.ema is not None, "scaling": {
             "scheme": self.cfg.scaling.scheme, "p": self.cfg.scaling.p}}
 
     # -- state --------------------------------------------------------------------------------------
@@ -297,6 +318,7 @@ class Trainer(Task):
         o = self.cfg.optim
         return {
             "model": self.model.state_dict(),
+            "ema": self.ema.state_dict() if self.ema is not None else None,
             "optimizers": {"adam": self.adam.state_dict(),
                            "sparse": self.sparse.state_dict() if self.sparse is not None else None},
             "schedule": {"step": self.step, "total_steps": self.total_steps,
@@ -312,6 +334,12 @@ class Trainer(Task):
             self.model.load_state_dict(s["model"])
         except RuntimeError as e:
             raise UserError(f"checkpoint '{path}' does not fit the model: {str(e).splitlines()[0]}") from None
+        if self.ema is not None:
+            if s.get("ema") is not None:
+                self.ema.load_state_dict(s["ema"])
+            else:  # a run resumed with train.ema=true that was trained without it
+                self.ema = EMA(self.model, self.cfg.train.ema_rate)
+                D.print0(f"resume: '{path}' has no weight average; train.ema starts it from the loaded weights")
         self.adam.load_state_dict(s["optimizers"]["adam"])
         if self.sparse is not None and s["optimizers"]["sparse"] is not None:
             self.sparse.load_state_dict(s["optimizers"]["sparse"])
@@ -329,7 +357,7 @@ def _normalise(vals: dict[str, float], global_batch_size: int) -> dict[str, floa
 
 
 @torch.no_grad()
-def evaluate(model: HRM, split: Any, env: D.Env, global_batch_size: int,
+def evaluate(model: ACTReasoner, split: Any, env: D.Env, global_batch_size: int,
              max_batches: int | None = None) -> dict[str, float]:
     """Per-augmented-example metrics on a split after halt_max_steps segments (spec 4, eval)."""
     was_training = model.training

@@ -1,0 +1,28 @@
+"""The recurrent reasoners by `model.name`: one explicit registry for the trainer and the evaluator.
+
+| name | config (models.config) | model                           |
+|------|------------------------|---------------------------------|
+| hrm  | HRMConfig              | hrm_deeploop.models.hrm.HRM     |
+| trm  | TRMConfig              | hrm_deeploop.models.trm.TRM     |
+
+Both are `hrm.ACTReasoner`s: the same carry, ACT step, `predict` and outputs, so one trainer
+(`training.reasoner`) and one evaluator (`eval.predict`) serve both.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hrm_deeploop.models.config import HRMConfig, TRMConfig
+from hrm_deeploop.models.hrm import HRM, ACTReasoner
+from hrm_deeploop.models.scaling import ScalingConfig
+from hrm_deeploop.models.trm import TRM
+
+REASONERS: dict[str, type[ACTReasoner]] = {"hrm": HRM, "trm": TRM}
+ReasonerConfig = HRMConfig | TRMConfig
+
+
+def build_reasoner(cfg: ReasonerConfig, scaling: ScalingConfig | None = None,
+                   dtype: torch.dtype = torch.float32) -> ACTReasoner:
+    """The model `cfg.name` names, initialised (call under torch.manual_seed for a fixed init)."""
+    return REASONERS[cfg.name](cfg, scaling, dtype)

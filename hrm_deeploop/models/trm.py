@@ -1,0 +1,133 @@
+"""Tiny Recursive Model (TRM, Jolicoeur-Martineau 2025) on the shared looped-block core.
+
+- One network `net` (a `LoopedCore` of `num_layers` = K blocks, 2 by default) updates both
+  latents over a (B, P + S, D) state: z_H (TRM's answer y) and z_L (TRM's latent z).
+- One deep-recursion step: n = `num_l_cycles` latent updates z_L <- net(z_L, z_H + x), then one
+  answer update z_H <- net(z_H, z_L). A segment runs T = `num_h_cycles` steps; the first T-1
+  under no_grad, the last one fully on the autograd tape (back-propagation through the whole last
+  recursion, (n+1)*K block visits: not HRM's one-step gradient). The carry leaves a segment
+  detached.
+- Puzzle prefix: `puzzle_emb_len` = 16 positions; the puzzle embedding (puzzle_emb_ndim = D
+  values) fills the first and the other 15 are zeros, as the reference pads it (seq 916 on ARC).
+- ACT (`hrm.ACTReasoner`, shared with HRM): Q head on the first prefix position; by default
+  (`act_continue=false`, the reference's no_ACT_continue) a slot halts when Q(halt) > 0 and no
+  second forward is run; `act_continue=true` is HRM's rule with the target-Q forward (the
+  reference crashes there: it unpacks five values from its inner model's three). Exploration as
+  HRM. Evaluation runs exactly halt_max_steps segments.
+- `mixer=mlp` (the reference's mlp_t, for Sudoku): `core.SeqMLPBlock`, a SwiGLU across the
+  sequence axis in place of attention.
+- Residual scaling from any `scaling=` scheme; its N is `scaling.trm_depth` (default the
+  gradient-visible N_g = (n+1)*K; see models/scaling.py and docs/trm.md). `scaling=baseline` is
+  exactly the reference's Post-LN block.
+
+Names: the reference keeps the one network as `L_level` (which also updates z_H); here it is
+`net`, and `checkpoint.official_trm_key_map` spells out the renaming. Everything else keeps the
+reference's names (`embed_tokens.embedding_weight`, `puzzle_emb.weights`, `q_head`, `H_init`, ...).
+Architecture only: no process group, no config files, no environment variables.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from hrm_deeploop.models.config import TRMConfig
+from hrm_deeploop.models.core import LoopedCore, init_block_, make_blocks, trunc_normal_
+from hrm_deeploop.models.hrm import ACTReasoner
+from hrm_deeploop.models.scaling import ScalingConfig, model_depth, module_residuals
+
+
+class TRM(ACTReasoner):
+    """TRM with ACT. `forward(carry, batch, generator) -> (carry, outputs)` as `hrm.ACTReasoner`."""
+
+    def __init__(self, cfg: TRMConfig, scaling: ScalingConfig | None = None,
+                 dtype: torch.dtype = torch.float32):
+        super().__init__()
+        self.cfg = cfg
+        self.scaling = scaling or ScalingConfig()
+        self.dtype = dtype  # compute dtype; parameters stay fp32 (cast at use, like the reference)
+        self.q_continue = cfg.act_continue
+        D = cfg.hidden_size
+        self._build_io(cfg)
+
+        self.depth = model_depth(cfg, self.scaling)  # scaling.trm_depth; refuses per_module
+        res = module_residuals(self.scaling, self.depth)["net"]
+        self.net = LoopedCore(make_blocks(cfg.num_layers, D, cfg.num_heads, cfg.expansion, causal=False,
+                                          residual=res, norm_eps=cfg.rms_norm_eps, norm_weight=cfg.norm_weight,
+                                          mlp_multiple=cfg.mlp_multiple, mixer=cfg.mixer,
+                                          seq_len=self.total_len), num_rounds=1)
+        self.register_buffer("H_init", torch.empty(D), persistent=True)
+        self.register_buffer("L_init", torch.empty(D), persistent=True)
+        self.init_weights()
+
+    def init_weights(self) -> None:
+        """Initialise every tensor (the reference's init) and fail on any the list misses.
+
+        - embed_tokens.embedding_weight, embed_pos.embedding_weight: trunc normal std 1/sqrt(D)
+        - net blocks: trunc LeCun normal (std 1/sqrt(fan_in)) on every matrix (attention qkv and o,
+          or the sequence MLP's gate_up and down; the channel MLP's gate_up and down); then the
+          scheme's beta gain on the residual-branch rows (`core.init_block_`); RMSNorm gains (if
+          enabled) 1; the Pre-LN final norm's gain 1
+        - lm_head.weight: trunc LeCun normal, std 1/sqrt(D)
+        - q_head: weight 0, bias -5 (sigmoid(-5) = 0.0067: almost no halting at first)
+        - puzzle_emb.weights: 0 (buffer, trained by SignSGD)
+        - H_init, L_init: fixed trunc normal std 1 (buffers, never trained)
+        """
+        D = self.cfg.hidden_size
+        done: set[int] = set()
+
+        def mark(*ts: Tensor) -> None:
+            done.update(id(t) for t in ts)
+
+        trunc_normal_(self.embed_tokens.embedding_weight, std=1.0 / math.sqrt(D))
+        mark(self.embed_tokens.embedding_weight)
+        if self.embed_pos is not None:
+            trunc_normal_(self.embed_pos.embedding_weight, std=1.0 / math.sqrt(D))
+            mark(self.embed_pos.embedding_weight)
+        for block in self.net.layers:
+            init_block_(block)
+            mark(*block.parameters())
+        if self.net.final_norm is not None and self.net.final_norm.weight is not None:
+            nn.init.ones_(self.net.final_norm.weight)
+            mark(self.net.final_norm.weight)
+        self.lm_head.reset_parameters()
+        mark(self.lm_head.weight)
+        with torch.no_grad():
+            self.q_head.weight.zero_()
+            self.q_head.bias.fill_(-5.0)
+        mark(self.q_head.weight, self.q_head.bias)
+        if self.puzzle_emb is not None:
+            self.puzzle_emb.weights.zero_()
+            mark(self.puzzle_emb.weights)
+        trunc_normal_(self.H_init, std=1.0)
+        trunc_normal_(self.L_init, std=1.0)
+        mark(self.H_init, self.L_init)
+        if self.rotary_emb is not None:  # deterministic tables, rebuilt from the config
+            mark(*self.rotary_emb.buffers())
+        missed = [n for n, t in [*self.named_parameters(), *self.named_buffers()] if id(t) not in done]
+        assert not missed, f"TRM.init_weights does not initialise {missed}"
+
+    def segment(self, z_H: Tensor, z_L: Tensor, data: dict[str, Tensor],
+                track_puzzle_grad: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """One forward segment from (z_H, z_L), each (B, P+S, D): returns (z_H, z_L) detached,
+        logits (B, S, V) and q_logits (B, 2) fp32 [halt, continue]. T deep-recursion steps; only
+        the last is on the tape, all of it."""
+        cfg, rope = self.cfg, self._rope()
+        x = self.input_embedding(data["inputs"], data["puzzle_identifiers"], track_puzzle_grad)  # (B, P+S, D)
+        with torch.no_grad():
+            for _ in range(cfg.num_h_cycles - 1):
+                z_H, z_L = self._recursion(z_H, z_L, x, rope)
+        z_H, z_L = self._recursion(z_H, z_L, x, rope)
+        logits = self.lm_head(z_H)[:, cfg.puzzle_len:]  # (B, S, V)
+        q_logits = self.q_head(z_H[:, 0]).float()  # (B, 2), from the first prefix position
+        return z_H.detach(), z_L.detach(), logits, q_logits
+
+    def _recursion(self, z_H: Tensor, z_L: Tensor, x: Tensor, rope: tuple[Tensor, Tensor] | None
+                   ) -> tuple[Tensor, Tensor]:
+        """One deep-recursion step: n latent updates from (answer + input), then one answer update."""
+        for _ in range(self.cfg.num_l_cycles):
+            z_L = self.net(z_L, z_H + x, rope)
+        z_H = self.net(z_H, z_L, rope)
+        return z_H, z_L

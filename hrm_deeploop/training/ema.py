@@ -1,0 +1,62 @@
+"""Exponential moving average of the weights (TRM's `models/ema.py`), used for evaluation.
+
+After every optimiser step, for every trainable parameter p: shadow <- (1 - rate) * p + rate * shadow
+(rate 0.999 in TRM), starting from the weights at construction. The puzzle table is a buffer, not
+a parameter, so it has no average: evaluation uses its current rows, as TRM's does. Unlike TRM,
+which deep-copies the whole train state (puzzle table included) to evaluate, `applied` swaps the
+averages into the model and back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+from torch import Tensor, nn
+
+
+class EMA:
+    def __init__(self, model: nn.Module, rate: float = 0.999):
+        self.rate = rate
+        self.shadow: dict[str, Tensor] = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+    def _pairs(self, model: nn.Module) -> tuple[list[Tensor], list[Tensor]]:
+        params = dict(model.named_parameters())
+        missing = sorted(set(self.shadow) - set(params))
+        assert not missing, f"EMA: the model has no parameter(s) {missing[:5]}"
+        names = list(self.shadow)
+        return [params[n] for n in names], [self.shadow[n] for n in names]
+
+    @torch.no_grad()
+    def update(self, model: nn.Module) -> None:
+        """shadow <- rate * shadow + (1 - rate) * param: TRM's two products and one sum, rounded the
+        same way, so the averages are bit-identical to TRM's EMAHelper."""
+        params, shadows = self._pairs(model)
+        torch._foreach_mul_(shadows, self.rate)
+        torch._foreach_add_(shadows, torch._foreach_mul([p.detach() for p in params], 1.0 - self.rate))
+
+    @contextlib.contextmanager
+    def applied(self, model: nn.Module) -> Iterator[nn.Module]:
+        """The model with the averaged weights inside the block, its own weights again after it."""
+        params, shadows = self._pairs(model)
+        with torch.no_grad():
+            saved = [p.detach().clone() for p in params]
+            torch._foreach_copy_(params, shadows)
+        try:
+            yield model
+        finally:
+            with torch.no_grad():
+                torch._foreach_copy_(params, saved)
+
+    def state_dict(self) -> dict[str, object]:
+        return {"rate": self.rate, "shadow": dict(self.shadow)}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        shadow = state["shadow"]
+        assert isinstance(shadow, dict) and set(shadow) == set(self.shadow), \
+            f"EMA state names differ from the model's: {sorted(set(shadow) ^ set(self.shadow))[:5]}"
+        with torch.no_grad():
+            for n, t in shadow.items():
+                self.shadow[n].copy_(t)
+        self.rate = float(state["rate"])
