@@ -12,7 +12,7 @@ slots) = examples x 901 for ARC.
     python benchmarks/bench_hrm.py --preset tiny --device cpu --steps 1 --warmup 0   # smoke test
 
 Variants: eager and torch.compile, each with the fused Triton residual-norm kernel on and off
-(`core.USE_FUSED_RESIDUAL_NORM`; on CUDA only: on CPU the kernel path is never taken, so only
+(`transitions.USE_FUSED_RESIDUAL_NORM`; on CUDA only: on CPU the kernel path is never taken, so only
 eager and compile are run). Speedup is against eager without the kernel. Warm-up steps (which
 include compilation) are not timed. Memory: CUDA max allocated during the variant's steps (CPU:
 the process's peak RSS, which only grows), and the bytes of the activations autograd saves in one
@@ -53,7 +53,7 @@ from benchmarks.benchlib import (  # noqa: E402
     time_steps,
 )
 from hrm_deeploop import runtime as D  # noqa: E402
-from hrm_deeploop.models import core  # noqa: E402
+from hrm_deeploop.models import transitions  # noqa: E402
 from hrm_deeploop.models.config import HRMConfig, TRMConfig  # noqa: E402
 from hrm_deeploop.models.core import swiglu_width  # noqa: E402
 from hrm_deeploop.models.scaling import ScalingConfig  # noqa: E402
@@ -139,7 +139,7 @@ def make_trainer(model_cfg: HRMConfig | TRMConfig, scaling: ScalingConfig, devic
 
 def run_variant(v: Variant, model_cfg: HRMConfig, scaling: ScalingConfig, device: torch.device, batch: int,
                 warmup: int, steps: int) -> dict:
-    core.USE_FUSED_RESIDUAL_NORM = v.fused
+    transitions.USE_FUSED_RESIDUAL_NORM = v.fused
     trainer = make_trainer(model_cfg, scaling, device, batch, v.compile)
     batches = random_batches(model_cfg, batch, 4, device)
     i = 0
@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     header = ["variant", "examples/s", "tokens/s", "ms/step", "TFLOP/s", "MFU", memory_label(device),
               "saved act MB", "speedup"]
     rows, failed, base_ms, info = [], False, None, None
-    saved_fused = core.USE_FUSED_RESIDUAL_NORM
+    saved_fused = transitions.USE_FUSED_RESIDUAL_NORM
     for v in variants:
         try:
             r = run_variant(v, model_cfg, scaling, device, batch, warmup, steps)
@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc(limit=3, file=sys.stderr)
             continue
         finally:
-            core.USE_FUSED_RESIDUAL_NORM = saved_fused
+            transitions.USE_FUSED_RESIDUAL_NORM = saved_fused
             torch._dynamo.reset()
             gc.collect()
             if device.type == "cuda":

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from hrm_deeploop.config import device_name
 from hrm_deeploop.errors import ConfigError
-from hrm_deeploop.models import core
+from hrm_deeploop.models import transitions
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
 
@@ -66,7 +66,7 @@ def setup(device: str = "auto") -> Env:
     if world > 1 and not dist.is_initialized():
         dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
     _ENV = Env(rank=rank, local_rank=local_rank, world_size=world, device=dev)
-    core.USE_FUSED_RESIDUAL_NORM = fused_kernel_enabled()
+    transitions.USE_FUSED_RESIDUAL_NORM = fused_kernel_enabled()
     return _ENV
 
 

@@ -13,7 +13,6 @@ from hrm_deeploop.models.core import (
     Rotary,
     apply_rope,
     init_block_,
-    rms_norm,
     swiglu_width,
     trunc_normal_,
 )
@@ -21,6 +20,7 @@ from hrm_deeploop.models.core import (
     make_blocks as _make_blocks,
 )
 from hrm_deeploop.models.scaling import Residual, ScalingConfig, alpha_beta, loop_depth, module_residuals
+from hrm_deeploop.models.transitions import rms_norm
 
 torch.set_grad_enabled(True)
 
@@ -144,14 +144,14 @@ def test_alpha_is_used_in_forward():
     torch.manual_seed(0)
     dim = 32
     (block,) = make_blocks(1, dim, 4, 2.0, False, Residual(alpha=3.0), mlp_multiple=16)
+    (plain,) = make_blocks(1, dim, 4, 2.0, False, Residual(alpha=1.0), mlp_multiple=16)
+    plain.load_state_dict(block.state_dict())  # the same weights; alpha lives in the transitions
     x = torch.randn(1, 4, dim)
     y3 = block(x)
-    block.residual = Residual(alpha=1.0)
-    y1 = block(x)
+    y1 = plain(x)
     assert not torch.allclose(y1, y3)
     # by hand: attention sublayer with alpha
     a = rms_norm(3.0 * x + block.self_attn(x))
-    block.residual = Residual(alpha=3.0)
     expect = rms_norm(3.0 * a + block.mlp(a))
     torch.testing.assert_close(y3, expect)
 

@@ -189,8 +189,8 @@ def test_env_var_switches_the_fused_path(value, expected):
     if value is not None:
         env["HRM_DEEPLOOP_FUSED_RESIDUAL_NORM"] = value
     env["PYTHONPATH"] = str(REPO)
-    code = ("from hrm_deeploop import runtime; from hrm_deeploop.models import core; runtime.setup('cpu'); "
-            "print(core.USE_FUSED_RESIDUAL_NORM)")
+    code = ("from hrm_deeploop import runtime; from hrm_deeploop.models import transitions; runtime.setup('cpu'); "
+            "print(transitions.USE_FUSED_RESIDUAL_NORM)")
     proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(expected)

@@ -20,13 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hrm_deeploop.models.scaling import Residual
-
-# The fused Triton residual-norm kernel on CUDA tensors. False forces the plain PyTorch path
-# (benchmarks, debugging). `runtime.setup` sets it from the environment variable
-# HRM_DEEPLOOP_FUSED_RESIDUAL_NORM (0/false/no/off: off), so it holds for a whole run and every
-# torchrun rank; this module reads no environment.
-USE_FUSED_RESIDUAL_NORM = True
-
+from hrm_deeploop.models.transitions import RMSNorm, Transition, make_transition
 
 # ---- init ------------------------------------------------------------------------------------
 
@@ -53,37 +47,6 @@ def trunc_normal_(t: Tensor, std: float = 1.0, lower: float = -2.0, upper: float
 
 
 # ---- building blocks ---------------------------------------------------------------------------
-
-def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-5) -> Tensor:
-    """RMSNorm over the last dim, computed in (at least) fp32 and cast back to x's dtype."""
-    x32 = x.to(torch.promote_types(x.dtype, torch.float32))
-    y = x32 * torch.rsqrt(x32.square().mean(-1, keepdim=True) + eps)
-    if weight is not None:
-        y = y * weight.to(x32.dtype)
-    return y.to(x.dtype)
-
-
-def residual_rms_norm(x: Tensor, f: Tensor, alpha: float, weight: Tensor | None, eps: float) -> Tensor:
-    """Post-LN residual step y = RMSNorm(alpha * x + f): the fused Triton kernel on CUDA."""
-    if USE_FUSED_RESIDUAL_NORM and x.is_cuda:
-        from hrm_deeploop.models.kernels.residual_norm import residual_rms_norm as fused
-
-        return fused(x, f, alpha, weight, eps)
-    s = f + x if alpha == 1.0 else alpha * x + f
-    return rms_norm(s, weight, eps)
-
-
-class RMSNorm(nn.Module):
-    """RMSNorm with an optional learnable gain (HRM's is weightless, eps 1e-5)."""
-
-    def __init__(self, dim: int, eps: float = 1e-5, weight: bool = False):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim)) if weight else None
-
-    def forward(self, x: Tensor) -> Tensor:
-        return rms_norm(x, self.weight, self.eps)
-
 
 class Linear(nn.Module):
     """Bias-optional linear layer whose fp32 master weight is cast to the input dtype at use.
@@ -181,11 +144,9 @@ class SwiGLU(nn.Module):
 
 
 class Block(nn.Module):
-    """Attention and SwiGLU sublayers under one residual policy.
-
-    post: x <- RMSNorm(alpha * x + f(x))   (baseline alpha=1 is HRM's block)
-    pre:  x <- x + eps * f(RMSNorm(x))
-    """
+    """Attention and SwiGLU sublayers, each updating the stream through its loop transition
+    (`models/transitions.py`: post x <- RMSNorm(alpha x + f(x)), the baseline alpha = 1 being HRM's
+    block; pre x <- x + eps f(RMSNorm(x)); operloop)."""
 
     def __init__(self, dim: int, num_heads: int, expansion: float, causal: bool, residual: Residual,
                  norm_eps: float = 1e-5, norm_weight: bool = False, mlp_multiple: int = 256):
@@ -196,16 +157,12 @@ class Block(nn.Module):
         self.mlp = SwiGLU(dim, expansion, mlp_multiple)
         self.attn_norm = RMSNorm(dim, norm_eps, weight=norm_weight)
         self.mlp_norm = RMSNorm(dim, norm_eps, weight=norm_weight)
+        self.attn_step = make_transition(residual)
+        self.mlp_step = make_transition(residual)
 
     def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None = None) -> Tensor:
-        r = self.residual
-        if r.norm == "post":
-            x = residual_rms_norm(x, self.self_attn(x, rope), r.alpha, self.attn_norm.weight, self.norm_eps)
-            x = residual_rms_norm(x, self.mlp(x), r.alpha, self.mlp_norm.weight, self.norm_eps)
-        else:
-            x = x + r.eps * self.self_attn(self.attn_norm(x), rope)
-            x = x + r.eps * self.mlp(self.mlp_norm(x))
-        return x
+        x = self.attn_step(x, lambda h: self.self_attn(h, rope), self.attn_norm)
+        return self.mlp_step(x, self.mlp, self.mlp_norm)
 
     def beta_matrices(self) -> dict[str, list[tuple[Tensor, slice]]]:
         """The residual-branch matrices (and row ranges) that take the beta gain, by target name."""
@@ -245,21 +202,13 @@ class SeqMLPBlock(nn.Module):
         self.mlp = SwiGLU(dim, expansion, mlp_multiple)
         self.mix_norm = RMSNorm(seq_len, norm_eps, weight=norm_weight)
         self.mlp_norm = RMSNorm(dim, norm_eps, weight=norm_weight)
+        self.mix_step = make_transition(residual, transposed=True)
+        self.mlp_step = make_transition(residual)
 
     def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None = None) -> Tensor:
-        r = self.residual
         xt = x.transpose(1, 2)  # (B, D, T): mix along the sequence axis
-        if r.norm == "post":
-            f = self.mlp_t(xt)  # (B, D, T)
-            # The reference's operand order: the first operand's (transposed) layout becomes the sum's,
-            # which fixes the order of the reduction inside the norm (bit-identical results).
-            s = xt + f if r.alpha == 1.0 else r.alpha * xt + f
-            x = rms_norm(s, self.mix_norm.weight, self.norm_eps).transpose(1, 2)  # (B, T, D)
-            x = residual_rms_norm(x, self.mlp(x), r.alpha, self.mlp_norm.weight, self.norm_eps)
-        else:
-            x = (xt + r.eps * self.mlp_t(self.mix_norm(xt))).transpose(1, 2)  # (B, T, D)
-            x = x + r.eps * self.mlp(self.mlp_norm(x))
-        return x
+        x = self.mix_step(xt, self.mlp_t, self.mix_norm).transpose(1, 2)  # (B, T, D)
+        return self.mlp_step(x, self.mlp, self.mlp_norm)
 
     def beta_matrices(self) -> dict[str, list[tuple[Tensor, slice]]]:
         return {"v": [], "o": [], **_swiglu_beta_matrices([self.mlp_t, self.mlp])}  # no attention here
@@ -277,6 +226,9 @@ def init_block_(block: Block | SeqMLPBlock) -> None:
         elif isinstance(module, RMSNorm) and module.weight is not None:
             nn.init.ones_(module.weight)
             seen.add(id(module.weight))
+        elif isinstance(module, Transition):
+            module.reset_parameters()
+            seen.update(id(p) for p in module.parameters())
     missing = [n for n, p in block.named_parameters() if id(p) not in seen]
     assert not missing, f"init_block_ does not initialise {missing}"
     beta = block.residual.beta
@@ -293,8 +245,8 @@ class LoopedCore(nn.Module):
 
     The blocks are stored once and reused every round, so gradients from all R visits accumulate
     into the same tensors. `injection`, if given, is added to the stream at the start of every
-    round (HRM's input injection: module(z, u) = blocks(z + u)). With the pre-LN policy a final
-    RMSNorm closes the stack.
+    round (HRM's input injection: module(z, u) = blocks(z + u)). When the blocks' transition leaves
+    the stream unnormalised (pre-LN, OperLoop), a final RMSNorm closes the stack.
     """
 
     def __init__(self, blocks: Iterable[Block | SeqMLPBlock], num_rounds: int = 1, checkpoint_rounds: bool = False):
@@ -307,7 +259,7 @@ class LoopedCore(nn.Module):
         dim = first.mlp.down_proj.weight.shape[0]
         self.final_norm = (
             RMSNorm(dim, first.norm_eps, weight=first.mlp_norm.weight is not None)
-            if first.residual.norm == "pre" else None
+            if first.mlp_step.final_norm else None
         )
 
     def _round(self, x: Tensor, rope: tuple[Tensor, Tensor] | None) -> Tensor:

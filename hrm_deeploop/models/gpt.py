@@ -25,7 +25,6 @@ from hrm_deeploop.models.config import GPTConfig
 from hrm_deeploop.models.core import (
     Linear,
     LoopedCore,
-    RMSNorm,
     Rotary,
     init_block_,
     make_blocks,
@@ -33,6 +32,7 @@ from hrm_deeploop.models.core import (
     trunc_normal_,
 )
 from hrm_deeploop.models.scaling import ScalingConfig, loop_depth, module_residuals
+from hrm_deeploop.models.transitions import RMSNorm
 
 
 class GPT(nn.Module):

@@ -10,6 +10,11 @@ for the blocks of one module:
 | deeploop     | post | (2N)^(1/2)      | (8N)^(-1/2)      |
 | power        | post | (2N)^p          | (8N)^(-p)        |
 | looped_eps   | pre  | h <- h + eps*f(RMSNorm(h)), eps = lambda / (R * sqrt(K)) |
+| operloop     | operloop | experimental: a local gradient step of the stream (models/transitions.py) |
+
+Per-module exponents (HRM, paper eq. 18): `scaling.p_h` / `scaling.p_l` replace the scheme's
+exponent for the H / L module (the Post-LN family only): section 4.3 derives p >= 1/4 for H and
+p >= 1/2 for L, e.g. `scaling=power scaling.p=0.5 scaling.p_h=0.25`.
 
 Depth: a single loop of K blocks for R rounds has N = K*R, M = 2N sublayer visits. The
 hierarchical H/L reasoner (C outer cycles, C_L inner L iterations, K_H and K_L blocks) has
@@ -44,7 +49,8 @@ from typing import Any
 from hrm_deeploop.config import at_least, check, one_of, positive
 from hrm_deeploop.errors import ConfigError
 
-SCHEMES = ("baseline", "deepnorm", "deeploop", "power", "looped_eps")
+SCHEMES = ("baseline", "deepnorm", "deeploop", "power", "looped_eps", "operloop")
+POST_LN = ("baseline", "deepnorm", "deeploop", "power")
 # Residual-branch matrices that receive the beta init gain. "gate" (SwiGLU gate) is excluded by
 # default: with both the up and the down projections scaled, each branch carries beta^2, the same
 # for attention (v, o) and MLP (up, down). Add "gate" to scale all three MLP matrices.
@@ -61,14 +67,23 @@ class ScalingConfig:
     hrm_depth: str = "paper"  # paper | autograd
     trm_depth: str = "gradient"  # gradient | forward | physical
     per_module: bool = False
+    p_h: float | None = None  # HRM: the H module's exponent instead of the scheme's (Post-LN schemes)
+    p_l: float | None = None  # HRM: the L module's exponent instead of the scheme's
     beta_targets: list[str] = field(default_factory=lambda: list(DEFAULT_BETA_TARGETS))
+    operloop_step: float = 0.5  # operloop: initial largest step size eta_max, in (0, 1)
+    operloop_decay: float = 0.05  # operloop: weight decay lambda on the stream
 
     def __post_init__(self) -> None:
         one_of("scaling.scheme", self.scheme, SCHEMES)
         check(self.scheme != "power" or self.p is not None, "scaling.p", self.p, "set for scheme=power")
-        if self.p is not None:
-            at_least("scaling.p", self.p, 0.0)
+        for key in ("p", "p_h", "p_l"):
+            if getattr(self, key) is not None:
+                at_least(f"scaling.{key}", getattr(self, key), 0.0)
+                check(key == "p" or self.scheme in POST_LN, f"scaling.{key}", getattr(self, key),
+                      f"used with a Post-LN scheme ({', '.join(POST_LN)}), not {self.scheme}")
         positive("scaling.eps_lambda", self.eps_lambda)
+        check(0 < self.operloop_step < 1, "scaling.operloop_step", self.operloop_step, "in (0, 1)")
+        at_least("scaling.operloop_decay", self.operloop_decay, 0.0)
         one_of("scaling.hrm_depth", self.hrm_depth, ("paper", "autograd"))
         one_of("scaling.trm_depth", self.trm_depth, TRM_DEPTHS)
         for t in self.beta_targets:
@@ -83,11 +98,13 @@ class ScalingConfig:
 class Residual:
     """How one block combines its residual stream x with a sublayer output f(x)."""
 
-    norm: str = "post"  # post: x <- RMSNorm(alpha*x + f(x)); pre: x <- x + eps*f(RMSNorm(x))
+    norm: str = "post"  # the transition (models/transitions.py): post | pre | operloop
     alpha: float = 1.0
     beta: float = 1.0  # init gain on the residual-branch matrices (applied once, at init)
     eps: float = 1.0  # pre-LN branch scale
     beta_targets: tuple[str, ...] = DEFAULT_BETA_TARGETS
+    step: float = 0.5  # operloop: initial eta_max
+    decay: float = 0.0  # operloop: weight decay on the stream
 
 
 @dataclass(frozen=True)
@@ -155,17 +172,30 @@ def alpha_beta(scheme: str, n: int, p: float | None = None) -> tuple[float, floa
     return (2 * n) ** exponent, (8 * n) ** (-exponent)
 
 
-def residual_for(cfg: ScalingConfig, n: int, num_blocks: int, num_rounds: int) -> Residual:
-    """The residual policy for one module with depth n (K blocks, R rounds)."""
+def residual_for(cfg: ScalingConfig, n: int, num_blocks: int, num_rounds: int,
+                 exponent: float | None = None) -> Residual:
+    """The residual policy for one module with depth n (K blocks, R rounds); `exponent` replaces
+    the scheme's p (per-module exponents)."""
     targets = tuple(cfg.beta_targets)
     if cfg.scheme == "looped_eps":
         return Residual(norm="pre", eps=cfg.eps_lambda / (num_rounds * math.sqrt(num_blocks)), beta_targets=targets)
-    alpha, beta = alpha_beta(cfg.scheme, n, cfg.p)
+    if cfg.scheme == "operloop":
+        return Residual(norm="operloop", step=cfg.operloop_step, decay=cfg.operloop_decay, beta_targets=targets)
+    if exponent is not None:
+        alpha, beta = alpha_beta("power", n, exponent)
+    else:
+        alpha, beta = alpha_beta(cfg.scheme, n, cfg.p)
     return Residual(norm="post", alpha=alpha, beta=beta, beta_targets=targets)
 
 
+def module_exponents(cfg: ScalingConfig) -> dict[str, float | None]:
+    """Per-module exponent overrides: HRM's H and L (p_h, p_l); None: the scheme's."""
+    return {"H": cfg.p_h, "L": cfg.p_l}
+
+
 def module_residuals(cfg: ScalingConfig, depth: Depth) -> dict[str, Residual]:
-    return {name: residual_for(cfg, m["N"], m["K"], m["R"]) for name, m in depth.modules.items()}
+    over = module_exponents(cfg)
+    return {name: residual_for(cfg, m["N"], m["K"], m["R"], over.get(name)) for name, m in depth.modules.items()}
 
 
 def _positive(**values: int) -> None:
@@ -183,7 +213,9 @@ def describe(model_cfg: Any, scaling: ScalingConfig) -> dict:
     modules = {}
     for name, r in res.items():
         entry: dict[str, Any] = dict(depth.modules[name])
-        entry.update(alpha=r.alpha, beta=r.beta, norm=r.norm)
+        entry.update(alpha=r.alpha, beta=r.beta, norm=r.norm,
+                     p=module_exponents(scaling).get(name) if module_exponents(scaling).get(name) is not None
+                     else scaling.exponent)
         if r.norm == "pre":
             entry["eps"] = r.eps
         modules[name] = entry
@@ -202,6 +234,9 @@ def model_depth(model_cfg: Any, scaling: ScalingConfig) -> Depth:
     if model_cfg.name == "hrm":
         return hrm_depth(model_cfg.num_h_layers, model_cfg.num_l_layers, model_cfg.num_h_cycles,
                          model_cfg.num_l_cycles, scaling.hrm_depth, scaling.per_module)
+    if model_cfg.name != "hrm" and (scaling.p_h is not None or scaling.p_l is not None):
+        raise ConfigError(f"scaling.p_h / scaling.p_l are HRM's per-module exponents; model={model_cfg.name} "
+                          "has one looped network (TRM's two roles share its blocks, so one beta per matrix)")
     if model_cfg.name == "trm":
         if scaling.per_module:
             raise ConfigError("scaling.per_module=true applies to HRM's two modules; TRM has one network")
@@ -222,8 +257,8 @@ def format_table(report: dict) -> str:
             + (f"  hrm_depth={report['hrm_depth']}" if report["hrm_depth"] else "")
             + (f"  trm_depth={report['trm_depth']}" if report.get("trm_depth") else "")]
     head.append("  ".join(f"{k}={fmt(report[k])}" for k in ("N", "M", "N_g", "M_g")))
-    cols = ["module", "K", "R", "N used", "norm", "alpha", "beta", "eps"]
-    rows = [[name, m["K"], m["R"], m["N"], m["norm"], m["alpha"], m["beta"], m.get("eps")]
+    cols = ["module", "K", "R", "N used", "norm", "p", "alpha", "beta", "eps"]
+    rows = [[name, m["K"], m["R"], m["N"], m["norm"], m.get("p"), m["alpha"], m["beta"], m.get("eps")]
             for name, m in report["modules"].items()]
     cells = [cols] + [[fmt(v) for v in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(cols))]
