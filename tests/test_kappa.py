@@ -121,3 +121,31 @@ def test_alignment_report_fits_gamma_from_logged_runs(tmp_path):
     table = alignment_table(results, tmp_path)
     assert "| deeploop | 1.00 -> 1.00 | 1.41 -> 1.41 | 2.00 -> 2.00 | 2.83 -> 2.83 | 0.50 | 0.50 | 0.38 |" in table
     assert plot_alignment(results, tmp_path, tmp_path / "k.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("model", ["hrm", "trm"])
+def test_reasoners_log_kappa_per_module_over_the_gradient_visible_visits(monkeypatch, tmp_path, model):
+    """HRM: the last H-cycle's visits (C_L = 3 per L block, 1 per H block, so H's kappa is 1);
+    TRM: the last recursion (n + 1 = 3 visits of each block). The trajectory is unchanged."""
+    from tests.hrm_helpers import TINY_OVERRIDES, TRM_TINY_OVERRIDES, make_dataset, read_metrics, train_cli
+
+    data = make_dataset(tmp_path / "data", num_tasks=4, num_aug=1, train_per_puzzle=3, test_per_puzzle=1, canvas=4)
+    extra = ["model.num_l_cycles=3"] if model == "hrm" else ["model.num_l_cycles=2", "model.num_h_cycles=2"]
+    base = TINY_OVERRIDES if model == "hrm" else TRM_TINY_OVERRIDES
+    runs = {}
+    for every in (0, 2):
+        out = tmp_path / f"run{every}"
+        assert train_cli(monkeypatch, data, out, "train.max_steps=4", f"diagnostics.kappa_every={every}", *extra,
+                         base=base) == 0
+        runs[every] = read_metrics(out)
+    loss = {k: [r["train/loss"] for r in rows if "train/loss" in r] for k, rows in runs.items()}
+    assert loss[0] == loss[2]
+    logged = [r for r in runs[2] if "kappa/max" in r]
+    assert [r["step"] for r in logged] == [1, 2, 4]
+    r = logged[-1]
+    assert r["kappa/visits"] == 3.0 and 0 <= r["kappa/max"] <= 3
+    if model == "hrm":
+        assert r["kappa/H/max"] == pytest.approx(1.0) and 0 <= r["kappa/L/max"] <= 3
+        assert r["kappa/H.layers.0.attn"] == pytest.approx(1.0) and "kappa_cos/L.layers.0.mlp" in r
+    else:
+        assert "kappa/net.layers.0.attn" in r and "kappa/net.layers.1.mlp" in r

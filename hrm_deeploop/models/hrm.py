@@ -315,21 +315,26 @@ class HRM(ACTReasoner):
     # -- one segment -------------------------------------------------------------------------------
 
     def segment(self, z_H: Tensor, z_L: Tensor, data: dict[str, Tensor],
-                track_puzzle_grad: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                track_puzzle_grad: bool = False, grad_window: str = "one_step"
+                ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """One forward segment from (z_H, z_L): returns (z_H, z_L) detached, logits (B, S, V) and
-        q_logits (B, 2) fp32 [halt, continue]. Only the last L and last H call carry grad."""
+        q_logits (B, 2) fp32 [halt, continue]. The gradient window: "one_step" (HRM's training
+        graph) puts only the last L and the last H call on the tape; "last_cycle" (the paper's
+        gradient-visible count N_g, eq. 16) puts the whole last H-cycle there, all C_L L calls and
+        the H call: what the visit-alignment diagnostic measures (training/kappa.py)."""
         cfg, rope = self.cfg, self._rope()
+        on_tape = cfg.num_l_cycles if grad_window == "last_cycle" else 1  # L calls of the last cycle
         x = self.input_embedding(data["inputs"], data["puzzle_identifiers"], track_puzzle_grad)
         with torch.no_grad():
             for h in range(cfg.num_h_cycles):
                 for l_step in range(cfg.num_l_cycles):
-                    if h == cfg.num_h_cycles - 1 and l_step == cfg.num_l_cycles - 1:
+                    if h == cfg.num_h_cycles - 1 and l_step >= cfg.num_l_cycles - on_tape:
                         break
                     z_L = self.L_level(z_L, z_H + x, rope)
                 if h < cfg.num_h_cycles - 1:
                     z_H = self.H_level(z_H, z_L, rope)
-        # One-step gradient: the last L and H calls are the only ones on the tape.
-        z_L = self.L_level(z_L, z_H + x, rope)
+        for _ in range(on_tape):  # one-step gradient: by default the last L call only, then the last H call
+            z_L = self.L_level(z_L, z_H + x, rope)
         z_H = self.H_level(z_H, z_L, rope)
         P = cfg.puzzle_len
         logits = self.lm_head(z_H)[:, P:]  # (B, S, V)

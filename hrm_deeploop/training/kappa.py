@@ -67,6 +67,8 @@ def untied_visits(blocks: dict[str, nn.Module]) -> Iterator[dict[str, list[dict[
 
     def patched(name: str, block: nn.Module, forward: Callable) -> Callable:
         def call(*args, **kwargs):
+            if not torch.is_grad_enabled():  # calls outside the gradient window are not visits
+                return forward(*args, **kwargs)
             owners = [(mod, pname) for mod in block.modules() for pname in list(mod._parameters)
                       if mod._parameters[pname] is not None]
             saved = [mod._parameters[pname] for mod, pname in owners]
@@ -193,8 +195,15 @@ def measure(blocks: dict[str, nn.Module], forward: Callable[[], tuple[Tensor, Te
 
 
 def summarize(results: list[SublayerAlignment], prefix: str = "kappa") -> dict[str, float]:
-    """Flat metrics: per sublayer kappa and cos, their max / mean, for the metrics log and wandb."""
+    """Flat metrics: per sublayer kappa and cos, their max / mean, and per module (the first part
+    of a block name: H, L, net, core) the max, for the metrics log and wandb."""
     out: dict[str, float] = {}
+    modules: dict[str, list[float]] = {}
+    for r in results:
+        modules.setdefault(r.name.split(".", 1)[0], []).append(r.kappa)
+    if len(modules) > 1:
+        for m, ks in modules.items():
+            out[f"{prefix}/{m}/max"] = max(ks)
     for r in results:
         out[f"{prefix}/{r.name}"] = r.kappa
         if r.cos is not None:

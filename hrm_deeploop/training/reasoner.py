@@ -196,6 +196,7 @@ class Trainer(Task):
         self.carries: list[Carry | None] = [None] * cfg.train.grad_accum
         self.step = 0
         self._shown: dict[str, float] = {}  # last metrics of a step where some sequence halted
+        self._probe_batch: dict[str, torch.Tensor] | None = None  # the fixed batch kappa is measured on
 
     def describe(self) -> str:
         return (f"{self.name.upper()} {self.model.num_params():,} parameters (puzzle table excluded), "
@@ -284,6 +285,41 @@ class Trainer(Task):
             bar |= {"acc": f"{shown['accuracy']:.3f}", "exact": f"{shown['exact_accuracy']:.3f}",
                     "steps": f"{shown['steps']:.1f}"}
         return bar
+
+    def diagnose(self, step: int) -> dict[str, float] | None:
+        """Visit alignment kappa per physical sublayer and module (training/kappa.py), on a fixed
+        batch from fresh states, over the gradient-visible visits: HRM's last H-cycle (C_L visits
+        of each L block, one of each H block: eq. 17-19); TRM's last recursion (n+1 visits)."""
+        from hrm_deeploop.models.losses import LOSSES
+        from hrm_deeploop.training.kappa import adam_preconditioner, measure, summarize
+
+        m = self.model
+        if self._probe_batch is None:
+            saved = self.sampler.state_dict()
+            self._probe_batch = self.sampler.next_batch().tensors  # peeked: the sampler is restored
+            self.sampler.load_state_dict(saved)
+        batch = {k: v.to(self.env.device) for k, v in self._probe_batch.items()}
+        levels = ("H_level", "L_level") if hasattr(m, "H_level") else ("net",)
+        blocks = {f"{lvl.removesuffix('_level')}.layers.{i}": b for lvl in levels
+                  for i, b in enumerate(getattr(m, lvl).layers)}
+        window = {"grad_window": "last_cycle"} if hasattr(m, "H_level") else {}
+        z_H = m.H_init.to(m.dtype).expand(batch["inputs"].shape[0], m.total_len, -1)
+        z_L = m.L_init.to(m.dtype).expand_as(z_H)
+
+        def forward():
+            _, _, logits, _ = m.segment(z_H, z_L, batch, **window)
+            labels = batch["labels"]
+            per_token = LOSSES[m.cfg.loss_type](logits, labels, m.cfg.stablemax_dtype)
+            return per_token.sum() / (labels != -100).sum().clamp_min(1), logits.float()
+
+        was = m.training
+        m.eval()  # no exploration, no puzzle-row tracking
+        try:
+            results = measure(blocks, forward, adam_preconditioner(self.adam), self.cfg.diagnostics.kappa_probes,
+                              torch.Generator().manual_seed(self.cfg.seed * 7919 + step))
+        finally:
+            m.train(was)
+        return summarize(results)
 
     def evaluate(self, step: int) -> dict[str, float] | None:
         if self.test_split is None:
