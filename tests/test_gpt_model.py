@@ -9,6 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from hrm_deeploop.errors import ConfigError
+from hrm_deeploop.models.config import GPTConfig
 from hrm_deeploop.models.gpt import GPT, flops_per_token
 from hrm_deeploop.models.scaling import ScalingConfig
 from hrm_deeploop.training.lm import mfu, param_groups
@@ -166,3 +168,41 @@ def test_gpt2_small_param_count():
         m = GPT(GPTConfig(num_rounds=3), ScalingConfig(scheme="deeploop"))
     per_block = 4 * 768 * 768 + 3 * 768 * 2048 + 2 * 768  # attn, SwiGLU, two norm gains
     assert m.num_params() == 12 * per_block + 50304 * 768 + 768  # + embedding norm gain
+
+
+def test_gpt2_style_options_mlp_init_and_gains():
+    """The paper leaves these open; each is configurable (docs/looped-gpt.md): GPT-2's GELU MLP,
+    GPT-2's N(0, 0.02) init with projections / sqrt(2K), RMSNorm gains on or off."""
+    import math
+
+    from hrm_deeploop.models.core import GeluMLP
+    from hrm_deeploop.models.gpt import flops_per_token
+
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=96, hidden_size=64, num_heads=4, num_blocks=3, num_rounds=2, seq_len=16,
+                    mlp="gelu", init="gpt2", norm_weight=False)
+    m = GPT(cfg, ScalingConfig(scheme="deeploop"))
+    blk = m.core.layers[0]
+    assert isinstance(blk.mlp, GeluMLP) and blk.mlp.inner == 256
+    assert not any("norm" in n for n, _ in m.named_parameters())  # no gains
+    beta = (8 * 6) ** -0.5
+    q_std = float(blk.self_attn.qkv_proj.weight[:64].detach().std())
+    o_std = float(blk.self_attn.o_proj.weight.detach().std())
+    assert q_std == pytest.approx(0.02, rel=0.1)  # q, k: plain GPT-2 init, no beta
+    assert o_std == pytest.approx(0.02 / math.sqrt(6) * beta, rel=0.1)  # projection / sqrt(2K), then beta
+    assert float(blk.mlp.up_proj.weight.detach().std()) == pytest.approx(0.02 * beta, rel=0.1)
+    # flops: GELU MLP 2 x 4D^2 per block instead of SwiGLU's 3 x D x inner
+    per = flops_per_token(cfg)
+    assert per == 6 * 2 * 3 * (4 * 64 * 64 + 2 * 64 * 256) + 12 * 3 * 2 * 16 * 64 + 6 * 96 * 64
+    x = torch.randint(0, 96, (4, 16))
+    opt = torch.optim.AdamW(m.parameters(), lr=3e-3)
+    first = None
+    for _ in range(20):
+        loss = m(x, torch.roll(x, -1, 1))[1]
+        first = first or loss.item()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert loss.item() < first - 0.5
+    with pytest.raises(ConfigError, match="model.mlp='relu'"):
+        GPTConfig(mlp="relu")

@@ -98,7 +98,7 @@ def test_token_shards(magic, version, count, tokens, top, junk, vocab):
         else:
             header = np.zeros(HEADER_INTS, dtype="<i4")
             header[:3] = magic, version, count
-            body = np.random.default_rng(count + tokens).integers(0, top, size=tokens).astype("<u2")
+            body = np.random.default_rng(count + 5 + tokens).integers(0, top, size=tokens).astype("<u2")
             path.write_bytes(header.tobytes() + body.tobytes())
 
         def read():

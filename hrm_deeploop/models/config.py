@@ -173,6 +173,8 @@ class GPTConfig:
     tie_embeddings: bool = True
     activation_checkpointing: bool = False  # per-round checkpointing, for large R
     embed_init_std: float = 0.02  # token embedding (= tied head) init std, GPT-2's value
+    mlp: str = "swiglu"  # swiglu (as HRM) | gelu (GPT-2's 4x GELU MLP); the paper does not say
+    init: str = "lecun"  # lecun: truncated LeCun normal | gpt2: N(0, 0.02), projections / sqrt(2 K)
 
     def __post_init__(self) -> None:
         for key in ("vocab_size", "hidden_size", "num_heads", "num_blocks", "num_rounds", "mlp_multiple", "seq_len"):
@@ -181,6 +183,8 @@ class GPTConfig:
         positive("model.rope_theta", self.rope_theta)
         positive("model.norm_eps", self.norm_eps)
         positive("model.embed_init_std", self.embed_init_std)
+        one_of("model.mlp", self.mlp, ("swiglu", "gelu"))
+        one_of("model.init", self.init, ("lecun", "gpt2"))
         check(self.hidden_size % self.num_heads == 0, "model.hidden_size", self.hidden_size,
               f"divisible by model.num_heads={self.num_heads}")
         check((self.hidden_size // self.num_heads) % 2 == 0, "model.hidden_size", self.hidden_size,

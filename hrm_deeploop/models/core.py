@@ -142,6 +142,35 @@ class SwiGLU(nn.Module):
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
         return self.down_proj(F.silu(gate) * up)
 
+    def beta_matrices(self) -> dict[str, list[tuple[Tensor, slice]]]:
+        return {"gate": [(self.gate_up_proj.weight, slice(0, self.inner))],
+                "up": [(self.gate_up_proj.weight, slice(self.inner, 2 * self.inner))],
+                "down": [(self.down_proj.weight, slice(None))]}
+
+
+class GeluMLP(nn.Module):
+    """GPT-2's MLP: up to expansion x dim, tanh-approximated GELU, down (the looped GPT's `model.mlp=gelu`)."""
+
+    def __init__(self, dim: int, expansion: float):
+        super().__init__()
+        self.inner = int(round(expansion * dim))
+        self.up_proj = Linear(dim, self.inner)
+        self.down_proj = Linear(self.inner, dim)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.gelu(self.up_proj(x), approximate="tanh"))
+
+    def beta_matrices(self) -> dict[str, list[tuple[Tensor, slice]]]:
+        return {"gate": [], "up": [(self.up_proj.weight, slice(None))], "down": [(self.down_proj.weight, slice(None))]}
+
+
+MLPS = {"swiglu": SwiGLU, "gelu": GeluMLP}
+
+
+def mlp_width(kind: str, dim: int, expansion: float, multiple: int = 256) -> int:
+    """Inner width of an MLP (for FLOP counts): SwiGLU rounds 2/3 of expansion x dim up to `multiple`."""
+    return swiglu_width(dim, expansion, multiple) if kind == "swiglu" else int(round(expansion * dim))
+
 
 class Block(nn.Module):
     """Attention and SwiGLU sublayers, each updating the stream through its loop transition
@@ -149,12 +178,12 @@ class Block(nn.Module):
     block; pre x <- x + eps f(RMSNorm(x)); operloop)."""
 
     def __init__(self, dim: int, num_heads: int, expansion: float, causal: bool, residual: Residual,
-                 norm_eps: float = 1e-5, norm_weight: bool = False, mlp_multiple: int = 256):
+                 norm_eps: float = 1e-5, norm_weight: bool = False, mlp_multiple: int = 256, mlp: str = "swiglu"):
         super().__init__()
         self.residual = residual
         self.norm_eps = norm_eps
         self.self_attn = Attention(dim, num_heads, causal)
-        self.mlp = SwiGLU(dim, expansion, mlp_multiple)
+        self.mlp = SwiGLU(dim, expansion, mlp_multiple) if mlp == "swiglu" else GeluMLP(dim, expansion)
         self.attn_norm = RMSNorm(dim, norm_eps, weight=norm_weight)
         self.mlp_norm = RMSNorm(dim, norm_eps, weight=norm_weight)
         self.attn_step = make_transition(residual)
@@ -170,16 +199,15 @@ class Block(nn.Module):
         return {
             "v": [(self.self_attn.qkv_proj.weight, slice(2 * hd, 3 * hd))],  # value rows of the fused QKV
             "o": [(self.self_attn.o_proj.weight, slice(None))],
-            **_swiglu_beta_matrices([self.mlp]),
+            **self.mlp.beta_matrices(),
         }
 
 
 def _swiglu_beta_matrices(mlps: list[SwiGLU]) -> dict[str, list[tuple[Tensor, slice]]]:
     out: dict[str, list[tuple[Tensor, slice]]] = {"gate": [], "up": [], "down": []}
     for mlp in mlps:
-        out["gate"].append((mlp.gate_up_proj.weight, slice(0, mlp.inner)))
-        out["up"].append((mlp.gate_up_proj.weight, slice(mlp.inner, 2 * mlp.inner)))
-        out["down"].append((mlp.down_proj.weight, slice(None)))
+        for target, mats in mlp.beta_matrices().items():
+            out[target] += mats
     return out
 
 
@@ -214,14 +242,21 @@ class SeqMLPBlock(nn.Module):
         return {"v": [], "o": [], **_swiglu_beta_matrices([self.mlp_t, self.mlp])}  # no attention here
 
 
-def init_block_(block: Block | SeqMLPBlock) -> None:
-    """(Re)initialise one block: truncated LeCun normal on every matrix, unit norm gains, then the
-    beta gain on the residual-branch matrices named in `block.residual.beta_targets`
-    (query and key rows are never scaled)."""
+def init_block_(block: Block | SeqMLPBlock, std: float | None = None, proj_std: float | None = None) -> None:
+    """(Re)initialise one block: truncated LeCun normal on every matrix (or, with `std`, GPT-2's
+    N(0, std^2) and N(0, proj_std^2) on the residual projections o_proj and the MLP's down_proj),
+    unit norm gains, then the beta gain on the residual-branch matrices named in
+    `block.residual.beta_targets` (query and key rows are never scaled)."""
     seen = set()
-    for module in block.modules():
+    for name, module in block.named_modules():
         if isinstance(module, Linear):
-            module.reset_parameters()
+            if std is None:
+                module.reset_parameters()
+            else:
+                is_proj = name.endswith(("o_proj", "down_proj"))
+                nn.init.normal_(module.weight, 0.0, proj_std if is_proj and proj_std is not None else std)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
             seen.add(id(module.weight))
         elif isinstance(module, RMSNorm) and module.weight is not None:
             nn.init.ones_(module.weight)
@@ -283,8 +318,8 @@ class LoopedCore(nn.Module):
 
 def make_blocks(num_blocks: int, dim: int, num_heads: int, expansion: float, causal: bool,
                 residual: Residual, norm_eps: float = 1e-5, norm_weight: bool = False,
-                mlp_multiple: int = 256, mixer: str = "attention", seq_len: int | None = None
-                ) -> list[Block] | list[SeqMLPBlock]:
+                mlp_multiple: int = 256, mixer: str = "attention", seq_len: int | None = None,
+                mlp: str = "swiglu") -> list[Block] | list[SeqMLPBlock]:
     """`num_blocks` blocks with their modules' default init; the model's `init_weights` then
     initialises each one the model's way (`init_block_`, with the beta gain), once.
     mixer="mlp": `SeqMLPBlock`s over `seq_len` positions instead of attention."""
@@ -293,5 +328,5 @@ def make_blocks(num_blocks: int, dim: int, num_heads: int, expansion: float, cau
         return [SeqMLPBlock(dim, seq_len, expansion, residual, norm_eps, norm_weight, mlp_multiple)
                 for _ in range(num_blocks)]
     assert mixer == "attention", f"unknown mixer {mixer!r}"
-    return [Block(dim, num_heads, expansion, causal, residual, norm_eps, norm_weight, mlp_multiple)
+    return [Block(dim, num_heads, expansion, causal, residual, norm_eps, norm_weight, mlp_multiple, mlp)
             for _ in range(num_blocks)]

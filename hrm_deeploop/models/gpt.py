@@ -28,7 +28,7 @@ from hrm_deeploop.models.core import (
     Rotary,
     init_block_,
     make_blocks,
-    swiglu_width,
+    mlp_width,
     trunc_normal_,
 )
 from hrm_deeploop.models.scaling import ScalingConfig, loop_depth, module_residuals
@@ -52,7 +52,7 @@ class GPT(nn.Module):
         self.rotary = Rotary(cfg.hidden_size // cfg.num_heads, cfg.seq_len, cfg.rope_theta)
         blocks = make_blocks(cfg.num_blocks, cfg.hidden_size, cfg.num_heads, cfg.expansion, causal=True,
                              residual=self.residual, norm_eps=cfg.norm_eps, norm_weight=cfg.norm_weight,
-                             mlp_multiple=cfg.mlp_multiple)
+                             mlp_multiple=cfg.mlp_multiple, mlp=cfg.mlp)
         self.core = LoopedCore(blocks, cfg.num_rounds, checkpoint_rounds=cfg.activation_checkpointing)
         self.lm_head = None if cfg.tie_embeddings else Linear(cfg.hidden_size, cfg.vocab_size)
         self.init_weights()
@@ -65,7 +65,9 @@ class GPT(nn.Module):
           truncated at 2 std (GPT-2's 0.02 by default). No beta: the tied embedding is outside
           the M = 2N residual sublayers (paper section 3.3).
         - every block (`core.init_block_`): truncated LeCun normal (std 1/sqrt(fan_in)) on all
-          matrices, unit norm gains, then beta on the residual-branch matrices only
+          matrices (`model.init=lecun`), or GPT-2's N(0, 0.02^2) with the residual projections
+          (o_proj, down_proj) at 0.02 / sqrt(2 K) (`model.init=gpt2`, K physical blocks as GPT-2's
+          n_layer); unit norm gains; then beta on the residual-branch matrices only
           (`scaling.beta_targets`, default v, o, up, down; never q, k).
         - norm gains (embedding norm, the Pre-LN final norm): ones.
         - untied lm_head (tie_embeddings=false): truncated LeCun normal, no beta.
@@ -75,8 +77,10 @@ class GPT(nn.Module):
         seen: set[int] = set()
         trunc_normal_(self.embed_tokens.weight, std=self.cfg.embed_init_std)
         seen.add(id(self.embed_tokens.weight))
+        gpt2 = self.cfg.init == "gpt2"
+        std, proj_std = (0.02, 0.02 / (2 * self.cfg.num_blocks) ** 0.5) if gpt2 else (None, None)
         for block in self.core.layers:
-            init_block_(block)
+            init_block_(block, std, proj_std)
             seen.update(id(p) for p in block.parameters())
         for norm in (self.embed_norm, self.core.final_norm):
             if norm is not None and norm.weight is not None:
@@ -139,7 +143,8 @@ def flops_per_token(cfg: GPTConfig, seq_len: int | None = None, training: bool =
 
     T = seq_len or cfg.seq_len
     D, K, R, V = cfg.hidden_size, cfg.num_blocks, cfg.num_rounds, cfg.vocab_size
-    inner = swiglu_width(D, cfg.expansion, cfg.mlp_multiple)
-    block_matrices = 3 * D * D + D * D + D * 2 * inner + inner * D  # qkv, o, gate_up, down
+    inner = mlp_width(cfg.mlp, D, cfg.expansion, cfg.mlp_multiple)
+    mlp_matrices = D * 2 * inner + inner * D if cfg.mlp == "swiglu" else 2 * D * inner  # gate_up + down / up + down
+    block_matrices = 3 * D * D + D * D + mlp_matrices  # qkv, o, the MLP
     total = 6 * R * block_matrices * K + 12 * K * R * T * D + 6 * V * D
     return total if training else total / 3
