@@ -20,7 +20,6 @@ import numpy as np
 
 from arc_data import format as F
 from arc_data.errors import ArcDataError
-from arc_data.kernels import encode_examples_parallel
 from arc_data.plan import Plan, SplitPlan, make_plan, resolve_examples
 from arc_data.sources import EVAL_SUBSET, SourceInfo, load_sources
 
@@ -86,9 +85,9 @@ def package_version() -> str:
 # writing
 
 
-def _save_json(path: Path, obj: object, indent: int | None = 2) -> None:
+def _save_json(path: Path, obj: object) -> None:
     with open(path, "w") as f:
-        json.dump(obj, f, indent=indent)
+        json.dump(obj, f, indent=2)
         f.write("\n")
 
 
@@ -116,6 +115,17 @@ def _open_npy(path: Path, shape: tuple[int, ...], dtype: np.dtype):
     return f
 
 
+def _write_behind(f, block: memoryview) -> None:
+    """Write a block, then start writing the file back and drop its written pages from the page
+    cache. A build larger than memory then never evicts the machine's cache, the page frames are
+    reused from block to block (on a VM, first-touching fresh ones cost more system time than the
+    copy itself: 1.1 GB took 2-6 s instead of 1-1.6 s), and the fsync at the end has little left."""
+    f.write(block)
+    if hasattr(os, "posix_fadvise"):  # Linux and most Unixes
+        f.flush()
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+
+
 def encode_split(plan: Plan, sp: SplitPlan, out_dir: Path, bar) -> None:
     """Stream all__inputs.npy / all__labels.npy in blocks; memory stays at a few blocks.
 
@@ -123,6 +133,8 @@ def encode_split(plan: Plan, sp: SplitPlan, out_dir: Path, bar) -> None:
     kernel encodes block k+1 (double buffering); writes release the GIL, so encoding and I/O overlap.
     """
     from concurrent.futures import ThreadPoolExecutor
+
+    from arc_data.kernels import encode_examples_parallel
 
     e = sp.num_examples
     g = plan.grids
@@ -145,15 +157,15 @@ def encode_split(plan: Plan, sp: SplitPlan, out_dir: Path, bar) -> None:
                                          sp.group_pairs, sp.group_pair_indices, idx)
             encode_examples_parallel(g.cells, g.offset, g.shape, g.pair_grids, pair, pid, plan.dihedral,
                                      plan.colour_map, sp.offsets[lo:hi], buf_in[:n], buf_lab[:n])
-            pending[slot] = [wi.submit(fi.write, memoryview(buf_in[:n])),
-                             wl.submit(fl.write, memoryview(buf_lab[:n]))]
+            pending[slot] = [wi.submit(_write_behind, fi, memoryview(buf_in[:n])),
+                             wl.submit(_write_behind, fl, memoryview(buf_lab[:n]))]
             bar.update(n)
         for futs in pending:
             for fut in futs:
                 fut.result()
 
 
-def write_dataset(plan: Plan, tmp: Path, materialize: bool, manifest: dict, bar_factory) -> None:
+def write_dataset(plan: Plan, tmp: Path, materialize: bool, manifest: dict, progress: bool) -> None:
     np.savez(
         tmp / F.AUGMENTATIONS_FILE,
         base_task=plan.base_task,
@@ -161,13 +173,13 @@ def write_dataset(plan: Plan, tmp: Path, materialize: bool, manifest: dict, bar_
         colour_map=plan.colour_map,
         task_names=np.array([t.name for t in plan.tasks], dtype=str),
     )
-    _save_json(tmp / F.IDENTIFIERS_FILE, plan.identifiers(), indent=None)
+    (tmp / F.IDENTIFIERS_FILE).write_bytes(plan.identifiers_json())
     if not materialize:
         g = plan.grids
         np.savez(tmp / F.GRIDS_FILE, cells=g.cells, grid_offset=g.offset, grid_shape=g.shape,
                  pair_grids=g.pair_grids)
     total = sum(sp.num_examples for sp in plan.splits.values())
-    with bar_factory(total, "encode") if materialize else _bar_factory(False)(total, "encode") as bar:
+    with _encode_bar(total, progress and materialize) as bar:
         for split, sp in plan.splits.items():
             d = tmp / split
             d.mkdir()
@@ -200,13 +212,12 @@ def _remove_stale_tmp(out: Path) -> None:
             continue
 
 
-def _bar_factory(enabled: bool):
-    """tqdm progress bars on stderr (disabled bars are no-ops)."""
+def _encode_bar(total: int, enabled: bool):
+    """A tqdm progress bar of encoded examples on stderr (a disabled bar is a no-op)."""
     from tqdm import tqdm
 
-    return lambda total, desc: tqdm(total=total, desc=f"build-arc {desc}", unit="ex" if desc == "encode"
-                                    else "task", unit_scale=True, file=sys.stderr, dynamic_ncols=True,
-                                    disable=not enabled)
+    return tqdm(total=total, desc="build-arc encode", unit="ex", unit_scale=True, file=sys.stderr,
+                dynamic_ncols=True, disable=not enabled)
 
 
 def _fsync_tree(root: Path) -> None:
@@ -239,9 +250,7 @@ def build(cfg: BuildConfig) -> BuildSummary:
         raise ArcDataError(f"{out}: output_dir exists and is not a directory")
 
     tasks, infos = load_sources(list(cfg.sources), cfg.eval_name, require_outputs=True)
-    bars = _bar_factory(cfg.progress)
-    with bars(len(tasks), "augment") as bar:
-        plan = make_plan(tasks, cfg.num_aug, cfg.seed, progress=bar.update)
+    plan = make_plan(tasks, cfg.num_aug, cfg.seed)
 
     short = {t.name: int(n) for t, n in zip(tasks, plan.num_puzzles) if n < cfg.num_aug + 1}
     counts = {
@@ -260,7 +269,7 @@ def build(cfg: BuildConfig) -> BuildSummary:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        write_dataset(plan, tmp, cfg.materialize, manifest, bars)
+        write_dataset(plan, tmp, cfg.materialize, manifest, cfg.progress)
         _fsync_tree(tmp)  # durable before the rename publishes it (a power cut cannot leave it half-written)
         if out.exists():
             old = out.parent / f".{out.name}.old-{os.getpid()}"
