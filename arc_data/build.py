@@ -134,7 +134,7 @@ def encode_split(plan: Plan, sp: SplitPlan, out_dir: Path, bar) -> None:
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from arc_data.kernels import encode_examples_parallel
+    from arc_data.kernels import encode_examples
 
     e = sp.num_examples
     g = plan.grids
@@ -155,7 +155,7 @@ def encode_split(plan: Plan, sp: SplitPlan, out_dir: Path, bar) -> None:
             idx = np.arange(lo, hi, dtype=np.int64)
             pair, pid = resolve_examples(sp.puzzle_identifiers, sp.puzzle_indices, sp.group_indices,
                                          sp.group_pairs, sp.group_pair_indices, idx)
-            encode_examples_parallel(g.cells, g.offset, g.shape, g.pair_grids, pair, pid, plan.dihedral,
+            encode_examples(g.cells, g.offset, g.shape, g.pair_grids, pair, pid, plan.dihedral,
                                      plan.colour_map, sp.offsets[lo:hi], buf_in[:n], buf_lab[:n])
             pending[slot] = [wi.submit(_write_behind, fi, memoryview(buf_in[:n])),
                              wl.submit(_write_behind, fl, memoryview(buf_lab[:n]))]

@@ -12,9 +12,9 @@ grid hashes mixed; per puzzle the pair hashes sorted, then mixed in turn, so it 
 example order (spec 1.3). It is not cryptographic; it only has to tell augmented puzzles apart (a
 false "duplicate" needs a collision in both lanes).
 
-Threading: `encode_examples_parallel` uses prange and is called only by the builder (one caller
-thread). The reader uses the serial `encode_examples`, so DataLoader workers forked from a process
-never run numba's thread pool (numba's workqueue layer is not fork- or thread-safe).
+Threading: none. Every kernel runs on its caller's thread (numba's thread pool never starts, so
+DataLoader workers forked from a process are safe); the builder overlaps encoding with its two
+writer threads instead, which on two cores was as fast as encoding on numba's pool.
 Every kernel has `cache=True` and is called with one fixed set of dtypes (see the wrappers), so
 each compiles once per machine.
 """
@@ -22,7 +22,7 @@ each compiles once per machine.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from arc_data.format import COLOUR_OFFSET, EOS, MAX_SIDE
 
@@ -256,31 +256,19 @@ def _draw(cells, off, h, w, tid, cmap, row, pr, pc):
             row[dst + j] = EOS
 
 
-@njit(inline="always", cache=True)
-def _encode_one(e, cells, goff, gshape, pair_grids, ex_pair, ex_pid, dihedral, colour_map, pads, out_in, out_lab):
-    pair = ex_pair[e]
-    pid = ex_pid[e]
-    tid = dihedral[pid]
-    cmap = colour_map[pid]
-    pr = pads[e, 0]
-    pc = pads[e, 1]
-    out_in[e, :] = 0
-    out_lab[e, :] = 0
-    gi = pair_grids[pair, 0]
-    go = pair_grids[pair, 1]
-    _draw(cells, goff[gi], gshape[gi, 0], gshape[gi, 1], tid, cmap, out_in[e], pr, pc)
-    _draw(cells, goff[go], gshape[go, 0], gshape[go, 1], tid, cmap, out_lab[e], pr, pc)
-
-
 @njit(cache=True)
 def encode_examples(cells, goff, gshape, pair_grids, ex_pair, ex_pid, dihedral, colour_map, pads, out_in, out_lab):
     """Encode examples: pair ex_pair[e] under puzzle ex_pid[e]'s augmentation at pads[e] -> rows e."""
     for e in range(ex_pair.shape[0]):
-        _encode_one(e, cells, goff, gshape, pair_grids, ex_pair, ex_pid, dihedral, colour_map, pads, out_in, out_lab)
-
-
-@njit(parallel=True, cache=True)
-def encode_examples_parallel(cells, goff, gshape, pair_grids, ex_pair, ex_pid, dihedral, colour_map, pads,
-                             out_in, out_lab):
-    for e in prange(ex_pair.shape[0]):
-        _encode_one(e, cells, goff, gshape, pair_grids, ex_pair, ex_pid, dihedral, colour_map, pads, out_in, out_lab)
+        pair = ex_pair[e]
+        pid = ex_pid[e]
+        tid = dihedral[pid]
+        cmap = colour_map[pid]
+        pr = pads[e, 0]
+        pc = pads[e, 1]
+        out_in[e, :] = 0
+        out_lab[e, :] = 0
+        gi = pair_grids[pair, 0]
+        go = pair_grids[pair, 1]
+        _draw(cells, goff[gi], gshape[gi, 0], gshape[gi, 1], tid, cmap, out_in[e], pr, pc)
+        _draw(cells, goff[go], gshape[go, 0], gshape[go, 1], tid, cmap, out_lab[e], pr, pc)
