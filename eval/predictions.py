@@ -142,7 +142,8 @@ def _stored_member(path: Path, zf: zipfile.ZipFile, name: str) -> np.ndarray | N
     offset = info.header_offset + 30 + name_len + extra_len + npy_header
     if 0 in shape:
         return np.empty(shape, dtype)
-    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape, order="F" if fortran else "C")
+    mapped = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape, order="F" if fortran else "C")
+    return np.asarray(mapped)  # a plain ndarray view (it keeps the map open), without memmap's per-slice cost
 
 
 def load_predictions(path: str | Path) -> Predictions:

@@ -71,7 +71,7 @@ def format_table(scores: dict[str, dict[str, float]]) -> str:
 
 
 def _grid_list(grid: np.ndarray | None) -> list[list[int]] | None:
-    return None if grid is None else np.asarray(grid).astype(int).tolist()
+    return None if grid is None else np.asarray(grid).tolist()
 
 
 def submission(result: VoteResult) -> dict[str, list[dict[str, list[list[int]]]]]:
