@@ -24,7 +24,6 @@ import numpy as np
 from omegaconf import MISSING
 
 from arc_data import format as fmt
-from eval.decode import decode_keys, grid_of_shape, inverse_colour_table
 from eval.predictions import Predictions
 from hrm_deeploop.errors import UserError
 
@@ -74,6 +73,9 @@ class AugTable:
     @functools.cached_property
     def inv_colour(self) -> np.ndarray:
         """uint8 [m, 10]: augmented colour -> original colour."""
+        # eval.decode (numba) is imported where decoding starts, so `vote --help` starts without numba
+        from eval.decode import inverse_colour_table
+
         return inverse_colour_table(self.colour_map)
 
     def is_identity(self, ids: np.ndarray) -> np.ndarray:
@@ -219,6 +221,8 @@ def load_ground_truth(data_dir: Path, split: str, table: AugTable) -> GroundTrut
     ranges = [(int(pidx[p]), int(pidx[p + 1])) for p in originals]
     tok_in, tok_out = _read_examples(data_dir, split, ranges)
     ids = np.concatenate([np.full(b - a, pids[p], dtype=np.int64) for p, (a, b) in zip(originals, ranges)])
+    from eval.decode import decode_keys
+
     in_keys, _ = decode_keys(tok_in, ids, table.dihedral, table.inv_colour)
     out_keys, _ = decode_keys(tok_out, ids, table.dihedral, table.inv_colour)
     tasks: list[str] = []
@@ -378,6 +382,8 @@ def vote(
             f"predictions: {int((task < 0).sum())} rows belong to tasks not in the {split} split, "
             f"e.g. puzzle ids {bad}"
         )
+
+    from eval.decode import decode_keys, grid_of_shape
 
     t1 = time.perf_counter()
     inv = table.inv_colour
