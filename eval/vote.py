@@ -200,6 +200,8 @@ def _read_examples(data_dir: Path, split: str, ranges: list[tuple[int, int]]) ->
 
 def load_ground_truth(data_dir: Path, split: str, table: AugTable) -> GroundTruth:
     """Test inputs and true outputs from each task's un-augmented copy (dihedral 0, identity colours)."""
+    from eval.decode import decode_keys
+
     d = data_dir / split
     try:
         pids = np.load(d / fmt.PUZZLE_IDS_FILE)
@@ -221,8 +223,6 @@ def load_ground_truth(data_dir: Path, split: str, table: AugTable) -> GroundTrut
     ranges = [(int(pidx[p]), int(pidx[p + 1])) for p in originals]
     tok_in, tok_out = _read_examples(data_dir, split, ranges)
     ids = np.concatenate([np.full(b - a, pids[p], dtype=np.int64) for p, (a, b) in zip(originals, ranges)])
-    from eval.decode import decode_keys
-
     in_keys, _ = decode_keys(tok_in, ids, table.dihedral, table.inv_colour)
     out_keys, _ = decode_keys(tok_out, ids, table.dihedral, table.inv_colour)
     tasks: list[str] = []
