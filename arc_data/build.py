@@ -23,7 +23,7 @@ from arc_data.errors import ArcDataError
 from arc_data.plan import Plan, SplitPlan, make_plan, resolve_examples
 from arc_data.sources import EVAL_SUBSET, SourceInfo, load_sources
 
-ENCODE_CHUNK = 1 << 15  # examples per encoded block (2 x 29 MB buffers)
+ENCODE_CHUNK = 1 << 13  # examples per encoded block: 2 x 7.4 MB buffers, two slots (fresh pages cost system time)
 
 
 @dataclass
