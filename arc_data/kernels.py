@@ -6,23 +6,23 @@ with `shape[g] = (h, w)`. A pair is `(input grid, output grid)`.
 A dihedral transform tid maps an H x W grid to `out[i, j] = in.flat[base + i*si + j*sj]` with the
 output shape and (base, si, sj) from `_dihedral_walk`; this equals `format.dihedral` (tested).
 
-Hash: two independent 64-bit lanes (a splitmix64-style mixer over 8-cell words, with the shape
-mixed in first), so a puzzle hash is 128 bits. It is not cryptographic; it only has to tell
-augmented puzzles apart (a false "duplicate" needs a 128-bit collision). The puzzle hash sorts the
-pair hashes first, so it does not depend on example order (spec 1.3).
+Hash: two independent 64-bit lanes, so a puzzle hash is 128 bits: per grid a weighted sum of
+its cells (see `_W`), finished with a splitmix64 mixer together with the shape; per pair the two
+grid hashes mixed; per puzzle the pair hashes sorted, then mixed in turn, so it does not depend on
+example order (spec 1.3). It is not cryptographic; it only has to tell augmented puzzles apart (a
+false "duplicate" needs a collision in both lanes).
 
-Threading: the `*_parallel` kernels use prange and are called only by the builder (one caller
-thread). The reader uses the serial `encode_examples`, so DataLoader workers forked from a process
-never run numba's thread pool (numba's workqueue layer is not fork- or thread-safe).
+Threading: none. Every kernel runs on its caller's thread (numba's thread pool never starts, so
+DataLoader workers forked from a process are safe); the builder overlaps encoding with its two
+writer threads instead, which on two cores was as fast as encoding on numba's pool.
 Every kernel has `cache=True` and is called with one fixed set of dtypes (see the wrappers), so
 each compiles once per machine.
 """
 
 from __future__ import annotations
 
-import numba
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from arc_data.format import COLOUR_OFFSET, EOS, MAX_SIDE
 
@@ -33,7 +33,6 @@ _G2 = np.uint64(0xD6E8FEB86659FD93)
 _S30 = np.uint64(30)
 _S27 = np.uint64(27)
 _S31 = np.uint64(31)
-_S8 = np.uint64(8)
 
 
 @njit(inline="always", cache=True)
@@ -63,40 +62,67 @@ def _dihedral_walk(tid, h, w):
     return h, w, 0, w, 1
 
 
-@njit(cache=True)
-def _grid_hash(cells, off, h, w, tid, cmap):
-    """128-bit hash (two uint64) of the recoloured, transformed grid (shape included)."""
-    oh, ow, base, si, sj = _dihedral_walk(tid, h, w)
-    a = _mix(np.uint64(oh * 64 + ow) ^ _G1)
-    b = _mix(np.uint64(oh * 64 + ow) ^ _G2)
-    word = np.uint64(0)
-    n = 0
-    for i in range(oh):
-        src = off + base + i * si
-        for _ in range(ow):
-            word = (word << _S8) | np.uint64(cmap[cells[src]] + 1)
-            src += sj
-            n += 1
-            if n == 8:
-                a = _mix(a ^ word)
-                b = _mix((b + word) * _G1)
-                word = np.uint64(0)
-                n = 0
-    if n:
-        a = _mix(a ^ word)
-        b = _mix((b + word) * _G1)
-    return a, b
+def _splitmix_table(shape: tuple[int, ...], seed: int) -> np.ndarray:
+    """Fixed pseudo-random uint64 constants (splitmix64 of a counter); numpy wraps uint64 arrays."""
+    x = np.arange(np.prod(shape), dtype=np.uint64) * _G1 + np.uint64(seed)
+    x = (x ^ (x >> _S30)) * _M1
+    x = (x ^ (x >> _S27)) * _M2
+    return (x ^ (x >> _S31)).reshape(shape)
+
+
+# Grid hash, per lane: H = sum over the cells of the transformed, recoloured grid of
+# W[position] * F[colour] (mod 2^64), then mixed with the shape. Grouped by original colour,
+# H = sum_c F[cmap[c]] * S[c], where S[c] sums W over the positions the transform sends the
+# colour-c cells to. S depends on the transform only, so a task's S for all 8 transforms is one
+# walk over its cells each (`_colour_sums`), and a trial's grid hash is 10 multiply-adds per lane.
+_W = _splitmix_table((2, MAX_SIDE * MAX_SIDE), 1)
+_F = _splitmix_table((2, 10), 2)
 
 
 @njit(cache=True)
-def _puzzle_hash(cells, goff, gshape, pair_grids, p_lo, p_hi, tid, cmap, ha, hb):
+def _colour_sums(cells, goff, gshape, pair_grids, p_lo, p_hi):
+    """S for pairs [p_lo, p_hi): uint64 [8 tids, pairs, 2 sides, 2 lanes, 10 colours]."""
+    sums = np.zeros((8, p_hi - p_lo, 2, 2, 10), dtype=np.uint64)
+    for tid in range(8):
+        for k in range(p_hi - p_lo):
+            for side in range(2):
+                g = pair_grids[p_lo + k, side]
+                oh, ow, base, si, sj = _dihedral_walk(tid, gshape[g, 0], gshape[g, 1])
+                s = sums[tid, k, side]
+                pos = 0
+                for i in range(oh):
+                    src = goff[g] + base + i * si
+                    for _ in range(ow):
+                        c = cells[src]
+                        s[0, c] += _W[0, pos]
+                        s[1, c] += _W[1, pos]
+                        src += sj
+                        pos += 1
+    return sums
+
+
+@njit(inline="always", cache=True)
+def _grid_hash(s, h, w, tid, cmap):
+    """128-bit hash (two uint64) of one grid (h x w before the transform) under (tid, cmap), from its S."""
+    oh, ow, _, _, _ = _dihedral_walk(tid, h, w)
+    a = np.uint64(0)
+    b = np.uint64(0)
+    for c in range(10):
+        a += _F[0, cmap[c]] * s[0, c]
+        b += _F[1, cmap[c]] * s[1, c]
+    shape = np.uint64(oh * 64 + ow)
+    return _mix(a ^ _mix(shape ^ _G1)), _mix(b ^ _mix(shape ^ _G2))
+
+
+@njit(cache=True)
+def _puzzle_hash(sums, gshape, pair_grids, p_lo, p_hi, tid, cmap, ha, hb):
     """Order-invariant 128-bit hash of pairs [p_lo, p_hi) under (tid, cmap); ha/hb are scratch."""
     n = p_hi - p_lo
     for k in range(n):
         gi = pair_grids[p_lo + k, 0]
         go = pair_grids[p_lo + k, 1]
-        ia, ib = _grid_hash(cells, goff[gi], gshape[gi, 0], gshape[gi, 1], tid, cmap)
-        oa, ob = _grid_hash(cells, goff[go], gshape[go, 0], gshape[go, 1], tid, cmap)
+        ia, ib = _grid_hash(sums[tid, k, 0], gshape[gi, 0], gshape[gi, 1], tid, cmap)
+        oa, ob = _grid_hash(sums[tid, k, 1], gshape[go, 0], gshape[go, 1], tid, cmap)
         ha[k] = _mix(ia ^ _mix(oa + _G1))
         hb[k] = _mix(ib ^ _mix(ob + _G2))
     # insertion sort by (ha, hb): a handful of pairs per task
@@ -121,11 +147,12 @@ def _puzzle_hash(cells, goff, gshape, pair_grids, p_lo, p_hi, tid, cmap, ha, hb)
 def puzzle_hashes(cells, goff, gshape, pair_grids, p_lo, p_hi, tids, cmaps):
     """Puzzle hash of pairs [p_lo, p_hi) under each (tids[k], cmaps[k]) -> uint64 [K, 2]. For tests."""
     out = np.empty((tids.shape[0], 2), dtype=np.uint64)
+    sums = _colour_sums(cells, goff, gshape, pair_grids, p_lo, p_hi)
     ha = np.empty(p_hi - p_lo, dtype=np.uint64)
     hb = np.empty(p_hi - p_lo, dtype=np.uint64)
     for k in range(tids.shape[0]):
         tid = np.int64(tids[k])  # the builder's type, so the compiled helper is shared
-        a, b = _puzzle_hash(cells, goff, gshape, pair_grids, p_lo, p_hi, tid, cmaps[k], ha, hb)
+        a, b = _puzzle_hash(sums, gshape, pair_grids, p_lo, p_hi, tid, cmaps[k], ha, hb)
         out[k, 0] = a
         out[k, 1] = b
     return out
@@ -171,6 +198,7 @@ def _augment_task(cells, goff, gshape, pair_grids, p_lo, p_hi, trial_tid, trial_
             g = pair_grids[k, side]
             for c in range(goff[g], goff[g] + gshape[g, 0] * gshape[g, 1]):
                 present[cells[c]] = True
+    sums = _colour_sums(cells, goff, gshape, pair_grids, p_lo, p_hi)
     ha = np.empty(p_hi - p_lo, dtype=np.uint64)
     hb = np.empty(p_hi - p_lo, dtype=np.uint64)
     cmap = np.arange(10).astype(np.uint8)
@@ -187,7 +215,7 @@ def _augment_task(cells, goff, gshape, pair_grids, p_lo, p_hi, trial_tid, trial_
             if present[c]:
                 key = (key << np.uint64(4)) | np.uint64(cmap[c])
         if _insert(key_a, key_b, key_used, mask, _mix(key), key):
-            a, b = _puzzle_hash(cells, goff, gshape, pair_grids, p_lo, p_hi, tid, cmap, ha, hb)
+            a, b = _puzzle_hash(sums, gshape, pair_grids, p_lo, p_hi, tid, cmap, ha, hb)
             if _insert(tab_a, tab_b, used, mask, a, b) and t >= 0:
                 accepted[n_acc] = t
                 n_acc += 1
@@ -195,14 +223,14 @@ def _augment_task(cells, goff, gshape, pair_grids, p_lo, p_hi, trial_tid, trial_
     return n_acc, t
 
 
-@njit(parallel=True, cache=True)
-def augment_tasks_parallel(cells, goff, gshape, pair_grids, task_pairs, trial_tid, trial_perm, num_aug):
+@njit(cache=True)
+def augment_tasks(cells, goff, gshape, pair_grids, task_pairs, trial_tid, trial_perm, num_aug):
     """Per task t (pairs task_pairs[t]..task_pairs[t+1]): accepted trial ids [T, num_aug], counts, trials."""
     n_tasks = task_pairs.shape[0] - 1
     accepted = np.full((n_tasks, num_aug), -1, dtype=np.int32)
     n_acc = np.zeros(n_tasks, dtype=np.int32)
     n_used = np.zeros(n_tasks, dtype=np.int32)
-    for t in prange(n_tasks):
+    for t in range(n_tasks):
         a, u = _augment_task(cells, goff, gshape, pair_grids, task_pairs[t], task_pairs[t + 1],
                              trial_tid[t], trial_perm[t], num_aug, accepted[t])
         n_acc[t] = a
@@ -228,36 +256,19 @@ def _draw(cells, off, h, w, tid, cmap, row, pr, pc):
             row[dst + j] = EOS
 
 
-@njit(inline="always", cache=True)
-def _encode_one(e, cells, goff, gshape, pair_grids, ex_pair, ex_pid, dihedral, colour_map, pads, out_in, out_lab):
-    pair = ex_pair[e]
-    pid = ex_pid[e]
-    tid = dihedral[pid]
-    cmap = colour_map[pid]
-    pr = pads[e, 0]
-    pc = pads[e, 1]
-    out_in[e, :] = 0
-    out_lab[e, :] = 0
-    gi = pair_grids[pair, 0]
-    go = pair_grids[pair, 1]
-    _draw(cells, goff[gi], gshape[gi, 0], gshape[gi, 1], tid, cmap, out_in[e], pr, pc)
-    _draw(cells, goff[go], gshape[go, 0], gshape[go, 1], tid, cmap, out_lab[e], pr, pc)
-
-
 @njit(cache=True)
 def encode_examples(cells, goff, gshape, pair_grids, ex_pair, ex_pid, dihedral, colour_map, pads, out_in, out_lab):
     """Encode examples: pair ex_pair[e] under puzzle ex_pid[e]'s augmentation at pads[e] -> rows e."""
     for e in range(ex_pair.shape[0]):
-        _encode_one(e, cells, goff, gshape, pair_grids, ex_pair, ex_pid, dihedral, colour_map, pads, out_in, out_lab)
-
-
-@njit(parallel=True, cache=True)
-def encode_examples_parallel(cells, goff, gshape, pair_grids, ex_pair, ex_pid, dihedral, colour_map, pads,
-                             out_in, out_lab):
-    for e in prange(ex_pair.shape[0]):
-        _encode_one(e, cells, goff, gshape, pair_grids, ex_pair, ex_pid, dihedral, colour_map, pads, out_in, out_lab)
-
-
-def set_chunksize(n: int) -> int:
-    """Dynamic scheduling for uneven per-task work; returns the previous chunk size."""
-    return numba.get_parallel_chunksize() if n < 0 else numba.set_parallel_chunksize(n)
+        pair = ex_pair[e]
+        pid = ex_pid[e]
+        tid = dihedral[pid]
+        cmap = colour_map[pid]
+        pr = pads[e, 0]
+        pc = pads[e, 1]
+        out_in[e, :] = 0
+        out_lab[e, :] = 0
+        gi = pair_grids[pair, 0]
+        go = pair_grids[pair, 1]
+        _draw(cells, goff[gi], gshape[gi, 0], gshape[gi, 1], tid, cmap, out_in[e], pr, pc)
+        _draw(cells, goff[go], gshape[go, 0], gshape[go, 1], tid, cmap, out_lab[e], pr, pc)

@@ -9,14 +9,28 @@ The vote runs as a separate process (the CLI, exactly as a user runs it) so that
 and peak RSS are its own:
 
     PYTHONPATH=. python benchmarks/bench_vote.py [--tasks 400 --copies 1001 --workdir DIR --report]
+    PYTHONPATH=. python benchmarks/bench_vote.py --copies 301 --reference benchmarks/out/hrm-reference --repeats 3
+
+With `--reference` (a checkout of sapientinc/HRM, not shipped) the same predictions are also scored
+by HRM's arc_eval.ipynb: its code cells run in a child process, their `test()` timed on the
+benchmark's rows. Its loader (torch.load of `<checkpoint>_all_preds.*` and the logits' argmax) is
+replaced by one that hands it the same arrays already in memory, so what is timed is the notebook's
+own per-row loop (crop, inverse augmentation, hash, count, rank), twice: as written (its `crop` a
+numba function, compiled before the clock starts) and in plain Python (its `crop.py_func`, the
+same code without numba, its result cast to the int64 numba returns). Ours is the whole `vote` CLI process with the report (imports, reading,
+writing every output). Repetitions rotate which runs first; the ratios are of the medians, and
+every side's pass@K must agree.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -98,6 +112,75 @@ def run_vote(workdir: Path, report: bool) -> tuple[float, float, str]:
     return wall, usage.ru_maxrss / 1024, out  # MiB (ru_maxrss is KiB on Linux)
 
 
+def time_notebook(ref_dir: Path, workdir: Path, plain_python: bool) -> None:
+    """Child process: HRM's arc_eval.ipynb `test()` on the benchmark's rows; prints {seconds, scores}."""
+    import torch
+
+    from benchmarks.compare_reference_vote import notebook_scope, notebook_scores
+    from eval.predictions import load_predictions
+    from eval.vote import DEFAULT_KS
+
+    class Argmaxed:  # stands for the logits: their argmax(-1) is the predicted tokens
+        def __init__(self, tokens: torch.Tensor):
+            self.tokens = tokens
+
+        def argmax(self, dim: int) -> torch.Tensor:
+            return self.tokens
+
+    p = load_predictions(workdir / "predictions.npz")
+    assert (p.puzzle_identifiers != 0).all(), "no blank rows expected (the stand-in loader drops none)"
+    identifiers = json.loads((workdir / "data" / fmt.IDENTIFIERS_FILE).read_text())
+    arrays = {"puzzle_identifiers": torch.from_numpy(np.array(p.puzzle_identifiers)),
+              "inputs": torch.from_numpy(np.array(p.inputs)),
+              "labels": torch.from_numpy(np.load(workdir / "data" / "test" / fmt.LABELS_FILE)),
+              "logits": Argmaxed(torch.from_numpy(np.array(p.predictions))),
+              "q_halt_logits": torch.from_numpy(np.array(p.q_halt))}
+    scope = notebook_scope(ref_dir)
+    scope["load_identifiers_and_preds"] = lambda dataset_path, checkpoint_path: (identifiers, arrays)
+    scope["crop"](np.zeros(fmt.SEQ_LEN, np.uint8))  # numba compiles it here, not on the clock
+    if plain_python:  # the same function without numba, returning numba's dtype (uint8 - 2 is int64 there)
+        py_crop = scope["crop"].py_func
+        scope["crop"] = lambda grid: py_crop(grid).astype(np.int64)
+    out = io.StringIO()
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(out):
+        scope["test"](visualize=False, Ks=list(DEFAULT_KS))
+    seconds = time.perf_counter() - t0
+    print(json.dumps({"seconds": seconds, "scores": notebook_scores(out.getvalue(), list(DEFAULT_KS))}))
+
+
+def compare(workdir: Path, ref_dir: Path, repeats: int) -> None:
+    """Ours (CLI, report on) against the notebook's test(), with and without numba; interleaved."""
+    run_vote(workdir, report=True)  # warm-up: numba cache, page cache
+    sides = ("ours", "notebook", "notebook, plain Python")
+    times: dict[str, list[float]] = {side: [] for side in sides}
+    scores: dict[str, dict] = {}
+    for r in range(repeats):
+        for side in sides[r % 3:] + sides[:r % 3]:
+            if side == "ours":
+                wall, rss, _ = run_vote(workdir, report=True)
+                times[side].append(wall)
+                scores[side] = {int(k): v for k, v in
+                                json.loads((workdir / "out" / "pass_at_k.json").read_text())["hrm"].items()}
+            else:
+                child = [sys.executable, __file__, "--notebook-child", str(ref_dir), "--workdir", str(workdir)]
+                child += ["--plain-python"] if "plain" in side else []
+                res = json.loads(subprocess.run(child, check=True, capture_output=True, text=True,
+                                                env=dict(os.environ, PYTHONPATH=str(REPO))).stdout.splitlines()[-1])
+                times[side].append(res["seconds"])
+                scores[side] = {int(k): v for k, v in res["scores"].items()}
+            print(f"  repetition {r + 1} {side:<22}: {times[side][-1]:.2f} s", flush=True)
+    same = all(abs(scores["ours"][k] - v) < 0.005 for side in sides[1:] for k, v in scores[side].items())
+    n = json.loads((workdir / "out" / "tasks.json").read_text())["stats"]["num_rows"]
+    print(f"\n# vote (whole CLI process, report on) vs HRM's arc_eval.ipynb test(), {n:,} predictions, {repeats} "
+          f"interleaved repetitions: median (min-max); pass@K equal on every side: {'yes' if same else 'NO'}")
+    ours = statistics.median(times["ours"])
+    for side in sides:
+        t = times[side]
+        ratio = "" if side == "ours" else f"   ratio {statistics.median(t) / ours:.1f}x"
+        print(f"{side:<24} {statistics.median(t):6.2f} s ({min(t):.2f}-{max(t):.2f}){ratio}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", type=int, default=400)
@@ -106,10 +189,18 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workdir", type=Path, default=None, help="keep data here (default: a temp dir, removed)")
     ap.add_argument("--report", action="store_true", help="also time a run that draws report.html + PNGs")
+    ap.add_argument("--reference", type=Path, default=None,
+                    help="a checkout of github.com/sapientinc/HRM: time its arc_eval.ipynb scorer against ours")
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved repetitions with --reference")
     ap.add_argument("--make-only", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--notebook-child", type=Path, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--plain-python", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.make_only:
         make(args.workdir, args.tasks, args.copies, args.two_test, args.seed)
+        return
+    if args.notebook_child:
+        time_notebook(args.notebook_child.resolve(), args.workdir, args.plain_python)
         return
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench_vote_"))
     try:
@@ -119,6 +210,9 @@ def main() -> None:
             gen = [sys.executable, __file__, "--make-only", "--workdir", str(workdir), "--tasks", str(args.tasks),
                    "--copies", str(args.copies), "--two-test", str(args.two_test), "--seed", str(args.seed)]
             subprocess.run(gen, check=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+        if args.reference is not None:
+            compare(workdir, args.reference.resolve(), args.repeats)
+            return
         run_vote(workdir, report=False)  # warm-up: numba compiles once into its cache
         wall, rss, out = run_vote(workdir, report=False)
         stats = json.loads((workdir / "out" / "tasks.json").read_text())["stats"]

@@ -85,18 +85,12 @@ def ours(data_dir: Path, arrays: dict[str, np.ndarray], ks: list[int]) -> dict[s
     return {proto: {k: result.scores[proto][str(k)] for k in ks} for proto in ("hrm", "fractional")}
 
 
-def reference(ref_dir: Path, data_dir: Path, arrays: dict[str, np.ndarray], labels: np.ndarray,
-              ks: list[int], work: Path) -> dict[int, float]:
-    """Run the scorer cells of HRM's arc_eval.ipynb on an `_all_preds` file of these predictions."""
-    ckpt = work / "step_0"
-    logits = torch.nn.functional.one_hot(torch.from_numpy(arrays["predictions"]), VOCAB).to(torch.float16)
-    torch.save({"puzzle_identifiers": torch.from_numpy(arrays["puzzle_identifiers"]),
-                "inputs": torch.from_numpy(arrays["inputs"]), "labels": torch.from_numpy(labels),
-                "logits": logits, "q_halt_logits": torch.from_numpy(arrays["q_halt"])}, f"{ckpt}_all_preds.0")
+def notebook_scope(ref_dir: Path) -> dict:
+    """The code cells of HRM's arc_eval.ipynb, run without their last line (its top-level
+    `test(visualize=False)` call, with the notebook's own paths): a namespace holding `test`,
+    `load_identifiers_and_preds`, `crop`, ..., with DATASET_PATH / CHECKPOINT_PATH still to set."""
     cells = [c for c in json.loads((ref_dir / "arc_eval.ipynb").read_text())["cells"] if c["cell_type"] == "code"]
     code = "\n".join("".join(c["source"]) for c in cells)
-    # The notebook ends by calling test(visualize=False) at top level; drop that call (with the
-    # notebook's paths) and call test() below with ours.
     code, calls = re.subn(r"^test\(.*\)\s*$", "", code, flags=re.M)
     if calls != 1 or "def test(" not in code:
         raise SystemExit(f"{ref_dir}/arc_eval.ipynb: not the layout this script expects (a `def test(` and one "
@@ -109,14 +103,31 @@ def reference(ref_dir: Path, data_dir: Path, arrays: dict[str, np.ndarray], labe
         exec(compile(code, "arc_eval.ipynb", "exec"), scope)  # noqa: S102 - the reference's scorer, on purpose
     finally:
         sys.path.remove(str(ref_dir))
+    return scope
+
+
+def notebook_scores(output: str, ks: list[int]) -> dict[int, float]:
+    """pass@K (%) from what the notebook's test() prints (`1-shot: 12.50%`)."""
+    found = {int(k): float(v) for k, v in re.findall(r"^(\d+)-shot: ([\d.]+)%", output, re.M)}
+    if sorted(found) != sorted(ks):
+        raise SystemExit(f"could not read the reference scorer's output:\n{output}")
+    return found
+
+
+def reference(ref_dir: Path, data_dir: Path, arrays: dict[str, np.ndarray], labels: np.ndarray,
+              ks: list[int], work: Path) -> dict[int, float]:
+    """Run the scorer cells of HRM's arc_eval.ipynb on an `_all_preds` file of these predictions."""
+    ckpt = work / "step_0"
+    logits = torch.nn.functional.one_hot(torch.from_numpy(arrays["predictions"]), VOCAB).to(torch.float16)
+    torch.save({"puzzle_identifiers": torch.from_numpy(arrays["puzzle_identifiers"]),
+                "inputs": torch.from_numpy(arrays["inputs"]), "labels": torch.from_numpy(labels),
+                "logits": logits, "q_halt_logits": torch.from_numpy(arrays["q_halt"])}, f"{ckpt}_all_preds.0")
+    scope = notebook_scope(ref_dir)
     scope["DATASET_PATH"], scope["CHECKPOINT_PATH"] = str(data_dir), str(ckpt)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         scope["test"](visualize=False, Ks=ks)
-    found = {int(k): float(v) for k, v in re.findall(r"^(\d+)-shot: ([\d.]+)%", out.getvalue(), re.M)}
-    if sorted(found) != sorted(ks):
-        raise SystemExit(f"could not read the reference scorer's output:\n{out.getvalue()}")
-    return found
+    return notebook_scores(out.getvalue(), ks)
 
 
 def trm(trm_dir: Path, data_dir: Path, arrays: dict[str, np.ndarray], ks: list[int], work: Path) -> dict[int, float]:

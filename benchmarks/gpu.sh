@@ -9,7 +9,9 @@
 #   HRM train step at the paper config (eager / compile x fused kernel on / off),
 #   fused residual-norm kernel benchmark, fusion candidates (RoPE, SwiGLU, loss: eager vs compile),
 #   looped GPT-2 small memory at R = 1, 3, 5, 7 with / without per-round checkpointing and the
-#   largest R within MEM_BUDGET_GB (default 100).
+#   largest R within MEM_BUDGET_GB (default 100),
+#   looped GPT-2 small at R = 1 against nanoGPT's model (checkout at NANOGPT_REFERENCE, default
+#   benchmarks/out/nanogpt-reference), tokens/s side by side.
 # The steps run in that order (the targets first); a step the budget no longer covers is skipped.
 #
 #   bash benchmarks/gpu.sh                      # log in ${OUT:-benchmarks/out}/gpu_<time>.log
@@ -32,7 +34,8 @@ BUDGET_S=${BUDGET_S:-470}
 MEM_BUDGET_GB=${MEM_BUDGET_GB:-100}
 HRM_REFERENCE=${HRM_REFERENCE:-benchmarks/out/hrm-reference}
 TRM_REFERENCE=${TRM_REFERENCE:-benchmarks/out/trm-reference}
-ONLY=${ONLY:-}  # step ids to run (default: all): smi pytest gpt ref trm hrm kernels fusion mem
+NANOGPT_REFERENCE=${NANOGPT_REFERENCE:-benchmarks/out/nanogpt-reference}
+ONLY=${ONLY:-}  # step ids to run (default: all): smi pytest gpt ref trm hrm kernels fusion mem nanogpt
 mkdir -p "$OUT"
 LOG="$OUT/gpu_$(date +%Y%m%d_%H%M%S).log"
 exec > >(tee -a "$LOG") 2>&1
@@ -114,6 +117,10 @@ step kernels "bench_kernels" 60 "$PY" benchmarks/bench_kernels.py --iters 30
 step fusion "bench_fusion" 60 "$PY" benchmarks/bench_fusion.py
 step mem "bench_gpt memory" 100 "$PY" benchmarks/bench_gpt.py --preset paper --skip-throughput \
   --mem-rounds 1 3 5 7 --mem-budget-gb "$MEM_BUDGET_GB"
+if [ -f "$NANOGPT_REFERENCE/model.py" ]; then  # GPT-2 small at R = 1 against nanoGPT's model, bf16 eager
+  step nanogpt "looped GPT vs nanoGPT" 60 "$PY" benchmarks/compare_nanogpt.py --reference "$NANOGPT_REFERENCE" \
+    --preset gpt2 --device cuda --steps 20
+fi
 echo
 echo "================ summary ($(( $(date +%s) - START )) s in all) ================"
 printf '%-8s %-22s %-14s %6s\n' id step status seconds

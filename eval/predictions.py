@@ -16,6 +16,7 @@ Stored with `np.savez` (uncompressed, no pickle). `save_predictions` writes atom
 from __future__ import annotations
 
 import os
+import struct
 import tempfile
 import zipfile
 from dataclasses import dataclass
@@ -120,6 +121,31 @@ def save_predictions(path: str | Path, puzzle_identifiers, inputs, predictions, 
     return path
 
 
+def _stored_member(path: Path, zf: zipfile.ZipFile, name: str) -> np.ndarray | None:
+    """A member `name` of the .npz written without compression (np.savez), memory-mapped read-only:
+    no copy and no checksum pass over hundreds of MB; the OS pages rows in as the vote reads them.
+    None for compressed members or object arrays (np.load reads those)."""
+    info = zf.getinfo(name)
+    if info.compress_type != zipfile.ZIP_STORED:
+        return None
+    with zf.open(info) as f:
+        version = np.lib.format.read_magic(f)
+        shape, fortran, dtype = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
+                                 else np.lib.format.read_array_header_2_0(f))
+        npy_header = f.tell()
+    if dtype.hasobject:
+        return None
+    with open(path, "rb") as raw:  # the member's local header: 30 bytes, then its name and extra field
+        raw.seek(info.header_offset)
+        local = raw.read(30)
+    name_len, extra_len = struct.unpack("<HH", local[26:30])
+    offset = info.header_offset + 30 + name_len + extra_len + npy_header
+    if 0 in shape:
+        return np.empty(shape, dtype)
+    mapped = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape, order="F" if fortran else "C")
+    return np.asarray(mapped)  # a plain ndarray view (it keeps the map open), without memmap's per-slice cost
+
+
 def load_predictions(path: str | Path) -> Predictions:
     """Read and validate `predictions.npz`; every problem raises UserError naming the file and field."""
     path = Path(path)
@@ -128,11 +154,15 @@ def load_predictions(path: str | Path) -> Predictions:
     if path.stat().st_size == 0:
         raise UserError(f"{path}: the file is empty (not a predictions.npz)")
     try:
-        with np.load(path, allow_pickle=False) as z:
-            missing = [k for k in FIELDS if k not in z.files]
+        with zipfile.ZipFile(path) as zf:
+            found = sorted(n.removesuffix(".npy") for n in zf.namelist())
+            missing = [k for k in FIELDS if k not in found]
             if missing:
-                raise UserError(f"{path}: missing field(s) {missing}; found {sorted(z.files)}")
-            arrays = {k: z[k] for k in FIELDS}
+                raise UserError(f"{path}: missing field(s) {missing}; found {found}")
+            arrays = {k: _stored_member(path, zf, k + ".npy") for k in FIELDS}
+        if any(a is None for a in arrays.values()):
+            with np.load(path, allow_pickle=False) as z:
+                arrays = {k: z[k] if a is None else a for k, a in arrays.items()}
     except UserError:
         raise
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:  # not a zip / npy, or a pickled object array

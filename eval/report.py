@@ -14,10 +14,11 @@ import json
 import os
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, ImageDraw
+from PIL import Image, ImageDraw, ImageFont
 
 from arc_data.fsio import file_stem
 from eval.vote import Candidate, TaskResult, VoteConfig, VoteResult
@@ -71,7 +72,7 @@ def format_table(scores: dict[str, dict[str, float]]) -> str:
 
 
 def _grid_list(grid: np.ndarray | None) -> list[list[int]] | None:
-    return None if grid is None else np.asarray(grid).astype(int).tolist()
+    return None if grid is None else np.asarray(grid).tolist()
 
 
 def submission(result: VoteResult) -> dict[str, list[dict[str, list[list[int]]]]]:
@@ -133,28 +134,36 @@ def tasks_json(result: VoteResult, max_candidates: int) -> dict:
 
 # ---------------------------------------------------------------- pictures
 
+# Pictures are palette PNGs: one byte a pixel and no per-row filter search, about 4x cheaper to
+# encode than RGB. Indices 0..9 are the ARC colours (0 black, also the text), then white, the grid
+# lines and the two border colours. Labels use Pillow's built-in bitmap font: one-bit glyphs that
+# take a tenth of the time of the FreeType default (1.2 s of text for ARC-1's 400 tasks).
+_WHITE, _LINE, _CORRECT, _WRONG = 10, 11, 12, 13
+PALETTE = np.concatenate([ARC_PALETTE, [[255, 255, 255], [60, 60, 60], [46, 160, 64], [200, 40, 40]]]).astype(np.uint8)
+_FONT = ImageFont.load_default_imagefont()
+
 
 def _grid_image(grid: np.ndarray, cell: int) -> Image.Image:
     g = np.asarray(grid, dtype=np.uint8)
     if g.size == 0:
-        return Image.new("RGB", (cell * 3, cell * 3), (255, 255, 255))
-    rgb = ARC_PALETTE[g].repeat(cell, axis=0).repeat(cell, axis=1)
+        return Image.new("P", (cell * 3, cell * 3), _WHITE)
+    idx = g.repeat(cell, axis=0).repeat(cell, axis=1)
     if cell >= 4:  # thin grey grid lines
-        rgb[::cell, :] = 60
-        rgb[:, ::cell] = 60
-    return Image.fromarray(rgb, "RGB")
+        idx[::cell, :] = _LINE
+        idx[:, ::cell] = _LINE
+    return Image.frombytes("P", (idx.shape[1], idx.shape[0]), idx.tobytes())
 
 
 def task_png(task: TaskResult, num_candidates: int) -> bytes:
     """One row per test input: input | truth | top candidates (votes, mean q); green = correct."""
-    panels: list[list[tuple[str, np.ndarray | None, tuple[int, int, int] | None]]] = []
+    panels: list[list[tuple[str, np.ndarray | None, int | None]]] = []
     for t in task.tests:
         row = [(f"test {t.test.index}\ninput", t.test.input_grid, None), ("\ntruth", t.test.truth_grid, None)]
         for i, c in enumerate(t.candidates[:num_candidates]):
-            colour = (46, 160, 64) if c.key == t.test.truth_key else (200, 40, 40)
-            row.append((f"#{i + 1}: {c.votes} votes\nmean q {c.mean_q:.3f}", c.grid, colour))
+            border = _CORRECT if c.key == t.test.truth_key else _WRONG
+            row.append((f"#{i + 1}: {c.votes} votes\nmean q {c.mean_q:.3f}", c.grid, border))
         if not t.candidates:
-            row.append(("no predictions", None, (200, 40, 40)))
+            row.append(("no predictions", None, _WRONG))
         panels.append(row)
     side = max([max(g.shape) for r in panels for _, g, _ in r if g is not None and g.size] + [1])
     cell = int(np.clip(180 // side, 3, 16))
@@ -162,16 +171,18 @@ def task_png(task: TaskResult, num_candidates: int) -> bytes:
     col_w = max(box, 100) + 2 * pad
     width = max(len(r) for r in panels) * col_w
     height = 22 + len(panels) * (box + label_h + 2 * pad)
-    img = Image.new("RGB", (max(width, 360), height), (255, 255, 255))
+    img = Image.new("P", (max(width, 360), height), _WHITE)
+    img.putpalette(PALETTE.tobytes())
     draw = ImageDraw.Draw(img)
     ranks = ", ".join("-" if t.truth_rank is None else str(t.truth_rank + 1) for t in task.tests)
     ok = task.correct_at(HEADLINE_K)
-    draw.text((pad, 4), f"{task.name}   pass@{HEADLINE_K}: {'yes' if ok else 'NO'}   truth rank: {ranks}", fill=(0, 0, 0))
+    draw.text((pad, 4), f"{task.name}   pass@{HEADLINE_K}: {'yes' if ok else 'NO'}   truth rank: {ranks}", fill=0,
+              font=_FONT)
     for ri, row in enumerate(panels):
         y = 22 + ri * (box + label_h + 2 * pad)
         for ci, (label, grid, border) in enumerate(row):
             x = pad + ci * col_w
-            draw.text((x, y), label, fill=(0, 0, 0))
+            draw.text((x, y), label, fill=0, font=_FONT)
             if grid is None:
                 continue
             gi = _grid_image(grid, cell)
@@ -179,7 +190,7 @@ def task_png(task: TaskResult, num_candidates: int) -> bytes:
             if border is not None:
                 draw.rectangle([x - 2, y + label_h - 2, x + gi.width + 1, y + label_h + gi.height + 1], outline=border, width=2)
     buf = io.BytesIO()
-    img.save(buf, format="PNG", optimize=False)
+    img.save(buf, format="PNG", compress_level=1)  # 40% faster than the default 6, files 40% larger
     return buf.getvalue()
 
 
@@ -196,8 +207,9 @@ def write_report(result: VoteResult, folder: Path, num_candidates: int) -> None:
         _md_table_html(result.scores),
         f"<p>{html.escape(json.dumps(result.stats))}</p>",
     ]
-    for task in order:
-        png = task_png(task, num_candidates)
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:  # PNG encoding releases the GIL
+        pngs = pool.map(lambda task: task_png(task, num_candidates), order)
+    for task, png in zip(order, pngs):
         (folder / "report" / f"{file_stem(task.name)}.png").write_bytes(png)
         ok = task.correct_at(HEADLINE_K)
         parts.append(

@@ -24,7 +24,6 @@ import numpy as np
 from omegaconf import MISSING
 
 from arc_data import format as fmt
-from eval.decode import decode_grid, decode_keys, inverse_colour_table
 from eval.predictions import Predictions
 from hrm_deeploop.errors import UserError
 
@@ -74,6 +73,9 @@ class AugTable:
     @functools.cached_property
     def inv_colour(self) -> np.ndarray:
         """uint8 [m, 10]: augmented colour -> original colour."""
+        # eval.decode (numba) is imported where decoding starts, so `vote --help` starts without numba
+        from eval.decode import inverse_colour_table
+
         return inverse_colour_table(self.colour_map)
 
     def is_identity(self, ids: np.ndarray) -> np.ndarray:
@@ -198,6 +200,8 @@ def _read_examples(data_dir: Path, split: str, ranges: list[tuple[int, int]]) ->
 
 def load_ground_truth(data_dir: Path, split: str, table: AugTable) -> GroundTruth:
     """Test inputs and true outputs from each task's un-augmented copy (dihedral 0, identity colours)."""
+    from eval.decode import decode_keys
+
     d = data_dir / split
     try:
         pids = np.load(d / fmt.PUZZLE_IDS_FILE)
@@ -379,6 +383,8 @@ def vote(
             f"e.g. puzzle ids {bad}"
         )
 
+    from eval.decode import decode_keys, grid_of_shape
+
     t1 = time.perf_counter()
     inv = table.inv_colour
     in_keys, _ = decode_keys(preds.inputs, pid, table.dihedral, inv, rows=keep)
@@ -418,17 +424,10 @@ def vote(
     first = m[order[starts]]  # index into keep; the stable sort puts the earliest row first
     cand_test = test_of_row[first]
     per_test: list[list[Candidate]] = [[] for _ in truth.test_inputs]
-    for j in range(len(starts)):
-        r = first[j]
-        per_test[cand_test[j]].append(
-            Candidate(
-                key=(int(keys[r, 0]), int(keys[r, 1])),
-                votes=int(votes[j]),
-                mean_q=float(sum_q[j] / votes[j]),
-                first_seen=int(keep[r]),
-                shape=(int(shapes[r, 0]), int(shapes[r, 1])),
-            )
-        )
+    columns = zip(cand_test.tolist(), keys[first, 0].tolist(), keys[first, 1].tolist(), votes.tolist(),
+                  (sum_q / votes).tolist(), keep[first].tolist(), shapes[first, 0].tolist(), shapes[first, 1].tolist())
+    for test, k1, k2, n, mean_q, seen, rows, cols in columns:
+        per_test[test].append(Candidate(key=(k1, k2), votes=n, mean_q=mean_q, first_seen=seen, shape=(rows, cols)))
     t_count = time.perf_counter() - t2
 
     tasks: dict[str, TaskResult] = {name: TaskResult(name, []) for name in truth.tasks}
@@ -436,9 +435,8 @@ def vote(
         ranked = rank(cands)
         for i in range(min(keep_grids, len(ranked))):
             c = ranked[i]
-            row = c.first_seen
-            pid_row = int(preds.puzzle_identifiers[row])
-            grid = decode_grid(preds.predictions[row], table.dihedral[pid_row], table.colour_map[pid_row])
+            pid_row = int(preds.puzzle_identifiers[c.first_seen])
+            grid = grid_of_shape(preds.predictions[c.first_seen], table.dihedral[pid_row], inv[pid_row], c.shape)
             ranked[i] = dataclasses.replace(c, grid=grid)
         truth_rank = next((i for i, c in enumerate(ranked) if c.key == t.truth_key), None)
         if not ranked:

@@ -150,7 +150,8 @@ def test_trial_budget(src):
     assert (plan.trials_used <= TRIAL_FACTOR * NUM_AUG).all()
     black = [t.name for t in tasks].index("black1")
     assert plan.trials_used[black] == TRIAL_FACTOR * NUM_AUG  # a short group burns the whole budget
-    assert plan.identifiers() == [F.BLANK_NAME] + [name_of(plan, i) for i in range(1, plan.num_ids)]
+    names = [F.BLANK_NAME] + [name_of(plan, i) for i in range(1, plan.num_ids)]
+    assert plan.identifiers_json() == (json.dumps(names) + "\n").encode()
 
 
 def test_compact_equals_materialised(built):

@@ -74,7 +74,7 @@ def test_compare_reference_hrm_is_bit_identical(capsys):
 
     rc = compare_reference_hrm.main(["--reference", str(REFERENCE), "--preset", "tiny", "--device", "cpu",
                                      "--check-steps", "3", "--variants", "eager", "--schemes", "baseline",
-                                     "--warmup", "0", "--steps", "1"])
+                                     "--warmup", "0", "--steps", "1", "--tol", "0"])  # bit-identical on CPU
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "# equivalence: ok" in out and "ratio" in out
@@ -121,3 +121,18 @@ def test_compare_reference_trm_is_bit_identical(capsys, variant):
     assert rc == 0, out
     assert "tolerance 0)" in out and "# equivalence: ok" in out and "# sensitivity: ok (differs)" in out
     assert "EMA weights (worst)" in out and "ratio" in out
+
+
+NANOGPT = Path(os.environ.get("NANOGPT_REFERENCE", REFERENCE.parent / "nanogpt-reference"))
+
+
+@pytest.mark.skipif(not (NANOGPT / "model.py").is_file(),
+                    reason="no checkout of karpathy/nanoGPT at NANOGPT_REFERENCE (not shipped; see docs/benchmarks.md)")
+def test_compare_nanogpt_runs(capsys):
+    from benchmarks import compare_nanogpt
+
+    rc = compare_nanogpt.main(["--reference", str(NANOGPT), "--preset", "tiny", "--device", "cpu", "--warmup", "0",
+                               "--steps", "2", "--block", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "ours (looped GPT, R = 1)" in out and "nanoGPT" in out and "tokens/s" in out

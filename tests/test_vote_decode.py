@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from arc_data import format as fmt
-from eval.decode import decode_grid, decode_keys, grid_key, inverse_colour_table
+from eval.decode import decode_grid, decode_keys, grid_key, grid_of_shape, inverse_colour_table
 from eval.synthetic import random_colour_map
 from tests.vote_helpers import random_grid
 
@@ -38,6 +38,7 @@ def test_invert_augment_roundtrip_all_transforms(tid):
         keys, shapes = kernel(tokens, [tid], cm[None])
         assert tuple(int(k) for k in keys[0]) == grid_key(g)
         assert tuple(shapes[0]) == g.shape
+        assert np.array_equal(grid_of_shape(tokens, tid, inverse_colour_table(cm[None])[0], g.shape), g)
 
 
 def test_translation_needs_top_left():
@@ -95,10 +96,12 @@ def test_numba_matches_numpy_on_messy_rows():
     tids = rng.integers(0, 8, n).astype(np.uint8)
     maps = np.stack([random_colour_map(rng) for _ in range(n)])
     keys, shapes = kernel(tokens, tids, maps)
+    inv = inverse_colour_table(maps)
     for i in range(n):
         g = decode_grid(tokens[i], tids[i], maps[i])
         assert tuple(shapes[i]) == g.shape
         assert tuple(int(k) for k in keys[i]) == grid_key(g)
+        assert np.array_equal(grid_of_shape(tokens[i], tids[i], inv[i], tuple(shapes[i])), g)
 
 
 def test_decode_subset_of_rows():
