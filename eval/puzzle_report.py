@@ -98,8 +98,11 @@ def picture(task: str, s: Shown) -> bytes:
 
     from arc_data.puzzle_viz import render_puzzle
 
-    panels = [("input", render_puzzle(task, s.inputs, s.inputs)), ("truth", render_puzzle(task, s.inputs, s.labels)),
-              ("prediction", render_puzzle(task, s.inputs, s.labels, prediction=s.prediction))]
+    n = int(round(len(s.inputs) ** 0.5))
+    cell = min(40, max(20, 252 // n)) if task == "sudoku" else min(24, max(6, 240 // n))  # boards of ~240 px
+    panels = [("input", render_puzzle(task, s.inputs, s.inputs, cell=cell)),
+              ("truth", render_puzzle(task, s.inputs, s.labels, cell=cell)),
+              ("prediction", render_puzzle(task, s.inputs, s.labels, prediction=s.prediction, cell=cell))]
     side = max(p.width for _, p in panels)
     pad, title_h, label_h = 10, 22, 16
     img = Image.new("RGB", (max(3 * (side + 2 * pad), 360), title_h + label_h + side + 2 * pad), (255, 255, 255))
