@@ -172,8 +172,8 @@ def predict_and_score(model: ACTReasoner, split: Any, plan: Plan, env: D.Env, lo
     chunks = []
     for a in mine:
         chunks.append(run_chunk(model, split, plan, plan.examples[a:a + plan.chunk], env.device, local_batch))
-        if bar is not None:
-            bar.update(env.world_size)
+        if bar is not None:  # every rank does one chunk per turn; rank 0's bar counts them all
+            bar.update(min(env.world_size, len(starts) - bar.n))
     if bar is not None:
         bar.close()
     if env.distributed:

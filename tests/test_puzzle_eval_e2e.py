@@ -237,3 +237,26 @@ def test_bad_evaluate_inputs_are_one_line(world, tmp_path, capsys):
     # a checkpoint trained on another board size
     assert "seq_len" in _bad(capsys, "evaluate", f"checkpoint={runs['maze', 'hrm']}", f"data_dir={root / 'sudoku'}",
                              f"output_dir={tmp_path / 'o6'}")
+
+
+def test_arc_path_runs_more_segments_with_halt_max_steps(monkeypatch, tmp_path, capsys):
+    """ARC datasets keep the predict -> vote path; halt_max_steps= runs more segments there too."""
+    from tests.hrm_helpers import make_dataset, stand_in_open_split, use_stand_in
+    from tests.test_hrm_checkpoint import write_official
+
+    data = make_dataset(tmp_path / "data", num_tasks=2, num_aug=1, test_per_puzzle=1, canvas=30)
+    split = stand_in_open_split(data, "test")
+    path, ref = write_official(tmp_path, seq_len=900, num_ids=split.meta["num_puzzle_identifiers"])
+    use_stand_in(monkeypatch)
+    deeper = ref.cfg.halt_max_steps + 2
+    _ok(capsys, "evaluate", f"checkpoint={path}", f"data_dir={data}", f"output_dir={tmp_path / 'out'}", "vote=false",
+        "progress=false", f"halt_max_steps={deeper}")
+    z = np.load(tmp_path / "out" / "predictions.npz")
+    assert "example" not in z.files  # ARC's predictions.npz, not the puzzle evaluation's
+    n = split.num_examples
+    b = {"inputs": torch.from_numpy(np.asarray(split.inputs).astype(np.int32)),
+         "labels": torch.full((n, 900), -100, dtype=torch.int32), "puzzle_identifiers": torch.from_numpy(z["puzzle_identifiers"])}
+    *_, (_, o) = ref.predict_steps(b, deeper)
+    np.testing.assert_allclose(z["q_halt"], o["q_halt_logits"].numpy(), rtol=1e-5, atol=1e-5)
+    _, o_trained = ref.predict(b)
+    assert not np.allclose(z["q_halt"], o_trained["q_halt_logits"].numpy(), rtol=1e-5, atol=1e-5)
