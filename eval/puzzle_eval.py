@@ -208,10 +208,12 @@ def _shown(split: Any, plan: Plan, res: Chunk, count: int) -> list[Shown]:
         if plan.table is not None:
             pred = plan.group.invert(pred, T.take(plan.table, np.array([e * plan.copies + copy])))
         pred = pred[0]
-        solve = solve_mask(plan.task, x[None], y[None], np.ones((1, len(x)), bool))[0]
-        wrong = int((solve & (pred != y)).sum())
+        sup = supervised_mask(y[None], meta_value(split, "ignore_label_id"))[0]
+        solve = solve_mask(plan.task, x[None], y[None], sup[None])[0]
+        wrong = sup & (pred != y)
         what = "blank cells" if plan.task == "sudoku" else "path cells"
-        caption = f"example {e}: " + ("solved" if ok[i] else f"wrong ({wrong} of {int(solve.sum())} {what} wrong)")
+        caption = f"example {e}: " + ("solved" if ok[i] else f"wrong: {int(wrong.sum())} cells, "
+                                      f"{int((wrong & solve).sum())} of {int(solve.sum())} {what}")
         if voting:
             caption += f"; top-1 vote: copy {copy}, {int(res.scores['vote_top_votes'][i])} of {plan.copies} votes"
         out.append(Shown(e, x, y, pred, bool(ok[i]), caption))
