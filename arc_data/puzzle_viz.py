@@ -9,6 +9,7 @@ model predicts them: Sudoku PAD 0, blank 1, digit d -> d+1; Maze '#' 1, ' ' 2, '
 
 Sudoku: givens in black, the solution's digits in blue; with a prediction, the blanks show the
 predicted digits instead: right ones blue, wrong ones red on a red tint ('?' for a non-digit).
+`render_sudoku(inputs, inputs)` draws the bare puzzle (blanks empty).
 Maze: walls dark, S green, G orange, the true path light blue; with a prediction, each predicted path
 cell gets an inner square: dark blue where the truth has the path, red where it does not.
 """
@@ -77,6 +78,8 @@ def render_sudoku(inputs: np.ndarray, labels: np.ndarray, prediction: np.ndarray
             if p != y[c]:
                 colour = WRONG
                 draw.rectangle([x0 + 1, y0 + 1, x0 + cell - 1, y0 + cell - 1], fill=WRONG_BG)
+        if prediction is None and not given and shown == SUDOKU_BLANK:
+            continue  # labels = inputs draws the bare puzzle: its blanks stay empty
         text = str(shown - 1) if 2 <= shown <= n + 1 else "?"
         draw.text((x0 + cell / 2, y0 + cell / 2), text, fill=colour, font=font, anchor="mm")
     for thick in (False, True):  # thin lines first, so box lines stay unbroken where they cross

@@ -1,4 +1,6 @@
-"""`hrm-deeploop evaluate checkpoint=CKPT data_dir=DIR output_dir=OUT`: predict, then vote.
+"""`hrm-deeploop evaluate checkpoint=CKPT data_dir=DIR output_dir=OUT`: predict, then vote (ARC) or
+score (Sudoku, Maze, any other task: `eval.puzzle_eval`, exact and token accuracy with and without
+test-time augmentation, per ACT segment; docs/evaluation.md). The rest of this docstring is ARC's path.
 
 Runs the model over every example of the test split (every augmented copy), each batch from a
 fresh carry for exactly halt_max_steps segments in eval mode (the reference's protocol), sharded
@@ -22,7 +24,7 @@ weights are already TRM's average).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +33,10 @@ import torch
 
 from arc_data.fsio import check_output_dir
 from eval.predictions import save_predictions
+from eval.tasks import TASK_CHOICES, evaluation_for
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop import runtime as D
-from hrm_deeploop.config import device_name, one_of, optional_at_least
+from hrm_deeploop.config import at_least, device_name, one_of, optional_at_least
 from hrm_deeploop.errors import ConfigError, UserError
 from hrm_deeploop.models.config import HRMConfig, TRMConfig
 from hrm_deeploop.models.hrm import ACTReasoner
@@ -54,13 +57,24 @@ class EvaluateConfig:
     dtype: str = "auto"  # auto: the checkpoint's forward_dtype on CUDA, float32 on CPU
     max_batches: int | None = None  # cap (quick looks and tests); the vote then sees a subset
     ema: bool = True  # use the weight average of a checkpoint trained with train.ema=true
-    vote: bool = True  # run the vote step on the predictions
+    vote: bool = True  # ARC: run the vote step on the predictions (other tasks are always scored)
     overwrite: bool = False  # replace an existing OUT/predictions.npz
     progress: bool = True
+    halt_max_steps: int | None = None  # ACT segments to run (None: the checkpoint's; more = deeper than trained)
+    task: str = "auto"  # auto (the dataset's) | sudoku | maze | generic: for datasets that do not record it
+    tta: int = 0  # Sudoku/Maze: augmented copies of every test input, voted count-first (0 = off)
+    tta_seed: int = 0
+    report: bool = True  # report.html + report/*.png (ARC's vote report, or the puzzle pictures)
+    report_puzzles: int = 6  # puzzles pictured in the report (Sudoku/Maze; half solved, half not)
 
     def __post_init__(self) -> None:
         optional_at_least("global_batch_size", self.global_batch_size, 1)
         optional_at_least("max_batches", self.max_batches, 1)
+        optional_at_least("halt_max_steps", self.halt_max_steps, 1)
+        at_least("tta", self.tta, 0)
+        at_least("tta_seed", self.tta_seed, 0)
+        at_least("report_puzzles", self.report_puzzles, 0)
+        one_of("task", self.task, TASK_CHOICES)
         device_name("device", self.device)
         one_of("dtype", self.dtype, ("auto", "float32", "bfloat16", "float16"))
         one_of("split", self.split, ("train", "test"))
@@ -207,21 +221,44 @@ def run(c: EvaluateConfig) -> int:
     pred_path = out / "predictions.npz"
     if pred_path.exists() and not c.overwrite:
         raise UserError(f"'{pred_path}' exists; pass overwrite=true to replace it or choose another output_dir")
-    if c.vote and c.split != "test":
-        raise ConfigError(f"split={c.split} with vote=true: voting needs the untranslated test split; "
-                          "pass vote=false to only write predictions.npz for another split")
-    if c.vote:
-        check_outputs(out, c.overwrite)  # fail before the (long) predict step, not after it
+    task = evaluation_for(c.data_dir, c.split, c.task)
+    if task == "arc":
+        if c.tta:
+            raise ConfigError(f"tta={c.tta}: an ARC test split holds its augmented copies already (build-arc), and "
+                              "the vote step votes over them; tta is for Sudoku and Maze datasets")
+        if c.vote and c.split != "test":
+            raise ConfigError(f"split={c.split} with vote=true: voting needs the untranslated test split; "
+                              "pass vote=false to only write predictions.npz for another split")
+        if c.vote:
+            check_outputs(out, c.overwrite, c.report)  # fail before the (long) predict step, not after it
+    else:
+        from eval.puzzle_report import check_outputs as check_puzzle_outputs
+
+        check_puzzle_outputs(out, c.overwrite)
     env = D.setup(c.device)
     try:
         split = open_dataset(c.data_dir, c.split)
         loaded = load_model(c.checkpoint, env.device, c.dtype, seq_len=int(meta_value(split, "seq_len")), ema=c.ema)
         check_matches(loaded.config, split, str(Path(c.data_dir) / c.split), what=f"checkpoint '{loaded.path}'")
+        if task != "arc" and c.tta:
+            from eval.tta import group_for
+
+            group_for(task, int(meta_value(split, "seq_len")), int(meta_value(split, "vocab_size")))  # fail early
         G = c.global_batch_size or (768 if env.device.type == "cuda" else 16 * env.world_size)
+        trained = loaded.config.halt_max_steps
         D.print0(f"evaluate: {loaded.kind} {loaded.config.name.upper()} checkpoint {loaded.path} (step {loaded.step}, "
                  f"{loaded.weights} weights), "
-                 f"{split.num_examples} examples of '{c.split}', halt_max_steps={loaded.config.halt_max_steps}, "
-                 f"dtype={loaded.model.dtype}, world={env.world_size}")
+                 f"{split.num_examples} examples of '{c.split}' ({task}), halt_max_steps={c.halt_max_steps or trained}"
+                 + (f" (trained with {trained})" if c.halt_max_steps and c.halt_max_steps != trained else "")
+                 + f", dtype={loaded.model.dtype}, world={env.world_size}")
+        if task != "arc":
+            from eval.puzzle_eval import evaluate_puzzles
+
+            info = {"checkpoint": str(loaded.path), "checkpoint_kind": loaded.kind, "step": loaded.step,
+                    "model": loaded.config.name, "weights": loaded.weights}
+            return evaluate_puzzles(loaded.model, split, env, c, out, task, G, info)
+        if c.halt_max_steps:  # eval runs exactly cfg.halt_max_steps segments: the one place it is read there
+            loaded.model.cfg = replace(loaded.config, halt_max_steps=c.halt_max_steps)
         preds = predict_split(loaded.model, split, env, G, c.max_batches, c.progress)
         if env.is_main:
             save_predictions(pred_path, preds["puzzle_identifiers"], preds["inputs"], preds["predictions"],
@@ -239,4 +276,4 @@ def _vote(pred_path: Path, c: EvaluateConfig) -> int:
     from eval.vote import VoteConfig
 
     return int(vote_run(VoteConfig(predictions=str(pred_path), data_dir=c.data_dir, output_dir=c.output_dir,
-                                   split=c.split, overwrite=c.overwrite)) or 0)
+                                   split=c.split, overwrite=c.overwrite, report=c.report)) or 0)

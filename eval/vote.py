@@ -24,7 +24,8 @@ import numpy as np
 from omegaconf import MISSING
 
 from arc_data import format as fmt
-from eval.predictions import Predictions
+from eval.predictions import Predictions, check_dataset
+from eval.tasks import require_arc
 from hrm_deeploop.errors import UserError
 
 DEFAULT_KS = (1, 2, 10, 100, 1000)
@@ -356,6 +357,8 @@ def vote(
     ks = sorted({int(k) for k in ks})
     if not ks or ks[0] < 1:
         raise UserError(f"ks must be positive integers, got {ks}")
+    meta = require_arc(data_dir, split, "hrm-deeploop vote")
+    check_dataset(preds, meta["seq_len"], meta["vocab_size"])
     table = table if table is not None else load_table(data_dir)
     truth = truth if truth is not None else load_ground_truth(data_dir, split, table)
     warnings: list[str] = []

@@ -48,7 +48,7 @@ COMMANDS: dict[str, Command] = {
     "train": Command("hrm_deeploop.training.reasoner:run", "hrm_deeploop.training.reasoner:TrainConfig", "train",
                      "train HRM or TRM (baseline or DeepLoop) on a built puzzle dataset"),
     "evaluate": Command("eval.predict:run", "eval.predict:EvaluateConfig", "evaluate",
-                        "predict every augmented test copy with a checkpoint, then vote"),
+                        "predict with a checkpoint, then vote (ARC) or score (Sudoku, Maze, other tasks)"),
     "vote": Command("eval.report:run", "eval.vote:VoteConfig", "vote",
                     "count-first voting and pass@K from a predictions.npz"),
     "prepare-text": Command("hrm_deeploop.text.prepare:run", "hrm_deeploop.text.prepare:PrepareTextConfig",

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from eval.predictions import Predictions, load_predictions, save_predictions
+from eval.predictions import Predictions, check_dataset, load_predictions, save_predictions
 from eval.report import check_outputs, submission, write_outputs
 from eval.vote import vote
 from hrm_deeploop.errors import UserError
@@ -171,7 +171,6 @@ def test_load_predictions_errors(tmp_path):
         ({**good, "q_halt": np.zeros(n, np.float64)}, "field 'q_halt' has dtype float64"),
         ({k: v for k, v in good.items() if k != "inputs"}, "missing field"),
         ({**good, "predictions": np.zeros((n, 899), np.uint8)}, "field 'predictions' has shape"),
-        ({**good, "predictions": np.full((n, 900), 12, np.uint8)}, "token 12"),
         ({**good, "q_halt": np.array([0, np.nan, 0], np.float32)}, "non-finite"),
     ]
     for i, (arrays, message) in enumerate(cases):
@@ -180,6 +179,13 @@ def test_load_predictions_errors(tmp_path):
         with pytest.raises(UserError, match=message) as e:
             load_predictions(f)
         assert str(f) in str(e.value)
+    # token range and row length are the dataset's (dataset.json), checked when voting / scoring
+    f = tmp_path / "token12.npz"
+    np.savez(f, **{**good, "predictions": np.full((n, 900), 12, np.uint8)})
+    with pytest.raises(UserError, match="token 12, expected tokens 0..11"):
+        check_dataset(load_predictions(f), seq_len=900, vocab_size=12)
+    with pytest.raises(UserError, match="rows hold 900 tokens, but the dataset has seq_len 81"):
+        check_dataset(load_predictions(f), seq_len=81, vocab_size=12)
     (tmp_path / "junk.npz").write_text("not a zip")
     with pytest.raises(UserError, match="cannot read"):
         load_predictions(tmp_path / "junk.npz")
@@ -187,7 +193,7 @@ def test_load_predictions_errors(tmp_path):
     out = save_predictions(tmp_path / "ok.npz", np.ones(n, np.int64), good["inputs"], good["predictions"].astype(np.int64), good["q_halt"])
     assert load_predictions(out).puzzle_identifiers.dtype == np.int32
     with pytest.raises(UserError, match="outside"):
-        save_predictions(tmp_path / "x.npz", good["puzzle_identifiers"], good["inputs"], np.full((n, 900), 40), good["q_halt"])
+        save_predictions(tmp_path / "x.npz", good["puzzle_identifiers"], good["inputs"], np.full((n, 900), 256), good["q_halt"])
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

@@ -18,6 +18,7 @@ baseline` is exactly HRM's Post-LN block. Module and buffer names equal HRM's
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -211,7 +212,7 @@ class ACTReasoner(nn.Module):
             is_last = steps >= cfg.halt_max_steps
             halted = is_last
             if self.training and cfg.halt_max_steps > 1:
-                halted = halted | ((q[:, 0] > q[:, 1]) if self.q_continue else (q[:, 0] > 0))
+                halted = halted | self.q_halts(out)
                 if min_halt is None:
                     min_halt = self.exploration(steps.shape[0], generator)
                 halted = halted & (steps >= min_halt.to(steps.device))
@@ -232,6 +233,27 @@ class ACTReasoner(nn.Module):
         for _ in range(self.cfg.halt_max_steps):
             carry, out = self(carry, batch)
         return carry, out
+
+    @torch.no_grad()
+    def predict_steps(self, batch: dict[str, Tensor], num_steps: int | None = None
+                      ) -> Iterator[tuple[Carry, dict[str, Tensor]]]:
+        """`predict` one segment at a time: yields (carry, outputs) after each of `num_steps`
+        segments (default halt_max_steps; more runs the model deeper than it was trained, every
+        slot staying on its row). With the default, the last yield is `predict`'s result, bit for
+        bit. Call in eval mode."""
+        assert not self.training, f"{type(self).__name__}.predict_steps runs in eval mode (model.eval())"
+        carry = self.initial_carry(batch)
+        for s in range(self.cfg.halt_max_steps if num_steps is None else num_steps):
+            if s:  # past halt_max_steps every slot reports halted; without this the next call would reset it
+                carry = replace(carry, halted=torch.zeros_like(carry.halted))
+            carry, out = self(carry, batch)
+            yield carry, out
+
+    def q_halts(self, out: dict[str, Tensor]) -> Tensor:
+        """(B,) bool: the Q head says halt after this segment (the training-time rule, exploration
+        aside): Q(halt) > Q(continue) with `q_continue` (HRM), else Q(halt) > 0 (TRM's default)."""
+        q = out["q_halt_logits"]
+        return q > out["q_continue_logits"] if self.q_continue else q > 0
 
 
 # ---- the model ------------------------------------------------------------------------------------

@@ -1,0 +1,268 @@
+"""`hrm-deeploop evaluate` on a Sudoku, Maze or generic dataset: predict, score, report.
+
+For each test example: copy 0 is the input as stored; with tta=N, copies 1..N are seeded
+augmentations of it from the task's group (`eval.tta`). Every copy runs `segments` ACT segments from
+a fresh carry (`ACTReasoner.predict_steps`: halt_max_steps by default, more with the
+halt_max_steps= override); after each segment its argmax prediction is mapped back to the original
+frame and scored (`eval.puzzles`), and the copies of an example vote (count-first, ARC's rule).
+Nothing per segment is kept beyond the scores, so memory grows with the examples, not the segments.
+
+Batches hold whole examples (all their copies), so each vote happens where its copies were
+predicted; under torchrun the chunks of examples are dealt round-robin to the ranks and the
+per-example results gathered on rank 0, which writes:
+
+    predictions.npz          the last segment's predictions of every copy, in the frame the model saw
+                             (eval.predictions; rows example-major, with `example` and `tta_copy`)
+    tta_augmentations.npz    (tta > 0) the transform of every row: example, tta_copy and the task's
+                             table fields (eval.tta)
+    metrics.json, metrics.md, report.html, report/example_<i>.png   (eval.puzzle_report)
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from eval import tta as T
+from eval.predictions import save_predictions
+from eval.puzzle_report import Shown, write_outputs
+from eval.puzzles import (
+    SOLVE_CELLS,
+    RowSteps,
+    row_keys,
+    row_scores,
+    score_examples,
+    solve_mask,
+    summarize,
+    supervised_mask,
+)
+from hrm_deeploop import runtime as D
+from hrm_deeploop.data.puzzles import IGNORE_LABEL, meta_value
+from hrm_deeploop.errors import UserError
+from hrm_deeploop.models.hrm import ACTReasoner
+
+
+@dataclass
+class Plan:
+    """What to run: examples, copies, segments, the task and its group."""
+
+    task: str
+    group: T.Group | None  # None: no test-time augmentation possible (generic) or needed
+    copies: int  # 1 + tta
+    segments: int
+    examples: np.ndarray  # int64 [E]: the split's examples to evaluate
+    table: T.Table | None  # [E * copies] rows, example-major (copy 0 the identity); None without TTA
+    chunk: int  # examples per forward batch
+
+
+def make_plan(task: str, split: Any, tta: int, tta_seed: int, segments: int, local_batch: int,
+              world_size: int, max_batches: int | None) -> Plan:
+    seq_len, vocab = int(meta_value(split, "seq_len")), int(meta_value(split, "vocab_size"))
+    group = T.group_for(task, seq_len, vocab) if tta or task in ("sudoku", "maze") else None
+    copies = 1 + tta
+    chunk = max(1, local_batch // copies)
+    num = int(split.num_examples)
+    if max_batches is not None:
+        num = min(num, max_batches * chunk * world_size)
+    examples = np.arange(num, dtype=np.int64)
+    table = None
+    if tta:
+        drawn = group.draw(np.random.Generator(np.random.PCG64(tta_seed)), num, tta)
+        ident = group.identity(num)
+        table = {}
+        for k in drawn:  # interleave: row e * copies + 0 is the identity, + 1..tta the draws
+            both = np.concatenate([ident[k].reshape(num, 1, *ident[k].shape[1:]),
+                                   drawn[k].reshape(num, tta, *drawn[k].shape[1:])], axis=1)
+            table[k] = both.reshape(num * copies, *drawn[k].shape[1:])
+    return Plan(task, group, copies, segments, examples, table, chunk)
+
+
+@dataclass
+class Chunk:
+    examples: np.ndarray  # int64 [k]
+    scores: dict[str, np.ndarray]  # eval.puzzles.score_examples output, [k, ...]
+    num_supervised: np.ndarray  # int64 [k]
+    num_solve: np.ndarray | None  # int64 [k]
+    puzzle_identifiers: np.ndarray  # int32 [k * copies]
+    inputs: np.ndarray  # uint8 [k * copies, L]: what the model saw
+    predictions: np.ndarray  # uint8 [k * copies, L]: the last segment's argmax, in that frame
+    q_halt: np.ndarray  # float32 [k * copies]: the last segment's halting logit
+
+
+def _puzzle_ids(split: Any, idx: np.ndarray) -> np.ndarray:
+    pi = np.asarray(split.puzzle_indices, dtype=np.int64)
+    return np.asarray(split.puzzle_identifiers, dtype=np.int32)[np.searchsorted(pi, idx, side="right") - 1]
+
+
+@torch.no_grad()
+def run_chunk(model: ACTReasoner, split: Any, plan: Plan, idx: np.ndarray, device: torch.device,
+              batch_rows: int) -> Chunk:
+    """Predict and score every copy of the examples `idx` (see the module docstring)."""
+    C, S = plan.copies, plan.segments
+    x, y = split.examples(idx)  # original frame, [k, L]
+    x, y = np.asarray(x, np.uint8), np.asarray(y, np.uint8)
+    ignore = meta_value(split, "ignore_label_id")
+    sup = supervised_mask(y, ignore)
+    solve = solve_mask(plan.task, x, y, sup)
+    rows = (idx[:, None] * C + np.arange(C)[None, :]).reshape(-1)  # rows of the plan's table
+    table = T.take(plan.table, rows) if plan.table is not None else None
+    x_rows = np.repeat(x, C, axis=0)
+    if table is not None:
+        x_rows = plan.group.apply(x_rows, table)
+    y_rows, sup_rows = np.repeat(y, C, axis=0), np.repeat(sup, C, axis=0)
+    solve_rows = np.repeat(solve, C, axis=0) if solve is not None else None
+    pids = np.repeat(_puzzle_ids(split, idx), C)
+    R, L = x_rows.shape
+    r = RowSteps(exact=np.zeros((R, S), bool), token_correct=np.zeros((R, S), np.int32),
+                 solve_correct=np.zeros((R, S), np.int32), q_halt=np.zeros((R, S), np.float32),
+                 halts=np.zeros((R, S), bool), keys=np.zeros((R, S, 2), np.uint64) if C > 1 else None)
+    last = np.empty((R, L), np.uint8)
+    for a in range(0, R, batch_rows):
+        b = slice(a, min(a + batch_rows, R))
+        n = b.stop - a
+        t = {"inputs": torch.from_numpy(x_rows[b].astype(np.int32)).to(device),
+             "labels": torch.full((n, L), IGNORE_LABEL, dtype=torch.int32, device=device),
+             "puzzle_identifiers": torch.from_numpy(pids[b]).to(device)}
+        for s, (_, out) in enumerate(model.predict_steps(t, S)):
+            pred = out["logits"].argmax(-1).to(torch.uint8).cpu().numpy()  # (n, L), the model's frame
+            orig = plan.group.invert(pred, T.take(table, b)) if table is not None else pred
+            e, tok, sol = row_scores(orig, y_rows[b], sup_rows[b], solve_rows[b] if solve_rows is not None else None)
+            r.exact[b, s], r.token_correct[b, s], r.solve_correct[b, s] = e, tok, sol
+            r.q_halt[b, s] = out["q_halt_logits"].float().cpu().numpy()
+            r.halts[b, s] = model.q_halts(out).cpu().numpy()
+            if r.keys is not None:
+                r.keys[b, s] = row_keys(orig)
+            if s == S - 1:
+                last[b] = pred
+    return Chunk(examples=idx, scores=score_examples(r, C), num_supervised=sup.sum(axis=1).astype(np.int64),
+                 num_solve=solve.sum(axis=1).astype(np.int64) if solve is not None else None,
+                 puzzle_identifiers=pids, inputs=x_rows, predictions=last, q_halt=r.q_halt[:, S - 1].copy())
+
+
+def _merge(chunks: list[Chunk]) -> Chunk:
+    order = np.argsort(np.concatenate([c.examples for c in chunks]), kind="stable")
+    copies = len(chunks[0].q_halt) // len(chunks[0].examples)
+    row_order = (order[:, None] * copies + np.arange(copies)[None, :]).reshape(-1)
+
+    def cat(get, rows=False):
+        parts = [get(c) for c in chunks]
+        if parts[0] is None:
+            return None
+        v = np.concatenate(parts)
+        return v[row_order] if rows else v[order]
+
+    return Chunk(examples=cat(lambda c: c.examples), scores={k: cat(lambda c, k=k: c.scores[k]) for k in chunks[0].scores},
+                 num_supervised=cat(lambda c: c.num_supervised), num_solve=cat(lambda c: c.num_solve),
+                 puzzle_identifiers=cat(lambda c: c.puzzle_identifiers, True), inputs=cat(lambda c: c.inputs, True),
+                 predictions=cat(lambda c: c.predictions, True), q_halt=cat(lambda c: c.q_halt, True))
+
+
+def predict_and_score(model: ACTReasoner, split: Any, plan: Plan, env: D.Env, local_batch: int,
+                      show_progress: bool = True) -> Chunk | None:
+    """Every example of the plan, this rank's chunks; merged on rank 0 in example order (None elsewhere)."""
+    model.eval()
+    starts = list(range(0, len(plan.examples), plan.chunk))
+    mine = starts[env.rank::env.world_size]
+    bar = D.progress(len(starts), "evaluate") if show_progress else None
+    chunks = []
+    for a in mine:
+        chunks.append(run_chunk(model, split, plan, plan.examples[a:a + plan.chunk], env.device, local_batch))
+        if bar is not None:  # every rank does one chunk per turn; rank 0's bar counts them all
+            bar.update(min(env.world_size, len(starts) - bar.n))
+    if bar is not None:
+        bar.close()
+    if env.distributed:
+        import torch.distributed as dist
+
+        gathered: list[Any] = [None] * env.world_size if env.is_main else None
+        dist.gather_object(chunks, gathered, dst=0)
+        if not env.is_main:
+            return None
+        chunks = [c for part in gathered for c in part]
+    if not chunks:
+        raise UserError("the split has no examples to evaluate")
+    return _merge(chunks)
+
+
+def _shown(split: Any, plan: Plan, res: Chunk, count: int) -> list[Shown]:
+    """Up to `count` examples, half solved and half not where there are, for the pictures."""
+    if count <= 0 or plan.task not in ("sudoku", "maze"):
+        return []
+    voting = plan.copies > 1
+    ok = res.scores["vote_exact" if voting else "plain_exact"][:, -1]
+    solved, failed = np.flatnonzero(ok), np.flatnonzero(~ok)
+    n_ok = min(len(solved), max(count - len(failed), (count + 1) // 2))
+    pick = sorted(list(solved[:n_ok]) + list(failed[:count - n_ok]))
+    out = []
+    for i in pick:
+        e = int(res.examples[i])
+        x, y = (np.asarray(a[0]) for a in split.examples(np.array([e])))
+        copy = int(res.scores["vote_top_copy"][i]) if voting else 0
+        row = i * plan.copies + copy
+        pred = res.predictions[row:row + 1]
+        if plan.table is not None:
+            pred = plan.group.invert(pred, T.take(plan.table, np.array([e * plan.copies + copy])))
+        pred = pred[0]
+        sup = supervised_mask(y[None], meta_value(split, "ignore_label_id"))[0]
+        solve = solve_mask(plan.task, x[None], y[None], sup[None])[0]
+        wrong = sup & (pred != y)
+        what = "blank cells" if plan.task == "sudoku" else "path cells"
+        caption = f"example {e}: " + ("solved" if ok[i] else f"wrong: {int(wrong.sum())} cells, "
+                                      f"{int((wrong & solve).sum())} of {int(solve.sum())} {what}")
+        if voting:
+            caption += f"; top-1 vote: copy {copy}, {int(res.scores['vote_top_votes'][i])} of {plan.copies} votes"
+        out.append(Shown(e, x, y, pred, bool(ok[i]), caption))
+    return out
+
+
+def evaluate_puzzles(model: ACTReasoner, split: Any, env: D.Env, c: Any, out: Path, task: str,
+                     global_batch_size: int, info: dict[str, Any]) -> int:
+    """The puzzle path of `evaluate` (c: eval.predict.EvaluateConfig): predict, score, write on rank 0."""
+    t0 = time.perf_counter()
+    segments = c.halt_max_steps or model.cfg.halt_max_steps
+    local = max(1, global_batch_size // env.world_size)
+    plan = make_plan(task, split, c.tta, c.tta_seed, segments, local, env.world_size, c.max_batches)
+    res = predict_and_score(model, split, plan, env, local, c.progress)
+    if res is None:
+        return 0
+    t_predict = time.perf_counter() - t0
+    copy = np.tile(np.arange(plan.copies, dtype=np.int32), len(res.examples))
+    example = np.repeat(res.examples, plan.copies)
+    save_predictions(out / "predictions.npz", res.puzzle_identifiers, res.inputs, res.predictions,
+                                 res.q_halt, extra={"example": example, "tta_copy": copy})
+    m = {"task": task, "data_dir": str(c.data_dir), "split": c.split, **info,
+         "halt_max_steps_trained": int(model.cfg.halt_max_steps),
+         "tta": {"copies": c.tta, "seed": c.tta_seed, "group": plan.group.description if c.tta else None},
+         "cells_to_solve": SOLVE_CELLS.get(task), "units": "percent",
+         "ranking": "votes desc, then mean sigmoid(q_halt) desc, then first seen (copy 0 = the input as stored)"}
+    m.update(summarize(res.scores, res.num_supervised, res.num_solve))
+    m["stats"] = {"num_rows": int(len(res.q_halt)), "seconds_predict_and_score": round(t_predict, 3)}
+    tta_table = None
+    if plan.table is not None:
+        tta_table = {"example": example, "tta_copy": copy, **{k: v[example * plan.copies + copy]
+                                                                for k, v in plan.table.items()}}
+    write_outputs(out, m, task, _shown(split, plan, res, c.report_puzzles), tta_table, c.overwrite, c.report)
+    D.print0(one_line(m, out))
+    return 0
+
+
+def one_line(m: dict, out: Path) -> str:
+    f, q = m["final"], m["q_halt"]["no_tta"]
+
+    def pct(v: float | None) -> str:
+        return "-" if v is None else f"{v:.2f}%"
+
+    s = (f"evaluate: {m['task']}, {m['num_examples']} examples, {m['segments']} segments: "
+         f"exact {pct(f['no_tta']['exact_accuracy'])}, token {pct(f['no_tta']['token_accuracy'])}")
+    if "solve_token_accuracy" in f["no_tta"]:
+        s += f", to-solve {pct(f['no_tta']['solve_token_accuracy'])}"
+    if "tta" in f:
+        s += (f"; tta={m['tta']['copies']} vote: exact {pct(f['tta']['exact_accuracy'])}, "
+              f"pass@2 {pct(f['tta']['pass@2'])}")
+    s += f"; at first Q halt: exact {pct(q['exact_accuracy'])} after {q['mean_segments']:.2f} segments -> {out}"
+    return s
