@@ -9,6 +9,7 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from hrm_deeploop.cli import main
@@ -181,3 +182,56 @@ def test_ctrl_c_exits_130_with_one_line_and_no_temp_folder(tmp_path, capsys, raw
             "hrm-deeploop build-arc: interrupted", code=130)
 
 
+
+
+# ---- a dataset whose dataset.json disagrees with its arrays ------------------------------------------
+
+@pytest.fixture(scope="module")
+def sudoku_set(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("sudoku")
+    assert main(["generate-puzzles", "task=sudoku", "size=4", "count_train=40", "count_test=8",
+                 f"output_dir={root / 'csv'}", "progress=false"]) == 0
+    assert main(["build-puzzles", "task=sudoku", f"source={root / 'csv'}", f"output_dir={root / 'ds'}",
+                 "progress=false"]) == 0
+    return root / "ds"
+
+
+def _corrupt(src: Path, dst: Path, field: str | None = None, value=None, tokens: int | None = None) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst)
+    if field is not None:
+        meta_path = dst / "train" / "dataset.json"
+        meta = json.loads(meta_path.read_text())
+        meta[field] = value
+        meta_path.write_text(json.dumps(meta))
+    if tokens is not None:  # one token outside the vocabulary in the labels
+        labels = np.load(dst / "train" / "all__labels.npy")
+        labels[3, 5] = tokens
+        np.save(dst / "train" / "all__labels.npy", labels)
+    return dst
+
+
+@pytest.mark.parametrize("field, value, tokens, expected", [
+    ("vocab_size", 3, None, "vocab_size"),
+    ("vocab_size", -6, None, "field vocab_size = -6 is negative"),
+    ("vocab_size", "six", None, "field vocab_size = 'six' is not an integer"),
+    ("seq_len", 25, None, "field seq_len = 25, but"),
+    ("num_puzzle_identifiers", 0, None, "num_puzzle_identifiers"),
+    (None, None, 9, "all__labels.npy"),
+])
+def test_a_dataset_json_that_disagrees_with_its_arrays_is_refused_before_a_run_folder(
+        tmp_path, capsys, sudoku_set, field, value, tokens, expected):
+    _corrupt(sudoku_set, tmp_path / "bad", field, value, tokens)
+    run_bad(tmp_path, capsys, ["train", "model=hrm_tiny", "data_dir=bad", "output_dir=run", "logger=none",
+                               "device=cpu", "train.max_steps=1", "model.puzzle_emb_ndim=0"], expected)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_larger_vocab_size_than_the_data_needs_is_fine(tmp_path, capsys, sudoku_set):
+    _corrupt(sudoku_set, tmp_path / "big", "vocab_size", 40)
+    meta = json.loads((tmp_path / "big/test/dataset.json").read_text()) | {"vocab_size": 40}
+    (tmp_path / "big/test/dataset.json").write_text(json.dumps(meta))
+    assert main(["train", "model=hrm_tiny", f"data_dir={tmp_path / 'big'}", f"output_dir={tmp_path / 'run'}",
+                 "logger=none", "device=cpu", "train.max_steps=2", "train.global_batch_size=8",
+                 "model.puzzle_emb_ndim=0", "train.progress=false"]) == 0

@@ -108,3 +108,42 @@ def test_token_shards(magic, version, count, tokens, top, junk, vocab):
                 loader.next_batch()
 
         _only_ours(read)
+
+
+meta_values = st.one_of(st.integers(-3, 40), st.none(), st.text(max_size=3), st.floats(allow_nan=False, width=32))
+
+
+@SETTINGS
+@given(seq_len=st.integers(0, 12), rows=st.integers(0, 6), top=st.integers(0, 30),
+       fields=st.dictionaries(st.sampled_from(["pad_id", "ignore_label_id", "blank_identifier_id", "vocab_size",
+                                               "seq_len", "num_puzzle_identifiers", "total_groups",
+                                               "mean_puzzle_examples", "sets"]), meta_values, max_size=4),
+       drop=st.sampled_from([None, "dataset.json", "all__inputs.npy", "all__puzzle_indices.npy"]),
+       pidx=st.lists(st.integers(-1, 8), min_size=0, max_size=5), dtype=st.sampled_from(["uint8", "int32", "float32"]))
+def test_dataset_splits(seq_len, rows, top, fields, drop, pidx, dtype):
+    """A dataset folder with random arrays and a dataset.json with random fields either opens and
+    reads its examples, or is refused with ArcDataError."""
+    from arc_data.dataset import open_split
+
+    with tempfile.TemporaryDirectory() as d:
+        split = Path(d) / "train"
+        split.mkdir()
+        rng = np.random.default_rng(rows * 100 + seq_len)
+        tokens = rng.integers(0, top + 1, size=(rows, seq_len))
+        np.save(split / "all__inputs.npy", tokens.astype(dtype))
+        np.save(split / "all__labels.npy", tokens.astype(dtype))
+        np.save(split / "all__puzzle_identifiers.npy", np.zeros(max(len(pidx) - 1, 0), np.int32))
+        np.save(split / "all__puzzle_indices.npy", np.asarray(pidx, np.int32))
+        np.save(split / "all__group_indices.npy", np.asarray([0, max(len(pidx) - 1, 0)], np.int32))
+        meta = {"pad_id": 0, "ignore_label_id": 0, "blank_identifier_id": 0, "vocab_size": 12, "seq_len": seq_len,
+                "num_puzzle_identifiers": 1, "total_groups": 1, "mean_puzzle_examples": 1.0, "sets": ["all"]}
+        (split / "dataset.json").write_text(json.dumps(meta | fields))
+        (Path(d) / "identifiers.json").write_text(json.dumps(["<blank>"]))
+        if drop is not None:
+            (split / drop).unlink()
+
+        def read():
+            s = open_split(d, "train")
+            s.examples(np.arange(s.num_examples))
+
+        _only_ours(read)
