@@ -4,7 +4,7 @@
     hrm-deeploop build-puzzles task=sudoku source=data/raw/sudoku9 num_aug=1000 output_dir=data/sudoku9-aug-1000
     hrm-deeploop build-puzzles task=sudoku source=sapientinc/sudoku-extreme subsample_size=1000 num_aug=1000 \
         output_dir=data/sudoku-extreme-1k-aug-1000        # downloads with huggingface_hub
-    hrm-deeploop build-puzzles task=maze source=<folder> num_aug=7 output_dir=data/maze-30x30-hard-1k
+    hrm-deeploop build-puzzles task=maze source=<folder> output_dir=data/maze-30x30-hard-1k   # HRM/TRM: no augmentation
 
 build-puzzles writes exactly what HRM/TRM's `dataset/build_sudoku_dataset.py` and
 `build_maze_dataset.py` write (same arrays, dtypes and `dataset.json` bytes as TRM's, whose only

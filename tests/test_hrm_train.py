@@ -161,10 +161,12 @@ def test_two_process_gloo_compiled_equals_one_process_eager(tmp_path, data):
 def test_experiment_configs_compose():
     from hrm_deeploop.cli import compose
 
-    for name, scheme in (("arc1_hrm_baseline", "baseline"), ("arc1_hrm_deeploop", "deeploop")):
+    runs = (("arc1_hrm_baseline", "baseline", "data/arc-aug-1000"), ("arc1_hrm_deeploop", "deeploop", "data/arc-aug-1000"),
+            ("arc2_hrm_baseline", "baseline", "data/arc-2-aug-1000"), ("arc2_hrm_deeploop", "deeploop", "data/arc-2-aug-1000"))
+    for name, scheme, data_dir in runs:
         t = compose("train", [f"experiment={name}"])
         m, s = t.model, t.scaling
-        assert s.scheme == scheme and m.hidden_size == 512 and m.halt_max_steps == 16 and t.train.compile
+        assert s.scheme == scheme and t.data_dir == data_dir and m.hidden_size == 512 and m.halt_max_steps == 16 and t.train.compile
         assert t.train.global_batch_size == 768 and t.train.epochs == 100000 and t.train.epochs_per_iter == 10000
         assert t.eval.interval_epochs == 10000 and t.optim.lr == 1e-4 and t.optim.puzzle_emb_lr == 1e-2
         assert (t.optim.beta1, t.optim.beta2, t.optim.weight_decay, t.optim.warmup_steps) == (0.9, 0.95, 0.1, 2000)
