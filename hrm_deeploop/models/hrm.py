@@ -17,6 +17,7 @@ baseline` is exactly HRM's Post-LN block. Module and buffer names equal HRM's
 
 from __future__ import annotations
 
+import abc
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -113,7 +114,7 @@ class Carry:
 
 # ---- the ACT wrapper shared by HRM and TRM ---------------------------------------------------------
 
-class ACTReasoner(nn.Module):
+class ACTReasoner(nn.Module, metaclass=abc.ABCMeta):
     """What HRM and TRM share: the input embedding (tokens, puzzle prefix, positions), the output
     heads, the learned initial states and the ACT wrapper around a model-specific `segment`.
 
@@ -164,10 +165,14 @@ class ACTReasoner(nn.Module):
             x = 0.707106781 * (x + self.embed_pos.embedding_weight.to(dt))
         return self.embed_scale * x
 
+    @abc.abstractmethod
     def segment(self, z_H: Tensor, z_L: Tensor, data: dict[str, Tensor],
                 track_puzzle_grad: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """One forward segment: (z_H, z_L) detached, logits (B, S, V), q_logits (B, 2) fp32."""
-        raise NotImplementedError
+
+    @abc.abstractmethod
+    def init_weights(self) -> None:
+        """Initialise every parameter and the H_init / L_init buffers, once, the model's way."""
 
     def initial_carry(self, batch: dict[str, Tensor]) -> Carry:
         """Every slot halted, so the first call loads every row of its batch."""
