@@ -123,7 +123,7 @@ class ACTReasoner(nn.Module, metaclass=abc.ABCMeta):
     halt_max_steps > 1 and `q_continue` also target_q_continue (B,) fp32.
 
     Subclasses build the shared modules with `_build_io`, then their reasoning modules and the
-    `H_init` / `L_init` buffers, and implement `segment` and `init_weights`.
+    `H_init` / `L_init` buffers, and implement `segment` and `reasoning_cores`.
     """
 
     cfg: HRMConfig  # or TRMConfig: the fields read here exist in both
@@ -171,8 +171,58 @@ class ACTReasoner(nn.Module, metaclass=abc.ABCMeta):
         """One forward segment: (z_H, z_L) detached, logits (B, S, V), q_logits (B, 2) fp32."""
 
     @abc.abstractmethod
+    def reasoning_cores(self) -> tuple[LoopedCore, ...]:
+        """The model's looped cores, in initialisation order (HRM: H_level, L_level; TRM: net)."""
+
     def init_weights(self) -> None:
-        """Initialise every parameter and the H_init / L_init buffers, once, the model's way."""
+        """Initialise every tensor, once, and fail on any this list misses (HRM spec 3.6; TRM's
+        reference does the same):
+
+        - embed_tokens.embedding_weight, embed_pos.embedding_weight: trunc normal std 1/sqrt(D)
+        - the blocks of `reasoning_cores()`: trunc LeCun normal (std 1/sqrt(fan_in)) on every
+          matrix, then the scheme's beta gain on the residual-branch rows (`core.init_block_`);
+          RMSNorm gains (if enabled) 1; a Pre-LN final norm's gain 1
+        - lm_head.weight: trunc LeCun normal, std 1/sqrt(D)
+        - q_head: weight 0, bias -5 (halting starts almost never, sigmoid(-5) = 0.0067)
+        - puzzle_emb.weights: 0 (buffer, trained by SignSGD)
+        - H_init, L_init: fixed trunc normal std 1 (buffers, never trained)
+
+        The order of random draws is the references' (embeddings, blocks, head, initial states).
+        """
+        D = self.cfg.hidden_size
+        done: set[int] = set()
+
+        def mark(*ts: Tensor) -> None:
+            done.update(id(t) for t in ts)
+
+        trunc_normal_(self.embed_tokens.embedding_weight, std=1.0 / math.sqrt(D))
+        mark(self.embed_tokens.embedding_weight)
+        if self.embed_pos is not None:
+            trunc_normal_(self.embed_pos.embedding_weight, std=1.0 / math.sqrt(D))
+            mark(self.embed_pos.embedding_weight)
+        for core in self.reasoning_cores():
+            for block in core.layers:
+                init_block_(block)
+                mark(*block.parameters())
+            if core.final_norm is not None and core.final_norm.weight is not None:
+                nn.init.ones_(core.final_norm.weight)
+                mark(core.final_norm.weight)
+        self.lm_head.reset_parameters()
+        mark(self.lm_head.weight)
+        with torch.no_grad():
+            self.q_head.weight.zero_()
+            self.q_head.bias.fill_(-5.0)
+        mark(self.q_head.weight, self.q_head.bias)
+        if self.puzzle_emb is not None:
+            self.puzzle_emb.weights.zero_()
+            mark(self.puzzle_emb.weights)
+        trunc_normal_(self.H_init, std=1.0)
+        trunc_normal_(self.L_init, std=1.0)
+        mark(self.H_init, self.L_init)
+        if self.rotary_emb is not None:  # deterministic tables, rebuilt from the config
+            mark(*self.rotary_emb.buffers())
+        missed = [n for n, t in [*self.named_parameters(), *self.named_buffers()] if id(t) not in done]
+        assert not missed, f"{type(self).__name__}.init_weights does not initialise {missed}"
 
     def initial_carry(self, batch: dict[str, Tensor]) -> Carry:
         """Every slot halted, so the first call loads every row of its batch."""
@@ -292,52 +342,8 @@ class HRM(ACTReasoner):
 
     # -- init -------------------------------------------------------------------------------------
 
-    def init_weights(self) -> None:
-        """Initialise every tensor (HRM spec 3.6) and fail on any the list misses.
-
-        - embed_tokens.embedding_weight, embed_pos.embedding_weight: trunc normal std 1/sqrt(D)
-        - H_level / L_level blocks: trunc LeCun normal (std 1/sqrt(fan_in)) on qkv, o, gate_up,
-          down; then the scheme's beta gain on the v / o / up / down rows (`core.init_block_`);
-          RMSNorm gains (if enabled) 1
-        - lm_head.weight: trunc LeCun normal, std 1/sqrt(D)
-        - q_head: weight 0, bias -5 (halting starts almost never, sigmoid(-5) = 0.0067)
-        - puzzle_emb.weights: 0 (buffer, trained by SignSGD)
-        - H_init, L_init: fixed trunc normal std 1 (buffers, never trained)
-        """
-        D = self.cfg.hidden_size
-        done: set[int] = set()
-
-        def mark(*ts: Tensor) -> None:
-            done.update(id(t) for t in ts)
-
-        trunc_normal_(self.embed_tokens.embedding_weight, std=1.0 / math.sqrt(D))
-        mark(self.embed_tokens.embedding_weight)
-        if self.embed_pos is not None:
-            trunc_normal_(self.embed_pos.embedding_weight, std=1.0 / math.sqrt(D))
-            mark(self.embed_pos.embedding_weight)
-        for core in (self.H_level, self.L_level):
-            for block in core.layers:
-                init_block_(block)
-                mark(*block.parameters())
-            if core.final_norm is not None and core.final_norm.weight is not None:
-                nn.init.ones_(core.final_norm.weight)
-                mark(core.final_norm.weight)
-        self.lm_head.reset_parameters()
-        mark(self.lm_head.weight)
-        with torch.no_grad():
-            self.q_head.weight.zero_()
-            self.q_head.bias.fill_(-5.0)
-        mark(self.q_head.weight, self.q_head.bias)
-        if self.puzzle_emb is not None:
-            self.puzzle_emb.weights.zero_()
-            mark(self.puzzle_emb.weights)
-        trunc_normal_(self.H_init, std=1.0)
-        trunc_normal_(self.L_init, std=1.0)
-        mark(self.H_init, self.L_init)
-        if self.rotary_emb is not None:  # deterministic tables, rebuilt from the config
-            mark(*self.rotary_emb.buffers())
-        missed = [n for n, t in [*self.named_parameters(), *self.named_buffers()] if id(t) not in done]
-        assert not missed, f"HRM.init_weights does not initialise {missed}"
+    def reasoning_cores(self) -> tuple[LoopedCore, ...]:
+        return (self.H_level, self.L_level)
 
     # -- one segment -------------------------------------------------------------------------------
 

@@ -28,13 +28,11 @@ Architecture only: no process group, no config files, no environment variables.
 
 from __future__ import annotations
 
-import math
-
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from hrm_deeploop.models.config import TRMConfig
-from hrm_deeploop.models.core import LoopedCore, init_block_, make_blocks, trunc_normal_
+from hrm_deeploop.models.core import LoopedCore, make_blocks
 from hrm_deeploop.models.hrm import ACTReasoner
 from hrm_deeploop.models.scaling import ScalingConfig, model_depth, module_residuals
 
@@ -62,52 +60,8 @@ class TRM(ACTReasoner):
         self.register_buffer("L_init", torch.empty(D), persistent=True)
         self.init_weights()
 
-    def init_weights(self) -> None:
-        """Initialise every tensor (the reference's init) and fail on any the list misses.
-
-        - embed_tokens.embedding_weight, embed_pos.embedding_weight: trunc normal std 1/sqrt(D)
-        - net blocks: trunc LeCun normal (std 1/sqrt(fan_in)) on every matrix (attention qkv and o,
-          or the sequence MLP's gate_up and down; the channel MLP's gate_up and down); then the
-          scheme's beta gain on the residual-branch rows (`core.init_block_`); RMSNorm gains (if
-          enabled) 1; the Pre-LN final norm's gain 1
-        - lm_head.weight: trunc LeCun normal, std 1/sqrt(D)
-        - q_head: weight 0, bias -5 (sigmoid(-5) = 0.0067: almost no halting at first)
-        - puzzle_emb.weights: 0 (buffer, trained by SignSGD)
-        - H_init, L_init: fixed trunc normal std 1 (buffers, never trained)
-        """
-        D = self.cfg.hidden_size
-        done: set[int] = set()
-
-        def mark(*ts: Tensor) -> None:
-            done.update(id(t) for t in ts)
-
-        trunc_normal_(self.embed_tokens.embedding_weight, std=1.0 / math.sqrt(D))
-        mark(self.embed_tokens.embedding_weight)
-        if self.embed_pos is not None:
-            trunc_normal_(self.embed_pos.embedding_weight, std=1.0 / math.sqrt(D))
-            mark(self.embed_pos.embedding_weight)
-        for block in self.net.layers:
-            init_block_(block)
-            mark(*block.parameters())
-        if self.net.final_norm is not None and self.net.final_norm.weight is not None:
-            nn.init.ones_(self.net.final_norm.weight)
-            mark(self.net.final_norm.weight)
-        self.lm_head.reset_parameters()
-        mark(self.lm_head.weight)
-        with torch.no_grad():
-            self.q_head.weight.zero_()
-            self.q_head.bias.fill_(-5.0)
-        mark(self.q_head.weight, self.q_head.bias)
-        if self.puzzle_emb is not None:
-            self.puzzle_emb.weights.zero_()
-            mark(self.puzzle_emb.weights)
-        trunc_normal_(self.H_init, std=1.0)
-        trunc_normal_(self.L_init, std=1.0)
-        mark(self.H_init, self.L_init)
-        if self.rotary_emb is not None:  # deterministic tables, rebuilt from the config
-            mark(*self.rotary_emb.buffers())
-        missed = [n for n, t in [*self.named_parameters(), *self.named_buffers()] if id(t) not in done]
-        assert not missed, f"TRM.init_weights does not initialise {missed}"
+    def reasoning_cores(self) -> tuple[LoopedCore, ...]:
+        return (self.net,)
 
     def segment(self, z_H: Tensor, z_L: Tensor, data: dict[str, Tensor],
                 track_puzzle_grad: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor]:
