@@ -22,6 +22,14 @@ from hrm_deeploop.errors import ConfigError
 COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
 
 
+def check_heads(hidden_size: int, num_heads: int, rope: bool) -> None:
+    """Attention heads: hidden_size splits into num_heads heads, of even size under RoPE."""
+    check(hidden_size % num_heads == 0, "model.hidden_size", hidden_size, f"divisible by model.num_heads={num_heads}")
+    if rope:
+        check((hidden_size // num_heads) % 2 == 0, "model.hidden_size", hidden_size,
+              f"such that the head size hidden_size / num_heads = {hidden_size // num_heads} is even (RoPE)")
+
+
 @dataclass
 class HRMConfig:
     """HRM architecture (reference spec 3.1 defaults). Keys mirror HRM's `arch` section."""
@@ -63,11 +71,7 @@ class HRMConfig:
         one_of("model.loss_type", self.loss_type, ("stablemax_cross_entropy", "softmax_cross_entropy"))
         one_of("model.stablemax_dtype", self.stablemax_dtype, ("float64", "float32"))
         one_of("model.forward_dtype", self.forward_dtype, COMPUTE_DTYPES)
-        check(self.hidden_size % self.num_heads == 0, "model.hidden_size", self.hidden_size,
-              f"divisible by model.num_heads={self.num_heads}")
-        if self.pos_encodings == "rope":
-            check((self.hidden_size // self.num_heads) % 2 == 0, "model.hidden_size", self.hidden_size,
-                  f"such that the head size hidden_size / num_heads = {self.hidden_size // self.num_heads} is even (RoPE)")
+        check_heads(self.hidden_size, self.num_heads, rope=self.pos_encodings == "rope")
 
     @property
     def puzzle_dim(self) -> int:
@@ -133,11 +137,7 @@ class TRMConfig:
                   self.puzzle_emb_len, f"large enough to hold model.puzzle_emb_ndim={self.puzzle_dim} "
                   f"(>= {-(self.puzzle_dim // -self.hidden_size)} positions of {self.hidden_size})")
         if self.mixer == "attention":
-            check(self.hidden_size % self.num_heads == 0, "model.hidden_size", self.hidden_size,
-                  f"divisible by model.num_heads={self.num_heads}")
-        if self.mixer == "attention" and self.pos_encodings == "rope":
-            check((self.hidden_size // self.num_heads) % 2 == 0, "model.hidden_size", self.hidden_size,
-                  f"such that the head size hidden_size / num_heads = {self.hidden_size // self.num_heads} is even (RoPE)")
+            check_heads(self.hidden_size, self.num_heads, rope=self.pos_encodings == "rope")
 
     @property
     def puzzle_dim(self) -> int:
@@ -185,10 +185,7 @@ class GPTConfig:
         positive("model.embed_init_std", self.embed_init_std)
         one_of("model.mlp", self.mlp, ("swiglu", "gelu"))
         one_of("model.init", self.init, ("lecun", "gpt2"))
-        check(self.hidden_size % self.num_heads == 0, "model.hidden_size", self.hidden_size,
-              f"divisible by model.num_heads={self.num_heads}")
-        check((self.hidden_size // self.num_heads) % 2 == 0, "model.hidden_size", self.hidden_size,
-              f"such that the head size hidden_size / num_heads = {self.hidden_size / self.num_heads:g} is even (RoPE)")
+        check_heads(self.hidden_size, self.num_heads, rope=True)
 
 
 MODEL_CONFIGS: dict[str, type] = {"hrm": HRMConfig, "trm": TRMConfig, "gpt": GPTConfig}
