@@ -94,9 +94,13 @@ def plot_alignment(results: list[dict[str, Any]], root: Path, path: Path) -> Pat
     series = {(r["scheme"], r["num_rounds"], r["seed"]): kappa_series(root / r["kind"] / r["name"]) for r in runs}
     if not any(series.values()):
         return None
-    fig, axes = plt.subplots(1, len(methods), figsize=(4.2 * len(methods), 3.4), dpi=120, sharey=True, squeeze=False)
+    cols = min(len(methods), 3)
+    nrows = -(-len(methods) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.2 * nrows), dpi=120, sharey=True, squeeze=False)
+    for ax in axes.flat[len(methods):]:
+        ax.set_visible(False)
     rs = sorted({R for _, R, _ in series})
-    for ax, m in zip(axes[0], methods):
+    for ax, m in zip(axes.flat, methods):
         for i, R in enumerate(rs):
             for (mm, RR, seed), s in series.items():
                 if mm == m and RR == R and s:
@@ -106,8 +110,9 @@ def plot_alignment(results: list[dict[str, Any]], root: Path, path: Path) -> Pat
         ax.set_title(m)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("kappa_R (max over sublayers)")
-    axes[0][-1].legend(fontsize=8)
+    for row in axes:
+        row[0].set_ylabel("kappa_R (max over sublayers)")
+    axes.flat[len(methods) - 1].legend(fontsize=8)
     fig.suptitle("visit alignment over training (dotted: R, the aligned limit)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path)
