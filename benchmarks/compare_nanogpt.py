@@ -75,9 +75,9 @@ def load_nanogpt(ref_dir: Path):
     return module
 
 
-def ours_config(s: Size) -> GPTConfig:
+def ours_config(s: Size, mlp: str = "swiglu") -> GPTConfig:
     return GPTConfig(vocab_size=s.vocab, hidden_size=s.hidden, num_heads=s.heads, num_blocks=s.layers, num_rounds=1,
-                     expansion=4.0, mlp_multiple=64, seq_len=s.context)
+                     expansion=4.0, mlp_multiple=64, seq_len=s.context, mlp=mlp)
 
 
 class Side:
@@ -101,11 +101,12 @@ class Side:
         self.opt.zero_grad(set_to_none=True)
 
 
-def make_sides(nano, s: Size, device: torch.device, dtype: torch.dtype, compile_: bool = False) -> list[Side]:
+def make_sides(nano, s: Size, device: torch.device, dtype: torch.dtype, compile_: bool = False,
+               mlp: str = "swiglu") -> list[Side]:
     torch.manual_seed(0)
-    cfg = ours_config(s)
+    cfg = ours_config(s, mlp)
     ours = GPT(cfg, ScalingConfig(scheme="baseline")).to(device).train()
-    sides = [Side("ours (looped GPT, R = 1)", ours, make_optimizer(ours, LMOptim(), device), s, device, dtype,
+    sides = [Side(f"ours (looped GPT, R = 1, {mlp})", ours, make_optimizer(ours, LMOptim(), device), s, device, dtype,
                   compile_)]
     torch.manual_seed(0)
     o = LMOptim()
@@ -143,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20, help="timed steps per model")
     parser.add_argument("--block", type=int, default=2, help="steps per model before switching to the other")
     parser.add_argument("--compile", action="store_true", help="torch.compile both models (nanoGPT's train.py default)")
+    parser.add_argument("--mlp", choices=["swiglu", "gelu"], default="swiglu",
+                        help="our MLP: SwiGLU (the default, HRM's) or GPT-2's GELU MLP (nanoGPT's)")
     add_common_args(parser, TrainGPTConfig().train.mfu_peak_tflops)
     args = parser.parse_args(argv)
 
@@ -152,11 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     device = setup_device(args.device, args.threads)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     nano = load_nanogpt(args.reference.resolve())
-    sides = make_sides(nano, s, device, dtype, args.compile)
+    sides = make_sides(nano, s, device, dtype, args.compile, args.mlp)
     times = compare(sides, device, args.warmup, args.steps, args.block)
 
     tokens = s.batch * s.context
-    fpt = flops_per_token(ours_config(s))  # matmul + attention FLOPs, the same count for both (see the docstring)
+    fpt = flops_per_token(ours_config(s, args.mlp))  # matmul + attention FLOPs, the same count for both (see the docstring)
     med = {name: statistics.median(t) for name, t in times.items()}
     ref_name = sides[1].name
     print(f"# looped GPT (R = 1) vs nanoGPT, preset {args.preset}, {'compiled' if args.compile else 'eager'}: "
