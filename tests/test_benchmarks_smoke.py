@@ -131,8 +131,9 @@ NANOGPT = Path(os.environ.get("NANOGPT_REFERENCE", REFERENCE.parent / "nanogpt-r
 def test_compare_nanogpt_runs(capsys):
     from benchmarks import compare_nanogpt
 
-    rc = compare_nanogpt.main(["--reference", str(NANOGPT), "--preset", "tiny", "--device", "cpu", "--warmup", "0",
-                               "--steps", "2", "--block", "1"])
-    out = capsys.readouterr().out
-    assert rc == 0, out
-    assert "ours (looped GPT, R = 1)" in out and "nanoGPT" in out and "tokens/s" in out
+    for mlp in ("swiglu", "gelu"):
+        rc = compare_nanogpt.main(["--reference", str(NANOGPT), "--preset", "tiny", "--device", "cpu", "--warmup", "0",
+                                   "--steps", "2", "--block", "1", "--mlp", mlp])
+        out = capsys.readouterr().out
+        assert rc == 0, out
+        assert f"ours (looped GPT, R = 1, {mlp})" in out and "nanoGPT" in out and "tokens/s" in out
