@@ -40,14 +40,14 @@ class DemoPreset:
     name: str = "cpu"
     # Puzzles the tiny HRM learns within the budget (docs/results.md, "A reasoner that learns on a CPU").
     puzzle_task: str = "sudoku"  # sudoku | maze (generate-puzzles)
-    puzzle_size: int = 4
-    puzzle_givens: int = 0  # Sudoku: 0 = minimal puzzles
+    puzzle_size: int = 6
+    puzzle_givens: int = 20  # Sudoku: exactly this many givens (16 of 36 cells to fill); 0 = minimal puzzles
     puzzle_min_path: int = 0  # Maze: shortest path >= this
     puzzle_train: int = 1000
     puzzle_test: int = 200
     puzzle_num_aug: int = 3  # Sudoku: any; Maze: 0 or 7
     puzzle_model: str = "hrm_tiny"
-    puzzle_steps: int = 2000
+    puzzle_steps: int = 1000
     puzzle_batch: int = 32
     puzzle_lr: float = 1e-3
     puzzle_warmup: int = 10
@@ -65,7 +65,7 @@ class DemoPreset:
         "3c9b0459", "6150a2bd", "74dd1130", "ed36ccf7", "67a3c6ac", "68b16354", "9dfd6313", "0d3d703e"])
     num_aug: int = 8
     hrm_model: str = "hrm_tiny"
-    hrm_steps: int = 150
+    hrm_steps: int = 100
     hrm_batch: int = 8
     hrm_lr: float = 1e-3
     hrm_warmup: int = 5
@@ -73,7 +73,7 @@ class DemoPreset:
         default_factory=lambda: ["model.num_h_layers=1", "model.num_l_layers=1", "model.halt_max_steps=2"])
     gpt_model: str = "gpt_tiny"
     gpt_rounds: list[int] = field(default_factory=lambda: [1, 3])
-    gpt_steps: int = 800
+    gpt_steps: int = 600
     gpt_seq_len: int = 64
     gpt_batch: int = 16
     gpt_lr: float = 1e-3

@@ -24,7 +24,7 @@ def test_demo_micro_end_to_end(tmp_path, capsys):
     for r in results["gpt"].values():
         assert r["steps"] == 4 and r["final_val_loss"] > 0
     table = (out / "table.md").read_text()
-    assert "HRM on Sudoku 4x4" in table and "exact, TTA vote" in table
+    assert "HRM on Sudoku 6x6" in table and "exact, TTA vote" in table
     assert "pass@2" in table and "| 2 |" in table
     assert (out / "loss_curves.png").stat().st_size > 1000
     assert (out / "puzzle_eval_baseline" / "report.html").exists()
