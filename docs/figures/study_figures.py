@@ -87,14 +87,15 @@ def cell_table(model: str, data: str, lr: str) -> str:
              f"s0..s4; mean [min, max]; steps to {int(100 * THRESHOLD)}%: first evaluation (every 250 steps) at "
              "or above it, no TTA, trained depth)", "",
              "| scheme | seeds | exact at the end, trained depth (4 seg), per seed | mean [min, max] "
-             f"| steps to {int(100 * THRESHOLD)}% | exact, 16 seg | exact, TTA vote (1+8 copies, 16 seg) |",
-             "|---|---|---|---|---|---|---|"]
+             f"| steps to 50% | steps to {int(100 * THRESHOLD)}% | exact, 16 seg | exact, TTA vote (1+8 copies, 16 seg) |",
+             "|---|---|---|---|---|---|---|---|"]
     for scheme in SCHEMES:
         runs = cell.get(scheme, {})
         if not runs:
             continue
         finals = {s: evals(r)[-1][1] for s, r in runs.items() if evals(r)}
         st = [steps_to(evals(r)) for r in runs.values()]
+        st50 = [steps_to(evals(r), 0.5) for r in runs.values()]
         deep, tta = [], []
         for r in runs.values():
             m = eval_metrics(r)
@@ -103,6 +104,7 @@ def cell_table(model: str, data: str, lr: str) -> str:
                 tta.append(m["final"]["tta"]["exact_accuracy"] / 100)
         lines.append(f"| {scheme} | {len(runs)} | {', '.join(fmt_pct(finals[s]) for s in sorted(finals))} | "
                      f"{spread(list(finals.values()))} | "
+                     f"{', '.join('never' if s is None else str(s) for s in st50)} | "
                      f"{', '.join('never' if s is None else str(s) for s in st)} | {spread(deep)} | {spread(tta)} |")
     return "\n".join(lines)
 
@@ -158,6 +160,9 @@ def plot_lr(model: str, data: str, ax) -> None:
                     ys.append(100 * evals(r)[-1][1])
         ax.scatter(xs, ys, color=COLORS[scheme], label=scheme, alpha=0.8)
     ax.set_xscale("log")
+    lrs = lrs_of(model, data)
+    ax.set_xticks([float(x) for x in lrs], lrs)
+    ax.minorticks_off()
     ax.set_xlabel("learning rate")
     ax.set_ylabel("final exact accuracy (%), no TTA")
     ax.set_title(f"{model.upper()} {data}: lr sweep (one dot per seed)")
