@@ -7,19 +7,29 @@ from hrm_deeploop.cli import main
 
 def test_demo_micro_end_to_end(tmp_path, capsys):
     out = tmp_path / "demo"
-    rc = main(["demo", f"output_dir={out}", "preset.arc_train_tasks=2", "preset.arc_eval_tasks=2",
+    rc = main(["demo", f"output_dir={out}", "preset.puzzle_train=24", "preset.puzzle_test=6",
+               "preset.puzzle_steps=3", "preset.puzzle_batch=4", "preset.puzzle_tta=2",
+               "preset.puzzle_eval_segments=5",
+               "preset.arc_train_tasks=2", "preset.arc_heldout_tasks=[3c9b0459,6150a2bd]",
                "preset.num_aug=2", "preset.hrm_steps=2", "preset.hrm_batch=4", "preset.gpt_steps=4",
                "preset.gpt_rounds=[1,2]", "preset.text_docs=200", "preset.device=cpu"])
     assert rc == 0
     results = json.loads((out / "results.json").read_text())
+    assert set(results["puzzles"]) == {"baseline", "deeploop"}
+    for r in results["puzzles"].values():
+        assert r["num_examples"] == 6 and r["segments"] == 5 and r["segments_trained"] == 4
+        assert r["tta_copies"] == 2 and 0 <= r["tta_exact"] <= 100
     assert set(results["hrm"]) == {"baseline", "deeploop"}
     assert set(results["gpt"]) == {"R1_baseline", "R1_deeploop", "R2_baseline", "R2_deeploop"}
     for r in results["gpt"].values():
         assert r["steps"] == 4 and r["final_val_loss"] > 0
     table = (out / "table.md").read_text()
+    assert "HRM on Sudoku 6x6" in table and "exact, TTA vote" in table
     assert "pass@2" in table and "| 2 |" in table
     assert (out / "loss_curves.png").stat().st_size > 1000
-    assert (out / "eval_baseline" / "report.html").exists()
+    assert (out / "puzzle_eval_baseline" / "report.html").exists()
+    assert list((out / "puzzle_eval_deeploop" / "report").glob("*.png"))
+    assert (out / "arc_eval_baseline" / "report.html").exists()
     assert "total wall time" in capsys.readouterr().out
     # refuses to overwrite
     assert main(["demo", f"output_dir={out}"]) == 2
