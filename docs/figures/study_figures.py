@@ -109,16 +109,22 @@ def cell_table(model: str, data: str, lr: str) -> str:
     return "\n".join(lines)
 
 
-def plot_cell(model: str, data: str, lr: str, ax) -> None:
-    for scheme, runs in runs_of(model, data, lr).items():
+def plot_cell(model: str, data: str, lr: str | dict[str, str], ax) -> None:
+    """Every seed's held-out exact accuracy over training; `lr` one rate, or one per scheme."""
+    lrs = lr if isinstance(lr, dict) else {s: lr for s in SCHEMES}
+    for scheme in SCHEMES:
+        if scheme not in lrs:
+            continue
+        runs = runs_of(model, data, lrs[scheme]).get(scheme, {})
         for i, r in enumerate(runs.values()):
             ev = evals(r)
             ax.plot([s for s, _ in ev], [100 * v for _, v in ev], color=COLORS[scheme], alpha=0.7, marker=".",
-                    label=scheme if i == 0 else None)
+                    label=f"{scheme} (lr {lrs[scheme]})" if i == 0 else None)
     ax.axhline(100 * THRESHOLD, color="gray", ls="--", lw=1)
     ax.set_xlabel("step")
     ax.set_ylabel("held-out exact accuracy (%), no TTA")
-    ax.set_title(f"{model.upper()} {data}, lr {lr}: every seed")
+    ax.set_title(f"{model.upper()} {data}, " + (f"lr {lr}" if isinstance(lr, str) else "each at its best lr")
+                 + ": every seed", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend()
 
@@ -130,10 +136,10 @@ def lr_table(model: str, data: str) -> tuple[str, dict[str, str]]:
     (highest mean over the seeds that every learning rate of the sweep has)."""
     lrs = lrs_of(model, data)
     cells = {lr: runs_of(model, data, lr) for lr in lrs}
-    common = sorted(set.intersection(*[set(cells[lr].get(s, {})) for lr in lrs for s in SCHEMES])) if lrs else []
+    common = [0]  # the sweep itself is one seed; the chosen rate then gets five
     lines = [f"**{model.upper()}, {data}: learning-rate sweep** (final exact accuracy, %, no TTA, trained depth; "
-             f"per seed s0, s1, ...; mean over seeds {common}, which every learning rate has)", "",
-             "| lr | " + " | ".join(f"{s} per seed | {s} mean" for s in SCHEMES) + " |",
+             f"per seed s0, s1, ...; the best rate is chosen on seed {common[0]}, the seed every rate has)", "",
+             "| lr | " + " | ".join(f"{s} per seed | {s} seed 0" for s in SCHEMES) + " |",
              "|---|" + "---|---|" * len(SCHEMES)]
     best: dict[str, tuple[float, str]] = {}
     for lr in lrs:
@@ -221,9 +227,9 @@ def plot_depth(model: str, data: str, lr: str, ax) -> None:
 CLP_SETTINGS = ("p0", "p0.25", "p0.5", "pH0.25_pL0.5", "pH0.5_pL0.25")
 
 
-def clp_runs(data: str) -> dict[tuple[int, str], list[Path]]:
+def clp_runs(data: str, folder: str = "clp") -> dict[tuple[int, str], list[Path]]:
     out: dict[tuple[int, str], list[Path]] = defaultdict(list)
-    for d in sorted((ROOT / "clp" / data).glob("CL*/*_s*")):
+    for d in sorted((ROOT / folder / data).glob("CL*/*_s*")):
         if finished(d):
             out[(int(d.parent.name[2:]), d.name.rsplit("_s", 1)[0])].append(d)
     return out
@@ -237,14 +243,15 @@ def kappa_init_trained(run: Path, key: str) -> tuple[float, float] | None:
     return s[0][1], statistics.mean(v for _, v in half)
 
 
-def clp_tables(data: str) -> str:
+def clp_tables(data: str, folder: str = "clp", lr: str = "1e-3") -> str:
     from hrm_deeploop.training.alignment_report import fit_gamma
 
-    cells = clp_runs(data)
+    cells = clp_runs(data, folder)
     if not cells:
         return ""
     cls = sorted({c for c, _ in cells})
-    lines = [f"**HRM, {data}: C_L x p** (final exact / token accuracy %, no TTA, trained depth; one seed each)", "",
+    lines = [f"**HRM, {data}, lr {lr}: C_L x p** (final exact / token accuracy %, no TTA, trained depth; one seed each)",
+             "",
              "| setting | " + " | ".join(f"C_L={c}" for c in cls) + " |", "|---|" + "---|" * len(cls)]
     for st in CLP_SETTINGS:
         out = []
@@ -278,8 +285,8 @@ def clp_tables(data: str) -> str:
     return "\n".join(lines)
 
 
-def plot_clp(data: str, axes) -> None:
-    cells = clp_runs(data)
+def plot_clp(data: str, axes, folder: str = "clp", lr: str = "1e-3") -> None:
+    cells = clp_runs(data, folder)
     cls = sorted({c for c, _ in cells})
     for st in CLP_SETTINGS:
         xs, acc, kap = [], [], []
@@ -300,36 +307,72 @@ def plot_clp(data: str, axes) -> None:
         ax.set_xticks(cls, [str(c) for c in cls])
         ax.set_xlabel("C_L (inner L cycles)")
         ax.set_ylabel(y)
-        ax.set_title(f"HRM {data}: {t}")
+        ax.set_title(f"HRM {data}, lr {lr}: {t}", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
 
 
 # ---- looped GPT: learning-rate check -------------------------------------------------------------
 
-def gpt_table() -> str:
-    base = ROOT / "gpt"
-    if not base.exists():
-        return ""
-    lines = ["**Looped GPT, R = 3, 200 steps: final validation loss (nats/byte) per learning rate** "
-             "(✗ = never left the unigram floor, 3.083 + 0.1 margin; seeds s0, s1, s2)", "",
-             "| lr | baseline s0, s1, s2 | baseline mean | DeepLoop s0, s1, s2 | DeepLoop mean |", "|---|---|---|---|---|"]
-    for lrdir in sorted(base.glob("lr*"), key=lambda d: float(d.name[2:])):
-        by: dict[str, list] = defaultdict(list)
-        for r in sorted((lrdir / "rounds").glob("*")):
+def gpt_runs() -> dict[tuple[int, str, str], list[tuple[int, float, bool]]]:
+    """(R, lr, scheme) -> [(seed, final val loss, left the floor)] from the sweeps under gpt/lr<LR>/."""
+    out: dict[tuple[int, str, str], list[tuple[int, float, bool]]] = defaultdict(list)
+    for lrdir in sorted((ROOT / "gpt").glob("lr*")):
+        for r in sorted((lrdir / "rounds").glob("*_R*_s*")):
             s = r / "summary.json"
-            if s.exists():
-                j = json.loads(s.read_text())
-                by[j.get("scaling", {}).get("scheme", r.name.split("_")[0])].append(
-                    (j.get("final_val_loss"), j.get("left_unigram_floor", True)))
-        cells = []
-        for scheme in SCHEMES:
-            v = by.get(scheme, [])
-            cells.append(", ".join(f"{x:.3f}" + ("" if ok else " ✗") for x, ok in v if x is not None) or "-")
-            xs = [x for x, _ in v if x is not None]
-            cells.append(f"{statistics.mean(xs):.3f}" if xs else "-")
-        lines.append(f"| {lrdir.name[2:]} | " + " | ".join(cells) + " |")
+            if not s.exists():
+                continue
+            j = json.loads(s.read_text())
+            scheme, rest = r.name.split("_R")
+            rr, seed = rest.split("_s")
+            if j.get("final_val_loss") is not None:
+                out[(int(rr), lrdir.name[2:], scheme)].append((int(seed), j["final_val_loss"],
+                                                               bool(j.get("left_unigram_floor"))))
+    return out
+
+
+def gpt_table() -> str:
+    runs = gpt_runs()
+    if not runs:
+        return ""
+    lines = ["**Looped GPT, 200 steps: final validation loss (nats/byte) per learning rate** "
+             "(x = never left the unigram floor, 3.083 - 0.1; seeds s0, s1, s2; mean over all seeds)", "",
+             "| R | lr | baseline s0, s1, s2 | baseline mean | DeepLoop s0, s1, s2 | DeepLoop mean | delta |",
+             "|---|---|---|---|---|---|---|"]
+    best: dict[tuple[int, str], tuple[float, str]] = {}
+    for R in sorted({k[0] for k in runs}):
+        for lr in sorted({k[1] for k in runs if k[0] == R}, key=float):
+            cells, means = [], []
+            for scheme in SCHEMES:
+                v = sorted(runs.get((R, lr, scheme), []))
+                cells.append(", ".join(f"{x:.3f}" + ("" if ok else " x") for _, x, ok in v) or "-")
+                m = statistics.mean(x for _, x, _ in v) if v else None
+                means.append(m)
+                cells.append("-" if m is None else f"{m:.3f}")
+                if m is not None and ((R, scheme) not in best or m < best[(R, scheme)][0]):
+                    best[(R, scheme)] = (m, lr)
+            delta = "-" if None in means else f"{means[1] - means[0]:+.3f}"
+            lines.append(f"| {R} | {lr} | " + " | ".join(cells) + f" | {delta} |")
+    lines += ["", "best lr (lowest mean) per R and scheme: " + ", ".join(
+        f"R={R} {scheme}: {lr} ({m:.3f})" for (R, scheme), (m, lr) in sorted(best.items()))]
     return "\n".join(lines)
+
+
+def plot_gpt(ax) -> None:
+    runs = gpt_runs()
+    for (R, lr, scheme), v in sorted(runs.items()):
+        xs = [float(lr) * (0.96 if scheme == "baseline" else 1.04)] * len(v)
+        ax.scatter(xs, [x for _, x, _ in v], color=COLORS[scheme], marker="o" if R == 1 else "^", alpha=0.8,
+                   label=f"{scheme}, R={R}")
+    handles, labels = ax.get_legend_handles_labels()
+    uniq = dict(zip(labels, handles))
+    ax.legend(uniq.values(), uniq.keys(), fontsize=7)
+    ax.axhline(3.083, color="gray", ls="--", lw=1)
+    ax.set_xscale("log")
+    ax.set_xlabel("learning rate")
+    ax.set_ylabel("final validation loss (nats/byte)")
+    ax.set_title("looped GPT, 200 steps: lr check (one marker per seed)")
+    ax.grid(alpha=0.3)
 
 
 def main() -> None:
@@ -344,22 +387,37 @@ def main() -> None:
         out.append(f"best lr per scheme: {best}")
         for lr in sorted(set(best.values()) - {"1e-3"}, key=float):
             out.append(cell_table(model, data, lr))
-        out.append(depth_table(model, data, "1e-3"))
-        fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
+        for lr in sorted(set(best.values()) | {"1e-3"}, key=float):
+            out.append(depth_table(model, data, lr))
+        two = len(best) == len(SCHEMES) and len(set(best.values())) > 1
+        fig, axes = plt.subplots(2, 2, figsize=(12, 8.4))
+        axes = axes.ravel()
+        if not two:
+            axes[3].axis("off")
         plot_cell(model, data, "1e-3", axes[0])
         plot_lr(model, data, axes[1])
         plot_depth(model, data, "1e-3", axes[2])
+        if two:
+            plot_cell(model, data, best, axes[3])
         fig.tight_layout()
         fig.savefig(FIG / f"study_{model}_{data}.png", dpi=100)
         plt.close(fig)
-    if (ROOT / "clp").exists():
-        out.append(clp_tables("sudoku6"))
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-        plot_clp("sudoku6", axes)
+    clp = [(f, lr) for f, lr in (("clp", "1e-3"), ("clp_lr2e-3", "2e-3")) if (ROOT / f).exists()]
+    if clp:
+        fig, axes = plt.subplots(len(clp), 2, figsize=(11, 4 * len(clp)), squeeze=False)
+        for row, (folder, lr) in zip(axes, clp):
+            out.append(clp_tables("sudoku6", folder, lr))
+            plot_clp("sudoku6", row, folder, lr)
         fig.tight_layout()
         fig.savefig(FIG / "study_clp.png", dpi=100)
         plt.close(fig)
-    out.append(gpt_table())
+    if (ROOT / "gpt").exists():
+        out.append(gpt_table())
+        fig, ax = plt.subplots(figsize=(6, 4))
+        plot_gpt(ax)
+        fig.tight_layout()
+        fig.savefig(FIG / "study_gpt_lr.png", dpi=100)
+        plt.close(fig)
     print("\n\n".join(x for x in out if x))
 
 
