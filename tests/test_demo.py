@@ -19,6 +19,10 @@ def test_demo_micro_end_to_end(tmp_path, capsys):
     for r in results["puzzles"].values():
         assert r["num_examples"] == 6 and r["segments"] == 5 and r["segments_trained"] == 4
         assert r["tta_copies"] == 2 and 0 <= r["tta_exact"] <= 100
+    assert results["puzzles"]["baseline"]["lr"] == 1e-3 and results["puzzles"]["deeploop"]["lr"] == 2e-3
+    assert json.loads((out / "puzzle_deeploop" / "summary.json").read_text())["wall_time_s"] > 0
+    cfg = (out / "puzzle_deeploop" / "config.yaml").read_text()
+    assert "lr: 0.002" in cfg, cfg
     assert set(results["hrm"]) == {"baseline", "deeploop"}
     assert set(results["gpt"]) == {"R1_baseline", "R1_deeploop", "R2_baseline", "R2_deeploop"}
     for r in results["gpt"].values():

@@ -260,7 +260,8 @@ def clp_tables(data: str, folder: str = "clp", lr: str = "1e-3") -> str:
             vals = [[r2 for r2 in rows(r) if "eval/exact_accuracy" in r2][-1] for r in rs if evals(r)]
             out.append(" / ".join(f"{100 * v['eval/exact_accuracy']:.1f} / {100 * v['eval/accuracy']:.1f}"
                                   for v in vals) or "-")
-        lines.append(f"| {st} | " + " | ".join(out) + " |")
+        if any(o != "-" for o in out):
+            lines.append(f"| {st} | " + " | ".join(out) + " |")
     for key, name in (("kappa/L/max", "L"), ("kappa/H/max", "H")):
         lines += ["", f"kappa/{name}/max (max over the module's sublayers): first measurement (init) -> mean over the "
                   "second half of training; fitted gamma in kappa = C_L^gamma (least squares through the origin, "
@@ -280,6 +281,8 @@ def clp_tables(data: str, folder: str = "clp", lr: str = "1e-3") -> str:
                 pt.append((c, kt))
                 out.append(f"{ki:.2f} -> {kt:.2f}")
             gi, gt = fit_gamma(pi), fit_gamma(pt)
+            if not pi:
+                continue
             lines.append(f"| {st} | " + " | ".join(out) + f" | {'-' if gi is None else f'{gi:.2f}'} | "
                          f"{'-' if gt is None else f'{gt:.2f}'} |")
     return "\n".join(lines)
@@ -298,6 +301,8 @@ def plot_clp(data: str, axes, folder: str = "clp", lr: str = "1e-3") -> None:
             acc.append(100 * statistics.mean(evals(r)[-1][1] for r in rs))
             k = [kappa_init_trained(r, "kappa/L/max") for r in rs]
             kap.append(statistics.mean(x[1] for x in k if x) if any(k) else float("nan"))
+        if not xs:
+            continue
         axes[0].plot(xs, acc, marker="o", label=st)
         axes[1].plot(xs, kap, marker="o", label=st)
     axes[1].plot(cls, cls, color="gray", ls="--", lw=1, label="kappa = C_L (aligned)")
@@ -369,6 +374,9 @@ def plot_gpt(ax) -> None:
     ax.legend(uniq.values(), uniq.keys(), fontsize=7)
     ax.axhline(3.083, color="gray", ls="--", lw=1)
     ax.set_xscale("log")
+    lrs = sorted({k[1] for k in runs}, key=float)
+    ax.set_xticks([float(x) for x in lrs], lrs)
+    ax.minorticks_off()
     ax.set_xlabel("learning rate")
     ax.set_ylabel("final validation loss (nats/byte)")
     ax.set_title("looped GPT, 200 steps: lr check (one marker per seed)")
