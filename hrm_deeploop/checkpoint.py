@@ -248,34 +248,13 @@ def official_model_fields(arch: dict[str, Any], state: dict[str, Any], where: st
         if key not in OFFICIAL_ARCH_FIELDS:
             raise UserError(f"{where}: unknown arch field '{key}' (known: {sorted(OFFICIAL_ARCH_FIELDS)})")
         fields[OFFICIAL_ARCH_FIELDS[key]] = value
-    loss = arch.get("loss") or {}
-    for key, value in loss.items():
-        if key == "name":
-            if "ACTLossHead" not in str(value):
-                raise UserError(f"{where}: arch.loss.name='{value}' is not HRM's ACTLossHead")
-        elif key == "loss_type":
-            fields["loss_type"] = value
-        else:
-            raise UserError(f"{where}: unknown arch.loss field '{key}'")
-    if arch.get("causal"):
-        raise UserError(f"{where}: arch.causal=true is not supported (HRM's attention is non-causal)")
-    sd = strip_prefixes(state, ("_orig_mod.",))
-    emb = sd.get(OFFICIAL_PREFIX + "embed_tokens.embedding_weight")
-    if emb is None:
-        raise UserError(f"{where}: missing key '{OFFICIAL_PREFIX}embed_tokens.embedding_weight'")
-    fields["vocab_size"] = int(emb.shape[0])
-    pe = sd.get(OFFICIAL_PREFIX + "puzzle_emb.weights")
-    fields["num_puzzle_identifiers"] = int(pe.shape[0]) if pe is not None else 1
-    if pe is None and fields.get("puzzle_emb_ndim", None) != 0:
-        raise UserError(f"{where}: missing key '{OFFICIAL_PREFIX}puzzle_emb.weights' (arch.puzzle_emb_ndim is not 0)")
+    sd, emb = _official_common_fields(arch, state, where, "HRM", fields)
     pos = sd.get(OFFICIAL_PREFIX + "embed_pos.embedding_weight")
     if pos is not None:
         hidden = int(fields.get("hidden_size", emb.shape[1]))
         ndim = fields.get("puzzle_emb_ndim") if fields.get("puzzle_emb_ndim") is not None else hidden
         fields["seq_len"] = int(pos.shape[0]) - (-(int(ndim) // -hidden))
-    for key in ("vocab_size", "seq_len", "num_puzzle_identifiers"):
-        if key in arch and key in fields and int(arch[key]) != fields[key]:
-            raise UserError(f"{where}: arch.{key}={arch[key]} but the weights give {fields[key]}")
+    _check_arch_against_weights(arch, fields, where)
     return fields
 
 
@@ -351,25 +330,7 @@ def official_trm_model_fields(arch: dict[str, Any], state: dict[str, Any], where
             raise UserError(f"{where}: unknown arch field '{key}' (known: {sorted(OFFICIAL_TRM_ARCH_FIELDS)})")
         field, convert = OFFICIAL_TRM_ARCH_FIELDS[key]
         fields[field] = convert(value)
-    for key, value in (arch.get("loss") or {}).items():
-        if key == "name":
-            if "ACTLossHead" not in str(value):
-                raise UserError(f"{where}: arch.loss.name='{value}' is not TRM's ACTLossHead")
-        elif key == "loss_type":
-            fields["loss_type"] = value
-        else:
-            raise UserError(f"{where}: unknown arch.loss field '{key}'")
-    if arch.get("causal"):
-        raise UserError(f"{where}: arch.causal=true is not supported (TRM's attention is non-causal)")
-    sd = strip_prefixes(state, ("_orig_mod.",))
-    emb = sd.get(OFFICIAL_PREFIX + "embed_tokens.embedding_weight")
-    if emb is None:
-        raise UserError(f"{where}: missing key '{OFFICIAL_PREFIX}embed_tokens.embedding_weight'")
-    fields["vocab_size"] = int(emb.shape[0])
-    pe = sd.get(OFFICIAL_PREFIX + "puzzle_emb.weights")
-    fields["num_puzzle_identifiers"] = int(pe.shape[0]) if pe is not None else 1
-    if pe is None and fields["puzzle_emb_ndim"] != 0:
-        raise UserError(f"{where}: missing key '{OFFICIAL_PREFIX}puzzle_emb.weights' (arch.puzzle_emb_ndim is not 0)")
+    sd, emb = _official_common_fields(arch, state, where, "TRM", fields)
     mlp_t = sd.get(OFFICIAL_PREFIX + "L_level.layers.0.mlp_t.gate_up_proj.weight")
     pos = sd.get(OFFICIAL_PREFIX + "embed_pos.embedding_weight")
     total = int(mlp_t.shape[1]) if mlp_t is not None else int(pos.shape[0]) if pos is not None else None
@@ -378,10 +339,41 @@ def official_trm_model_fields(arch: dict[str, Any], state: dict[str, Any], where
         ndim = int(fields["puzzle_emb_ndim"])
         p_len = 0 if ndim == 0 else (int(fields.get("puzzle_emb_len", 16)) or -(ndim // -hidden))
         fields["seq_len"] = total - p_len
+    _check_arch_against_weights(arch, fields, where)
+    return fields
+
+
+def _official_common_fields(arch: dict[str, Any], state: dict[str, Any], where: str, model: str,
+                            fields: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """What HRM's and TRM's official checkpoints share: the `arch.loss` section, no causal
+    attention, and the fields the weights fix (vocab_size, num_puzzle_identifiers). Fills `fields`;
+    returns the prefix-stripped state dict and the token embedding."""
+    for key, value in (arch.get("loss") or {}).items():
+        if key == "name":
+            if "ACTLossHead" not in str(value):
+                raise UserError(f"{where}: arch.loss.name='{value}' is not {model}'s ACTLossHead")
+        elif key == "loss_type":
+            fields["loss_type"] = value
+        else:
+            raise UserError(f"{where}: unknown arch.loss field '{key}'")
+    if arch.get("causal"):
+        raise UserError(f"{where}: arch.causal=true is not supported ({model}'s attention is non-causal)")
+    sd = strip_prefixes(state, ("_orig_mod.",))
+    emb = sd.get(OFFICIAL_PREFIX + "embed_tokens.embedding_weight")
+    if emb is None:
+        raise UserError(f"{where}: missing key '{OFFICIAL_PREFIX}embed_tokens.embedding_weight'")
+    fields["vocab_size"] = int(emb.shape[0])
+    pe = sd.get(OFFICIAL_PREFIX + "puzzle_emb.weights")
+    fields["num_puzzle_identifiers"] = int(pe.shape[0]) if pe is not None else 1
+    if pe is None and fields.get("puzzle_emb_ndim") != 0:
+        raise UserError(f"{where}: missing key '{OFFICIAL_PREFIX}puzzle_emb.weights' (arch.puzzle_emb_ndim is not 0)")
+    return sd, emb
+
+
+def _check_arch_against_weights(arch: dict[str, Any], fields: dict[str, Any], where: str) -> None:
     for key in ("vocab_size", "seq_len", "num_puzzle_identifiers"):
         if key in arch and key in fields and int(arch[key]) != fields[key]:
             raise UserError(f"{where}: arch.{key}={arch[key]} but the weights give {fields[key]}")
-    return fields
 
 
 def official_state_dict(state: dict[str, Any], key_map: dict[str, str], where: str) -> dict[str, Any]:
