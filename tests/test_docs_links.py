@@ -1,0 +1,44 @@
+"""Every relative link in README.md and docs/*.md points at a file that exists, and every
+`#anchor` at a heading of that file (GitHub's slug rules: lower case, punctuation dropped,
+spaces to hyphens)."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def slug(heading: str) -> str:
+    s = heading.strip().lower()
+    s = re.sub(r"[^\w\- ]", "", s)
+    return s.replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    return {slug(m.group(1)) for m in re.finditer(r"^#{1,6} (.+)$", text, flags=re.M)}
+
+
+def test_slug_follows_github():
+    assert slug("4.5 The paper's HRM prediction: C_L x p, and kappa along C_L") == \
+        "45-the-papers-hrm-prediction-c_l-x-p-and-kappa-along-c_l"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_relative_links_resolve(page):
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    bad = []
+    for target in LINK.findall(text):
+        if re.match(r"[a-z]+:", target):  # http(s), mailto
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (page.parent / path).resolve() if path else page
+        if not dest.exists():
+            bad.append(f"{target}: no file {dest.relative_to(ROOT) if dest.is_relative_to(ROOT) else dest}")
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            bad.append(f"{target}: no heading '#{anchor}' in {dest.name}")
+    assert not bad, f"{page.name}: " + "; ".join(bad)
