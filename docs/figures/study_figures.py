@@ -250,7 +250,7 @@ def clp_tables(data: str, folder: str = "clp", lr: str = "1e-3") -> str:
     if not cells:
         return ""
     cls = sorted({c for c, _ in cells})
-    lines = [f"**HRM, {data}, lr {lr}: C_L x p** (final exact / token accuracy %, no TTA, trained depth; one seed each)",
+    lines = [f"**HRM, {data}, lr {lr}: C_L x p** (final exact / token accuracy %, no TTA, trained depth; "; " separates seeds s0, s1, ...)",
              "",
              "| setting | " + " | ".join(f"C_L={c}" for c in cls) + " |", "|---|" + "---|" * len(cls)]
     for st in CLP_SETTINGS:
@@ -258,8 +258,8 @@ def clp_tables(data: str, folder: str = "clp", lr: str = "1e-3") -> str:
         for c in cls:
             rs = cells.get((c, st), [])
             vals = [[r2 for r2 in rows(r) if "eval/exact_accuracy" in r2][-1] for r in rs if evals(r)]
-            out.append(" / ".join(f"{100 * v['eval/exact_accuracy']:.1f} / {100 * v['eval/accuracy']:.1f}"
-                                  for v in vals) or "-")
+            out.append("; ".join(f"{100 * v['eval/exact_accuracy']:.1f} / {100 * v['eval/accuracy']:.1f}"
+                                 for v in vals) or "-")
         if any(o != "-" for o in out):
             lines.append(f"| {st} | " + " | ".join(out) + " |")
     for key, name in (("kappa/L/max", "L"), ("kappa/H/max", "H")):
