@@ -250,7 +250,7 @@ def clp_tables(data: str, folder: str = "clp", lr: str = "1e-3") -> str:
     if not cells:
         return ""
     cls = sorted({c for c, _ in cells})
-    lines = [f"**HRM, {data}, lr {lr}: C_L x p** (final exact / token accuracy %, no TTA, trained depth; "; " separates seeds s0, s1, ...)",
+    lines = [f"**HRM, {data}, lr {lr}: C_L x p** (final exact / token accuracy %, no TTA, trained depth; seeds s0, s1, ... separated by semicolons)",
              "",
              "| setting | " + " | ".join(f"C_L={c}" for c in cls) + " |", "|---|" + "---|" * len(cls)]
     for st in CLP_SETTINGS:
