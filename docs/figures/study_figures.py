@@ -303,10 +303,11 @@ def plot_clp(data: str, axes, folder: str = "clp", lr: str = "1e-3") -> None:
             kap.append(statistics.mean(x[1] for x in k if x) if any(k) else float("nan"))
         if not xs:
             continue
-        axes[0].plot(xs, acc, marker="o", label=st)
-        axes[1].plot(xs, kap, marker="o", label=st)
+        color = f"C{CLP_SETTINGS.index(st)}"  # one colour per setting in every panel
+        axes[0].plot(xs, acc, marker="o", label=st, color=color)
+        axes[1].plot(xs, kap, marker="o", label=st, color=color)
     axes[1].plot(cls, cls, color="gray", ls="--", lw=1, label="kappa = C_L (aligned)")
-    for ax, t, y in ((axes[0], "final exact accuracy (%)", "exact (%)"),
+    for ax, t, y in ((axes[0], "final exact accuracy (%, mean over seeds)", "exact (%)"),
                      (axes[1], "kappa/L/max, trained (mean of 2nd half)", "kappa")):
         ax.set_xscale("log", base=2)
         ax.set_xticks(cls, [str(c) for c in cls])
