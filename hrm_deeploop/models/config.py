@@ -30,6 +30,24 @@ def check_heads(hidden_size: int, num_heads: int, rope: bool) -> None:
               f"such that the head size hidden_size / num_heads = {hidden_size // num_heads} is even (RoPE)")
 
 
+def check_reasoner_fields(cfg: Any, depth_keys: tuple[str, ...], pos_encodings: tuple[str, ...]) -> None:
+    """The range checks HRM and TRM share (one place per field); `depth_keys` are the model's own
+    layer and cycle counts, `pos_encodings` the position schemes it supports."""
+    for key in ("hidden_size", "num_heads", *depth_keys, "halt_max_steps", "mlp_multiple", "vocab_size", "seq_len",
+                "num_puzzle_identifiers"):
+        at_least(f"model.{key}", getattr(cfg, key), 1)
+    positive("model.expansion", cfg.expansion)
+    positive("model.rope_theta", cfg.rope_theta)
+    positive("model.rms_norm_eps", cfg.rms_norm_eps)
+    in_range("model.halt_exploration_prob", cfg.halt_exploration_prob, 0.0, 1.0)
+    if cfg.puzzle_emb_ndim is not None:
+        at_least("model.puzzle_emb_ndim", cfg.puzzle_emb_ndim, 0)
+    one_of("model.pos_encodings", cfg.pos_encodings, pos_encodings)
+    one_of("model.loss_type", cfg.loss_type, ("stablemax_cross_entropy", "softmax_cross_entropy"))
+    one_of("model.stablemax_dtype", cfg.stablemax_dtype, ("float64", "float32"))
+    one_of("model.forward_dtype", cfg.forward_dtype, COMPUTE_DTYPES)
+
+
 @dataclass
 class HRMConfig:
     """HRM architecture (reference spec 3.1 defaults). Keys mirror HRM's `arch` section."""
@@ -58,19 +76,8 @@ class HRMConfig:
     num_puzzle_identifiers: int = 1
 
     def __post_init__(self) -> None:
-        for key in ("hidden_size", "num_heads", "num_h_layers", "num_l_layers", "num_h_cycles", "num_l_cycles",
-                    "halt_max_steps", "mlp_multiple", "vocab_size", "seq_len", "num_puzzle_identifiers"):
-            at_least(f"model.{key}", getattr(self, key), 1)
-        positive("model.expansion", self.expansion)
-        positive("model.rope_theta", self.rope_theta)
-        positive("model.rms_norm_eps", self.rms_norm_eps)
-        in_range("model.halt_exploration_prob", self.halt_exploration_prob, 0.0, 1.0)
-        if self.puzzle_emb_ndim is not None:
-            at_least("model.puzzle_emb_ndim", self.puzzle_emb_ndim, 0)
-        one_of("model.pos_encodings", self.pos_encodings, ("rope", "learned"))
-        one_of("model.loss_type", self.loss_type, ("stablemax_cross_entropy", "softmax_cross_entropy"))
-        one_of("model.stablemax_dtype", self.stablemax_dtype, ("float64", "float32"))
-        one_of("model.forward_dtype", self.forward_dtype, COMPUTE_DTYPES)
+        check_reasoner_fields(self, ("num_h_layers", "num_l_layers", "num_h_cycles", "num_l_cycles"),
+                              pos_encodings=("rope", "learned"))
         check_heads(self.hidden_size, self.num_heads, rope=self.pos_encodings == "rope")
 
     @property
@@ -117,21 +124,10 @@ class TRMConfig:
     num_puzzle_identifiers: int = 1
 
     def __post_init__(self) -> None:
-        for key in ("hidden_size", "num_heads", "num_layers", "num_h_cycles", "num_l_cycles", "halt_max_steps",
-                    "mlp_multiple", "vocab_size", "seq_len", "num_puzzle_identifiers"):
-            at_least(f"model.{key}", getattr(self, key), 1)
-        positive("model.expansion", self.expansion)
-        positive("model.rope_theta", self.rope_theta)
-        positive("model.rms_norm_eps", self.rms_norm_eps)
-        in_range("model.halt_exploration_prob", self.halt_exploration_prob, 0.0, 1.0)
-        if self.puzzle_emb_ndim is not None:
-            at_least("model.puzzle_emb_ndim", self.puzzle_emb_ndim, 0)
+        check_reasoner_fields(self, ("num_layers", "num_h_cycles", "num_l_cycles"),
+                              pos_encodings=("rope", "learned", "none"))
         at_least("model.puzzle_emb_len", self.puzzle_emb_len, 0)
         one_of("model.mixer", self.mixer, ("attention", "mlp"))
-        one_of("model.pos_encodings", self.pos_encodings, ("rope", "learned", "none"))
-        one_of("model.loss_type", self.loss_type, ("stablemax_cross_entropy", "softmax_cross_entropy"))
-        one_of("model.stablemax_dtype", self.stablemax_dtype, ("float64", "float32"))
-        one_of("model.forward_dtype", self.forward_dtype, COMPUTE_DTYPES)
         if self.puzzle_emb_len:
             check(self.puzzle_dim <= self.puzzle_emb_len * self.hidden_size, "model.puzzle_emb_len",
                   self.puzzle_emb_len, f"large enough to hold model.puzzle_emb_ndim={self.puzzle_dim} "
