@@ -37,3 +37,20 @@ def test_demo_micro_end_to_end(tmp_path, capsys):
     assert "total wall time" in capsys.readouterr().out
     # refuses to overwrite
     assert main(["demo", f"output_dir={out}"]) == 2
+
+
+def test_default_arc_subset_is_the_studied_one(tmp_path):
+    """The CPU preset's ARC part uses the eight tasks of docs/results.md section 4.7 as evaluation
+    tasks (their demonstrations trained on, their test inputs held out), never also as training tasks."""
+    from hrm_deeploop.demo import DemoPreset, write_arc_subset
+
+    p = DemoPreset()
+    assert p.arc_heldout_tasks == ["0d3d703e", "b1948b0a", "c8f0f002", "d511f180",
+                                   "f76d97a5", "25ff71a9", "a79310a0", "5582e5ca"]
+    data = write_arc_subset(tmp_path, p)
+    evaluation = sorted(f.stem for f in (data / "evaluation").glob("*.json"))
+    training = sorted(f.stem for f in (data / "training").glob("*.json"))
+    assert evaluation == sorted(p.arc_heldout_tasks)
+    assert len(training) == p.arc_train_tasks and not set(training) & set(evaluation)
+    task = json.loads((data / "evaluation" / "25ff71a9.json").read_text())
+    assert len(task["test"]) == 2 and all("output" in t for t in task["test"])

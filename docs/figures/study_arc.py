@@ -1,0 +1,106 @@
+"""Figure and tables for docs/results.md section 4.7 (ARC: held-out test inputs of simple tasks).
+
+    PYTHONPATH=. python docs/figures/study_arc.py RUN_ROOT      # e.g. runs/study/arcpw
+
+RUN_ROOT holds the dataset (`data/`), the training runs `<scheme>_<lr>[_s<seed>]/` (metrics.jsonl)
+and their `evaluate` folders `eval_<scheme>_<lr>[_s<seed>]/` (predictions.npz), as written by the
+commands in section 4.7. Prints, per run, the share of single augmented copies predicted exactly
+(before any vote), the voted pass@K (HRM protocol) and, per test input, the votes of the true
+output and its rank among the candidates; writes docs/figures/study_arc.png.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from eval.predictions import load_predictions  # noqa: E402
+from eval.vote import vote  # noqa: E402
+
+FIG = Path(__file__).resolve().parent
+SCHEMES = ("baseline", "deeploop")
+COLORS = {"baseline": "tab:blue", "deeploop": "tab:red"}
+RUN = re.compile(r"^(baseline|deeploop)_([0-9.e-]+?)(?:_s(\d+))?$")
+
+
+def runs(root: Path) -> list[tuple[str, str, int, Path]]:
+    out = []
+    for d in sorted(root.iterdir()):
+        m = RUN.match(d.name)
+        if m and (root / f"eval_{d.name}" / "predictions.npz").exists():
+            out.append((m[1], m[2], int(m[3] or 0), d))
+    return sorted(out, key=lambda r: (SCHEMES.index(r[0]), r[2]))
+
+
+def curve(run: Path) -> list[tuple[int, float]]:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return [(r["step"], 100 * r["eval/exact_accuracy"]) for r in rows if "eval/exact_accuracy" in r]
+
+
+def main(root: Path) -> int:
+    found = runs(root)
+    if not found:
+        raise SystemExit(f"no finished runs with an eval_* folder under {root}")
+    table = ["| scheme | lr | seed | exact single copies | pass@1 | pass@2 | pass@10 | tasks solved (pass@2) |",
+             "|---|---|---|---|---|---|---|---|"]
+    summary: dict[str, list[tuple[float, float, float]]] = {s: [] for s in SCHEMES}
+    detail = []
+    for scheme, lr, seed, run in found:
+        res = vote(load_predictions(root / f"eval_{run.name}" / "predictions.npz"), root / "data")
+        rows = exact = 0
+        for task in res.tasks:
+            for t in task.tests:
+                truth = t.candidates[t.truth_rank].votes if t.truth_rank is not None else 0
+                rows, exact = rows + t.num_votes, exact + truth
+                rank = "-" if t.truth_rank is None else str(t.truth_rank + 1)
+                detail.append(f"{scheme} s{seed} {task.name}: truth {truth}/{t.num_votes} votes, "
+                              f"top candidate {t.candidates[0].votes}, truth rank {rank}")
+        s = res.scores["hrm"]
+        solved = ", ".join(t.name for t in res.tasks if t.correct_at(2)) or "-"
+        table.append(f"| {scheme} | {lr} | {seed} | {100 * exact / rows:.1f}% ({exact}/{rows}) | {s['1']:.1f} | "
+                     f"{s['2']:.1f} | {s['10']:.1f} | {solved} |")
+        summary[scheme].append((100 * exact / rows, s["1"], s["2"]))
+    print("\n".join(table), "\n")
+    for scheme, vals in summary.items():
+        if vals:
+            cols = list(zip(*vals))
+            print(f"{scheme}: {len(vals)} seeds, mean exact copies {statistics.mean(cols[0]):.1f}%, "
+                  f"mean pass@1 {statistics.mean(cols[1]):.1f}, mean pass@2 {statistics.mean(cols[2]):.1f}")
+    print("\n" + "\n".join(detail))
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    for scheme, lr, seed, run in found:
+        steps, ex = zip(*curve(run))
+        a.plot(steps, ex, color=COLORS[scheme], alpha=0.6, marker="o", ms=3,
+               label=f"{scheme} (lr {lr})" if seed == min(r[2] for r in found if r[0] == scheme) else None)
+    a.set(xlabel="training step", ylabel="held-out copies exact (%)",
+          title="single augmented test copies, no vote")
+    a.legend()
+    labels = ["single copies exact", "voted pass@1", "voted pass@2"]
+    for i, scheme in enumerate(SCHEMES):
+        for j in range(3):
+            ys = [v[j] for v in summary[scheme]]
+            xs = [j + (i - 0.5) * 0.3] * len(ys)
+            b.scatter(xs, ys, color=COLORS[scheme], alpha=0.7, label=scheme if j == 0 else None)
+            if ys:
+                b.hlines(statistics.mean(ys), xs[0] - 0.12, xs[0] + 0.12, color=COLORS[scheme])
+    b.set_xticks(range(3), labels)
+    b.set(ylabel="%", title="the vote over 9 copies (one dot per seed, line = mean)")
+    b.legend()
+    fig.suptitle("Tiny HRM, 8 held-out ARC-1 test inputs of simple tasks, 1500 steps")
+    fig.tight_layout()
+    fig.savefig(FIG / "study_arc.png", dpi=110)
+    print(f"\nwrote {FIG / 'study_arc.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(Path(sys.argv[1] if len(sys.argv) > 1 else "runs/study/arcpw")))
