@@ -51,7 +51,8 @@ def main(root: Path) -> int:
         raise SystemExit(f"no finished runs with an eval_* folder under {root}")
     table = ["| scheme | lr | seed | exact single copies | pass@1 | pass@2 | pass@10 | tasks solved (pass@2) |",
              "|---|---|---|---|---|---|---|---|"]
-    summary: dict[str, list[tuple[float, float, float]]] = {s: [] for s in SCHEMES}
+    cells = sorted({(scheme, lr) for scheme, lr, _, _ in found}, key=lambda c: (SCHEMES.index(c[0]), float(c[1])))
+    summary: dict[tuple[str, str], list[tuple[float, float, float]]] = {c: [] for c in cells}
     detail = []
     for scheme, lr, seed, run in found:
         res = vote(load_predictions(root / f"eval_{run.name}" / "predictions.npz"), root / "data")
@@ -67,31 +68,37 @@ def main(root: Path) -> int:
         solved = ", ".join(t.name for t in res.tasks if t.correct_at(2)) or "-"
         table.append(f"| {scheme} | {lr} | {seed} | {100 * exact / rows:.1f}% ({exact}/{rows}) | {s['1']:.1f} | "
                      f"{s['2']:.1f} | {s['10']:.1f} | {solved} |")
-        summary[scheme].append((100 * exact / rows, s["1"], s["2"]))
+        summary[(scheme, lr)].append((100 * exact / rows, s["1"], s["2"]))
     print("\n".join(table), "\n")
-    for scheme, vals in summary.items():
-        if vals:
-            cols = list(zip(*vals))
-            print(f"{scheme}: {len(vals)} seeds, mean exact copies {statistics.mean(cols[0]):.1f}%, "
-                  f"mean pass@1 {statistics.mean(cols[1]):.1f}, mean pass@2 {statistics.mean(cols[2]):.1f}")
+    for (scheme, lr), vals in summary.items():
+        cols = list(zip(*vals))
+        print(f"{scheme} lr {lr}: {len(vals)} seeds, mean exact copies {statistics.mean(cols[0]):.1f}% "
+              f"[{min(cols[0]):.1f}, {max(cols[0]):.1f}], mean pass@1 {statistics.mean(cols[1]):.1f}, "
+              f"mean pass@2 {statistics.mean(cols[2]):.1f}")
     print("\n" + "\n".join(detail))
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
-    for scheme, lr, seed, run in found:
+    style = {c: (COLORS[c[0]], "-" if i == 0 or c[0] != cells[i - 1][0] else "--") for i, c in enumerate(cells)}
+    labelled = set()
+    for scheme, lr, _seed, run in found:
         steps, ex = zip(*curve(run))
-        a.plot(steps, ex, color=COLORS[scheme], alpha=0.6, marker="o", ms=3,
-               label=f"{scheme} (lr {lr})" if seed == min(r[2] for r in found if r[0] == scheme) else None)
+        colour, line = style[(scheme, lr)]
+        a.plot(steps, ex, color=colour, linestyle=line, alpha=0.6, marker="o", ms=3,
+               label=None if (scheme, lr) in labelled else f"{scheme} (lr {lr})")
+        labelled.add((scheme, lr))
     a.set(xlabel="training step", ylabel="held-out copies exact (%)",
           title="single augmented test copies, no vote")
     a.legend()
     labels = ["single copies exact", "voted pass@1", "voted pass@2"]
-    for i, scheme in enumerate(SCHEMES):
+    width = 0.8 / len(cells)
+    for i, cell in enumerate(cells):
+        colour, line = style[cell]
         for j in range(3):
-            ys = [v[j] for v in summary[scheme]]
-            xs = [j + (i - 0.5) * 0.3] * len(ys)
-            b.scatter(xs, ys, color=COLORS[scheme], alpha=0.7, label=scheme if j == 0 else None)
-            if ys:
-                b.hlines(statistics.mean(ys), xs[0] - 0.12, xs[0] + 0.12, color=COLORS[scheme])
+            ys = [v[j] for v in summary[cell]]
+            xs = [j + (i - (len(cells) - 1) / 2) * width] * len(ys)
+            b.scatter(xs, ys, color=colour, alpha=0.7, marker="o" if line == "-" else "s",
+                      label=f"{cell[0]} (lr {cell[1]})" if j == 0 else None)
+            b.hlines(statistics.mean(ys), xs[0] - width / 3, xs[0] + width / 3, color=colour, linestyle=line)
     b.set_xticks(range(3), labels)
     b.set(ylabel="%", title="the vote over 9 copies (one dot per seed, line = mean)")
     b.legend()
