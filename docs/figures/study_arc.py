@@ -37,7 +37,7 @@ def runs(root: Path) -> list[tuple[str, str, int, Path]]:
         m = RUN.match(d.name)
         if m and (root / f"eval_{d.name}" / "predictions.npz").exists():
             out.append((m[1], m[2], int(m[3] or 0), d))
-    return sorted(out, key=lambda r: (SCHEMES.index(r[0]), r[2]))
+    return sorted(out, key=lambda r: (SCHEMES.index(r[0]), float(r[1]), r[2]))
 
 
 def curve(run: Path) -> list[tuple[int, float]]:
