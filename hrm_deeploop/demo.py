@@ -318,8 +318,8 @@ def comparison_table(results: dict[str, Any]) -> str:
     if results["hrm"]:
         ks = list(next(iter(results["hrm"].values()))["hrm"].keys())
         lines += ["HRM on the ARC subset (the pipeline build -> train -> evaluate -> vote; at this budget the tiny",
-                  "model is not expected to solve an ARC task; the 1500-step runs of docs/results.md section 4.7",
-                  "solve 2 of these 8): voted pass@K on the evaluation tasks (%; HRM",
+                  "model is not expected to solve an ARC task; docs/results.md section 4.7 has what longer CPU",
+                  "runs solve): voted pass@K on the evaluation tasks (%; HRM",
                   "protocol: a task counts when all its test inputs are right), training metrics averaged over",
                   "the last 10 steps",
                   "", "| scheme | " + " | ".join(f"pass@{k}" for k in ks)

@@ -4,21 +4,25 @@ permutations within a band/stack, and transposition when the boxes are square)? 
 the geometric transforms, digits canonicalised by order of first appearance. Used for
 docs/results.md section 4.1:
 
-    python docs/figures/sudoku_equivalence.py runs/study/data/raw/sudoku6 6
-    python docs/figures/sudoku_equivalence.py runs/study/data/raw/sudoku4 4
+    PYTHONPATH=. python docs/figures/sudoku_equivalence.py runs/study/data/raw/sudoku6 6
+    PYTHONPATH=. python docs/figures/sudoku_equivalence.py runs/study/data/raw/sudoku4 4
 """
-import csv
 import itertools
 import sys
 
 import numpy as np
 
+from arc_data.puzzle_csv import read_puzzle_csv
+from arc_data.sudoku import box_shape
+
 n = int(sys.argv[2])
-br, bc = {4: (2, 2), 6: (2, 3), 9: (3, 3)}[n]
+br, bc = box_shape(n)
 
 
 def read(p):
-    return np.array([[int(ch) for ch in r["question"].replace(".", "0")] for r in csv.DictReader(open(p))])
+    """Questions as digits 0..n (0 = blank), one row per puzzle, via the builder's CSV reader."""
+    q = read_puzzle_csv(p).questions.astype(np.int64) - ord("0")
+    return np.where((q >= 1) & (q <= n), q, 0)
 
 
 def within(nb, bs):
