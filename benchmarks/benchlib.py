@@ -42,6 +42,8 @@ def setup_device(name: str, threads: int = 1) -> torch.device:
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise SystemExit(f"--device {name}: CUDA is not available")
+        if dev.index is None:  # torch.cuda.set_device rejects a bare "cuda" in some releases
+            dev = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(dev)  # TF32 left at torch's default, as the trainers leave it
     return dev
 

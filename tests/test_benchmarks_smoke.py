@@ -137,3 +137,29 @@ def test_compare_nanogpt_runs(capsys):
         out = capsys.readouterr().out
         assert rc == 0, out
         assert f"ours (looped GPT, R = 1, {mlp})" in out and "nanoGPT" in out and "tokens/s" in out
+
+
+def test_setup_device_gives_set_device_an_index(monkeypatch):
+    """torch 2.11's torch.cuda.set_device rejects a bare 'cuda' (seen on the first GPU lease: every
+    benchmark failed before it started); setup_device must pass the current device's index."""
+    import torch
+
+    from benchmarks.benchlib import setup_device
+
+    calls = []
+
+    def strict_set_device(dev):
+        if isinstance(dev, torch.device) and dev.index is None:
+            raise ValueError("Expected a torch.device with a specified index or an integer")
+        calls.append(dev)
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "set_device", strict_set_device)
+    threads = torch.get_num_threads()
+    try:
+        assert setup_device("cuda", threads) == torch.device("cuda", 0)
+        assert setup_device("cuda:0", threads) == torch.device("cuda", 0)
+    finally:
+        torch.set_num_threads(threads)
+    assert calls == [torch.device("cuda", 0)] * 2
