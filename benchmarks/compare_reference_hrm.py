@@ -16,8 +16,12 @@ SwiGLU width multiple of 256):
    and the same AdamATan2 implementation for both. After each step it compares the loss, logits,
    Q logits, every dense gradient, the puzzle-row gradients and, after the optimiser step, every
    weight and the puzzle table; then, on the trained weights, evaluation as HRM's pretrain runs it
-   (eval mode, segments until every slot halts) against our `HRM.predict`. Exit 1 when a relative
-   difference exceeds `--tol` or a halting decision or predicted token differs.
+   (eval mode, segments until every slot halts) against our `HRM.predict`, with a floor beside each
+   evaluation quantity: the same quantity between our model and a copy whose weights differ by
+   1e-7 relative (`benchlib.perturbed`), which says how far the rollout carries rounding. Exit 1
+   when a relative difference exceeds `--tol` or a halting decision or predicted token differs
+   (an evaluation quantity: beyond the larger of those and its floor). On CUDA the part runs under
+   `benchlib.strict_numerics` (deterministic kernels, no TF32, SDPA's math backend on both sides).
 2. Throughput: the reference's train step as its `pretrain.train_batch` does it (forward through
    the loss head, backward of loss / batch, sparse SignSGD + AdamATan2 with the scheduled lr,
    zero_grad, metrics to the host), eager and `torch.compile(model, dynamic=False)` as its pretrain
@@ -49,7 +53,18 @@ from omegaconf import OmegaConf
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from benchmarks.bench_hrm import PRESETS, make_trainer, random_batches  # noqa: E402
-from benchmarks.benchlib import add_common_args, describe, print_table, setup_device, time_steps  # noqa: E402
+from benchmarks.benchlib import (  # noqa: E402
+    FLOOR,
+    add_common_args,
+    describe,
+    judge,
+    perturbed,
+    print_table,
+    rel_diff,
+    setup_device,
+    strict_numerics,
+    time_steps,
+)
 from hrm_deeploop import runtime as D  # noqa: E402
 from hrm_deeploop.checkpoint import official_key_map, official_state_dict  # noqa: E402
 from hrm_deeploop.config import to_dict, typed  # noqa: E402
@@ -135,12 +150,6 @@ def key_map(cfg: HRMConfig) -> dict[str, str]:
 
 # ---- 1. equivalence -------------------------------------------------------------------------------
 
-def rel_diff(a: torch.Tensor, b: torch.Tensor) -> float:
-    """max |a - b| / max(max |b|, 1e-12), in float64."""
-    a, b = a.detach().double(), b.detach().double()
-    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-12))
-
-
 def check_equivalence(ref, cfg: HRMConfig, batch: int, device: torch.device, steps: int, o: OptimConfig,
                       seed: int) -> list[list[str]]:
     """Rows [step, quantity, max relative difference] for `steps` ACT training steps."""
@@ -149,7 +158,8 @@ def check_equivalence(ref, cfg: HRMConfig, batch: int, device: torch.device, ste
     # (bf16/fp16 only) is installed: this part compares everything around the attention kernel.
     real_attention, ref.layers.flash_attn_func = ref.layers.flash_attn_func, _sdpa_flash_attn_func
     try:
-        return _check(ref, cfg, batch, device, steps, o, seed)
+        with strict_numerics(device):
+            return _check(ref, cfg, batch, device, steps, o, seed)
     finally:
         ref.layers.flash_attn_func = real_attention
 
@@ -224,10 +234,15 @@ def _check(ref, cfg: HRMConfig, batch: int, device: torch.device, steps: int, o:
             if done:
                 break
         _, out = ours.predict(b)
-    evals = {f"eval logits ({segments} segments)": rel_diff(out["logits"], ref_out["logits"]),
-             "eval q_halt_logits": rel_diff(out["q_halt_logits"], ref_out["q_halt_logits"]),
-             "eval argmax (mismatches)": float((out["logits"].argmax(-1) != ref_out["logits"].argmax(-1)).sum())}
-    rows += [["eval", k, f"{v:.2e}" if "mismatches" not in k else f"{v:.0f}"] for k, v in evals.items()]
+        with perturbed(ours):  # the rollout's own sensitivity: ours against ours
+            _, twin = ours.predict(b)
+    evals = {f"eval logits ({segments} segments)": (out["logits"], ref_out["logits"], twin["logits"]),
+             "eval q_halt_logits": (out["q_halt_logits"], ref_out["q_halt_logits"], twin["q_halt_logits"])}
+    for k, (a, r, t) in evals.items():
+        rows += [["eval", k, f"{rel_diff(a, r):.2e}"], ["floor", FLOOR + k, f"{rel_diff(t, a):.2e}"]]
+    k = "eval argmax (mismatches)"
+    rows += [["eval", k, f"{int((out['logits'].argmax(-1) != ref_out['logits'].argmax(-1)).sum())}"],
+             ["floor", FLOOR + k, f"{int((twin['logits'].argmax(-1) != out['logits'].argmax(-1)).sum())}"]]
     return rows
 
 
@@ -316,8 +331,7 @@ def main(argv: list[str] | None = None) -> int:
               "logits), and this check runs in fp32")
     elif not args.skip_check:
         rows = check_equivalence(ref, cfg, args.check_batch, device, args.check_steps, o, seed=0)
-        bad = [r for r in rows if "mismatches" not in r[1] and float(r[2]) > args.tol]
-        bad += [r for r in rows if "mismatches" in r[1] and r[2] != "0"]
+        bad = judge(rows, args.tol)
         print(f"\n## equivalence: fp32, batch {args.check_batch}, exploration off, {args.check_steps} ACT steps "
               f"(max relative difference, tolerance {args.tol:g})")
         print_table(["step", "quantity", "max rel diff"], rows)

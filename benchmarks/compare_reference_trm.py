@@ -16,12 +16,16 @@ Three parts, at one config (`--preset`, with the reference's fixed SwiGLU width 
    the reference as its `pretrain.train_batch` + `EMAHelper.update` do it (its sparse SignSGD class,
    its lr schedule function), ours through `training.reasoner.Trainer.train_step` with the weight
    average on. Exploration draws match: before each reference step the global torch generator
-   (which the reference draws from) gets the state of our trainer's exploration generator. After
+   (which the reference draws from) gets the state of our trainer's exploration generator (on
+   CUDA the reference's two device-side draws are taken on the host instead: `_HostDrawnTorch`). After
    each step it compares the loss, logits, Q logits, halting decisions, every dense gradient, the
    puzzle-row gradients and, after the optimiser step, every weight, the puzzle table and every
    EMA weight; then evaluation as the reference's pretrain runs it (on its `ema_copy`, eval mode,
-   segments until every slot halts) against our `predict` inside `EMA.applied`. Exit 1 when a
-   relative difference exceeds `--tol` (0: bit-identical) or a decision or token differs.
+   segments until every slot halts) against our `predict` inside `EMA.applied`, with a floor
+   beside each evaluation quantity (ours against a copy whose weights differ by 1e-7 relative).
+   Exit 1 when a relative difference exceeds `--tol` (0: bit-identical) or a decision or token
+   differs (an evaluation quantity: beyond the larger of those and its floor). On CUDA the part
+   runs under `benchlib.strict_numerics` (deterministic kernels, no TF32, SDPA's math backend).
 2. Sensitivity: the same first step with DeepLoop scaling on our side (same weights, alpha =
    sqrt(2 N_g)) must differ from the reference, or part 1 would prove nothing.
 3. Throughput: the reference's step as its `train_batch` does it (loss head forward, backward of
@@ -60,10 +64,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from benchmarks.bench_hrm import make_trainer, random_batches  # noqa: E402
 from benchmarks.benchlib import (  # noqa: E402
+    FLOOR,
     add_common_args,
     describe,
+    judge,
+    perturbed,
     print_table,
+    rel_diff,
     setup_device,
+    strict_numerics,
     stub_argdantic,
     sync,
 )
@@ -157,6 +166,7 @@ def import_reference(ref_dir: Path) -> tuple[types.SimpleNamespace, str]:
     note = (f"pretrain.py imported for its lr schedule with stand-in modules {stubbed + ['argdantic']} "
             "(never called); both sides' AdamATan2: make_adam_atan2")
     return types.SimpleNamespace(Model=trm.TinyRecursiveReasoningModel_ACTV1, LossHead=losses.ACTLossHead,
+                                 model_module=trm,
                                  SignSGD=sparse.CastedSparseEmbeddingSignSGD_Distributed, EMAHelper=ema.EMAHelper,
                                  lr=pretrain.cosine_schedule_with_warmup_lr_lambda,
                                  active=lambda: _reference_modules(ref_dir, modules)), note
@@ -200,12 +210,6 @@ def key_map(cfg: TRMConfig) -> dict[str, str]:
 
 # ---- 1. equivalence and 2. sensitivity --------------------------------------------------------------
 
-def rel_diff(a: torch.Tensor, b: torch.Tensor) -> float:
-    """max |a - b| / max(max |b|, 1e-12), in float64."""
-    a, b = a.detach().double(), b.detach().double()
-    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-12))
-
-
 class Capture:
     """What our trainer's step computes, caught with hooks: model outputs and carry, the loss, the
     dense gradients just before AdamATan2 steps, the puzzle-row gradients SignSGD receives."""
@@ -233,10 +237,50 @@ class Capture:
         return result
 
 
+class _HostDrawnTorch:
+    """The `torch` the reference's model module sees during the check on CUDA. Its exploration
+    calls torch.rand_like / torch.randint_like on the device, which draw from the CUDA generator;
+    our trainer draws on the host (a CPU generator), whose state `torch.set_rng_state` hands to the
+    reference before each step. Here those two draw on the host's global generator and move the
+    result to the device, so that the draws match on CUDA as they do on CPU (on the first GPU lease,
+    without this, one halting decision differed at step 1). Everything else is torch itself."""
+
+    def __getattr__(self, name: str):
+        return getattr(torch, name)
+
+    @staticmethod
+    def rand_like(t: torch.Tensor) -> torch.Tensor:
+        return torch.rand(t.shape, dtype=t.dtype).to(t.device)
+
+    @staticmethod
+    def randint_like(t: torch.Tensor, low: int, high: int) -> torch.Tensor:
+        return torch.randint(low, high, t.shape, dtype=t.dtype).to(t.device)
+
+
+@contextlib.contextmanager
+def _host_draws(ref, device: torch.device):
+    if device.type != "cuda":
+        yield
+        return
+    module = ref.model_module
+    module.torch = _HostDrawnTorch()
+    try:
+        yield
+    finally:
+        module.torch = torch
+
+
 def check_equivalence(ref, cfg: TRMConfig, batch: int, device: torch.device, steps: int, o: OptimConfig,
                       seed: int, explore: float) -> tuple[list[list[str]], list[list[str]]]:
     """Rows [step, quantity, max relative difference] for `steps` training steps, and the
-    sensitivity rows (DeepLoop on our side)."""
+    sensitivity rows (DeepLoop on our side). On CUDA under strict numerics, with host-drawn
+    exploration on the reference's side."""
+    with strict_numerics(device), _host_draws(ref, device):
+        return _check(ref, cfg, batch, device, steps, o, seed, explore)
+
+
+def _check(ref, cfg: TRMConfig, batch: int, device: torch.device, steps: int, o: OptimConfig,
+           seed: int, explore: float) -> tuple[list[list[str]], list[list[str]]]:
     cfg = replace(cfg, halt_exploration_prob=explore, forward_dtype="float32")
     total = 10**6  # the schedule's length on both sides (make_trainer's)
     torch.manual_seed(seed)
@@ -316,11 +360,16 @@ def check_equivalence(ref, cfg: TRMConfig, batch: int, device: torch.device, ste
         model.eval()
         with trainer.ema.applied(model):
             _, out = model.predict(b)
+            with perturbed(model):  # the rollout's own sensitivity: ours against ours
+                _, twin = model.predict(b)
         model.train()
-    evals = {f"eval logits, EMA weights ({segments} segments)": rel_diff(out["logits"], ref_out["logits"]),
-             "eval q_halt_logits": rel_diff(out["q_halt_logits"], ref_out["q_halt_logits"]),
-             "eval argmax (mismatches)": float((out["logits"].argmax(-1) != ref_out["logits"].argmax(-1)).sum())}
-    rows += [["eval", k, _fmt(k, x)] for k, x in evals.items()]
+    evals = {f"eval logits, EMA weights ({segments} segments)": (out["logits"], ref_out["logits"], twin["logits"]),
+             "eval q_halt_logits": (out["q_halt_logits"], ref_out["q_halt_logits"], twin["q_halt_logits"])}
+    for k, (a, r, t) in evals.items():
+        rows += [["eval", k, f"{rel_diff(a, r):.2e}"], ["floor", FLOOR + k, f"{rel_diff(t, a):.2e}"]]
+    k = "eval argmax (mismatches)"
+    rows += [["eval", k, f"{int((out['logits'].argmax(-1) != ref_out['logits'].argmax(-1)).sum())}"],
+             ["floor", FLOOR + k, f"{int((twin['logits'].argmax(-1) != out['logits'].argmax(-1)).sum())}"]]
 
     # 2. Sensitivity: DeepLoop alpha on our side, same weights, same first batch.
     deep = make_trainer(cfg, ScalingConfig(scheme="deeploop"), device, batch, optim=o, ema=True)
@@ -455,8 +504,7 @@ def main(argv: list[str] | None = None) -> int:
     elif not args.skip_check:
         rows, sens = check_equivalence(ref, cfg, args.check_batch, device, args.check_steps, o, seed=0,
                                        explore=args.explore)
-        bad = [r for r in rows if "mismatches" not in r[1] and "halted, of" not in r[1] and float(r[2]) > args.tol]
-        bad += [r for r in rows if "mismatches" in r[1] and r[2] != "0"]
+        bad = judge(rows, args.tol)
         print(f"\n## equivalence: fp32, batch {args.check_batch}, exploration {args.explore}, {args.check_steps} "
               f"training steps (max relative difference, tolerance {args.tol:g})")
         print_table(["step", "quantity", "max rel diff"], rows)

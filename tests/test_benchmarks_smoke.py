@@ -163,3 +163,50 @@ def test_setup_device_gives_set_device_an_index(monkeypatch):
     finally:
         torch.set_num_threads(threads)
     assert calls == [torch.device("cuda", 0)] * 2
+
+
+def test_judge_uses_limits_floors_and_skips_information():
+    from benchmarks.benchlib import FLOOR, judge
+
+    rows = [["1", "loss", "2.00e-04"], ["1", "logits", "5.00e-03"], ["1", "halted (mismatches)", "1"],
+            ["1", "(slots halted, of 8)", "3"],
+            ["eval", "eval logits", "5.90e-01"], ["floor", FLOOR + "eval logits", "1.39e+00"],
+            ["eval", "eval q", "2.00e-02"], ["floor", FLOOR + "eval q", "1.00e-02"],
+            ["eval", "eval argmax (mismatches)", "1218"], ["floor", FLOOR + "eval argmax (mismatches)", "1800"]]
+    bad = judge(rows, tol=1e-3)
+    assert [r[1] for r in bad] == ["logits", "halted (mismatches)", "eval q"]
+    assert judge(rows, tol=10.0) == [rows[2]]  # a mismatch count is judged exactly whatever the tolerance
+
+
+def test_perturbed_moves_weights_and_restores_them_bit_for_bit():
+    import torch
+
+    from benchmarks.benchlib import perturbed
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 8))
+    before = [p.detach().clone() for p in model.parameters()]
+    with perturbed(model, rel=1e-3) as m:
+        assert m is model
+        changes = [float(((p - b).abs() / b.abs().clamp_min(1e-12)).max()) for p, b in zip(model.parameters(), before)]
+        assert all(1e-5 < c < 1e-2 for c in changes), changes
+    assert all(torch.equal(p, b) for p, b in zip(model.parameters(), before))
+
+
+def test_host_drawn_torch_draws_what_the_reference_draws_on_cpu():
+    """The CUDA stand-in for the TRM reference's exploration draws must give the values its real
+    torch.rand_like / torch.randint_like give on CPU from the same global generator state."""
+    import torch
+
+    from benchmarks.compare_reference_trm import _HostDrawnTorch
+
+    q = torch.zeros(16)
+    steps = torch.zeros(16, dtype=torch.int32)
+    stand_in = _HostDrawnTorch()
+    draws = []
+    for t in (torch, stand_in):
+        torch.manual_seed(3)
+        draws.append((t.rand_like(q), t.randint_like(steps, low=2, high=17)))
+    (a, b), (c, d) = draws
+    assert torch.equal(a, c) and torch.equal(b, d) and b.dtype == d.dtype == torch.int32
+    assert stand_in.where is torch.where  # everything else is torch itself
