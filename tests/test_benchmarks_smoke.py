@@ -1,6 +1,7 @@
 """The model benchmark scripts still run (smallest CPU size, one step, no compile): not timed tests."""
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -137,6 +138,29 @@ def test_compare_nanogpt_runs(capsys):
         out = capsys.readouterr().out
         assert rc == 0, out
         assert f"ours (looped GPT, R = 1, {mlp})" in out and "nanoGPT" in out and "tokens/s" in out
+    rc = compare_nanogpt.main(["--reference", str(NANOGPT), "--preset", "tiny", "--device", "cpu", "--warmup", "0",
+                               "--steps", "2", "--block", "1", "--loops", "2"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    params = {m[1]: int(m[2].replace(",", "")) for m in re.finditer(r"^(ours \(.*?\))\s+([\d,]+)", out, re.M)}
+    assert params["ours (K = 1, R = 2, swiglu)"] < params["ours (looped GPT, R = 1, swiglu)"]  # one block fewer
+
+    from hrm_deeploop.models import core, transitions
+
+    norm, rope = transitions.rms_norm, core.apply_rope
+    rc = compare_nanogpt.main(["--reference", str(NANOGPT), "--preset", "tiny", "--device", "cpu", "--warmup", "0",
+                               "--steps", "2", "--block", "1", "--what-if", "norm", "rope"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "# WHAT-IF, not our model" in out and "here: norm rope" in out
+    assert transitions.rms_norm is norm and core.apply_rope is rope  # restored
+
+
+def test_compare_nanogpt_rejects_rounds_that_do_not_divide_the_depth(tmp_path, capsys):
+    from benchmarks import compare_nanogpt
+
+    with pytest.raises(SystemExit) as e:
+        compare_nanogpt.main(["--reference", str(tmp_path), "--preset", "tiny", "--device", "cpu", "--loops", "3"])
+    assert e.value.code == 2 and "divide the preset's 2 layers" in capsys.readouterr().err
 
 
 def test_setup_device_gives_set_device_an_index(monkeypatch):
