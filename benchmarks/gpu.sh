@@ -105,9 +105,9 @@ step pytest "pytest -m gpu" 120 "$PY" -m pytest -m gpu -q -p no:cacheprovider $(
 step gpt "bench_gpt throughput" 150 "$PY" benchmarks/bench_gpt.py --preset paper --rounds 1 3 --skip-memory
 if [ -f "$NANOGPT_REFERENCE/model.py" ]; then  # GPT-2 small at R = 1 against nanoGPT's model, bf16, eager then compiled
   step nanogpt "looped GPT vs nanoGPT" 60 "$PY" benchmarks/compare_nanogpt.py --reference "$NANOGPT_REFERENCE" \
-    --preset gpt2 --device cuda --steps 20
+    --preset gpt2 --device cuda --steps 20 --loops 3
   step nanogptc "vs nanoGPT, compiled" 120 "$PY" benchmarks/compare_nanogpt.py --reference "$NANOGPT_REFERENCE" \
-    --preset gpt2 --device cuda --steps 20 --compile
+    --preset gpt2 --device cuda --steps 20 --compile --loops 3
 fi
 if [ -d "$HRM_REFERENCE/models/hrm" ]; then
   step ref "HRM vs reference" 170 "$PY" benchmarks/compare_reference_hrm.py --reference "$HRM_REFERENCE" \
