@@ -214,6 +214,21 @@ def perturbed(model: torch.nn.Module, rel: float = 1e-7, seed: int = 0) -> Itera
                 p.copy_(s)
 
 
+def eval_rows(label: str, ours: dict, ref: dict, twin: dict) -> list[list[str]]:
+    """Rows [step, quantity, value] comparing an evaluation's 'logits' and 'q_halt_logits' (and the
+    argmax tokens) with the reference's, each followed by its FLOOR row: ours against `twin`, the
+    same evaluation of ours run under `perturbed`. `label` completes the logits row's name."""
+    def mismatches(a: dict, b: dict) -> str:
+        return f"{int((a['logits'].argmax(-1) != b['logits'].argmax(-1)).sum())}"
+
+    rows = []
+    for q, key in ((f"eval logits{label}", "logits"), ("eval q_halt_logits", "q_halt_logits")):
+        rows += [["eval", q, f"{rel_diff(ours[key], ref[key]):.2e}"],
+                 ["floor", FLOOR + q, f"{rel_diff(twin[key], ours[key]):.2e}"]]
+    q = "eval argmax (mismatches)"
+    return rows + [["eval", q, mismatches(ours, ref)], ["floor", FLOOR + q, mismatches(twin, ours)]]
+
+
 def judge(rows: list[list[str]], tol: float) -> list[list[str]]:
     """The rows [step, quantity, value] over their limit: `tol` for a relative difference, 0 for a
     count of '(mismatches)'. A quantity with a FLOOR row (the same quantity between our model and

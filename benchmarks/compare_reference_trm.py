@@ -64,9 +64,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from benchmarks.bench_hrm import make_trainer, random_batches  # noqa: E402
 from benchmarks.benchlib import (  # noqa: E402
-    FLOOR,
     add_common_args,
     describe,
+    eval_rows,
     judge,
     perturbed,
     print_table,
@@ -363,13 +363,7 @@ def _check(ref, cfg: TRMConfig, batch: int, device: torch.device, steps: int, o:
             with perturbed(model):  # the rollout's own sensitivity: ours against ours
                 _, twin = model.predict(b)
         model.train()
-    evals = {f"eval logits, EMA weights ({segments} segments)": (out["logits"], ref_out["logits"], twin["logits"]),
-             "eval q_halt_logits": (out["q_halt_logits"], ref_out["q_halt_logits"], twin["q_halt_logits"])}
-    for k, (a, r, t) in evals.items():
-        rows += [["eval", k, f"{rel_diff(a, r):.2e}"], ["floor", FLOOR + k, f"{rel_diff(t, a):.2e}"]]
-    k = "eval argmax (mismatches)"
-    rows += [["eval", k, f"{int((out['logits'].argmax(-1) != ref_out['logits'].argmax(-1)).sum())}"],
-             ["floor", FLOOR + k, f"{int((twin['logits'].argmax(-1) != out['logits'].argmax(-1)).sum())}"]]
+    rows += eval_rows(f", EMA weights ({segments} segments)", out, ref_out, twin)
 
     # 2. Sensitivity: DeepLoop alpha on our side, same weights, same first batch.
     deep = make_trainer(cfg, ScalingConfig(scheme="deeploop"), device, batch, optim=o, ema=True)
