@@ -15,8 +15,9 @@ SwiGLU width multiple of 256):
    steps on the same batches with the same optimisers' rules: the reference's sparse SignSGD class
    and the same AdamATan2 implementation for both. After each step it compares the loss, logits,
    Q logits, every dense gradient, the puzzle-row gradients and, after the optimiser step, every
-   weight and the puzzle table; then, on the trained weights, evaluation as HRM's pretrain runs it
-   (eval mode, segments until every slot halts) against our `HRM.predict`, with a floor beside each
+   weight and the puzzle table; then, on our trained weights copied into the reference (so that a
+   difference there is the evaluation's own), evaluation as HRM's pretrain runs it (eval mode,
+   segments until every slot halts) against our `HRM.predict`, with a floor beside each
    evaluation quantity: the same quantity between our model and a copy whose weights differ by
    1e-7 relative (`benchlib.perturbed`), which says how far the rollout carries rounding. Exit 1
    when a relative difference exceeds `--tol` or a halting decision or predicted token differs
@@ -220,7 +221,12 @@ def _check(ref, cfg: HRMConfig, batch: int, device: torch.device, steps: int, o:
         diffs["puzzle table after step"] = rel_diff(ours.puzzle_emb.weights, head.model.inner.puzzle_emb.weights)
         rows += [[str(t), k, f"{v:.2e}" if "mismatches" not in k else f"{v:.0f}"] for k, v in diffs.items()]
     # Evaluation as HRM's pretrain.evaluate runs it: eval mode, a fresh carry, segments until every
-    # slot halts (halt_max_steps of them), against our `predict`, on the trained weights.
+    # slot halts (halt_max_steps of them), against our `predict`, both on our trained weights (the
+    # rows above judged the training; copying makes these rows judge the evaluation alone).
+    with torch.no_grad():
+        for n, p in ours.named_parameters():
+            names[n].copy_(p)
+        head.model.inner.puzzle_emb.weights.copy_(ours.puzzle_emb.weights)
     head.eval()
     ours.eval()
     b = batches[0]

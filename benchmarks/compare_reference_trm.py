@@ -21,7 +21,8 @@ Three parts, at one config (`--preset`, with the reference's fixed SwiGLU width 
    each step it compares the loss, logits, Q logits, halting decisions, every dense gradient, the
    puzzle-row gradients and, after the optimiser step, every weight, the puzzle table and every
    EMA weight; then evaluation as the reference's pretrain runs it (on its `ema_copy`, eval mode,
-   segments until every slot halts) against our `predict` inside `EMA.applied`, with a floor
+   segments until every slot halts) against our `predict` inside `EMA.applied`, both on our EMA
+   weights and puzzle table (so that a difference there is the evaluation's own), with a floor
    beside each evaluation quantity (ours against a copy whose weights differ by 1e-7 relative).
    Exit 1 when a relative difference exceeds `--tol` (0: bit-identical) or a decision or token
    differs (an evaluation quantity: beyond the larger of those and its floor). On CUDA the part
@@ -343,11 +344,17 @@ def _check(ref, cfg: TRMConfig, batch: int, device: torch.device, steps: int, o:
         rows.append([str(t), f"(slots halted, of {batch})", f"{int(ref_carry.halted.sum())}"])
 
     # Evaluation as the reference's pretrain runs it: on its EMA copy, eval mode, a fresh carry,
-    # segments until every slot halts (halt_max_steps of them).
+    # segments until every slot halts (halt_max_steps of them). Both on our EMA weights and puzzle
+    # table (the rows above judged the training; copying makes these rows judge the evaluation alone).
     ema_head = ref_ema.ema_copy(head)
     ema_head.eval()
     model = trainer.model
     b = batches[0]
+    with torch.no_grad(), trainer.ema.applied(model):
+        ema_names = {kmap["model.inner." + n]: p for n, p in ema_head.model.inner.named_parameters()}
+        for n, p in model.named_parameters():
+            ema_names[n].copy_(p)
+        ema_head.model.inner.puzzle_emb.weights.copy_(model.puzzle_emb.weights)
     with torch.inference_mode():
         with torch.device(device):
             ref_c = ema_head.initial_carry(b)
