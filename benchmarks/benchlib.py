@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import torch
 
 from benchmarks.refstubs import stub_argdantic  # noqa: F401  (re-exported: the comparison scripts use it)
+from hrm_deeploop import runtime as D
+from hrm_deeploop.errors import ConfigError
 
 # cuBLAS reads this when it starts; deterministic matmuls need it (strict_numerics). Set on import,
 # before any CUDA work, as every benchmark imports this module first.
@@ -40,18 +42,14 @@ def add_common_args(parser, peak_tflops: float) -> None:
 
 
 def setup_device(name: str, threads: int = 1) -> torch.device:
-    """'auto' = CUDA when present. Limits CPU threads (the CPU machine is shared)."""
+    """The trainers' device choice (`runtime.setup`: 'auto' = CUDA when present, 'cuda' = cuda:0,
+    the fused-kernel switch from the environment, TF32 left at torch's default); limits CPU
+    threads (the CPU machine is shared)."""
     torch.set_num_threads(threads)
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    dev = torch.device(name)
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise SystemExit(f"--device {name}: CUDA is not available")
-        if dev.index is None:  # torch.cuda.set_device rejects a bare "cuda" in some releases
-            dev = torch.device("cuda", torch.cuda.current_device())
-        torch.cuda.set_device(dev)  # TF32 left at torch's default, as the trainers leave it
-    return dev
+    try:
+        return D.setup(name).device
+    except ConfigError as e:
+        raise SystemExit(f"--device {name}: {e}") from None
 
 
 def sync(device: torch.device) -> None:
@@ -214,19 +212,24 @@ def perturbed(model: torch.nn.Module, rel: float = 1e-7, seed: int = 0) -> Itera
                 p.copy_(s)
 
 
+def fmt_diff(quantity: str, x: float) -> str:
+    """A row's value: a count for '(mismatches)', else a relative difference."""
+    return f"{x:.0f}" if "mismatches" in quantity else f"{x:.2e}"
+
+
 def eval_rows(label: str, ours: dict, ref: dict, twin: dict) -> list[list[str]]:
     """Rows [step, quantity, value] comparing an evaluation's 'logits' and 'q_halt_logits' (and the
     argmax tokens) with the reference's, each followed by its FLOOR row: ours against `twin`, the
     same evaluation of ours run under `perturbed`. `label` completes the logits row's name."""
-    def mismatches(a: dict, b: dict) -> str:
-        return f"{int((a['logits'].argmax(-1) != b['logits'].argmax(-1)).sum())}"
+    def mismatches(a: dict, b: dict) -> float:
+        return float((a["logits"].argmax(-1) != b["logits"].argmax(-1)).sum())
 
     rows = []
-    for q, key in ((f"eval logits{label}", "logits"), ("eval q_halt_logits", "q_halt_logits")):
-        rows += [["eval", q, f"{rel_diff(ours[key], ref[key]):.2e}"],
-                 ["floor", FLOOR + q, f"{rel_diff(twin[key], ours[key]):.2e}"]]
-    q = "eval argmax (mismatches)"
-    return rows + [["eval", q, mismatches(ours, ref)], ["floor", FLOOR + q, mismatches(twin, ours)]]
+    for q, diff in ((f"eval logits{label}", lambda a, b: rel_diff(a["logits"], b["logits"])),
+                    ("eval q_halt_logits", lambda a, b: rel_diff(a["q_halt_logits"], b["q_halt_logits"])),
+                    ("eval argmax (mismatches)", mismatches)):
+        rows += [["eval", q, fmt_diff(q, diff(ours, ref))], ["floor", FLOOR + q, fmt_diff(q, diff(twin, ours))]]
+    return rows
 
 
 def judge(rows: list[list[str]], tol: float) -> list[list[str]]:

@@ -58,6 +58,7 @@ from benchmarks.benchlib import (  # noqa: E402
     add_common_args,
     describe,
     eval_rows,
+    fmt_diff,
     judge,
     perturbed,
     print_table,
@@ -219,7 +220,7 @@ def _check(ref, cfg: HRMConfig, batch: int, device: torch.device, steps: int, o:
         adam.zero_grad(set_to_none=True)
         diffs["weights after step (worst)"] = max(rel_diff(p, names[n]) for n, p in ours.named_parameters())
         diffs["puzzle table after step"] = rel_diff(ours.puzzle_emb.weights, head.model.inner.puzzle_emb.weights)
-        rows += [[str(t), k, f"{v:.2e}" if "mismatches" not in k else f"{v:.0f}"] for k, v in diffs.items()]
+        rows += [[str(t), k, fmt_diff(k, v)] for k, v in diffs.items()]
     # Evaluation as HRM's pretrain.evaluate runs it: eval mode, a fresh carry, segments until every
     # slot halts (halt_max_steps of them), against our `predict`, both on our trained weights (the
     # rows above judged the training; copying makes these rows judge the evaluation alone).

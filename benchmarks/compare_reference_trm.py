@@ -68,6 +68,7 @@ from benchmarks.benchlib import (  # noqa: E402
     add_common_args,
     describe,
     eval_rows,
+    fmt_diff,
     judge,
     perturbed,
     print_table,
@@ -340,7 +341,7 @@ def _check(ref, cfg: TRMConfig, batch: int, device: torch.device, steps: int, o:
                                                     head.model.inner.puzzle_emb.weights)
         diffs["EMA weights (worst)"] = max(rel_diff(s, ref_ema.shadow["model.inner." + _ref_name(kmap, n)])
                                            for n, s in trainer.ema.shadow.items())
-        rows += [[str(t), k, _fmt(k, x)] for k, x in diffs.items()]
+        rows += [[str(t), k, fmt_diff(k, x)] for k, x in diffs.items()]
         rows.append([str(t), f"(slots halted, of {batch})", f"{int(ref_carry.halted.sum())}"])
 
     # Evaluation as the reference's pretrain runs it: on its EMA copy, eval mode, a fresh carry,
@@ -386,10 +387,6 @@ def _check(ref, cfg: TRMConfig, batch: int, device: torch.device, steps: int, o:
 def _ref_name(kmap: dict[str, str], ours: str) -> str:
     inverse = {v: k for k, v in kmap.items()}
     return inverse[ours].removeprefix("model.inner.")
-
-
-def _fmt(key: str, x: float) -> str:
-    return f"{x:.0f}" if "mismatches" in key else f"{x:.2e}"
 
 
 # ---- 3. throughput ----------------------------------------------------------------------------------

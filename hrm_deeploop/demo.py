@@ -9,7 +9,7 @@ re-run by hand):
    augmentation voting, per ACT segment, deeper than trained; pictures of solved and unsolved ones);
 2. the ARC pipeline (build -> train -> evaluate -> vote) on a small subset of bundled ARC-AGI-1
    tasks: it runs every stage, but at the demo's budget (100 steps) the tiny model solves no ARC
-   task (runs of 1500 steps, about 15 minutes of one core, solve two of the eight: docs/results.md
+   task (runs of 1500 steps, about 12.5 minutes of one core, solve two of the eight: docs/results.md
    section 4.7);
 3. a tiny looped GPT at two loop counts with both schemes on a generated corpus;
 

@@ -165,7 +165,8 @@ def test_compare_nanogpt_rejects_rounds_that_do_not_divide_the_depth(tmp_path, c
 
 def test_setup_device_gives_set_device_an_index(monkeypatch):
     """torch 2.11's torch.cuda.set_device rejects a bare 'cuda' (seen on the first GPU lease: every
-    benchmark failed before it started); setup_device must pass the current device's index."""
+    benchmark failed before it started); setup_device must pass an index, as the trainers'
+    runtime.setup, which it now calls, does."""
     import torch
 
     from benchmarks.benchlib import setup_device
@@ -177,9 +178,14 @@ def test_setup_device_gives_set_device_an_index(monkeypatch):
             raise ValueError("Expected a torch.device with a specified index or an integer")
         calls.append(dev)
 
+    from hrm_deeploop import runtime
+    from hrm_deeploop.models import transitions
+
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "set_device", strict_set_device)
+    monkeypatch.setattr(runtime, "_ENV", runtime._ENV)  # setup_device records the environment: restored after
+    monkeypatch.setattr(transitions, "USE_FUSED_RESIDUAL_NORM", transitions.USE_FUSED_RESIDUAL_NORM)
     threads = torch.get_num_threads()
     try:
         assert setup_device("cuda", threads) == torch.device("cuda", 0)
