@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from hrm_deeploop.models.kvcache import KVSlot
 from hrm_deeploop.models.scaling import Residual
 from hrm_deeploop.models.transitions import RMSNorm, Transition, make_transition
 
@@ -111,15 +112,25 @@ class Attention(nn.Module):
         self.qkv_proj = Linear(dim, 3 * num_heads * self.head_dim)
         self.o_proj = Linear(num_heads * self.head_dim, dim)
 
-    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None = None) -> Tensor:
+    def qkv(self, x: Tensor, rope: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries, keys and values (B, H, T, D), RoPE applied to q and k."""
         B, T, _ = x.shape
         qkv = self.qkv_proj(x).view(B, T, 3 * self.num_heads, self.head_dim)
         q, k, v = qkv.split(self.num_heads, dim=2)  # each (B, T, H, D)
         if rope is not None:
             q, k = apply_rope(q, k, *rope)
-        y = F.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=self.causal
-        )  # (B, H, T, D)
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None = None, kv: KVSlot | None = None) -> Tensor:
+        """kv: this visit's slot of a KV cache (`models/kvcache.py`); x then holds the T newest
+        positions and `rope` their tables; the slot returns every key and value they attend to."""
+        B, T, _ = x.shape
+        q, k, v = self.qkv(x, rope)  # each (B, H, T, D)
+        mask, causal = None, self.causal
+        if kv is not None:
+            k, v = kv.update(k, v)  # (B, H, S, D): S = cached + T
+            mask, causal = kv.mask(T, k.shape[2]) if self.causal else None, False
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)  # (B, H, T, D)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, self.num_heads * self.head_dim))
 
 
@@ -164,12 +175,42 @@ class GeluMLP(nn.Module):
         return {"gate": [], "up": [(self.up_proj.weight, slice(None))], "down": [(self.down_proj.weight, slice(None))]}
 
 
-MLPS = {"swiglu": SwiGLU, "gelu": GeluMLP}
+class ConvSwiGLU(SwiGLU):
+    """URM's ConvSwiGLU: SwiGLU whose gated product passes a short depthwise convolution over the
+    positions (causal: y_t = w_0 h_{t-1} + w_1 h_t + b at width 2) and a SiLU before the down
+    projection. The convolution's fp32 weight is cast to the compute dtype at use, as `Linear`'s
+    (the reference holds it in bf16 outright). Beta targets as SwiGLU's (gate/up/down; the
+    convolution is not scaled)."""
+
+    def __init__(self, dim: int, expansion: float, multiple: int = 256, kernel: int = 2):
+        super().__init__(dim, expansion, multiple)
+        self.dwconv = nn.Conv1d(self.inner, self.inner, kernel, padding=kernel // 2, groups=self.inner, bias=True)
+
+    def forward(self, x: Tensor) -> Tensor:
+        T = x.shape[1]
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        h = (F.silu(gate) * up).transpose(1, 2)  # (B, inner, T): convolve along the positions
+        c = self.dwconv
+        h = F.conv1d(h, c.weight.to(h.dtype), c.bias.to(h.dtype), padding=c.padding, groups=c.groups)
+        return self.down_proj(F.silu(h[..., :T]).transpose(1, 2).contiguous())  # (B, T, D)
+
+
+MLPS = {"swiglu": SwiGLU, "gelu": GeluMLP, "convswiglu": ConvSwiGLU}
+
+
+def make_mlp(kind: str, dim: int, expansion: float, multiple: int = 256, conv_kernel: int = 2) -> nn.Module:
+    """The channel MLP `kind` names (MLPS), at the reference widths."""
+    if kind == "gelu":
+        return GeluMLP(dim, expansion)
+    if kind == "convswiglu":
+        return ConvSwiGLU(dim, expansion, multiple, conv_kernel)
+    assert kind == "swiglu", f"unknown mlp {kind!r}; known: {sorted(MLPS)}"
+    return SwiGLU(dim, expansion, multiple)
 
 
 def mlp_width(kind: str, dim: int, expansion: float, multiple: int = 256) -> int:
     """Inner width of an MLP (for FLOP counts): SwiGLU rounds 2/3 of expansion x dim up to `multiple`."""
-    return swiglu_width(dim, expansion, multiple) if kind == "swiglu" else int(round(expansion * dim))
+    return swiglu_width(dim, expansion, multiple) if kind in ("swiglu", "convswiglu") else int(round(expansion * dim))
 
 
 class Block(nn.Module):
@@ -178,19 +219,20 @@ class Block(nn.Module):
     block; pre x <- x + eps f(RMSNorm(x)); operloop)."""
 
     def __init__(self, dim: int, num_heads: int, expansion: float, causal: bool, residual: Residual,
-                 norm_eps: float = 1e-5, norm_weight: bool = False, mlp_multiple: int = 256, mlp: str = "swiglu"):
+                 norm_eps: float = 1e-5, norm_weight: bool = False, mlp_multiple: int = 256, mlp: str = "swiglu",
+                 conv_kernel: int = 2):
         super().__init__()
         self.residual = residual
         self.norm_eps = norm_eps
         self.self_attn = Attention(dim, num_heads, causal)
-        self.mlp = SwiGLU(dim, expansion, mlp_multiple) if mlp == "swiglu" else GeluMLP(dim, expansion)
+        self.mlp = make_mlp(mlp, dim, expansion, mlp_multiple, conv_kernel)
         self.attn_norm = RMSNorm(dim, norm_eps, weight=norm_weight)
         self.mlp_norm = RMSNorm(dim, norm_eps, weight=norm_weight)
         self.attn_step = make_transition(residual)
         self.mlp_step = make_transition(residual)
 
-    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None = None) -> Tensor:
-        x = self.attn_step(x, lambda h: self.self_attn(h, rope), self.attn_norm)
+    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None = None, kv: KVSlot | None = None) -> Tensor:
+        x = self.attn_step(x, lambda h: self.self_attn(h, rope, kv), self.attn_norm)
         return self.mlp_step(x, self.mlp, self.mlp_norm)
 
     def beta_matrices(self) -> dict[str, list[tuple[Tensor, slice]]]:
@@ -245,8 +287,9 @@ class SeqMLPBlock(nn.Module):
 def init_block_(block: Block | SeqMLPBlock, std: float | None = None, proj_std: float | None = None) -> None:
     """(Re)initialise one block: truncated LeCun normal on every matrix (or, with `std`, GPT-2's
     N(0, std^2) and N(0, proj_std^2) on the residual projections o_proj and the MLP's down_proj),
-    unit norm gains, then the beta gain on the residual-branch matrices named in
-    `block.residual.beta_targets` (query and key rows are never scaled)."""
+    torch's default on a ConvSwiGLU's convolution, unit norm gains, then the beta gain on the
+    residual-branch matrices named in `block.residual.beta_targets` (query and key rows are never
+    scaled)."""
     seen = set()
     for name, module in block.named_modules():
         if isinstance(module, Linear):
@@ -261,6 +304,9 @@ def init_block_(block: Block | SeqMLPBlock, std: float | None = None, proj_std: 
         elif isinstance(module, RMSNorm) and module.weight is not None:
             nn.init.ones_(module.weight)
             seen.add(id(module.weight))
+        elif isinstance(module, nn.Conv1d):  # ConvSwiGLU's depthwise convolution: torch's default, as URM's
+            module.reset_parameters()  # weight and bias U(-1/sqrt(kernel), 1/sqrt(kernel))
+            seen.update(id(p) for p in module.parameters())
         elif isinstance(module, Transition):
             module.reset_parameters()
             seen.update(id(p) for p in module.parameters())
@@ -303,11 +349,18 @@ class LoopedCore(nn.Module):
         return x
 
     def forward(self, x: Tensor, injection: Tensor | None = None, rope: tuple[Tensor, Tensor] | None = None,
-                num_rounds: int | None = None) -> Tensor:
-        for _ in range(self.num_rounds if num_rounds is None else num_rounds):
+                num_rounds: int | None = None, backprop_rounds: int | None = None) -> Tensor:
+        """backprop_rounds=k: only the last k rounds are on the autograd tape (Huginn's truncated
+        recurrence); the earlier ones run under no_grad. None: every round."""
+        rounds = self.num_rounds if num_rounds is None else num_rounds
+        no_grad_rounds = 0 if backprop_rounds is None else max(rounds - backprop_rounds, 0)
+        for r in range(rounds):
             if injection is not None:
                 x = x + injection
-            if self.checkpoint_rounds and torch.is_grad_enabled():
+            if r < no_grad_rounds:
+                with torch.no_grad():
+                    x = self._round(x, rope)
+            elif self.checkpoint_rounds and torch.is_grad_enabled():
                 x = torch.utils.checkpoint.checkpoint(self._round, x, rope, use_reentrant=False)
             else:
                 x = self._round(x, rope)
@@ -319,7 +372,7 @@ class LoopedCore(nn.Module):
 def make_blocks(num_blocks: int, dim: int, num_heads: int, expansion: float, causal: bool,
                 residual: Residual, norm_eps: float = 1e-5, norm_weight: bool = False,
                 mlp_multiple: int = 256, mixer: str = "attention", seq_len: int | None = None,
-                mlp: str = "swiglu") -> list[Block] | list[SeqMLPBlock]:
+                mlp: str = "swiglu", conv_kernel: int = 2) -> list[Block] | list[SeqMLPBlock]:
     """`num_blocks` blocks with their modules' default init; the model's `init_weights` then
     initialises each one the model's way (`init_block_`, with the beta gain), once.
     mixer="mlp": `SeqMLPBlock`s over `seq_len` positions instead of attention."""
@@ -328,5 +381,5 @@ def make_blocks(num_blocks: int, dim: int, num_heads: int, expansion: float, cau
         return [SeqMLPBlock(dim, seq_len, expansion, residual, norm_eps, norm_weight, mlp_multiple)
                 for _ in range(num_blocks)]
     assert mixer == "attention", f"unknown mixer {mixer!r}"
-    return [Block(dim, num_heads, expansion, causal, residual, norm_eps, norm_weight, mlp_multiple, mlp)
+    return [Block(dim, num_heads, expansion, causal, residual, norm_eps, norm_weight, mlp_multiple, mlp, conv_kernel)
             for _ in range(num_blocks)]
