@@ -179,8 +179,9 @@ def write_dataset(plan: Plan, tmp: Path, materialize: bool, manifest: dict, prog
 
 def build(cfg: BuildConfig) -> BuildSummary:
     t0 = time.perf_counter()
-    out = checked_output_dir(cfg.output_dir, cfg.overwrite, [s for s in cfg.sources if s not in SOURCE_NAMES],
-                             marker=F.MANIFEST_FILE, writer="build-arc")
+    target = checked_output_dir(cfg.output_dir, cfg.overwrite, [s for s in cfg.sources if s not in SOURCE_NAMES],
+                                marker=F.MANIFEST_FILE, writer="build-arc")
+    out = target.path
 
     tasks, infos = load_sources(list(cfg.sources), cfg.eval_name, require_outputs=True)
     for note in (n for info in infos for n in info.skipped):
@@ -198,7 +199,7 @@ def build(cfg: BuildConfig) -> BuildSummary:
     }
     manifest = manifest_dict(cfg, infos, plan, counts, short)
 
-    with atomic_dir(out) as tmp:
+    with atomic_dir(target) as tmp:
         write_dataset(plan, tmp, cfg.materialize, manifest, cfg.progress)
 
     summary = BuildSummary(

@@ -14,26 +14,37 @@ computes anything.
   The builders refuse such names at the source (`check_task_name`), so a dataset we built never
   holds one; a dataset built elsewhere is refused where a name would become a path.
 - Only regular files are read as task files (`regular_files`): a FIFO named x.json would block.
+- Publishing never replaces what it did not check: `checked_output_dir` records the folder it
+  found (or that there was none), and `atomic_dir` publishes with a no-replace rename
+  (renameat2 RENAME_NOREPLACE), replacing only that very folder; `publish_files` does the same for
+  outputs a command drops into an existing folder (vote, evaluate).
 
-    out = checked_output_dir(cfg.output_dir, cfg.overwrite, inputs, marker="manifest.json", writer="build-arc")
-    with atomic_dir(out) as tmp:                               # write everything under tmp
+    target = checked_output_dir(cfg.output_dir, cfg.overwrite, inputs, marker="manifest.json", writer="build-arc")
+    with atomic_dir(target) as tmp:                            # write everything under tmp
         ...
-    # tmp was fsynced and renamed to out; on any exception it was removed and out is untouched
+    # tmp was fsynced and renamed to target.path; on any exception (Ctrl-C too) it was removed and
+    # the output is untouched; an OSError (full disk, ...) became one line naming the path and errno
 
-The temporary folder sits beside the output (`.<name>.tmp-<pid>`), so the final rename stays on
-one filesystem. Temp folders of killed builds (whose pid is gone) are removed on the next build.
+The temporary folder sits beside the output (`.<name>.tmp-<pid>`, a long name cut and hashed so it
+fits 255 bytes), so the final rename stays on one filesystem. Temp folders of killed builds (whose
+pid is gone) are removed on the next build.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import glob as globlib
+import hashlib
 import json
 import os
 import re
 import shutil
+import signal
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from arc_data.errors import ArcDataError
@@ -64,9 +75,22 @@ def dir_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
+def temp_name(out: Path, kind: str = "tmp", pid: int | None = None) -> str:
+    """`.<name>.<kind>-<pid>`, the name of a writer's temp (or set-aside) sibling of `out`. A long
+    name is cut and tagged with its hash, so the temp name fits NAME_MAX (255 bytes) whenever `out`'s does."""
+    stem = out.name
+    if len(os.fsencode(stem)) > 200:
+        tag = hashlib.sha256(os.fsencode(stem)).hexdigest()[:12]
+        while len(os.fsencode(stem)) > 180:
+            stem = stem[:-1]
+        stem = f"{stem}~{tag}"
+    return f".{stem}.{kind}-{os.getpid() if pid is None else pid}"
+
+
 def remove_stale_tmp(out: Path) -> None:
     """Temp folders of killed builds (`.<name>.tmp-<pid>` whose pid is gone)."""
-    for p in out.parent.glob(f".{out.name}.tmp-*"):
+    prefix = temp_name(out, pid=0)[:-1]
+    for p in out.parent.glob(globlib.escape(prefix) + "*"):
         try:
             pid = int(p.name.rsplit("-", 1)[1])
             os.kill(pid, 0)
@@ -174,39 +198,181 @@ def check_replaceable(output_dir: Path, marker: str, writer: str, key: str = "ou
                            "refusing to replace it with overwrite=true: choose another folder or remove it yourself")
 
 
+@dataclass(frozen=True)
+class OutputDir:
+    """An output folder as checked before the work: `found` is the (st_dev, st_ino) of the folder that
+    was there and may be replaced (overwrite=true, our marker or empty), None if nothing was there."""
+
+    path: Path
+    found: tuple[int, int] | None
+    marker: str | None
+    writer: str
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 def checked_output_dir(output_dir: str, overwrite: bool, inputs: Iterable[str | os.PathLike | None] = (),
-                       marker: str | None = None, writer: str = "this command", field: str = "output_dir") -> Path:
-    """The resolved output folder of a writer that replaces it as a whole: `check_output_dir`, then
-    refused if it exists without overwrite=true, or (with it) if it is a folder `writer` did not write."""
+                       marker: str | None = None, writer: str = "this command", field: str = "output_dir") -> OutputDir:
+    """The output folder of a writer that replaces it as a whole: `check_output_dir`, then refused if
+    it exists without overwrite=true, or (with it) if it is a folder `writer` did not write. The
+    folder found here is the only one `atomic_dir` will ever replace."""
     out = check_output_dir(output_dir, inputs, field)
-    if out.exists() and not overwrite:
-        raise ArcDataError(f"{out}: {field} exists (pass overwrite=true to replace it)")
+    if os.path.lexists(out) and not overwrite:
+        raise ArcDataError(f"{out}: {field} already exists (pass overwrite=true to replace it)")
     if out.exists() and marker is not None:
         check_replaceable(out, marker, writer, field)
-    return out
+    return OutputDir(out, _identity(out), marker, writer)
+
+
+# ---- publishing: a rename that never replaces what was not checked --------------------------------
+
+_RENAME_NOREPLACE = 1
+_AT_FDCWD = -100
+
+
+def _renameat2():
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2  # glibc >= 2.28
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_RENAMEAT2 = _renameat2() if sys.platform.startswith("linux") else None
+
+
+def rename_noreplace(src: Path, dst: Path) -> None:
+    """Rename `src` to `dst`, raising FileExistsError if `dst` exists: renameat2(RENAME_NOREPLACE)
+    on Linux (atomic); elsewhere, or where the filesystem lacks the flag, a check then rename(2)
+    (which also refuses a non-empty folder at `dst`)."""
+    if _RENAMEAT2 is not None:
+        if _RENAMEAT2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE) == 0:
+            return
+        err = ctypes.get_errno()
+        if err not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+            raise OSError(err, os.strerror(err), str(dst))
+    if os.path.lexists(dst):
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(dst))
+    os.rename(src, dst)
+
+
+def os_error_line(e: OSError, fallback: Path | str) -> str:
+    """'PATH: strerror (ENOSPC)': an environment fault (full disk, file-size limit, read-only
+    folder, a name too long) as one line naming the path and the errno."""
+    code = errno.errorcode.get(e.errno, str(e.errno)) if e.errno is not None else type(e).__name__
+    return f"{e.filename or fallback}: {e.strerror or e} ({code})"
+
+
+def stop_point(name: str) -> None:
+    """A deterministic pause for race tests: with HRM_DEEPLOOP_STOP_AT=<name> the process stops
+    itself (SIGSTOP) here; the test changes the file system, then sends SIGCONT."""
+    if os.environ.get("HRM_DEEPLOOP_STOP_AT") == name and hasattr(signal, "SIGSTOP"):
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def _is_replaceable(path: Path, marker: str | None) -> bool:
+    return path.is_dir() and not path.is_symlink() and (
+        marker is None or not any(path.iterdir()) or (path / marker).is_file())
+
+
+def _publish_dir(tmp: Path, target: OutputDir) -> None:
+    out = target.path
+    stop_point("publish")
+    if target.found is not None and _identity(out) is not None:
+        old = out.parent / temp_name(out, "old")
+        rename_noreplace(out, old)  # set the checked folder aside, then make sure it is the one checked
+        if _identity(old) != target.found or not _is_replaceable(old, target.marker):
+            rename_noreplace(old, out)
+            raise ArcDataError(f"{out}: replaced by another folder while {target.writer} ran; left it untouched "
+                               "and discarded this output (run again to replace it)")
+        try:
+            rename_noreplace(tmp, out)
+        except FileExistsError:
+            raise ArcDataError(f"{out}: a folder appeared there while {target.writer} was publishing; left it "
+                               f"untouched, the earlier output is kept as {old}") from None
+        shutil.rmtree(old, ignore_errors=True)
+        return
+    try:
+        rename_noreplace(tmp, out)
+    except OSError as e:
+        if e.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
+            raise
+        raise ArcDataError(f"{out}: appeared while {target.writer} ran (it was not there at the start); left it "
+                           "untouched and discarded this output: remove it or choose another output_dir") from None
 
 
 @contextmanager
-def atomic_dir(out: Path) -> Iterator[Path]:
-    """Yield a fresh temp folder beside `out`; publish it as `out` (fsync, rename) when the block ends."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_tmp(out)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+def atomic_dir(target: OutputDir) -> Iterator[Path]:
+    """Yield a fresh temp folder beside the output; publish it (fsync, a no-replace rename) when the
+    block ends. Only the folder `checked_output_dir` found may be replaced; a folder that appeared
+    meanwhile is an error and stays untouched. On any exception, Ctrl-C included, the temp folder is
+    removed; an environment fault (full disk, file-size limit, read-only folder) becomes one line
+    naming the path and the errno."""
+    out = target.path
+    tmp = out.parent / temp_name(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_tmp(out)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+    except OSError as e:
+        raise ArcDataError(f"{target.writer}: cannot create a temp folder beside {out}: "
+                           f"{os_error_line(e, tmp)}") from None
     try:
         yield tmp
         fsync_tree(tmp)  # durable before the rename publishes it (a power cut cannot leave it half-written)
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            out.rename(old)
-            tmp.rename(out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(out)
+        _publish_dir(tmp, target)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ArcDataError(f"{target.writer}: {os_error_line(e, tmp)}; nothing was published, {out} is as "
+                           "it was") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def publish_files(stage: Path, out: Path, names: Iterable[str], overwrite: bool, writer: str) -> list[str]:
+    """Move the staged outputs `names` (files or folders in `stage`, a temp folder inside `out`) into
+    `out`, all or none. Without overwrite no existing entry is ever replaced (a no-replace rename: one
+    that appeared since the start check is an error); with it the old entries are set aside in
+    `stage` first and put back if a later move fails. Returns the names published."""
+    names = [n for n in names if os.path.lexists(stage / n)]
+    old = stage / ".old"
+    old.mkdir(exist_ok=True)
+    moved: list[str] = []
+    aside: list[str] = []
+    stop_point("publish")
+    try:
+        for n in names:
+            if os.path.lexists(out / n):
+                if not overwrite:
+                    raise ArcDataError(f"{out / n}: appeared while {writer} ran (it was not there at the start); "
+                                       "left it untouched and published nothing: remove it or pass overwrite=true")
+                os.rename(out / n, old / n)
+                aside.append(n)
+            rename_noreplace(stage / n, out / n)
+            moved.append(n)
+    except BaseException as e:
+        for n in reversed(moved):
+            os.rename(out / n, stage / n)
+        for n in reversed(aside):
+            rename_noreplace(old / n, out / n)
+        if isinstance(e, FileExistsError):
+            raise ArcDataError(f"{e.filename}: appeared while {writer} ran; left it untouched and published "
+                               "nothing") from None
+        if isinstance(e, OSError):
+            raise ArcDataError(f"{writer}: {os_error_line(e, out)}; published nothing") from None
+        raise
+    return moved
 
 
 def progress_bar(enabled: bool, prefix: str):

@@ -307,8 +307,9 @@ def resolve_source(source: str, split: str) -> tuple[Path, str | None]:
 def build_puzzles(cfg: BuildPuzzlesConfig) -> dict:
     """Build the dataset; returns the manifest (also written to `<output_dir>/manifest.json`)."""
     t0 = time.perf_counter()
-    out = checked_output_dir(cfg.output_dir, cfg.overwrite, [cfg.source], marker=F.MANIFEST_FILE,
-                             writer="build-puzzles")
+    target = checked_output_dir(cfg.output_dir, cfg.overwrite, [cfg.source], marker=F.MANIFEST_FILE,
+                                writer="build-puzzles")
+    out = target.path
     bars = progress_bar(cfg.progress, "build-puzzles")
     rng = np.random.Generator(np.random.PCG64(cfg.seed))
     splits: dict[str, SplitData] = {}
@@ -355,7 +356,7 @@ def build_puzzles(cfg: BuildPuzzlesConfig) -> dict:
         "counts": counts,
         "augmentation_table": AUG_TABLE_FILE,
     }
-    with atomic_dir(out) as tmp:
+    with atomic_dir(target) as tmp:
         write_split_files(tmp, board, splits)
         save_json(tmp / F.MANIFEST_FILE, manifest)  # last: its presence marks a complete build
     secs = time.perf_counter() - t0
@@ -434,7 +435,8 @@ def generate_boards(cfg: GeneratePuzzlesConfig, total: int, bar=None) -> tuple[n
 def generate_puzzles(cfg: GeneratePuzzlesConfig) -> dict:
     """Write `<output_dir>/train.csv`, `test.csv` (disjoint) and `generated.json` (options, counts)."""
     t0 = time.perf_counter()
-    out = checked_output_dir(cfg.output_dir, cfg.overwrite, marker="generated.json", writer="generate-puzzles")
+    target = checked_output_dir(cfg.output_dir, cfg.overwrite, marker="generated.json", writer="generate-puzzles")
+    out = target.path
     total = cfg.count_train + cfg.count_test
     with progress_bar(cfg.progress, "generate-puzzles")(total, cfg.task, "puzzle") as bar:
         qs, ans, ratings = generate_boards(cfg, total, bar)
@@ -442,7 +444,7 @@ def generate_puzzles(cfg: GeneratePuzzlesConfig) -> dict:
     info = {"format": "hrm-puzzles-csv", "task": cfg.task, "options": asdict(cfg),
             "package": {"name": "hrm-deeploop", "version": package_version()},
             "rng": f"numpy.random.Generator(PCG64({cfg.seed}))", "counts": {}}
-    with atomic_dir(out) as tmp:
+    with atomic_dir(target) as tmp:
         for split, sl in (("train", slice(0, cfg.count_train)), ("test", slice(cfg.count_train, total))):
             write_puzzle_csv(tmp / f"{split}.csv", qs[sl], ans[sl], ratings[sl], source)
             r = ratings[sl]

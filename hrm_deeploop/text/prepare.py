@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from omegaconf import MISSING
 
-from arc_data.fsio import check_output_dir, check_replaceable, remove_stale_tmp
+from arc_data.fsio import atomic_dir, checked_output_dir
 from hrm_deeploop.config import at_least, one_of, optional_at_least
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.text.corpus import write_demo_corpus
@@ -246,22 +246,14 @@ def prepare(cfg: PrepareTextConfig) -> dict[str, Any]:
     chosen = [bool(cfg.inputs), cfg.hf_dataset is not None, cfg.demo_docs > 0]
     if sum(chosen) != 1:
         raise UserError("give exactly one corpus: inputs=[...], hf_dataset=NAME, or demo_docs=N")
-    out = check_output_dir(cfg.output_dir, cfg.inputs)
-    if out.exists() and not cfg.overwrite:
-        raise UserError(f"output_dir {out} already exists; pass overwrite=true to replace it")
-    if cfg.overwrite:
-        check_replaceable(out, META_NAME, "prepare-text")
-    remove_stale_tmp(out)  # left by a killed run
+    target = checked_output_dir(cfg.output_dir, cfg.overwrite, cfg.inputs, marker=META_NAME, writer="prepare-text")
+    out = target.path
     tok = get_tokenizer(cfg.tokenizer)
     if tok.n_vocab > np.iinfo(np.uint16).max + 1:
         raise UserError(f"tokenizer '{cfg.tokenizer}' has {tok.n_vocab} ids; uint16 shards hold 65536")
 
     files = _expand_inputs(cfg.inputs)  # before the temp folder exists, so it is never an input
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
+    with atomic_dir(target) as tmp:
         if cfg.demo_docs > 0:
             files = [write_demo_corpus(tmp / "demo_corpus.jsonl", cfg.demo_docs, cfg.seed)]
         sources: list[dict[str, Any]] = []
@@ -336,15 +328,6 @@ def prepare(cfg: PrepareTextConfig) -> dict[str, Any]:
             seconds=round(seconds, 3),
         )
         meta = json.loads(meta_path.read_text())
-        if out.exists():  # overwrite=true: swap in, then remove the old folder
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            os.rename(out, old)
-            os.rename(tmp, out)
-            shutil.rmtree(old)
-        else:
-            os.rename(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
     rate = num_tokens / max(seconds, 1e-9)
     print(
