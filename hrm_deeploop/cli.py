@@ -68,6 +68,7 @@ GROUP_SCHEMAS: dict[tuple[str, str], str] = {
     ("scaling", "_schema"): "hrm_deeploop.models.scaling:ScalingConfig",
     ("model", "_schema_hrm"): "hrm_deeploop.models.config:HRMConfig",
     ("model", "_schema_trm"): "hrm_deeploop.models.config:TRMConfig",
+    ("model", "_schema_urm"): "hrm_deeploop.models.config:URMConfig",
     ("model", "_schema_gpt"): "hrm_deeploop.models.config:GPTConfig",
 }
 
