@@ -8,6 +8,7 @@ place at the end, so a failed or killed build never leaves a half-written `outpu
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -21,6 +22,7 @@ from arc_data.errors import ArcDataError
 from arc_data.fsio import atomic_dir, checked_output_dir, dir_size, package_version, progress_bar, save_json
 from arc_data.plan import Plan, SplitPlan, make_plan, resolve_examples
 from arc_data.sources import EVAL_SUBSET, SOURCE_NAMES, SourceInfo, load_sources
+from arc_data.tasksplit import HOLDOUT_POOLS, LABEL_MODES, as_evaluation, mode_line, split_tasks, unlabelled_tasks
 
 ENCODE_CHUNK = 1 << 13  # examples per encoded block: 2 x 7.4 MB buffers, two slots (fresh pages cost system time)
 
@@ -43,6 +45,13 @@ class BuildConfig:
     overwrite: bool = False
     eval_name: str = EVAL_SUBSET  # a Kaggle *_challenges.json whose name contains this is evaluation
     progress: bool = True
+    # required: every test input needs its solution (a labelled evaluation); optional: test pairs
+    # without an output (a Kaggle *_challenges.json alone) go to test/ unlabelled (arc_data/tasksplit.py)
+    test_labels: str = "required"
+    holdout_tasks: list[str] = field(default_factory=list)  # whole tasks moved to holdout_dir
+    holdout_fraction: float = 0.0  # and/or this fraction of holdout_pool's tasks, drawn with `seed`
+    holdout_pool: str = "all"  # all | evaluation: the tasks holdout_fraction draws from
+    holdout_dir: str | None = None  # the unseen-task dataset (held-out tasks, all of them evaluation tasks)
 
     def __post_init__(self) -> None:
         if not self.sources:
@@ -53,6 +62,17 @@ class BuildConfig:
             raise ArcDataError(f"seed={self.seed!r}: must be >= 0")
         if not self.output_dir:
             raise ArcDataError("output_dir is empty: give output_dir=PATH for the dataset")
+        if self.test_labels not in LABEL_MODES:
+            raise ArcDataError(f"test_labels={self.test_labels!r}: must be one of {', '.join(LABEL_MODES)}")
+        if self.holdout_pool not in HOLDOUT_POOLS:
+            raise ArcDataError(f"holdout_pool={self.holdout_pool!r}: must be one of {', '.join(HOLDOUT_POOLS)}")
+        if not (isinstance(self.holdout_fraction, (int, float)) and 0.0 <= self.holdout_fraction <= 1.0):
+            raise ArcDataError(f"holdout_fraction={self.holdout_fraction!r}: must be in [0, 1]")
+        holds = bool(self.holdout_tasks) or self.holdout_fraction > 0
+        if holds and not self.holdout_dir:
+            raise ArcDataError("holdout_tasks/holdout_fraction need holdout_dir=PATH for the held-out tasks' dataset")
+        if self.holdout_dir and not holds:
+            raise ArcDataError(f"holdout_dir={self.holdout_dir}: give holdout_tasks=[...] or holdout_fraction=F")
 
 
 @dataclass
@@ -66,6 +86,8 @@ class BuildSummary:
     splits: dict[str, dict[str, int]]
     bytes_on_disk: int
     short_groups: dict[str, int]
+    unlabelled_tasks: list[str] = field(default_factory=list)
+    holdout: BuildSummary | None = None  # the held-out tasks' dataset (holdout_dir), if any
 
 
 # ---------------------------------------------------------------------------------------------
@@ -179,42 +201,68 @@ def write_dataset(plan: Plan, tmp: Path, materialize: bool, manifest: dict, prog
 
 def build(cfg: BuildConfig) -> BuildSummary:
     t0 = time.perf_counter()
-    target = checked_output_dir(cfg.output_dir, cfg.overwrite, [s for s in cfg.sources if s not in SOURCE_NAMES],
-                                marker=F.MANIFEST_FILE, writer="build-arc")
-    out = target.path
+    inputs = [s for s in cfg.sources if s not in SOURCE_NAMES]
+    target = checked_output_dir(cfg.output_dir, cfg.overwrite, inputs, marker=F.MANIFEST_FILE, writer="build-arc")
+    held_target = None
+    if cfg.holdout_dir:
+        held_target = checked_output_dir(cfg.holdout_dir, cfg.overwrite, [*inputs, cfg.output_dir],
+                                         marker=F.MANIFEST_FILE, writer="build-arc", field="holdout_dir")
 
-    tasks, infos = load_sources(list(cfg.sources), cfg.eval_name, require_outputs=True)
+    tasks, infos = load_sources(list(cfg.sources), cfg.eval_name, require_outputs=cfg.test_labels == "required")
     for note in (n for info in infos for n in info.skipped):
         print(f"build-arc: skipped {note}", file=sys.stderr)
-    plan = make_plan(tasks, cfg.num_aug, cfg.seed)
-
-    short = {t.name: int(n) for t, n in zip(tasks, plan.num_puzzles) if n < cfg.num_aug + 1}
-    counts = {
-        split: {
-            "groups": len(sp.group_indices) - 1,
-            "puzzles": len(sp.puzzle_identifiers),
-            "examples": sp.num_examples,
+    tasks = as_evaluation(tasks, set(unlabelled_tasks(tasks)))  # unlabelled test inputs never train
+    kept, held = split_tasks(tasks, list(cfg.holdout_tasks), cfg.holdout_fraction, cfg.holdout_pool, cfg.seed)
+    held_names = [t.name for t in held]
+    jobs = [(target, kept, {"role": "pretraining" if held_target else "all", "held_out_tasks": held_names,
+                            "holdout_dir": cfg.holdout_dir})]
+    if held_target is not None:
+        jobs.append((held_target, held, {"role": "unseen", "held_out_tasks": held_names,
+                                         "pretraining_dir": cfg.output_dir}))
+    prepared = []
+    for tgt, job_tasks, split_info in jobs:
+        print(mode_line(job_tasks, str(tgt.path)))
+        plan = make_plan(job_tasks, cfg.num_aug, cfg.seed)
+        short = {t.name: int(n) for t, n in zip(job_tasks, plan.num_puzzles) if n < cfg.num_aug + 1}
+        counts = {
+            split: {
+                "groups": len(sp.group_indices) - 1,
+                "puzzles": len(sp.puzzle_identifiers),
+                "examples": sp.num_examples,
+            }
+            for split, sp in plan.splits.items()
         }
-        for split, sp in plan.splits.items()
-    }
-    manifest = manifest_dict(cfg, infos, plan, counts, short)
+        extra = {"test_labels": {"mode": "unlabelled" if unlabelled_tasks(job_tasks) else "labelled",
+                                 "unlabelled_tasks": unlabelled_tasks(job_tasks)},
+                 "task_split": split_info}
+        prepared.append((tgt, job_tasks, plan, counts, short, manifest_dict(cfg, infos, plan, counts, short) | extra))
 
-    with atomic_dir(target) as tmp:
-        write_dataset(plan, tmp, cfg.materialize, manifest, cfg.progress)
+    # Both datasets are staged, then published together: an error in either leaves neither.
+    with contextlib.ExitStack() as stack:
+        for tgt, _, plan, _, _, manifest in prepared:
+            write_dataset(plan, stack.enter_context(atomic_dir(tgt)), cfg.materialize, manifest, cfg.progress)
 
-    summary = BuildSummary(
-        output_dir=str(out),
-        layout=manifest["layout"],
-        seconds=time.perf_counter() - t0,
-        num_tasks=len(tasks),
-        num_eval_tasks=sum(t.is_eval for t in tasks),
-        num_identifiers=plan.num_ids,
-        splits=counts,
-        bytes_on_disk=dir_size(out),
-        short_groups=short,
-    )
-    print(format_summary(summary, cfg.num_aug))
-    return summary
+    summaries = [
+        BuildSummary(
+            output_dir=str(tgt.path),
+            layout=manifest["layout"],
+            seconds=time.perf_counter() - t0,
+            num_tasks=len(job_tasks),
+            num_eval_tasks=sum(t.is_eval for t in job_tasks),
+            num_identifiers=plan.num_ids,
+            splits=counts,
+            bytes_on_disk=dir_size(tgt.path),
+            short_groups=short,
+            unlabelled_tasks=unlabelled_tasks(job_tasks),
+        )
+        for tgt, job_tasks, plan, counts, short, manifest in prepared
+    ]
+    for summary in summaries:
+        print(format_summary(summary, cfg.num_aug))
+    if len(summaries) > 1:
+        summaries[0].holdout = summaries[1]
+        print(f"build-arc: {len(held_names)} task(s) held out of {summaries[0].output_dir} into {summaries[1].output_dir}")
+    return summaries[0]
 
 
 def manifest_dict(cfg: BuildConfig, infos: list[SourceInfo], plan: Plan, counts: dict, short: dict) -> dict:

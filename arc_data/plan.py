@@ -27,6 +27,7 @@ from arc_data.format import BLANK_NAME, MAX_SIDE, SPLITS, aug_name
 from arc_data.sources import Task
 
 TRIAL_FACTOR = 5  # HRM: at most 5 * num_aug trials per task
+EMPTY_GRID = np.zeros((0, 0), dtype=np.uint8)  # the output of an unlabelled test input
 TRANSPOSING = np.array([0, 1, 0, 1, 0, 0, 1, 1], dtype=bool)  # tids whose output is W x H
 
 
@@ -104,7 +105,10 @@ def pack_grids(tasks: list[Task]) -> tuple[Grids, np.ndarray, np.ndarray]:
     num_demos = []
     for t in tasks:
         for inp, out in t.train + t.test:
-            assert out is not None, f"{t.file}: task {t.name}: test output missing"
+            # An unlabelled test input (test_labels=optional) gets an empty 0x0 output: encoded as
+            # an all-PAD label row, which the loader ignores and evaluation reads as "no solution".
+            assert out is not None or t.is_eval, f"{t.file}: task {t.name}: test output missing"
+            out = EMPTY_GRID if out is None else out
             flat += [inp.ravel(), out.ravel()]
             shapes += [inp.shape, out.shape]
         task_pairs.append(task_pairs[-1] + len(t.train) + len(t.test))

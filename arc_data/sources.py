@@ -151,7 +151,8 @@ def parse_task(
                 raw_out, out_where = pair.get("output"), f"{where}.output"
             if raw_out is None:
                 if key == "train" or require_outputs:
-                    raise bad(f"{where} has no 'output' (solutions are required)")
+                    raise bad(f"{where} has no 'output' (solutions are required"
+                          + (")" if key == "train" else "; test_labels=optional builds it without a label)"))
                 pairs.append((inp, None))
                 continue
             pairs.append((inp, parse_grid(raw_out, file, name, out_where)))
@@ -242,7 +243,8 @@ def _kaggle(path: Path, spec: str, eval_name: str, require_outputs: bool, digest
                 f"({len(only_c)} only in challenges, {len(only_s)} only in solutions)"
             )
     elif require_outputs:
-        raise ArcDataError(f"{path}: solutions file {sol_path.name} not found beside it")
+        raise ArcDataError(f"{path}: solutions file {sol_path.name} not found beside it "
+                           "(test_labels=optional builds its test inputs without labels)")
     is_eval = eval_name != "" and eval_name in path.name
     tasks = []
     for name in sorted(challenges):
