@@ -341,11 +341,13 @@ def atomic_dir(target: OutputDir) -> Iterator[Path]:
 
 
 def publish_files(stage: Path, out: Path, names: Iterable[str], overwrite: bool, writer: str) -> list[str]:
-    """Move the staged outputs `names` (files or folders in `stage`, a temp folder inside `out`) into
-    `out`, all or none. Without overwrite no existing entry is ever replaced (a no-replace rename: one
-    that appeared since the start check is an error); with it the old entries are set aside in
-    `stage` first and put back if a later move fails. Returns the names published."""
-    names = [n for n in names if os.path.lexists(stage / n)]
+    """Move the staged outputs among `names` (files or folders in `stage`, a temp folder inside `out`)
+    into `out`, all or none. Without overwrite no existing entry is ever replaced (a no-replace
+    rename: one that appeared since the start check is an error); with it every existing entry of
+    `names` is set aside in `stage` first (so the folder never mixes two runs) and put back if a
+    later move fails. Returns the names published."""
+    names = list(names)
+    produced = [n for n in names if os.path.lexists(stage / n)]
     old = stage / ".old"
     old.mkdir(exist_ok=True)
     moved: list[str] = []
@@ -355,12 +357,15 @@ def publish_files(stage: Path, out: Path, names: Iterable[str], overwrite: bool,
         for n in names:
             if os.path.lexists(out / n):
                 if not overwrite:
+                    if n not in produced:
+                        continue
                     raise ArcDataError(f"{out / n}: appeared while {writer} ran (it was not there at the start); "
                                        "left it untouched and published nothing: remove it or pass overwrite=true")
                 os.rename(out / n, old / n)
                 aside.append(n)
-            rename_noreplace(stage / n, out / n)
-            moved.append(n)
+            if n in produced:
+                rename_noreplace(stage / n, out / n)
+                moved.append(n)
     except BaseException as e:
         for n in reversed(moved):
             os.rename(out / n, stage / n)
@@ -373,6 +378,29 @@ def publish_files(stage: Path, out: Path, names: Iterable[str], overwrite: bool,
             raise ArcDataError(f"{writer}: {os_error_line(e, out)}; published nothing") from None
         raise
     return moved
+
+
+@contextmanager
+def staged_outputs(out: Path, names: Iterable[str], overwrite: bool, writer: str) -> Iterator[Path]:
+    """Yield a hidden stage folder inside `out` (created if missing); when the block ends, publish
+    the `names` written there together (`publish_files`). The stage is removed however the block
+    ends (Ctrl-C included); an OSError while writing becomes one line naming the path and errno,
+    and nothing is published."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        remove_stale_tmp(out / writer)  # the stage of a killed run
+        stage = out / temp_name(out / writer)
+        shutil.rmtree(stage, ignore_errors=True)
+        stage.mkdir()
+    except OSError as e:
+        raise ArcDataError(f"{writer}: cannot write into {out}: {os_error_line(e, out)}") from None
+    try:
+        yield stage
+        publish_files(stage, out, names, overwrite, writer)
+    except OSError as e:
+        raise ArcDataError(f"{writer}: {os_error_line(e, stage)}; published nothing, {out} is as it was") from None
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
 
 
 def progress_bar(enabled: bool, prefix: str):

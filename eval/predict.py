@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from arc_data.fsio import check_output_dir
+from arc_data.fsio import check_output_dir, staged_outputs
 from eval.predictions import save_predictions
 from eval.tasks import TASK_CHOICES, evaluation_for
 from hrm_deeploop import checkpoint as ckpt
@@ -260,20 +260,29 @@ def run(c: EvaluateConfig) -> int:
         if c.halt_max_steps:  # eval runs exactly cfg.halt_max_steps segments: the one place it is read there
             loaded.model.cfg = replace(loaded.config, halt_max_steps=c.halt_max_steps)
         preds = predict_split(loaded.model, split, env, G, c.max_batches, c.progress)
-        if env.is_main:
-            save_predictions(pred_path, preds["puzzle_identifiers"], preds["inputs"], preds["predictions"],
-                             preds["q_halt"])
-            D.print0(f"wrote {pred_path} ({len(preds['q_halt'])} rows)")
     finally:
         D.teardown()
-    if env.is_main and c.vote:
-        return _vote(pred_path, c)
+    if env.is_main:
+        _publish(preds, pred_path, c)
     return 0
 
 
-def _vote(pred_path: Path, c: EvaluateConfig) -> int:
-    from eval.report import run as vote_run
+def _publish(preds: dict[str, np.ndarray], pred_path: Path, c: EvaluateConfig) -> None:
+    """predictions.npz and (vote=true) the vote's outputs, staged and published together: a vote
+    that fails, a full disk or Ctrl-C publishes nothing, and an earlier good output stays."""
+    from eval.report import output_names, print_summary, vote_file, write_vote_files
     from eval.vote import VoteConfig
 
-    return int(vote_run(VoteConfig(predictions=str(pred_path), data_dir=c.data_dir, output_dir=c.output_dir,
-                                   split=c.split, overwrite=c.overwrite, report=c.report)) or 0)
+    out = pred_path.parent
+    vc = VoteConfig(predictions=str(pred_path), data_dir=c.data_dir, output_dir=c.output_dir, split=c.split,
+                    overwrite=c.overwrite, report=c.report)
+    names = (pred_path.name, *(output_names(c.report) if c.vote else ()))
+    with staged_outputs(out, names, c.overwrite, "evaluate") as stage:
+        save_predictions(stage / pred_path.name, preds["puzzle_identifiers"], preds["inputs"], preds["predictions"],
+                         preds["q_halt"])
+        result = vote_file(vc, stage / pred_path.name) if c.vote else None
+        if result is not None:
+            write_vote_files(result, stage, vc.max_candidates, vc.report, vc.report_candidates)
+    print(f"wrote {pred_path} ({len(preds['q_halt'])} rows)")
+    if result is not None:
+        print_summary(result, out)

@@ -233,8 +233,10 @@ def evaluate_puzzles(model: ACTReasoner, split: Any, env: D.Env, c: Any, out: Pa
     t_predict = time.perf_counter() - t0
     copy = np.tile(np.arange(plan.copies, dtype=np.int32), len(res.examples))
     example = np.repeat(res.examples, plan.copies)
-    save_predictions(out / "predictions.npz", res.puzzle_identifiers, res.inputs, res.predictions,
-                                 res.q_halt, extra={"example": example, "tta_copy": copy})
+
+    def predictions(path: Path) -> None:  # published with the metrics, never before them
+        save_predictions(path, res.puzzle_identifiers, res.inputs, res.predictions, res.q_halt,
+                         extra={"example": example, "tta_copy": copy})
     m = {"task": task, "data_dir": str(c.data_dir), "split": c.split, **info,
          "halt_max_steps_trained": int(model.cfg.halt_max_steps),
          "tta": {"copies": c.tta, "seed": c.tta_seed, "group": plan.group.description if c.tta else None},
@@ -246,7 +248,8 @@ def evaluate_puzzles(model: ACTReasoner, split: Any, env: D.Env, c: Any, out: Pa
     if plan.table is not None:
         tta_table = {"example": example, "tta_copy": copy, **{k: v[example * plan.copies + copy]
                                                                 for k, v in plan.table.items()}}
-    write_outputs(out, m, task, _shown(split, plan, res, c.report_puzzles), tta_table, c.overwrite, c.report)
+    write_outputs(out, m, task, _shown(split, plan, res, c.report_puzzles), tta_table, c.overwrite, c.report,
+                  predictions=predictions)
     D.print0(one_line(m, out))
     return 0
 

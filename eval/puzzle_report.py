@@ -11,17 +11,16 @@ import base64
 import html
 import io
 import json
-import os
-import shutil
-import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from arc_data.fsio import file_stem
+from arc_data.fsio import file_stem, staged_outputs
 from hrm_deeploop.errors import UserError
 
+PREDICTIONS_FILE = "predictions.npz"
 FILES = ("metrics.json", "metrics.md", "tta_augmentations.npz", "report.html", "report")
 
 
@@ -138,15 +137,18 @@ def _html(m: dict, md: str, shown: list[tuple[Shown, bytes]]) -> str:
 
 
 def write_outputs(output_dir: Path, metrics: dict, task: str, shown: list[Shown], tta_table: dict | None,
-                  overwrite: bool, report: bool = True) -> list[Path]:
-    """Stage every output in a hidden folder, then rename each into output_dir; an existing output
-    this run does not produce (tta_augmentations.npz of an earlier tta run, the report with
-    report=false) is removed with overwrite, so the folder never mixes two runs."""
+                  overwrite: bool, report: bool = True,
+                  predictions: Callable[[Path], object] | None = None) -> list[Path]:
+    """Stage every output (and, through `predictions(path)`, predictions.npz) in a hidden folder and
+    publish them together (`fsio.staged_outputs`); an existing output this run does not produce
+    (tta_augmentations.npz of an earlier tta run, the report with report=false) is removed with
+    overwrite, so the folder never mixes two runs."""
     output_dir = Path(output_dir)
     check_outputs(output_dir, overwrite)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=".evaluate-", dir=output_dir))
-    try:
+    names = (PREDICTIONS_FILE, *FILES) if predictions is not None else FILES
+    with staged_outputs(output_dir, names, overwrite, "evaluate") as stage:
+        if predictions is not None:
+            predictions(stage / PREDICTIONS_FILE)
         md = markdown(metrics)
         (stage / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
         (stage / "metrics.md").write_text(md)
@@ -159,14 +161,5 @@ def write_outputs(output_dir: Path, metrics: dict, task: str, shown: list[Shown]
             for s, png in pictures:
                 (stage / "report" / f"{file_stem(f'example_{s.example}')}.png").write_bytes(png)
             (stage / "report.html").write_text(_html(metrics, md, pictures))
-        written = [n for n in FILES if (stage / n).exists()]
-        old = stage / ".old"
-        old.mkdir()
-        for n in FILES:
-            if (output_dir / n).exists():  # only reachable with overwrite
-                os.replace(output_dir / n, old / n)
-            if n in written:
-                os.replace(stage / n, output_dir / n)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
+        written = [n for n in names if (stage / n).exists()]
     return [output_dir / n for n in written]

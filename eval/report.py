@@ -12,15 +12,13 @@ import html
 import io
 import json
 import os
-import shutil
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from arc_data.fsio import file_stem
+from arc_data.fsio import file_stem, staged_outputs
 from eval.vote import Candidate, TaskResult, VoteConfig, VoteResult
 from hrm_deeploop.errors import UserError
 
@@ -232,6 +230,22 @@ def _md_table_html(scores: dict[str, dict[str, float]]) -> str:
 # ---------------------------------------------------------------- writing
 
 
+def write_vote_files(result: VoteResult, folder: Path, max_candidates: int = 10, report: bool = True,
+                     report_candidates: int = 3) -> None:
+    """Every vote output, written into `folder` (a stage that `write_outputs` or evaluate publishes)."""
+    (folder / "pass_at_k.json").write_text(json.dumps(result.scores, indent=2) + "\n")
+    (folder / "pass_at_k.md").write_text(format_table(result.scores) + "\n")
+    with open(folder / "pass_at_k.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["protocol", *(f"pass@{k}" for k in result.scores["hrm"])])
+        for p in ("hrm", "fractional"):
+            w.writerow([p, *(f"{v:.4f}" for v in result.scores[p].values())])
+    (folder / "tasks.json").write_text(json.dumps(tasks_json(result, max_candidates)))
+    (folder / "submission.json").write_text(json.dumps(submission(result)))
+    if report:
+        write_report(result, folder, report_candidates)
+
+
 def write_outputs(
     result: VoteResult,
     output_dir: str | Path,
@@ -240,32 +254,12 @@ def write_outputs(
     report: bool = True,
     report_candidates: int = 3,
 ) -> list[Path]:
-    """Write every output atomically into output_dir; returns the paths written."""
+    """Write every output into output_dir, published together (`fsio.staged_outputs`); returns the paths."""
     output_dir = Path(output_dir)
     check_outputs(output_dir, overwrite, report)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=".vote-", dir=output_dir))
-    try:
-        (stage / "pass_at_k.json").write_text(json.dumps(result.scores, indent=2) + "\n")
-        (stage / "pass_at_k.md").write_text(format_table(result.scores) + "\n")
-        with open(stage / "pass_at_k.csv", "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["protocol", *(f"pass@{k}" for k in result.scores["hrm"])])
-            for p in ("hrm", "fractional"):
-                w.writerow([p, *(f"{v:.4f}" for v in result.scores[p].values())])
-        (stage / "tasks.json").write_text(json.dumps(tasks_json(result, max_candidates)))
-        (stage / "submission.json").write_text(json.dumps(submission(result)))
-        if report:
-            write_report(result, stage, report_candidates)
-        names = output_names(report)
-        old = stage / ".old"
-        old.mkdir()
-        for n in names:
-            if (output_dir / n).exists():  # only reachable with overwrite
-                os.replace(output_dir / n, old / n)
-            os.replace(stage / n, output_dir / n)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
+    names = output_names(report)
+    with staged_outputs(output_dir, names, overwrite, "vote") as stage:
+        write_vote_files(result, stage, max_candidates, report, report_candidates)
     return [output_dir / n for n in names]
 
 
@@ -277,18 +271,28 @@ __all__ = ["ARC_PALETTE", "Candidate", "check_outputs", "format_table", "submiss
 
 def run(c: VoteConfig) -> int:
     """`hrm-deeploop vote predictions=FILE data_dir=DIR output_dir=OUT [ks=[1,2]] [overwrite=true]`."""
+    from arc_data.fsio import check_output_dir
+
+    out = check_output_dir(c.output_dir, [c.data_dir])
+    check_outputs(out, c.overwrite, c.report)
+    result = vote_file(c, Path(c.predictions))
+    write_outputs(result, out, overwrite=c.overwrite, max_candidates=c.max_candidates, report=c.report,
+                  report_candidates=c.report_candidates)
+    print_summary(result, out)
+    return 0
+
+
+def vote_file(c: VoteConfig, path: Path) -> VoteResult:
+    """Vote over the predictions in `path` (c.predictions, or evaluate's staged copy); warnings on stderr."""
     import sys
     import time
     from dataclasses import asdict
 
-    from arc_data.fsio import check_output_dir
     from eval.predictions import load_predictions
     from eval.vote import vote
 
-    out = check_output_dir(c.output_dir, [c.data_dir])
-    check_outputs(out, c.overwrite, c.report)
     t0 = time.perf_counter()
-    preds = load_predictions(c.predictions)
+    preds = load_predictions(path)
     t_read = time.perf_counter() - t0
     result = vote(preds, c.data_dir, split=c.split, ks=c.ks, keep_grids=max(c.max_candidates, c.report_candidates, 2))
     result.stats["seconds_read_predictions"] = round(t_read, 3)
@@ -297,12 +301,14 @@ def run(c: VoteConfig) -> int:
         print(f"warning: {w}", file=sys.stderr)
     if len(result.warnings) > 20:
         print(f"warning: ... and {len(result.warnings) - 20} more (see tasks.json)", file=sys.stderr)
-    write_outputs(result, out, overwrite=c.overwrite, max_candidates=c.max_candidates, report=c.report,
-                  report_candidates=c.report_candidates)
+    return result
+
+
+def print_summary(result: VoteResult, out: Path) -> None:
     print(format_table(result.scores))
     s = result.stats
     print(
         f"{s['num_votes']} votes, {s['num_candidates']} candidates, {s['num_tasks']} tasks, "
-        f"{s['num_test_inputs']} test inputs; read {t_read:.1f}s, vote {s['seconds_total']:.1f}s -> {out}"
+        f"{s['num_test_inputs']} test inputs; read {s['seconds_read_predictions']:.1f}s, "
+        f"vote {s['seconds_total']:.1f}s -> {out}"
     )
-    return 0
