@@ -38,7 +38,7 @@ from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop import runtime as D
 from hrm_deeploop.config import at_least, device_name, one_of, optional_at_least
 from hrm_deeploop.errors import ConfigError, UserError
-from hrm_deeploop.models.config import HRMConfig, TRMConfig
+from hrm_deeploop.models.config import HRMConfig, TRMConfig, URMConfig
 from hrm_deeploop.models.hrm import ACTReasoner
 from hrm_deeploop.models.reasoners import build_reasoner
 from hrm_deeploop.models.scaling import ScalingConfig
@@ -85,14 +85,14 @@ class EvaluateConfig:
 @dataclass
 class LoadedModel:
     model: ACTReasoner  # HRM or TRM
-    config: HRMConfig | TRMConfig
+    config: HRMConfig | TRMConfig | URMConfig
     kind: str  # "hrm-deeploop" | "official"
     step: int | None
     path: Path
     weights: str = "raw"  # raw | ema (the weight average of our checkpoint) | official
 
 
-SCHEMAS: dict[str, type] = {"hrm": HRMConfig, "trm": TRMConfig}
+SCHEMAS: dict[str, type] = {"hrm": HRMConfig, "trm": TRMConfig, "urm": URMConfig}
 
 
 def load_model(path: str | Path, device: torch.device | str = "cpu", dtype: str = "auto",
@@ -155,7 +155,7 @@ def _with_average(weights: dict[str, Any], shadow: dict[str, Any], where: str) -
     return {**weights, **shadow}
 
 
-def _model_config(name: str, values: dict[str, Any], where: str) -> HRMConfig | TRMConfig:
+def _model_config(name: str, values: dict[str, Any], where: str) -> HRMConfig | TRMConfig | URMConfig:
     if name not in SCHEMAS:
         raise UserError(f"{where}: model '{name}' is not a reasoner ({', '.join(SCHEMAS)})")
     schema = SCHEMAS[name]

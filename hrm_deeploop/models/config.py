@@ -8,6 +8,7 @@ range-checked once, in `__post_init__`, so a bad value is a one-line error namin
 |------|-----------|--------------------------------------|
 | hrm  | HRMConfig | hrm_deeploop.models.hrm.HRM          |
 | trm  | TRMConfig | hrm_deeploop.models.trm.TRM          |
+| urm  | URMConfig | hrm_deeploop.models.urm.URM          |
 | gpt  | GPTConfig | hrm_deeploop.models.gpt.GPT          |
 """
 
@@ -31,7 +32,7 @@ def check_heads(hidden_size: int, num_heads: int, rope: bool) -> None:
 
 
 def check_reasoner_fields(cfg: Any, depth_keys: tuple[str, ...], pos_encodings: tuple[str, ...]) -> None:
-    """The range checks HRM and TRM share (one place per field); `depth_keys` are the model's own
+    """The range checks HRM, TRM and URM share (one place per field); `depth_keys` are the model's own
     layer and cycle counts, `pos_encodings` the position schemes it supports."""
     for key in ("hidden_size", "num_heads", *depth_keys, "halt_max_steps", "mlp_multiple", "vocab_size", "seq_len",
                 "num_puzzle_identifiers"):
@@ -150,6 +151,54 @@ class TRMConfig:
 
 
 @dataclass
+class URMConfig:
+    """Universal Reasoning Model (URM, Gao et al. 2025, arXiv 2512.14693). Defaults: the reference's
+    published setups (its scripts/URM_*.sh: loops 16, H_cycles 2, L_cycles 6, 4 layers; the rest
+    from config/arch/urm.yaml, whose own 8 layers / H 4 / L 3 no script uses). One stack of
+    `num_layers` Post-LN blocks (ConvSwiGLU MLP) recurs on one latent. The reference's arch keys map
+    as loops -> halt_max_steps, H_cycles -> num_h_cycles, L_cycles -> num_l_cycles."""
+
+    name: str = "urm"
+    hidden_size: int = 512
+    num_heads: int = 8
+    expansion: float = 4.0
+    num_layers: int = 4  # K physical blocks
+    num_h_cycles: int = 2  # outer passes per ACT step; the first H-1 run without grad (truncated backprop)
+    num_l_cycles: int = 6  # rounds per pass: z <- blocks(z + x)
+    mlp: str = "convswiglu"  # convswiglu (the reference) | swiglu (its ablation without the convolution)
+    conv_kernel: int = 2  # the depthwise convolution's width (causal over positions; the reference's 2)
+    halt_max_steps: int = 16  # the reference's `loops`
+    halt_exploration_prob: float = 0.1  # hard-coded 0.1 in the reference
+    puzzle_emb_ndim: int | None = None  # None -> hidden_size; 0 disables the puzzle embedding
+    pos_encodings: str = "rope"  # the reference always uses RoPE
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-5
+    norm_weight: bool = False  # URM's RMSNorm has no gain
+    mlp_multiple: int = 256
+    forward_dtype: str = "bfloat16"  # compute dtype on CUDA; CPU runs use float32
+    loss_type: str = "stablemax_cross_entropy"  # or softmax_cross_entropy
+    stablemax_dtype: str = "float64"
+    vocab_size: int = 12  # these three are filled in from the dataset
+    seq_len: int = 900
+    num_puzzle_identifiers: int = 1
+
+    def __post_init__(self) -> None:
+        check_reasoner_fields(self, ("num_layers", "num_h_cycles", "num_l_cycles", "conv_kernel"),
+                              pos_encodings=("rope",))
+        one_of("model.mlp", self.mlp, ("convswiglu", "swiglu"))
+        check_heads(self.hidden_size, self.num_heads, rope=True)
+
+    @property
+    def puzzle_dim(self) -> int:
+        return self.hidden_size if self.puzzle_emb_ndim is None else self.puzzle_emb_ndim
+
+    @property
+    def puzzle_len(self) -> int:
+        """P: prefix positions the puzzle embedding occupies (ceil(ndim / hidden), as HRM)."""
+        return -(self.puzzle_dim // -self.hidden_size)
+
+
+@dataclass
 class GPTConfig:
     """The looped GPT (DeepLoop section 5.1): GPT-2 small by default; K blocks looped R rounds."""
 
@@ -184,8 +233,8 @@ class GPTConfig:
         check_heads(self.hidden_size, self.num_heads, rope=True)
 
 
-MODEL_CONFIGS: dict[str, type] = {"hrm": HRMConfig, "trm": TRMConfig, "gpt": GPTConfig}
-ModelConfig = HRMConfig | TRMConfig | GPTConfig
+MODEL_CONFIGS: dict[str, type] = {"hrm": HRMConfig, "trm": TRMConfig, "urm": URMConfig, "gpt": GPTConfig}
+ModelConfig = HRMConfig | TRMConfig | URMConfig | GPTConfig
 
 
 def model_config(cfg: Any) -> ModelConfig:

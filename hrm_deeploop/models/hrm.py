@@ -170,6 +170,10 @@ class ACTReasoner(nn.Module, metaclass=abc.ABCMeta):
                 track_puzzle_grad: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """One forward segment: (z_H, z_L) detached, logits (B, S, V), q_logits (B, 2) fp32."""
 
+    def initial_states(self) -> tuple[Tensor, Tensor]:
+        """The fixed (D,) states a halted slot restarts z_H and z_L from (URM: its one `init_hidden`)."""
+        return self.H_init, self.L_init
+
     @abc.abstractmethod
     def reasoning_cores(self) -> tuple[LoopedCore, ...]:
         """The model's looped cores, in initialisation order (HRM: H_level, L_level; TRM: net)."""
@@ -216,9 +220,9 @@ class ACTReasoner(nn.Module, metaclass=abc.ABCMeta):
         if self.puzzle_emb is not None:
             self.puzzle_emb.weights.zero_()
             mark(self.puzzle_emb.weights)
-        trunc_normal_(self.H_init, std=1.0)
-        trunc_normal_(self.L_init, std=1.0)
-        mark(self.H_init, self.L_init)
+        for state in {id(t): t for t in self.initial_states()}.values():  # URM's one state serves both
+            trunc_normal_(state, std=1.0)
+            mark(state)
         if self.rotary_emb is not None:  # deterministic tables, rebuilt from the config
             mark(*self.rotary_emb.buffers())
         missed = [n for n, t in [*self.named_parameters(), *self.named_buffers()] if id(t) not in done]
@@ -253,8 +257,9 @@ class ACTReasoner(nn.Module, metaclass=abc.ABCMeta):
         cfg = self.cfg
         reset = carry.halted  # (B,)
         r3 = reset.view(-1, 1, 1)
-        z_H = torch.where(r3, self.H_init.to(self.dtype), carry.z_H)
-        z_L = torch.where(r3, self.L_init.to(self.dtype), carry.z_L)
+        h0, l0 = self.initial_states()
+        z_H = torch.where(r3, h0.to(self.dtype), carry.z_H)
+        z_L = torch.where(r3, l0.to(self.dtype), carry.z_L)
         steps = torch.where(reset, torch.zeros_like(carry.steps), carry.steps)
         data = {k: torch.where(reset.view((-1,) + (1,) * (batch[k].ndim - 1)), batch[k], carry.data[k])
                 for k in DATA_KEYS}

@@ -37,6 +37,11 @@ in docs/trm.md):
   Sudoku).
 - `forward`: every recursion of a segment, as if nothing were truncated: N = T*(n+1)*K, R = T*(n+1).
 - `physical`: the untied count of one pass, N = K, R = 1 (plain DeepNorm depth of the network).
+
+URM (one stack of K blocks; H outer passes of C_L rounds z <- blocks(z + x), the first H-1 passes
+without grad): forward N = H*C_L*K. Conventions (`scaling.urm_depth`, the same three names,
+derived in docs/urm.md): `gradient` (default) N_g = C_L*K, R = C_L (24 at the published setups);
+`forward` N = H*C_L*K; `physical` N = K.
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ class ScalingConfig:
     eps_lambda: float = 1.0  # lambda for `looped_eps`
     hrm_depth: str = "paper"  # paper | autograd
     trm_depth: str = "gradient"  # gradient | forward | physical
+    urm_depth: str = "gradient"  # gradient | forward | physical
     per_module: bool = False
     p_h: float | None = None  # HRM: the H module's exponent instead of the scheme's (Post-LN schemes)
     p_l: float | None = None  # HRM: the L module's exponent instead of the scheme's
@@ -86,6 +92,7 @@ class ScalingConfig:
         at_least("scaling.operloop_decay", self.operloop_decay, 0.0)
         one_of("scaling.hrm_depth", self.hrm_depth, ("paper", "autograd"))
         one_of("scaling.trm_depth", self.trm_depth, TRM_DEPTHS)
+        one_of("scaling.urm_depth", self.urm_depth, TRM_DEPTHS)
         for t in self.beta_targets:
             one_of("scaling.beta_targets", t, BETA_TARGET_CHOICES)
 
@@ -162,6 +169,18 @@ def trm_depth(num_layers: int, num_h_cycles: int, num_l_cycles: int, convention:
     return Depth(N=n_fwd, M=2 * n_fwd, N_g=n_g, M_g=2 * n_g, modules={"net": {"K": k, "R": r, "N": k * r}})
 
 
+def urm_depth(num_layers: int, num_h_cycles: int, num_l_cycles: int, convention: str = "gradient") -> Depth:
+    """URM's one stack of K blocks: C_L rounds per pass, H passes per ACT step, the last pass on
+    the tape (truncated back-propagation; docs/urm.md)."""
+    _positive(num_layers=num_layers, num_h_cycles=num_h_cycles, num_l_cycles=num_l_cycles)
+    k, h, c = num_layers, num_h_cycles, num_l_cycles
+    visits = {"gradient": c, "forward": h * c, "physical": 1}  # R: visits of each block counted
+    if convention not in visits:
+        raise ConfigError(f"scaling.urm_depth='{convention}' must be one of {', '.join(TRM_DEPTHS)}")
+    r = visits[convention]
+    return Depth(N=h * c * k, M=2 * h * c * k, N_g=c * k, M_g=2 * c * k, modules={"net": {"K": k, "R": r, "N": k * r}})
+
+
 def alpha_beta(scheme: str, n: int, p: float | None = None) -> tuple[float, float]:
     """(alpha, beta) of a Post-LN scheme for unrolled depth n."""
     exponent = {"baseline": 0.0, "deepnorm": 0.25, "deeploop": 0.5, "power": p}.get(scheme)
@@ -225,6 +244,7 @@ def describe(model_cfg: Any, scaling: ScalingConfig) -> dict:
         "exponent": scaling.exponent,
         "hrm_depth": scaling.hrm_depth if model_cfg.name == "hrm" else None,
         "trm_depth": scaling.trm_depth if model_cfg.name == "trm" else None,
+        "urm_depth": scaling.urm_depth if model_cfg.name == "urm" else None,
         "N": depth.N, "M": depth.M, "N_g": depth.N_g, "M_g": depth.M_g,
         "modules": modules,
     }
@@ -237,13 +257,16 @@ def model_depth(model_cfg: Any, scaling: ScalingConfig) -> Depth:
     if model_cfg.name != "hrm" and (scaling.p_h is not None or scaling.p_l is not None):
         raise ConfigError(f"scaling.p_h / scaling.p_l are HRM's per-module exponents; model={model_cfg.name} "
                           "has one looped network (TRM's two roles share its blocks, so one beta per matrix)")
+    if model_cfg.name in ("trm", "urm") and scaling.per_module:
+        raise ConfigError(f"scaling.per_module=true applies to HRM's two modules; {model_cfg.name.upper()} has one "
+                          "network")
     if model_cfg.name == "trm":
-        if scaling.per_module:
-            raise ConfigError("scaling.per_module=true applies to HRM's two modules; TRM has one network")
         return trm_depth(model_cfg.num_layers, model_cfg.num_h_cycles, model_cfg.num_l_cycles, scaling.trm_depth)
+    if model_cfg.name == "urm":
+        return urm_depth(model_cfg.num_layers, model_cfg.num_h_cycles, model_cfg.num_l_cycles, scaling.urm_depth)
     if model_cfg.name == "gpt":
         return loop_depth(model_cfg.num_blocks, model_cfg.num_rounds)
-    raise ConfigError(f"model.name='{model_cfg.name}' is not 'hrm', 'trm' or 'gpt'")
+    raise ConfigError(f"model.name='{model_cfg.name}' is not 'hrm', 'trm', 'urm' or 'gpt'")
 
 
 def format_table(report: dict) -> str:
@@ -255,7 +278,8 @@ def format_table(report: dict) -> str:
     head = [f"model={report['model']}  scheme={report['scheme']}"
             + (f"  p={report['exponent']}" if report["exponent"] is not None else "")
             + (f"  hrm_depth={report['hrm_depth']}" if report["hrm_depth"] else "")
-            + (f"  trm_depth={report['trm_depth']}" if report.get("trm_depth") else "")]
+            + (f"  trm_depth={report['trm_depth']}" if report.get("trm_depth") else "")
+            + (f"  urm_depth={report['urm_depth']}" if report.get("urm_depth") else "")]
     head.append("  ".join(f"{k}={fmt(report[k])}" for k in ("N", "M", "N_g", "M_g")))
     cols = ["module", "K", "R", "N used", "norm", "p", "alpha", "beta", "eps"]
     rows = [[name, m["K"], m["R"], m["N"], m["norm"], m.get("p"), m["alpha"], m["beta"], m.get("eps")]

@@ -1,4 +1,4 @@
-"""`hrm-deeploop train`: a recurrent reasoner (HRM or TRM) on a built puzzle dataset (reference spec 5).
+"""`hrm-deeploop train`: a recurrent reasoner (HRM, TRM or URM) on a built puzzle dataset (reference spec 5).
 
 Each step is one ACT segment for every carry slot (deep supervision): the carry persists across
 batches, halted slots load new rows, and every segment gets its own loss and optimiser step.
@@ -42,7 +42,7 @@ from hrm_deeploop.data.puzzles import (
     steps_per_epoch,
 )
 from hrm_deeploop.errors import UserError
-from hrm_deeploop.models.config import HRMConfig, TRMConfig, model_config
+from hrm_deeploop.models.config import HRMConfig, TRMConfig, URMConfig, model_config
 from hrm_deeploop.models.hrm import ACTReasoner, Carry, carry_from_state, carry_state, carry_to
 from hrm_deeploop.models.losses import act_loss
 from hrm_deeploop.models.reasoners import build_reasoner
@@ -63,7 +63,7 @@ from hrm_deeploop.training.runlog import check_finite
 
 METRIC_KEYS = ("count", "accuracy", "exact_accuracy", "q_halt_accuracy", "steps",
                "lm_loss", "q_halt_loss", "q_continue_loss")
-REASONERS = (HRMConfig, TRMConfig)
+REASONERS = (HRMConfig, TRMConfig, URMConfig)
 
 
 @dataclass
@@ -119,7 +119,7 @@ class ReasonerEval(EvalConfig):
 
 @dataclass
 class TrainConfig(RunConfig):
-    """`hrm-deeploop train`: HRM or TRM (model=trm) on a dataset built by build-arc (or any puzzle builder).
+    """`hrm-deeploop train`: HRM, TRM (model=trm) or URM (model=urm) on a dataset built by build-arc (or any puzzle builder).
 
     Every key is typed; a misspelled key or an out-of-range value is a one-line error. Pick a paper
     setup with experiment=NAME (configs/experiment/)."""
@@ -134,7 +134,7 @@ class TrainConfig(RunConfig):
         super().__post_init__()
         self.model = HRMConfig() if self.model is None else model_config(self.model)
         check(isinstance(self.model, REASONERS), "model.name", self.model.name,
-              "a reasoner (hrm, trm); the looped GPT trains with train-gpt")
+              "a reasoner (hrm, trm, urm); the looped GPT trains with train-gpt")
         model_depth(self.model, self.scaling)  # the depth convention fits the model (e.g. no per_module for TRM)
 
     def inputs(self) -> list[str | None]:
@@ -303,8 +303,9 @@ class Trainer(Task):
         blocks = {f"{lvl.removesuffix('_level')}.layers.{i}": b for lvl in levels
                   for i, b in enumerate(getattr(m, lvl).layers)}
         window = {"grad_window": "last_cycle"} if hasattr(m, "H_level") else {}
-        z_H = m.H_init.to(m.dtype).expand(batch["inputs"].shape[0], m.total_len, -1)
-        z_L = m.L_init.to(m.dtype).expand_as(z_H)
+        h0, l0 = m.initial_states()
+        z_H = h0.to(m.dtype).expand(batch["inputs"].shape[0], m.total_len, -1)
+        z_L = l0.to(m.dtype).expand_as(z_H)
 
         def forward():
             _, _, logits, _ = m.segment(z_H, z_L, batch, **window)
