@@ -18,6 +18,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,8 +151,20 @@ def rewrite_deprecated(name: str, overrides: list[str]) -> list[str]:
         if key in table:
             print(f"hrm-deeploop {name}: note: '{key}' is deprecated, use '{table[key]}'", file=sys.stderr)
             key = table[key]
-        out.append(f"{prefix}{key}{sep}{value}")
+        out.append(f"{prefix}{key}{sep}{quote_non_ascii(value)}")
     return out
+
+
+# A run of characters holding a non-ASCII one, between the override grammar's delimiters.
+_NON_ASCII_RUN = re.compile(r"(\s*)([^\[\]{},\s][^\[\]{},]*?[^\x00-\x7f][^\[\]{},]*?)(\s*)(?=$|[\]{},])")
+
+
+def quote_non_ascii(value: str) -> str:
+    """Hydra's override lexer takes only ASCII outside quotes (`output_dir=/data/dé` is a
+    LexerNoViableAltException): each non-ASCII item of a value (a path, a list element) is quoted."""
+    if value.isascii() or value.lstrip().startswith("{") or any(c in value for c in "'\"\\"):
+        return value
+    return _NON_ASCII_RUN.sub(lambda m: f"{m[1]}'{m[2]}'{m[3]}", value)
 
 
 def compose(name: str, overrides: list[str], convert: bool = True) -> Any:
@@ -164,15 +177,25 @@ def compose(name: str, overrides: list[str], convert: bool = True) -> Any:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    from hrm_deeploop.config import check_int64
+
     register_schemas(name)
     overrides = rewrite_deprecated(name, overrides)
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
             cfg = hydra_compose(config_name=COMMANDS[name].config, overrides=overrides)
+        if convert:
+            check_int64(OmegaConf.to_container(cfg))  # one rule for every int field, before any __post_init__
         return OmegaConf.to_object(cfg) if convert else cfg
     except (HydraException, OmegaConfBaseException) as e:
         raise ConfigError(_one_line(name, e)) from None
+    except ValueError as e:  # Python refuses int() of more than 4300 digits while Hydra parses an override
+        if "integer string conversion" not in str(e):
+            raise
+        bad = next((o.partition("=")[0] for o in overrides if len(re.sub(r"\D", "", o)) > 4300), "?")
+        raise ConfigError(f"{bad}=<an integer of more than 4300 digits>: must fit a signed 64-bit integer "
+                          "(|value| < 2**63)") from None
     finally:
         GlobalHydra.instance().clear()
 

@@ -37,6 +37,7 @@ def typed(cfg: DictConfig | dict | None, schema: type[T], where: str = "") -> T:
     try:
         base = OmegaConf.structured(schema)
         merged = OmegaConf.merge(base, cfg)
+        check_int64(OmegaConf.to_container(merged), where)
         return OmegaConf.to_object(merged)  # type: ignore[return-value]
     except OmegaConfBaseException as e:
         cause = e.__cause__ if isinstance(e.__cause__, ConfigError) else None
@@ -65,6 +66,23 @@ def to_dict(obj: Any) -> Any:
 
 
 # ---- range checks, one place per field (called from each schema's __post_init__) ---------------
+
+INT64_MAX = 2**63 - 1
+
+
+def check_int64(node: Any, where: str = "") -> None:
+    """Every integer of a composed config (nested dicts and lists) fits a signed 64-bit integer,
+    the widest numpy and torch take: one rule for every int field of every subcommand (a seed of
+    10**30 or train.max_steps=10**30 is a one-line error, not an overflow deep inside numpy)."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            check_int64(v, f"{where}{k}.")
+    elif isinstance(node, (list, tuple)):
+        for i, v in enumerate(node):
+            check_int64(v, f"{where[:-1]}[{i}].")
+    elif isinstance(node, int) and not isinstance(node, bool) and not -INT64_MAX - 1 <= node <= INT64_MAX:
+        shown = node if node.bit_length() <= 100 else f"<an integer of {node.bit_length()} bits>"
+        raise ConfigError(f"{where[:-1]}={shown}: must fit a signed 64-bit integer (|value| < 2**63)")
 
 def check(ok: bool, key: str, value: Any, rule: str) -> None:
     """Raise ConfigError "key=value: must be rule" unless ok."""
