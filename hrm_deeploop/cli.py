@@ -272,11 +272,23 @@ def run_subcommand(name: str, overrides: list[str]) -> int:
         cfg = compose(name, overrides)
         return int(resolve(COMMANDS[name].target)(cfg) or 0)
     except (UserError, *_data_errors()) as e:
+        close_progress_bars()
         print(f"hrm-deeploop {name}: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"hrm-deeploop {name}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM made one by `interrupts.handled`
+        signum = getattr(e, "signum", signal.SIGINT)
+        by = "" if signum == signal.SIGINT else f" by {signal.Signals(signum).name}"
+        said = f": {e}" if isinstance(e, interrupts.Interrupted) and str(e) else ""
+        print(f"hrm-deeploop {name}: interrupted{by}{said}", file=sys.stderr)
+        return 128 + signum
+
+
+def close_progress_bars() -> None:
+    """Close every live tqdm bar, so the error line that follows starts on a line of its own
+    instead of being glued onto a half-drawn bar."""
+    tqdm = sys.modules.get("tqdm")
+    for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", ()) or ()):
+        bar.close()
 
 
 def _data_errors() -> tuple[type[BaseException], ...]:
