@@ -32,7 +32,7 @@ def test_doc_lists_the_paper_experiments():
         assert ("train-gpt", f"experiment={name}") in subs and ("sweep", f"experiment={name}") in subs
     for name in ("arc1_hrm_baseline", "arc1_hrm_deeploop", "arc2_hrm_baseline", "sudoku_hrm_baseline",
                  "maze_hrm_baseline", "trm_arc1_baseline", "trm_arc2_baseline", "trm_sudoku_mlp_baseline",
-                 "trm_maze_baseline"):
+                 "trm_maze_baseline", "urm_arc1_baseline", "urm_arc2_baseline", "urm_sudoku_baseline"):
         assert ("train", f"experiment={name}") in subs, name
 
 
@@ -74,3 +74,29 @@ def test_puzzle_and_arc2_experiments():
         assert compose("train", [f"experiment={name}"]).data_dir == data_dir
     b = compose("build-puzzles", ["task=maze", "source=sapientinc/maze-30x30-hard-1k", "output_dir=data/maze-30x30-hard-1k"])
     assert b.num_aug == 0  # HRM's and TRM's maze builder: no augmentation
+
+
+@pytest.mark.parametrize("data_dir", ["arc1concept", "arc2concept", "sudoku"])
+def test_urm_paper_experiments(data_dir):
+    """URM's scripts/URM_*.sh: loops 16, H_cycles 2, L_cycles 6, 4 layers, ema; ARC: 200000 epochs,
+    eval every 2000, puzzle lr 1e-2, wd 0.1, batch 768; Sudoku: 50000 epochs, lr and puzzle lr 1e-4,
+    wd 1.0 for both, batch 128. The DeepLoop twins differ in the scheme only."""
+    name = {"arc1concept": "urm_arc1", "arc2concept": "urm_arc2", "sudoku": "urm_sudoku"}[data_dir]
+    base = compose("train", [f"experiment={name}_baseline"])
+    m = base.model
+    assert (m.name, m.halt_max_steps, m.num_h_cycles, m.num_l_cycles, m.num_layers) == ("urm", 16, 2, 6, 4)
+    assert (m.hidden_size, m.num_heads, m.expansion, m.mlp, m.conv_kernel) == (512, 8, 4.0, "convswiglu", 2)
+    assert base.train.ema and base.train.ema_rate == 0.999 and base.train.compile
+    assert (base.optim.lr, base.optim.warmup_steps, base.optim.min_lr_ratio) == (1e-4, 2000, 1.0)
+    assert base.eval.interval_epochs == 2000 and base.scaling.scheme == "baseline"
+    if name == "urm_sudoku":
+        assert base.data_dir == "data/sudoku-extreme-1k-aug-1000"
+        assert (base.train.epochs, base.train.global_batch_size) == (50000, 128)
+        assert (base.optim.puzzle_emb_lr, base.optim.weight_decay, base.optim.puzzle_emb_weight_decay) == (1e-4, 1.0, 1.0)
+    else:
+        assert base.data_dir == f"data/{data_dir}-aug-1000"
+        assert (base.train.epochs, base.train.global_batch_size) == (200000, 768)
+        assert (base.optim.puzzle_emb_lr, base.optim.weight_decay, base.optim.puzzle_emb_weight_decay) == (1e-2, 0.1, 0.1)
+    twin = compose("train", [f"experiment={name}_deeploop"])
+    assert twin.scaling.scheme == "deeploop" and twin.model == base.model and twin.optim == base.optim
+    assert twin.run_name == f"{name}_deeploop" and twin.data_dir == base.data_dir
