@@ -275,12 +275,9 @@ def run_subcommand(name: str, overrides: list[str]) -> int:
         close_progress_bars()
         print(f"hrm-deeploop {name}: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM made one by `interrupts.handled`
-        signum = getattr(e, "signum", signal.SIGINT)
-        by = "" if signum == signal.SIGINT else f" by {signal.Signals(signum).name}"
-        said = f": {e}" if isinstance(e, interrupts.Interrupted) and str(e) else ""
-        print(f"hrm-deeploop {name}: interrupted{by}{said}", file=sys.stderr)
-        return 128 + signum
+    except KeyboardInterrupt:
+        print(f"hrm-deeploop {name}: interrupted", file=sys.stderr)
+        return 130
 
 
 def close_progress_bars() -> None:
