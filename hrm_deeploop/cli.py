@@ -7,7 +7,7 @@ For each call the CLI composes the YAML with the command-line overrides (Hydra's
 the dataclass registered as the YAML's schema), converts the result once to the dataclass, and
 calls the function with it. Every config mistake (unknown key, wrong type, value out of range) is
 one line on stderr and exit code 2, before anything is read or written; so is every `UserError`
-the function raises. Ctrl-C exits 130.
+the function raises. Ctrl-C exits 130, SIGTERM 143 (`interrupts`: both are a KeyboardInterrupt).
 
 Torch is imported only by the functions that need it, so `--help`, `scales`, `build-arc`,
 `viz-arc` and `vote` start without it.
@@ -19,11 +19,13 @@ import difflib
 import importlib
 import os
 import re
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hrm_deeploop import interrupts
 from hrm_deeploop.errors import ConfigError, UserError
 
 
@@ -275,9 +277,12 @@ def run_subcommand(name: str, overrides: list[str]) -> int:
         close_progress_bars()
         print(f"hrm-deeploop {name}: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"hrm-deeploop {name}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM made one by `interrupts.handled`
+        signum = getattr(e, "signum", signal.SIGINT)
+        by = "" if signum == signal.SIGINT else f" by {signal.Signals(signum).name}"
+        said = f": {e}" if isinstance(e, interrupts.Interrupted) and str(e) else ""
+        print(f"hrm-deeploop {name}: interrupted{by}{said}", file=sys.stderr)
+        return 128 + signum
 
 
 def close_progress_bars() -> None:
@@ -306,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
               + f"\n\n{_usage()}", file=sys.stderr)
         return 2
     os.environ.setdefault("HYDRA_FULL_ERROR", "0")
-    return run_subcommand(name, rest)
+    with interrupts.handled():  # SIGTERM behaves like Ctrl-C everywhere (exit 143 instead of 130)
+        return run_subcommand(name, rest)
 
 
 if __name__ == "__main__":
