@@ -19,7 +19,9 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from arc_data.fsio import file_stem, staged_outputs
-from eval.vote import Candidate, TaskResult, VoteConfig, VoteResult
+from eval.arcprize import LABEL as PRIZE_LABEL
+from eval.arcprize import submission as arc_submission
+from eval.vote import ARC_PRIZE, Candidate, TaskResult, VoteConfig, VoteResult
 from hrm_deeploop.errors import UserError
 
 # The standard ARC palette (colours 0..9).
@@ -58,14 +60,23 @@ def check_outputs(output_dir: Path, overwrite: bool, report: bool = True) -> Non
         raise UserError(f"{output_dir} already holds vote outputs {existing}; pass overwrite=true to replace them")
 
 
-def format_table(scores: dict[str, dict[str, float]]) -> str:
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.2f}"
+
+
+def format_table(scores: dict[str, dict[str, float | None]]) -> str:
+    """pass@K by HRM's rule and per test input; pass@2 by the ARC Prize rule (on submission.json)
+    below them; n/a where nothing is labelled."""
     ks = list(scores["hrm"])
     rows = [
         "| protocol | " + " | ".join(f"pass@{k}" for k in ks) + " |",
         "|---|" + "---:|" * len(ks),
-        "| hrm (task: all test inputs right) | " + " | ".join(f"{scores['hrm'][k]:.2f}" for k in ks) + " |",
-        "| fractional (per test input) | " + " | ".join(f"{scores['fractional'][k]:.2f}" for k in ks) + " |",
+        "| hrm (task: all test inputs right) | " + " | ".join(_pct(scores['hrm'][k]) for k in ks) + " |",
+        "| fractional (per test input) | " + " | ".join(_pct(scores['fractional'][k]) for k in ks) + " |",
     ]
+    if ARC_PRIZE in scores:
+        rows.append(f"| {PRIZE_LABEL}, on submission.json | "
+                    + " | ".join(_pct(scores[ARC_PRIZE]["2"]) if k == "2" else "" for k in ks) + " |")
     return "\n".join(rows)
 
 
@@ -74,22 +85,8 @@ def _grid_list(grid: np.ndarray | None) -> list[list[int]] | None:
 
 
 def submission(result: VoteResult) -> dict[str, list[dict[str, list[list[int]]]]]:
-    """ARC Prize / Kaggle format: {task: [{"attempt_1": grid, "attempt_2": grid}, ...per test input]}.
-
-    Attempts are the top two non-empty candidates; with one, it fills both; with none, [[0]].
-    """
-    out: dict[str, list[dict[str, list[list[int]]]]] = {}
-    for task in result.tasks:
-        entries = []
-        for t in task.tests:
-            grids = [c.grid for c in t.candidates if c.grid is not None and c.shape != (0, 0)][:2]
-            if not grids:
-                grids = [np.zeros((1, 1), dtype=np.uint8)]
-            if len(grids) < 2:
-                grids.append(grids[0])
-            entries.append({"attempt_1": _grid_list(grids[0]), "attempt_2": _grid_list(grids[1])})
-        out[task.name] = entries
-    return out
+    """ARC Prize / Kaggle format (`eval.arcprize.submission`, covering `challenges=` when given)."""
+    return result.submission or arc_submission(result.tasks)
 
 
 def tasks_json(result: VoteResult, max_candidates: int) -> dict:
@@ -110,7 +107,7 @@ def tasks_json(result: VoteResult, max_candidates: int) -> dict:
                             "rank": i + 1,
                             "votes": c.votes,
                             "mean_q": round(c.mean_q, 6),
-                            "correct": c.key == t.test.truth_key,
+                            "correct": c.key == t.test.truth_key if t.test.labelled else None,
                             "shape": list(c.shape),
                             "first_row": c.first_seen,
                             "grid": _grid_list(c.grid),
@@ -119,7 +116,8 @@ def tasks_json(result: VoteResult, max_candidates: int) -> dict:
                     ],
                 }
             )
-        tasks[task.name] = {"correct": {str(k): task.correct_at(k) for k in result.ks}, "test_inputs": tests}
+        tasks[task.name] = {"correct": {str(k): task.correct_at(k) if task.labelled else None for k in result.ks},
+                            "test_inputs": tests}
     return {
         "ranking": "votes desc, then mean sigmoid(q_halt) desc, then first row in predictions.npz",
         "pass_at_k": result.scores,
@@ -156,9 +154,10 @@ def task_png(task: TaskResult, num_candidates: int) -> bytes:
     """One row per test input: input | truth | top candidates (votes, mean q); green = correct."""
     panels: list[list[tuple[str, np.ndarray | None, int | None]]] = []
     for t in task.tests:
-        row = [(f"test {t.test.index}\ninput", t.test.input_grid, None), ("\ntruth", t.test.truth_grid, None)]
+        row = [(f"test {t.test.index}\ninput", t.test.input_grid, None),
+               ("\ntruth" if t.test.labelled else "no solution\n(unlabelled)", t.test.truth_grid, None)]
         for i, c in enumerate(t.candidates[:num_candidates]):
-            border = _CORRECT if c.key == t.test.truth_key else _WRONG
+            border = None if not t.test.labelled else _CORRECT if c.key == t.test.truth_key else _WRONG
             row.append((f"#{i + 1}: {c.votes} votes\nmean q {c.mean_q:.3f}", c.grid, border))
         if not t.candidates:
             row.append(("no predictions", None, _WRONG))
@@ -222,7 +221,7 @@ def _md_table_html(scores: dict[str, dict[str, float]]) -> str:
     ks = list(scores["hrm"])
     head = "".join(f"<th>pass@{k}</th>" for k in ks)
     body = "".join(
-        f"<tr><td>{p}</td>" + "".join(f"<td>{scores[p][k]:.2f}</td>" for k in ks) + "</tr>" for p in ("hrm", "fractional")
+        f"<tr><td>{p}</td>" + "".join(f"<td>{_pct(scores[p][k])}</td>" for k in ks) + "</tr>" for p in ("hrm", "fractional")
     )
     return f"<table><tr><th>protocol</th>{head}</tr>{body}</table>"
 
@@ -239,7 +238,10 @@ def write_vote_files(result: VoteResult, folder: Path, max_candidates: int = 10,
         w = csv.writer(f)
         w.writerow(["protocol", *(f"pass@{k}" for k in result.scores["hrm"])])
         for p in ("hrm", "fractional"):
-            w.writerow([p, *(f"{v:.4f}" for v in result.scores[p].values())])
+            w.writerow([p, *("" if v is None else f"{v:.4f}" for v in result.scores[p].values())])
+        if ARC_PRIZE in result.scores:
+            v = result.scores[ARC_PRIZE]["2"]
+            w.writerow([PRIZE_LABEL, *("" if k != "2" or v is None else f"{v:.4f}" for k in result.scores["hrm"])])
     (folder / "tasks.json").write_text(json.dumps(tasks_json(result, max_candidates)))
     (folder / "submission.json").write_text(json.dumps(submission(result)))
     if report:
@@ -294,7 +296,8 @@ def vote_file(c: VoteConfig, path: Path) -> VoteResult:
     t0 = time.perf_counter()
     preds = load_predictions(path)
     t_read = time.perf_counter() - t0
-    result = vote(preds, c.data_dir, split=c.split, ks=c.ks, keep_grids=max(c.max_candidates, c.report_candidates, 2))
+    result = vote(preds, c.data_dir, split=c.split, ks=c.ks, keep_grids=max(c.max_candidates, c.report_candidates, 2),
+                  challenges=c.challenges)
     result.stats["seconds_read_predictions"] = round(t_read, 3)
     result.config = asdict(c)
     for w in result.warnings[:20]:

@@ -29,6 +29,7 @@ from eval.tasks import require_arc
 from hrm_deeploop.errors import UserError
 
 DEFAULT_KS = (1, 2, 10, 100, 1000)
+ARC_PRIZE = "arc_prize"  # scores key: pass@2 by the ARC Prize rule, computed on submission.json (eval.arcprize)
 IDENTITY_COLOURS = np.arange(10, dtype=np.uint8)
 
 
@@ -45,6 +46,7 @@ class VoteConfig:
     max_candidates: int = 10  # candidates (with grids) listed per test input in tasks.json
     report: bool = True  # report.html + report/<task>.png
     report_candidates: int = 3  # candidates drawn per test input in the report
+    challenges: str | None = None  # a *_challenges.json: submission.json covers each of its tasks and test inputs
 
     def __post_init__(self) -> None:
         if not self.ks or any(not isinstance(k, int) or k < 1 for k in self.ks):
@@ -144,9 +146,13 @@ class TestInput:
     task: str
     index: int  # position among the task's test inputs
     input_grid: np.ndarray
-    truth_grid: np.ndarray
+    truth_grid: np.ndarray | None  # None: an unlabelled test input (build-arc test_labels=optional)
     input_key: tuple[int, int]
-    truth_key: tuple[int, int]
+    truth_key: tuple[int, int] | None
+
+    @property
+    def labelled(self) -> bool:
+        return self.truth_key is not None
 
 
 @dataclass(frozen=True)
@@ -241,9 +247,11 @@ def load_ground_truth(data_dir: Path, split: str, table: AugTable) -> GroundTrut
                 raise UserError(f"{d}: task '{name}' has two identical test inputs")
             seen.add(ik)
             grid_in, grid_out = fmt.crop(tok_in[row]), fmt.crop(tok_out[row])
-            if grid_in.size == 0 or grid_out.size == 0:
+            unlabelled = not (tok_out[row] != fmt.PAD).any()  # every label cell PAD: no solution known
+            if grid_in.size == 0 or (grid_out.size == 0 and not unlabelled):
                 raise UserError(f"{d}: task '{name}' test input {j} decodes to an empty grid")
-            test_inputs.append(TestInput(name, j, grid_in, grid_out, ik, (int(out_keys[row, 0]), int(out_keys[row, 1]))))
+            truth_key = None if unlabelled else (int(out_keys[row, 0]), int(out_keys[row, 1]))
+            test_inputs.append(TestInput(name, j, grid_in, None if unlabelled else grid_out, ik, truth_key))
             row += 1
     return GroundTruth(tasks, test_inputs, {n: i for i, n in enumerate(tasks)})
 
@@ -290,19 +298,25 @@ class TaskResult:
     name: str
     tests: list[TestResult]
 
+    @property
+    def labelled(self) -> bool:
+        """Scored: every test input has its solution (a task with any unlabelled one is not scored)."""
+        return all(t.test.labelled for t in self.tests)
+
     def correct_at(self, k: int) -> bool:
         return all(t.correct_at(k) for t in self.tests)
 
 
-def pass_at_k(truth_ranks: list[list[int | None]], ks: list[int] | tuple[int, ...]) -> dict[str, dict[str, float]]:
+def pass_at_k(truth_ranks: list[list[int | None]], ks: list[int] | tuple[int, ...]) -> dict[str, dict[str, float | None]]:
     """Percentages per K. `truth_ranks[task][test input]` = 0-based rank of the true output or None.
 
     hrm: a task counts when every test input has its truth in the top K (HRM, the headline).
     fractional: a task earns (test inputs right) / (test inputs) (TRM).
+    No tasks (an unlabelled build: nothing to score): every value is None.
     """
+    out: dict[str, dict[str, float | None]] = {"hrm": {}, "fractional": {}}
     if not truth_ranks:
-        raise ValueError("pass_at_k needs at least one task")
-    out: dict[str, dict[str, float]] = {"hrm": {}, "fractional": {}}
+        return {p: {str(k): None for k in ks} for p in out}
     for k in ks:
         hits = [[r is not None and r < k for r in task] for task in truth_ranks]
         out["hrm"][str(k)] = 100.0 * float(np.mean([all(h) for h in hits]))
@@ -318,6 +332,7 @@ class VoteResult:
     warnings: list[str]
     stats: dict[str, float | int]
     config: dict | None = None  # the resolved VoteConfig when run from the CLI (kept in tasks.json)
+    submission: dict = field(default_factory=dict)  # submission.json (eval.arcprize)
 
 
 def _segments(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -343,6 +358,7 @@ def vote(
     keep_grids: int = 10,
     table: AugTable | None = None,
     truth: GroundTruth | None = None,
+    challenges: str | Path | None = None,
 ) -> VoteResult:
     """Vote `preds` (validated, e.g. from load_predictions) against the dataset in `data_dir`.
 
@@ -446,7 +462,19 @@ def vote(
             warnings.append(f"task '{t.task}' test input {t.index} has no predictions; counted as wrong")
         tasks[t.task].tests.append(TestResult(t, ranked, truth_rank))
     task_list = [tasks[name] for name in truth.tasks]
-    scores = pass_at_k([[t.truth_rank for t in task.tests] for task in task_list], ks)
+    scored = [task for task in task_list if task.labelled]
+    scores = pass_at_k([[t.truth_rank for t in task.tests] for task in scored], ks)
+    if len(scored) < len(task_list):
+        warnings.append(f"{len(task_list) - len(scored)} of {len(task_list)} tasks have test inputs without "
+                        "solutions: voted and submitted, not scored")
+    from eval.arcprize import arc_prize_score, cover, read_json, solutions_of, submission
+
+    sub = submission(task_list)
+    prize = arc_prize_score(sub, solutions_of(scored)) if scored else None
+    scores[ARC_PRIZE] = {"2": None if prize is None else prize.percent}
+    if challenges is not None:
+        sub, notes = cover(sub, read_json(challenges, "challenges"), str(challenges))
+        warnings += notes
     stats = {
         "num_rows": len(preds),
         "num_blank_rows": int(len(preds) - len(keep)),
@@ -455,10 +483,11 @@ def vote(
         "num_votes": int(len(m)),
         "num_candidates": int(len(starts)),
         "num_tasks": len(task_list),
+        "num_scored_tasks": len(scored),
         "num_test_inputs": len(truth.test_inputs),
         "seconds_load_dataset": round(t_load, 3),
         "seconds_decode": round(t_decode, 3),
         "seconds_count": round(t_count, 3),
         "seconds_total": round(time.perf_counter() - t0, 3),
     }
-    return VoteResult(task_list, ks, scores, warnings, stats)
+    return VoteResult(task_list, ks, scores, warnings, stats, submission=sub)

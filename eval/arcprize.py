@@ -1,0 +1,157 @@
+"""The ARC Prize side of a vote: `submission.json` (two attempts per test input) and its official score.
+
+Submission format (ARC Prize / Kaggle): `{task_id: [{"attempt_1": grid, "attempt_2": grid}, ...]}`,
+one entry per test input in the task's order; a grid is a list of rows of integers 0..9.
+
+Official rule ("pass@2 (ARC Prize rule)", arcprize/arc-agi-benchmarking `scoring.py`): a test input
+is solved when either attempt equals its solution exactly; a task's score is the fraction of its test
+inputs solved; the total is the mean of the task scores. Our denominator is every task of the
+solutions (a task the submission leaves out scores 0); the official scorer averages over the tasks
+it finds submission files for, so on a partial submission its total is ours times
+(tasks with solutions) / (tasks submitted); `benchmarks/compare_reference_arc_scorer.py` checks
+both, task by task, on the same file. HRM's rule (every test input of a task right) is
+`vote.pass_at_k`'s `hrm` row; the ARC Prize rule gives partial credit like its `fractional` row,
+but on the two attempts actually submitted (empty candidates are skipped there).
+
+Malformed entries are scored, never fatal: an entry that is not a list, an attempt that is not a
+grid or is missing counts as a wrong attempt, with a warning naming the task and test input.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hrm_deeploop.errors import UserError
+
+if TYPE_CHECKING:
+    from eval.vote import TaskResult
+
+ATTEMPTS = ("attempt_1", "attempt_2")
+LABEL = "pass@2 (ARC Prize rule)"
+Grid = list[list[int]]
+
+
+def submission(tasks: list[TaskResult]) -> dict[str, list[dict[str, Grid]]]:
+    """Two attempts per test input of every task: the top two non-empty candidates; with one, it fills
+    both; with none (a test input nothing was predicted for), [[0]] twice."""
+    out: dict[str, list[dict[str, Grid]]] = {}
+    for task in tasks:
+        entries = []
+        for t in task.tests:
+            grids = [c.grid for c in t.candidates if c.grid is not None and c.shape != (0, 0)][:2]
+            if not grids:
+                grids = [np.zeros((1, 1), dtype=np.uint8)]
+            if len(grids) < 2:
+                grids.append(grids[0])
+            entries.append({a: np.asarray(g).tolist() for a, g in zip(ATTEMPTS, grids)})
+        out[task.name] = entries
+    return out
+
+
+def cover(sub: dict[str, list[dict[str, Grid]]], challenges: dict[str, Any], where: str
+          ) -> tuple[dict[str, list[dict[str, Grid]]], list[str]]:
+    """The submission over every task and test input of a challenges file (in its order): a task or
+    test input the vote has nothing for gets [[0]] twice. Returns (submission, warnings)."""
+    if not isinstance(challenges, dict):
+        raise UserError(f"{where}: not a JSON object mapping task ids to tasks")
+    warnings = []
+    out: dict[str, list[dict[str, Grid]]] = {}
+    for name, task in challenges.items():
+        if not isinstance(task, dict) or not isinstance(task.get("test"), list):
+            raise UserError(f"{where}: task {name}: not a task with a 'test' list")
+        have = sub.get(name, [])
+        if name not in sub:
+            warnings.append(f"task {name} of {Path(where).name} is not in the dataset: submitted as [[0]]")
+        elif len(have) != len(task["test"]):
+            raise UserError(f"{where}: task {name}: {len(task['test'])} test inputs, but the dataset has {len(have)}")
+        out[name] = [have[i] if i < len(have) else {a: [[0]] for a in ATTEMPTS} for i in range(len(task["test"]))]
+    extra = sorted(set(sub) - set(out))
+    if extra:
+        warnings.append(f"{len(extra)} dataset task(s) are not in {Path(where).name} (e.g. {extra[0]}); left out")
+    return out, warnings
+
+
+def solutions_of(tasks: list[TaskResult]) -> dict[str, list[Grid]]:
+    """{task: [solution grid per test input]} of labelled vote results."""
+    return {t.name: [np.asarray(r.test.truth_grid).tolist() for r in t.tests] for t in tasks}
+
+
+def read_json(path: str | Path, what: str) -> Any:
+    p = Path(path)
+    try:
+        return json.loads(p.read_bytes())
+    except OSError as e:
+        raise UserError(f"{what} '{p}': cannot read ({e.strerror})") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise UserError(f"{what} '{p}': not valid JSON ({e})") from None
+
+
+@dataclass
+class PrizeScore:
+    tasks: dict[str, float]  # task -> fraction of its test inputs solved
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> float:
+        """Mean task score over every task of the solutions."""
+        return float(np.mean(list(self.tasks.values()))) if self.tasks else 0.0
+
+    @property
+    def percent(self) -> float:
+        return 100.0 * self.total
+
+
+def _is_grid(g: Any) -> bool:
+    return (isinstance(g, list) and len(g) > 0 and all(isinstance(r, list) and len(r) > 0 for r in g)
+            and all(isinstance(v, int) and not isinstance(v, bool) for r in g for v in r))
+
+
+def arc_prize_score(sub: Any, solutions: dict[str, list[Grid]]) -> PrizeScore:
+    """Score a submission (parsed JSON) against {task: [solution grid, ...]} by the official rule."""
+    if not isinstance(sub, dict):
+        return PrizeScore({t: 0.0 for t in solutions}, ["submission is not a JSON object of task ids: every task 0"])
+    scores: dict[str, float] = {}
+    warnings: list[str] = []
+    for name, truths in solutions.items():
+        entries = sub.get(name)
+        if entries is None:
+            warnings.append(f"task {name}: not in the submission, scored 0")
+            entries = []
+        elif not isinstance(entries, list):
+            warnings.append(f"task {name}: entry is not a list of test inputs, scored 0")
+            entries = []
+        elif len(entries) != len(truths):
+            warnings.append(f"task {name}: {len(entries)} entries for {len(truths)} test inputs")
+        solved = 0
+        for i, truth in enumerate(truths):
+            entry = entries[i] if i < len(entries) else None
+            if not isinstance(entry, dict):
+                if i < len(entries):
+                    warnings.append(f"task {name} test input {i}: entry is not an object of attempts")
+                continue
+            attempts = [entry.get(a) for a in ATTEMPTS]
+            bad = [a for a, g in zip(ATTEMPTS, attempts) if not _is_grid(g)]
+            if bad:
+                warnings.append(f"task {name} test input {i}: {', '.join(bad)} missing or not a grid (wrong)")
+            solved += any(_is_grid(g) and g == truth for g in attempts)
+        scores[name] = solved / len(truths) if truths else 0.0
+    extra = sorted(set(sub) - set(solutions))
+    if extra:
+        warnings.append(f"{len(extra)} submitted task(s) have no solution (e.g. {extra[0]}); not scored")
+    return PrizeScore(scores, warnings)
+
+
+def load_solutions(path: str | Path) -> dict[str, list[Grid]]:
+    """A Kaggle `*_solutions.json` ({task: [grid, ...]}), checked to be grids."""
+    sol = read_json(path, "solutions")
+    if not isinstance(sol, dict):
+        raise UserError(f"solutions '{path}': not a JSON object mapping task ids to lists of grids")
+    for name, grids in sol.items():
+        if not isinstance(grids, list) or not all(_is_grid(g) for g in grids):
+            raise UserError(f"solutions '{path}': task {name}: not a list of grids")
+    return sol
