@@ -26,7 +26,8 @@ from hrm_deeploop import runtime as dist_
 from hrm_deeploop.config import at_least, device_name, one_of, optional_at_least, positive, typed
 from hrm_deeploop.errors import ConfigError, UserError
 from hrm_deeploop.models.config import GPTConfig
-from hrm_deeploop.models.gpt import GPT
+from hrm_deeploop.models.depth import scaling_rounds_of
+from hrm_deeploop.models.gpt import EXIT_CRITERIA, GPT, ExitRule
 from hrm_deeploop.models.scaling import ScalingConfig
 
 PAPER_TASKS = ["arc_challenge", "arc_easy", "hellaswag", "openbookqa", "piqa", "sciq", "social_iqa", "winogrande"]
@@ -41,7 +42,9 @@ class EvalGPTConfig:
     tokenizer_id: str | None = "auto"  # auto: the one the checkpoint was trained with; null skips the check
     batch_size: int = 8  # sequences per forward
     max_batches: int | None = None  # cap on validation batches; null = every window
-    num_rounds: int | None = None  # evaluate with a different R than trained (test-time depth)
+    num_rounds: int | None = None  # evaluate with a different R than trained (test-time depth; alpha/beta as trained)
+    exit: str = "none"  # adaptive exit: none | kl (successive rounds' next-token KL) | hidden (stream change)
+    exit_threshold: float = 1e-3  # stop a position's loop once the change falls under this
     device: str = "auto"
     dtype: str = "bfloat16"  # autocast on CUDA; CPU runs in float32
     output_dir: str | None = None  # default <run>/eval
@@ -59,6 +62,8 @@ class EvalGPTConfig:
         optional_at_least("num_rounds", self.num_rounds, 1)
         device_name("device", self.device)
         one_of("dtype", self.dtype, ("bfloat16", "float16", "float32"))
+        one_of("exit", self.exit, ("none", *EXIT_CRITERIA))
+        positive("exit_threshold", self.exit_threshold)
         for k in self.num_fewshot:
             at_least("num_fewshot", k, 0)
         if self.limit is not None:
@@ -69,16 +74,18 @@ class EvalGPTConfig:
 def load_model(path: str | Path, device: torch.device | str = "cpu", num_rounds: int | None = None
                ) -> tuple[GPT, dict[str, Any]]:
     """Rebuild the looped GPT a train-gpt checkpoint describes and load its weights (eval mode).
-    `num_rounds` overrides R (parameters do not depend on R)."""
+    `num_rounds` sets the R the model runs by default (parameters do not depend on R); alpha and
+    beta stay those it was trained with (N from the trained R, or `depth.scaling_n`'s)."""
     state = ckpt.load(path, map_location="cpu")
     config = state.get("config") or {}
     if "model" not in config or config["model"].get("name") != "gpt":
         raise UserError(f"checkpoint '{path}' is not a looped-GPT train-gpt checkpoint (no model.name=gpt config)")
     model_cfg = typed(config["model"], GPTConfig, "model.")
+    scaling = typed(config.get("scaling"), ScalingConfig, "scaling.")
+    scaling_rounds = scaling_rounds_of(config, model_cfg.num_rounds)
     if num_rounds is not None:
         model_cfg.num_rounds = num_rounds
-    scaling = typed(config.get("scaling"), ScalingConfig, "scaling.")
-    model = GPT(model_cfg, scaling)
+    model = GPT(model_cfg, scaling, scaling_rounds=scaling_rounds)
     model.load_state_dict(ckpt.strip_prefixes(state["model"]))
     return model.to(device).eval(), state
 
@@ -101,6 +108,26 @@ def evaluate_loss(model: torch.nn.Module, batches: Iterable[tuple[Tensor, Tensor
     if total[1] == 0:
         raise UserError("validation produced no batches")
     return float(total[0] / total[1])
+
+
+@torch.no_grad()
+def evaluate_loss_exit(model: GPT, batches: Iterable[tuple[Tensor, Tensor]], device: torch.device,
+                       dtype: torch.dtype, exit: ExitRule) -> tuple[float, float]:
+    """(token-weighted mean cross-entropy, mean rounds per position) with adaptive exit
+    (`GPT.decode`), summed over all ranks."""
+    total = torch.zeros(3, dtype=torch.float64, device=device)  # (sum of losses, tokens, rounds)
+    for x, y in batches:
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        with dist_.autocast(device, dtype):
+            logits, used = model.decode(x, exit=exit)
+        keep = y != -1
+        loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), y.flatten(), ignore_index=-1,
+                                                 reduction="sum")
+        total += torch.stack([loss.double(), keep.sum().double(), used[keep].sum().double()])
+    dist_.all_reduce_(total)
+    if total[1] == 0:
+        raise UserError("validation produced no batches")
+    return float(total[0] / total[1]), float(total[2] / total[1])
 
 
 def run(cfg: EvalGPTConfig) -> int:
@@ -130,8 +157,15 @@ def evaluate(opts: EvalGPTConfig) -> dict[str, Any]:
             batches = iter_eval_batches(opts.data, model.cfg.seq_len, opts.batch_size, e.rank, e.world_size,
                                         max_batches=opts.max_batches, tokenizer_id=tokenizer_id,
                                         vocab_size=model.cfg.vocab_size)
-            result["val_loss"] = evaluate_loss(model, batches, e.device, dtype)
-            dist_.print0(f"val loss {result['val_loss']:.4f} ({path})")
+            if opts.exit == "none":
+                result["val_loss"] = evaluate_loss(model, batches, e.device, dtype)
+                dist_.print0(f"val loss {result['val_loss']:.4f} ({path})")
+            else:
+                rule = ExitRule(opts.exit, opts.exit_threshold)
+                result["val_loss"], result["mean_rounds"] = evaluate_loss_exit(model, batches, e.device, dtype, rule)
+                result["exit"] = {"criterion": opts.exit, "threshold": opts.exit_threshold}
+                dist_.print0(f"val loss {result['val_loss']:.4f}, mean rounds {result['mean_rounds']:.3f} of "
+                             f"{model.cfg.num_rounds} (exit={opts.exit} < {opts.exit_threshold:g}; {path})")
         if opts.lm_eval:
             from hrm_deeploop.text.lm_eval import run_lm_eval
 

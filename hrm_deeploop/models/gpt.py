@@ -17,6 +17,8 @@ Architecture only: no process group, no config files, no environment variables.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -31,8 +33,38 @@ from hrm_deeploop.models.core import (
     mlp_width,
     trunc_normal_,
 )
-from hrm_deeploop.models.scaling import ScalingConfig, loop_depth, module_residuals
+from hrm_deeploop.models.kvcache import KVCache
+from hrm_deeploop.models.scaling import ScalingConfig, loop_depth, module_residuals, residual_for
 from hrm_deeploop.models.transitions import RMSNorm
+
+
+EXIT_CRITERIA = ("kl", "hidden")
+
+
+@dataclass(frozen=True)
+class ExitRule:
+    """Adaptive exit at inference: a position stops looping once the change between two successive
+    rounds falls under `threshold`.
+
+    - kl: KL(p_r || p_{r-1}) of the next-token distributions the head would give after rounds r and
+      r-1 (nats; one extra head projection per round);
+    - hidden: ||x_r - x_{r-1}|| / ||x_r|| of the stream leaving the round.
+    """
+
+    criterion: str = "kl"
+    threshold: float = 1e-3
+
+    def __post_init__(self) -> None:
+        if self.criterion not in EXIT_CRITERIA:
+            raise ValueError(f"exit criterion {self.criterion!r}: must be one of {', '.join(EXIT_CRITERIA)}")
+        if not self.threshold > 0:
+            raise ValueError(f"exit threshold must be > 0, got {self.threshold}")
+
+    def change(self, cur: Tensor, prev: Tensor) -> Tensor:
+        """(B, T) change from prev to cur: log-probabilities (kl) or streams (hidden), (B, T, *)."""
+        if self.criterion == "kl":
+            return (cur.exp() * (cur - prev)).sum(-1)
+        return (cur - prev).norm(dim=-1) / cur.norm(dim=-1).clamp_min(1e-12)
 
 
 class GPT(nn.Module):
@@ -41,12 +73,18 @@ class GPT(nn.Module):
     Parameters are stored once: `num_rounds` changes compute, not the parameter count.
     """
 
-    def __init__(self, cfg: GPTConfig, scaling: ScalingConfig | None = None):
+    def __init__(self, cfg: GPTConfig, scaling: ScalingConfig | None = None, scaling_rounds: float | None = None):
+        """scaling_rounds: the R in N = K*R for alpha and beta when training draws R per step
+        (`depth.scaling_n`, docs/generation.md); None: model.num_rounds."""
         super().__init__()
         self.cfg = cfg
         self.scaling = scaling or ScalingConfig()
-        depth = loop_depth(cfg.num_blocks, cfg.num_rounds)
-        self.residual = module_residuals(self.scaling, depth)["core"]
+        if scaling_rounds is None or scaling_rounds == cfg.num_rounds:
+            self.residual = module_residuals(self.scaling, loop_depth(cfg.num_blocks, cfg.num_rounds))["core"]
+        else:
+            self.residual = residual_for(self.scaling, cfg.num_blocks * scaling_rounds, cfg.num_blocks,
+                                         scaling_rounds)
+        self.scaling_rounds = cfg.num_rounds if scaling_rounds is None else scaling_rounds
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)  # (V, D)
         self.embed_norm = RMSNorm(cfg.hidden_size, cfg.norm_eps, weight=cfg.norm_weight) if cfg.embed_norm else None
         self.rotary = Rotary(cfg.hidden_size // cfg.num_heads, cfg.seq_len, cfg.rope_theta)
@@ -96,12 +134,13 @@ class GPT(nn.Module):
         """The output projection (V, D): the token embedding when tied."""
         return self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
 
-    def forward(self, idx: Tensor, targets: Tensor | None = None, num_rounds: int | None = None
-                ) -> Tensor | tuple[Tensor, Tensor]:
+    def forward(self, idx: Tensor, targets: Tensor | None = None, num_rounds: int | None = None,
+                backprop_rounds: int | None = None) -> Tensor | tuple[Tensor, Tensor]:
         """idx: int64 (B, T) with T <= seq_len; targets: int64 (B, T), -1 = ignore.
 
         Returns logits (B, T, V) in the compute dtype, or (logits, mean cross-entropy in fp32)
-        when targets are given. `num_rounds` overrides R at run time (test-time depth).
+        when targets are given. `num_rounds` overrides R at run time (test-time depth; alpha and
+        beta stay as built); `backprop_rounds` keeps only the last k rounds on the autograd tape.
         """
         B, T = idx.shape
         if T > self.cfg.seq_len:
@@ -109,13 +148,73 @@ class GPT(nn.Module):
         x = self.embed_tokens(idx)  # (B, T, D)
         if self.embed_norm is not None:
             x = self.embed_norm(x)
-        x = self.core(x, rope=self.rotary(T), num_rounds=num_rounds)  # (B, T, D)
+        x = self.core(x, rope=self.rotary(T), num_rounds=num_rounds, backprop_rounds=backprop_rounds)  # (B, T, D)
         w = self.head_weight()
         logits = F.linear(x, w.to(x.dtype))  # (B, T, V)
         if targets is None:
             return logits
         loss = F.cross_entropy(logits.float().view(B * T, -1), targets.reshape(B * T), ignore_index=-1)
         return logits, loss
+
+    # ---- inference: KV cache and adaptive exit --------------------------------------------------
+
+    def new_cache(self, batch_size: int, num_rounds: int | None = None, share_rounds: bool = False) -> KVCache:
+        """An empty KV cache for up to seq_len positions and `num_rounds` rounds (default R)."""
+        del batch_size  # slots allocate on first use, at the batch's size
+        rounds = self.cfg.num_rounds if num_rounds is None else num_rounds
+        return KVCache(self.cfg.num_blocks, rounds, self.cfg.seq_len, share_rounds, self.embed_tokens.weight.device)
+
+    def _logits(self, x: Tensor) -> Tensor:
+        if self.core.final_norm is not None:
+            x = self.core.final_norm(x)
+        return F.linear(x, self.head_weight().to(x.dtype))  # (B, T, V)
+
+    @torch.no_grad()
+    def decode(self, idx: Tensor, cache: KVCache | None = None, num_rounds: int | None = None,
+               exit: ExitRule | None = None) -> tuple[Tensor, Tensor]:
+        """Inference over the T newest tokens idx (B, T), at positions cache.pos... (0 without a cache).
+
+        Returns logits (B, T, V) and the rounds each position ran (B, T), int64. Without a cache and
+        without `exit` the logits are `forward`'s. With a cache, earlier positions are read from it
+        and these positions' keys and values are written to it. With `exit`, a position stops
+        looping after the first round (from the second on) whose change from the previous round is
+        under the threshold; its stream is then frozen: later rounds leave it as it is, and the
+        keys/values later visits read for it come from the frozen stream. When no position of the
+        batch is left looping, the remaining rounds are skipped (their cache slots filled from the
+        frozen streams, which costs one projection per slot).
+        """
+        B, T = idx.shape
+        start = cache.pos if cache is not None else 0
+        if start + T > self.cfg.seq_len:
+            raise ValueError(f"position {start + T - 1} exceeds model.seq_len {self.cfg.seq_len}")
+        rounds = self.cfg.num_rounds if num_rounds is None else num_rounds
+        x = self.embed_tokens(idx)  # (B, T, D)
+        if self.embed_norm is not None:
+            x = self.embed_norm(x)
+        rope = (self.rotary.cos[start:start + T], self.rotary.sin[start:start + T])
+        active = torch.ones(B, T, dtype=torch.bool, device=idx.device)
+        used = torch.zeros(B, T, dtype=torch.long, device=idx.device)
+        prev: Tensor | None = None  # the previous round's exit statistic input (logits or stream)
+        for r in range(rounds):
+            if exit is not None and not bool(active.any()):
+                if cache is not None:
+                    for rr in range(r, rounds):
+                        for b, block in enumerate(self.core.layers):
+                            _, k, v = block.self_attn.qkv(x, rope)
+                            cache.slot(b, rr).update(k, v)
+                break
+            for b, block in enumerate(self.core.layers):
+                y = block(x, rope, cache.slot(b, r) if cache is not None else None)
+                x = y if exit is None else torch.where(active[..., None], y, x)
+            used += active
+            if exit is not None:
+                cur = self._logits(x).float().log_softmax(-1) if exit.criterion == "kl" else x.float()
+                if prev is not None:
+                    active &= exit.change(cur, prev) >= exit.threshold
+                prev = cur
+        if cache is not None:
+            cache.advance(T)
+        return self._logits(x), used
 
     # ---- accounting -------------------------------------------------------------------------
 

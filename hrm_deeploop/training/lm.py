@@ -36,6 +36,7 @@ from hrm_deeploop import runtime as dist_
 from hrm_deeploop.config import at_least, check, one_of, positive
 from hrm_deeploop.errors import ConfigError, UserError
 from hrm_deeploop.models.config import GPTConfig, model_config
+from hrm_deeploop.models.depth import DepthConfig
 from hrm_deeploop.models.gpt import GPT, flops_per_token
 from hrm_deeploop.training.loop import (
     CheckpointConfig,
@@ -125,6 +126,7 @@ class TrainGPTConfig(RunConfig):
     optim: LMOptim = field(default_factory=LMOptim)
     checkpoint: LMCheckpoint = field(default_factory=LMCheckpoint)
     eval: LMEval = field(default_factory=LMEval)
+    depth: DepthConfig = field(default_factory=DepthConfig)  # R per step, truncated backprop (models/depth.py)
     dtype: str = "bfloat16"  # autocast dtype on CUDA (CPU runs in float32)
 
     def __post_init__(self) -> None:
@@ -270,7 +272,10 @@ class LMTrainer(Task):
         self.peak_tflops = cfg.train.mfu_peak_tflops
         self.config = run_config_dict(cfg)
         dist_.seed_all(cfg.seed)
-        self.model = GPT(m, cfg.scaling).to(env.device)
+        self.model = GPT(m, cfg.scaling, scaling_rounds=cfg.depth.scaling_rounds(m.num_rounds, self.total_steps)
+                         ).to(env.device)
+        # The default (fixed R, every round on the tape) calls the model exactly as before.
+        self.depth_varies = cfg.depth.varies or cfg.depth.backprop_rounds is not None
         self.opt = make_optimizer(self.model, cfg.optim, env.device)
         self.data = data if data is not None else open_data(cfg, env)  # validates shards; nothing written yet
         self.fwd_model: torch.nn.Module = torch.compile(self.model) if cfg.train.compile else self.model
@@ -281,9 +286,12 @@ class LMTrainer(Task):
         self._probe_batch: tuple[Tensor, Tensor] | None = None  # the fixed batch kappa is measured on
 
     def describe(self) -> str:
-        m, r = self.cfg.model, self.model.residual
+        m, r, d = self.cfg.model, self.model.residual, self.cfg.depth
+        rounds = (f"R={m.num_rounds}" if not d.varies else
+                  f"R~{d.sampler} (mean {d.mean(m.num_rounds, self.total_steps):.3g}; eval R={m.num_rounds})")
+        rounds += f" backprop through the last {d.backprop_rounds}" if d.backprop_rounds is not None else ""
         return (f"looped GPT: {self.model.num_params() / 1e6:.2f}M params (stored once), K={m.num_blocks} "
-                f"R={m.num_rounds} N={m.num_blocks * m.num_rounds} scheme={self.cfg.scaling.scheme} "
+                f"{rounds} N={m.num_blocks * self.model.scaling_rounds:g} scheme={self.cfg.scaling.scheme} "
                 f"alpha={r.alpha:.4g} beta={r.beta:.4g}; {self.accum} micro-batches x "
                 f"{self.cfg.train.micro_batch_size} x {m.seq_len} x {self.env.world_size} ranks = "
                 f"{self.work_per_step} tokens/step; {self.flops_per_unit / 1e9:.3f} GFLOP/token")
@@ -293,13 +301,17 @@ class LMTrainer(Task):
         lr = lr_at(step, o.lr, o.warmup_steps, self.total_steps, o.min_lr_ratio)
         set_lr(self.opt, lr)
         loss_sum = torch.zeros((), device=self.device)
+        depth: dict[str, int | None] = {}
+        if self.depth_varies:  # one R per step, drawn from (seed, step): the same on every rank
+            rounds = self.cfg.depth.rounds_at(step, self.cfg.seed, self.cfg.model.num_rounds)
+            depth = {"num_rounds": rounds, "backprop_rounds": self.cfg.depth.backprop_rounds}
         for micro in range(self.accum):
             x, y = self.data.train.next_batch()
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             sync = micro == self.accum - 1 or not e.distributed
             with contextlib.nullcontext() if sync else self.train_model.no_sync():
                 with dist_.autocast(self.device, self.dtype):
-                    loss = self.train_model(x, y)[1]  # logits freed before backward
+                    loss = self.train_model(x, y, **depth)[1]  # logits freed before backward
                 (loss / self.accum).backward()
             loss_sum += loss.detach()
         epoch = getattr(self.data.train, "epoch", 0)
@@ -313,7 +325,10 @@ class LMTrainer(Task):
         check_finite(step, loss=step_loss, grad_norm=grad_norm)
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
-        return {"loss": float(step_loss), "lr": lr, "grad_norm": float(grad_norm), "data_epoch": float(self.epoch)}
+        out = {"loss": float(step_loss), "lr": lr, "grad_norm": float(grad_norm), "data_epoch": float(self.epoch)}
+        if depth:
+            out["rounds"] = float(depth["num_rounds"])
+        return out
 
     def diagnose(self, step: int) -> dict[str, float] | None:
         """Visit alignment kappa_R per physical sublayer on a fixed batch (training/kappa.py)."""

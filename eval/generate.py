@@ -1,0 +1,124 @@
+"""`hrm-deeploop generate checkpoint=... prompt=...`: sample text from a looped-GPT checkpoint.
+
+The tokenizer is the one the checkpoint was trained with (`data.tokenizer_id` in its config: GPT-2
+or bytes). Text streams to stdout as it is sampled (a partial UTF-8 character waits for its last
+byte); a one-line summary (tokens, tokens/s, mean rounds, cache memory) goes to stderr. A seed
+gives the same text every time (`hrm_deeploop.text.generate`). Sampling stops at
+`max_new_tokens` or at the end-of-text token (`stop_at_eot`).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+
+from hrm_deeploop import checkpoint as ckpt
+from hrm_deeploop import runtime as dist_
+from hrm_deeploop.config import at_least, device_name, one_of, optional_at_least, typed
+from hrm_deeploop.errors import ConfigError, UserError
+from hrm_deeploop.models.gpt import EXIT_CRITERIA, ExitRule
+
+
+@dataclass
+class GenerateConfig:
+    """`hrm-deeploop generate`: sample a continuation of `prompt` from a train-gpt checkpoint."""
+
+    checkpoint: str = ""  # step_N.pt or a run folder (latest checkpoint)
+    prompt: str = ""  # empty: start from the end-of-text token
+    max_new_tokens: int = 64
+    temperature: float = 0.8  # 0 = greedy
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int = 0
+    num_rounds: int | None = None  # R at inference (default: as trained); alpha/beta stay as trained
+    cache: str = "rounds"  # rounds: one KV slot per (block, round), exact | shared: one per block | none
+    exit: str = "none"  # adaptive exit: none | kl | hidden
+    exit_threshold: float = 1e-3
+    stop_at_eot: bool = True
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        at_least("max_new_tokens", self.max_new_tokens, 1)
+        at_least("temperature", self.temperature, 0.0)
+        optional_at_least("top_k", self.top_k, 1)
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p={self.top_p!r}: must be in (0, 1]")
+        optional_at_least("num_rounds", self.num_rounds, 1)
+        one_of("cache", self.cache, ("rounds", "shared", "none"))
+        one_of("exit", self.exit, ("none", *EXIT_CRITERIA))
+        if not self.exit_threshold > 0:
+            raise ConfigError(f"exit_threshold={self.exit_threshold!r}: must be > 0")
+        device_name("device", self.device)
+
+
+class TextStream:
+    """Decode the growing token list and write only the new, complete text."""
+
+    def __init__(self, tokenizer, out=sys.stdout):
+        self.tokenizer, self.out = tokenizer, out
+        self.tokens: list[int] = []
+        self.written = 0
+
+    def push(self, token: int) -> None:
+        self.tokens.append(token)
+        text = self.tokenizer.decode(self.tokens)
+        if text.endswith("\ufffd"):  # a multi-byte character (or BPE piece) not complete yet
+            return
+        self.out.write(text[self.written:])
+        self.out.flush()
+        self.written = len(text)
+
+    def close(self) -> str:
+        text = self.tokenizer.decode(self.tokens)
+        self.out.write(text[self.written:] + "\n")
+        self.out.flush()
+        return text
+
+
+def run(cfg: GenerateConfig) -> int:
+    generate(typed(cfg, GenerateConfig))
+    return 0
+
+
+def generate(opts: GenerateConfig) -> str:
+    """Stream a continuation of opts.prompt to stdout; return it."""
+    from eval.lm import load_model
+    from hrm_deeploop.text.generate import GenerationStats, Sampling, generate_tokens
+    from hrm_deeploop.text.tokenizer import get_tokenizer
+
+    if not opts.checkpoint:
+        raise ConfigError("checkpoint= is required (a step_N.pt file or a train-gpt run folder)")
+    device = dist_.setup(opts.device).device
+    path = ckpt.resolve(opts.checkpoint)
+    model, state = load_model(path, device, opts.num_rounds)
+    tokenizer_id = ((state.get("config") or {}).get("data") or {}).get("tokenizer_id") or "gpt2"
+    tokenizer = get_tokenizer(tokenizer_id)
+    if tokenizer.n_vocab > model.cfg.vocab_size:
+        raise UserError(f"checkpoint '{path}': tokenizer '{tokenizer_id}' has {tokenizer.n_vocab} ids, the model "
+                        f"{model.cfg.vocab_size}")
+    ids = tokenizer.encode(opts.prompt) if opts.prompt else [tokenizer.eot_token]
+    if len(ids) + opts.max_new_tokens > model.cfg.seq_len:
+        raise UserError(f"prompt ({len(ids)} tokens) + max_new_tokens ({opts.max_new_tokens}) exceeds the model's "
+                        f"context of {model.cfg.seq_len} tokens")
+    gen = torch.Generator().manual_seed(opts.seed)
+    sampling = Sampling(opts.temperature, opts.top_k, opts.top_p)
+    rule = None if opts.exit == "none" else ExitRule(opts.exit, opts.exit_threshold)
+    stats = GenerationStats()
+    stream = TextStream(tokenizer)
+    sys.stdout.write(opts.prompt)
+    t0 = time.perf_counter()
+    tokens = generate_tokens(model, torch.tensor([ids]), opts.max_new_tokens, sampling, gen, opts.cache,
+                             opts.num_rounds, rule, vocab_limit=tokenizer.n_vocab, stats=stats)
+    for tok in tokens:
+        if opts.stop_at_eot and int(tok[0]) == tokenizer.eot_token:
+            break
+        stream.push(int(tok[0]))
+    text = stream.close()
+    dt = time.perf_counter() - t0
+    print(f"generate: {stats.new_tokens} tokens in {dt:.2f} s ({stats.new_tokens / dt:.1f} tokens/s), "
+          f"R={model.cfg.num_rounds}, mean rounds {stats.mean_rounds:.2f}, cache={opts.cache}, seed={opts.seed}",
+          file=sys.stderr)
+    return text
