@@ -7,7 +7,7 @@ For each call the CLI composes the YAML with the command-line overrides (Hydra's
 the dataclass registered as the YAML's schema), converts the result once to the dataclass, and
 calls the function with it. Every config mistake (unknown key, wrong type, value out of range) is
 one line on stderr and exit code 2, before anything is read or written; so is every `UserError`
-the function raises. Ctrl-C exits 130, SIGTERM 143 (`interrupts`: both are a KeyboardInterrupt).
+the function raises. Ctrl-C exits 130.
 
 Torch is imported only by the functions that need it, so `--help`, `scales`, `build-arc`,
 `viz-arc` and `vote` start without it.
@@ -19,13 +19,11 @@ import difflib
 import importlib
 import os
 import re
-import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hrm_deeploop import interrupts
 from hrm_deeploop.errors import ConfigError, UserError
 
 
@@ -60,6 +58,8 @@ COMMANDS: dict[str, Command] = {
                          "train the looped GPT language model"),
     "eval-gpt": Command("eval.lm:run", "eval.lm:EvalGPTConfig", "eval_gpt",
                         "validation loss and lm-evaluation-harness tasks for a looped GPT"),
+    "generate": Command("eval.generate:run", "eval.generate:GenerateConfig", "generate",
+                        "sample text from a looped-GPT checkpoint (KV cache, top-k/top-p, adaptive exit)"),
     "sweep": Command("hrm_deeploop.training.sweep:run", "hrm_deeploop.training.sweep:SweepConfig", "sweep",
                      "looped-GPT sweeps: {baseline, deeploop} x R, and the p-sweep"),
     "demo": Command("hrm_deeploop.demo:run", "hrm_deeploop.demo:DemoConfig", "demo",
@@ -311,8 +311,7 @@ def main(argv: list[str] | None = None) -> int:
               + f"\n\n{_usage()}", file=sys.stderr)
         return 2
     os.environ.setdefault("HYDRA_FULL_ERROR", "0")
-    with interrupts.handled():  # SIGTERM behaves like Ctrl-C everywhere (exit 143 instead of 130)
-        return run_subcommand(name, rest)
+    return run_subcommand(name, rest)
 
 
 if __name__ == "__main__":
