@@ -22,22 +22,19 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from hrm_deeploop.errors import UserError
-
-if TYPE_CHECKING:
-    from eval.vote import TaskResult
 
 ATTEMPTS = ("attempt_1", "attempt_2")
 LABEL = "pass@2 (ARC Prize rule)"
 Grid = list[list[int]]
 
 
-def submission(tasks: list[TaskResult]) -> dict[str, list[dict[str, Grid]]]:
-    """Two attempts per test input of every task: the top two non-empty candidates; with one, it fills
+def submission(tasks: list[Any]) -> dict[str, list[dict[str, Grid]]]:
+    """Two attempts per test input of every task (`eval.vote.TaskResult`s; not imported: vote imports this): the top two non-empty candidates; with one, it fills
     both; with none (a test input nothing was predicted for), [[0]] twice."""
     out: dict[str, list[dict[str, Grid]]] = {}
     for task in tasks:
@@ -76,7 +73,7 @@ def cover(sub: dict[str, list[dict[str, Grid]]], challenges: dict[str, Any], whe
     return out, warnings
 
 
-def solutions_of(tasks: list[TaskResult]) -> dict[str, list[Grid]]:
+def solutions_of(tasks: list[Any]) -> dict[str, list[Grid]]:
     """{task: [solution grid per test input]} of labelled vote results."""
     return {t.name: [np.asarray(r.test.truth_grid).tolist() for r in t.tests] for t in tasks}
 
