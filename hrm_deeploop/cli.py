@@ -7,7 +7,7 @@ For each call the CLI composes the YAML with the command-line overrides (Hydra's
 the dataclass registered as the YAML's schema), converts the result once to the dataclass, and
 calls the function with it. Every config mistake (unknown key, wrong type, value out of range) is
 one line on stderr and exit code 2, before anything is read or written; so is every `UserError`
-the function raises. Ctrl-C exits 130.
+the function raises. Ctrl-C exits 130, SIGTERM 143 (`interrupts`: both are a KeyboardInterrupt).
 
 Torch is imported only by the functions that need it, so `--help`, `scales`, `build-arc`,
 `viz-arc` and `vote` start without it.
@@ -19,11 +19,13 @@ import difflib
 import importlib
 import os
 import re
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hrm_deeploop import interrupts
 from hrm_deeploop.errors import ConfigError, UserError
 
 
@@ -311,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
               + f"\n\n{_usage()}", file=sys.stderr)
         return 2
     os.environ.setdefault("HYDRA_FULL_ERROR", "0")
-    return run_subcommand(name, rest)
+    with interrupts.handled():  # SIGTERM behaves like Ctrl-C everywhere (exit 143 instead of 130)
+        return run_subcommand(name, rest)
 
 
 if __name__ == "__main__":
