@@ -329,6 +329,10 @@ def build_puzzles(cfg: BuildPuzzlesConfig) -> dict:
             if keep.size == 0:
                 raise ArcDataError(f"{path}: min_difficulty={cfg.min_difficulty} leaves no puzzles "
                                    f"(largest rating {int(table.ratings.max())})")
+        if split == "train" and cfg.subsample_size is not None and cfg.subsample_size > keep.size:
+            raise ArcDataError(f"subsample_size={cfg.subsample_size}: {path} has only {keep.size:,} puzzles"
+                               + (f" with min_difficulty={cfg.min_difficulty}" if cfg.min_difficulty is not None else "")
+                               + "; ask for fewer (or subsample_size=null for all)")
         if split == "train" and cfg.subsample_size is not None and cfg.subsample_size < keep.size:
             keep = keep[rng.choice(keep.size, size=cfg.subsample_size, replace=False)]
         inputs, labels = encode(table, keep, board, cfg.check_answers)

@@ -51,6 +51,8 @@ class VoteConfig:
     def __post_init__(self) -> None:
         if not self.ks or any(not isinstance(k, int) or k < 1 for k in self.ks):
             raise UserError(f"ks={self.ks}: must be a non-empty list of positive integers")
+        if len(set(self.ks)) != len(self.ks):
+            raise UserError(f"ks={self.ks}: lists a K twice (each K is one pass@K column)")
         for key in ("max_candidates", "report_candidates"):
             if getattr(self, key) < 1:
                 raise UserError(f"{key}={getattr(self, key)}: must be >= 1")

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from hrm_deeploop.config import at_least, device_name, one_of, positive
-from hrm_deeploop.errors import UserError
+from hrm_deeploop.errors import ConfigError, UserError
 
 
 @dataclass
@@ -124,6 +124,9 @@ class DemoConfig:
 
     def __post_init__(self) -> None:
         at_least("seed", self.seed, 0)
+        if self.skip_gpt and self.skip_hrm and self.skip_puzzles:
+            raise ConfigError("skip_gpt=skip_hrm=skip_puzzles=true: every part is skipped, the demo would run "
+                              "nothing; leave at least one of them false")
 
 
 SCHEMES = ("baseline", "deeploop")

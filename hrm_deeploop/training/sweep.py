@@ -66,6 +66,10 @@ class SweepConfig(TrainGPTConfig):
         one_of("launcher", self.launcher, ("inprocess", "torchrun"))
         at_least("nproc_per_node", self.nproc_per_node, 1)
         at_least("p_rounds", self.p_rounds, 1)
+        needed = {"rounds": ("rounds", "methods", "seeds"), "p": ("p_values", "p_seeds")}
+        for part, keys in needed.items():  # an empty list would make a sweep of no runs, "done" with exit 0
+            for key in keys if self.kind in (part, "both") else ():
+                check(bool(getattr(self, key)), key, getattr(self, key), f"a non-empty list for kind={self.kind}")
         for r in self.rounds:
             at_least("rounds", r, 1)
         for p in self.p_values:
