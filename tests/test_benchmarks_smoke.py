@@ -105,6 +105,22 @@ def test_compare_reference_arc_build_agrees(capsys):
     assert "DIFF" not in out and "byte-identical" in out
 
 
+ARC_SCORER = Path(os.environ.get("ARC_SCORER_REFERENCE",
+                                  Path(__file__).resolve().parents[1] / "benchmarks/out/arc-agi-benchmarking"))
+
+
+@pytest.mark.skipif(not (ARC_SCORER / "src/arc_agi_benchmarking/scoring/scoring.py").is_file(),
+                    reason="no checkout of arcprize/arc-agi-benchmarking at ARC_SCORER_REFERENCE (not shipped)")
+def test_compare_reference_arc_scorer_agrees(capsys):
+    from benchmarks import compare_reference_arc_scorer
+
+    rc = compare_reference_arc_scorer.main(["--reference", str(ARC_SCORER), "--tasks", "24"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "# agreement: ok" in out and out.count("every task: same score") == 2  # clean, partial
+    assert "official raised" in out  # the malformed case reaches the official scorer's validation
+
+
 TRM_REFERENCE = Path(os.environ.get("TRM_REFERENCE",
                                     Path(__file__).resolve().parents[1] / "benchmarks/out/trm-reference"))
 
