@@ -23,8 +23,15 @@ from arc_data.fsio import atomic_dir, checked_output_dir
 from hrm_deeploop.config import at_least, one_of, optional_at_least
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.text.corpus import write_demo_corpus
-from hrm_deeploop.text.shards import META_NAME, TOKEN_DTYPE, write_meta, write_shard
+from hrm_deeploop.models.config import GPTConfig
+from hrm_deeploop.text.shards import META_NAME, TOKEN_DTYPE, open_shard, write_meta, write_shard
 from hrm_deeploop.text.tokenizer import TOKENIZERS
+
+
+# The smallest shard: one window of the looped GPT's default context (seq_len + 1 tokens), the least
+# train-gpt's loader reads from a shard. Smaller shards (shard_size=1: one token each) are refused, and
+# a short last shard of a split is appended to the one before it.
+MIN_SHARD_TOKENS = GPTConfig.seq_len + 1
 
 
 @dataclass
@@ -55,7 +62,7 @@ class PrepareTextConfig:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        at_least("shard_size", self.shard_size, 1)
+        at_least("shard_size", self.shard_size, MIN_SHARD_TOKENS)
         at_least("val_tokens", self.val_tokens, 0)
         at_least("batch_docs", self.batch_docs, 1)
         at_least("demo_docs", self.demo_docs, 0)
@@ -202,12 +209,20 @@ class _ShardWriter:
         self.split = "val" if val_tokens > 0 else "train"
         self.shards: dict[str, list[dict[str, Any]]] = {"train": [], "val": []}
 
-    def _flush(self) -> None:
+    def _flush(self, last: bool = False) -> None:
         if self.fill == 0:
             return
-        name = f"{self.split}_{len(self.shards[self.split]):06d}.bin"
-        write_shard(self.folder / name, self.buf[: self.fill])
-        self.shards[self.split].append({"file": name, "num_tokens": int(self.fill)})
+        done = self.shards[self.split]
+        if last and self.fill < MIN_SHARD_TOKENS and done:
+            # a short last shard is one no train-gpt context fits in (it refuses the whole folder):
+            # its tokens go to the end of the split's previous shard instead
+            prev = self.folder / done[-1]["file"]
+            write_shard(prev, np.concatenate([open_shard(prev), self.buf[: self.fill]]))
+            done[-1]["num_tokens"] += int(self.fill)
+        else:
+            name = f"{self.split}_{len(done):06d}.bin"
+            write_shard(self.folder / name, self.buf[: self.fill])
+            done.append({"file": name, "num_tokens": int(self.fill)})
         self.fill = 0
 
     def add(self, tokens: np.ndarray) -> None:
@@ -222,14 +237,14 @@ class _ShardWriter:
             if self.split == "val":
                 self.val_left -= take
                 if self.val_left == 0:
-                    self._flush()
+                    self._flush(last=True)
                     self.split = "train"
                     continue
             if self.fill == self.shard_size:
                 self._flush()
 
     def close(self) -> None:
-        self._flush()
+        self._flush(last=True)
 
 
 def prepare(cfg: PrepareTextConfig) -> dict[str, Any]:
