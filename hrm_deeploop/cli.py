@@ -64,6 +64,8 @@ COMMANDS: dict[str, Command] = {
                         "sample text from a looped-GPT checkpoint (KV cache, top-k/top-p, adaptive exit)"),
     "sweep": Command("hrm_deeploop.training.sweep:run", "hrm_deeploop.training.sweep:SweepConfig", "sweep",
                      "looped-GPT sweeps: {baseline, deeploop} x R, and the p-sweep"),
+    "study": Command("hrm_deeploop.study:run", "hrm_deeploop.study:StudyConfig", "study",
+                     "a grid over config keys x seeds for train / train-gpt, local pool or SLURM (submitit)"),
     "demo": Command("hrm_deeploop.demo:run", "hrm_deeploop.demo:DemoConfig", "demo",
                     "the whole pipeline end to end on bundled data (2 CPU cores; time in docs/demo.md)"),
 }

@@ -125,11 +125,11 @@ def sweep(opts: SweepConfig, data_for: Callable[[RunSpec], Data] | None = None) 
     results = []
     for spec in plan(opts):
         run_dir = root / spec.kind / spec.name
-        summary = _read_summary(run_dir)
-        if not _done(summary, opts):
+        summary = read_summary(run_dir)
+        if not run_done(summary, opts.train.stop_after):
             print(f"sweep: {spec.kind}/{spec.name}", flush=True)
             _launch(opts, spec, run_dir, data_for)
-            summary = _read_summary(run_dir)
+            summary = read_summary(run_dir)
         else:
             print(f"sweep: {spec.kind}/{spec.name} done, skipped", flush=True)
             if summary.get("status") == "finished" and summary.get("steps") != opts.train.max_steps:
@@ -140,17 +140,17 @@ def sweep(opts: SweepConfig, data_for: Callable[[RunSpec], Data] | None = None) 
     return results
 
 
-def _done(summary: dict[str, Any] | None, opts: SweepConfig) -> bool:
-    """Finished, diverged, or stopped at this sweep's train.stop_after: nothing left to run."""
+def run_done(summary: dict[str, Any] | None, stop_after: int | None) -> bool:
+    """Finished, diverged, or stopped at the run's train.stop_after: nothing left to run (also `study`'s rule)."""
     if summary is None:
         return False
     status = summary.get("status")
     if status == "stopped":
-        return opts.train.stop_after is not None and summary.get("steps", 0) >= opts.train.stop_after
+        return stop_after is not None and summary.get("steps", 0) >= stop_after
     return status in ("finished", "diverged")
 
 
-def _read_summary(run_dir: Path) -> dict[str, Any] | None:
+def read_summary(run_dir: Path) -> dict[str, Any] | None:
     path = run_dir / "summary.json"
     return json.loads(path.read_text()) if path.exists() else None
 
@@ -179,7 +179,7 @@ def _launch(opts: SweepConfig, spec: RunSpec, run_dir: Path, data_for: Callable[
                f"--nproc_per_node={opts.nproc_per_node}", "-m", "hrm_deeploop.cli", "train-gpt",
                *overrides("", to_dict(cfg))]
         done = subprocess.run(cmd)
-        if done.returncode != 0 and _read_summary(run_dir) is None:
+        if done.returncode != 0 and read_summary(run_dir) is None:
             raise UserError(f"sweep run {spec.name} failed (exit {done.returncode}); see its output above")
 
 
@@ -191,17 +191,17 @@ def overrides(prefix: str, values: dict[str, Any]) -> list[str]:
         if isinstance(v, dict):
             out += overrides(key, v)
         else:
-            out.append(f"{key}={_hydra_value(v)}")
+            out.append(f"{key}={hydra_value(v)}")
     return out
 
 
-def _hydra_value(v: Any) -> str:
+def hydra_value(v: Any) -> str:
     if v is None:
         return "null"
     if isinstance(v, bool):
         return str(v).lower()
     if isinstance(v, (list, tuple)):
-        return "[" + ",".join(_hydra_value(x) for x in v) + "]"
+        return "[" + ",".join(hydra_value(x) for x in v) + "]"
     if isinstance(v, str):
         return "'" + v.replace("'", "\\'") + "'"
     return repr(v)
@@ -309,7 +309,7 @@ def write_reports(results: list[dict[str, Any]], root: Path) -> dict[str, Path]:
     return out
 
 
-def _plt():
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
@@ -320,7 +320,7 @@ def _plt():
 
 def plot_rounds(results: list[dict[str, Any]], path: Path) -> Path:
     """Loss vs R, one line per method (mean of trained seeds), failed runs as red crosses."""
-    plt = _plt()
+    plt = pyplot()
     rows = [r for r in results if r["kind"] == "rounds"]
     fig, ax = plt.subplots(figsize=(5, 3.6), dpi=120)
     for i, m in enumerate(dict.fromkeys(r["scheme"] for r in rows)):
@@ -353,7 +353,7 @@ def plot_p(results: list[dict[str, Any]], path: Path) -> Path:
     """Paper figure 6: one marker per seed (blue circle trained, red cross failed), the trained-seed
     mean per p joined by a line, the unigram floor dashed. Diverged runs (no finite loss) are
     drawn at the floor."""
-    plt = _plt()
+    plt = pyplot()
     rows = [r for r in results if r["kind"] == "p"]
     floor = _mean([r["unigram_entropy"] for r in rows])
     fig, ax = plt.subplots(figsize=(5.5, 3.8), dpi=120)

@@ -1,0 +1,121 @@
+"""`hrm-deeploop study`: cells as real trainer processes (local pool, submitit's local executor), skip
+of finished runs, the aggregate tables, the Mann-Whitney U test against scipy, bad input."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+from hrm_deeploop.cli import main, run_subcommand
+from hrm_deeploop.study import mann_whitney_u, spread
+from hrm_deeploop.text.shards import write_meta, write_shard
+
+GPT_BASE = ("model:gpt_tiny,model.hidden_size:32,model.seq_len:32,model.mlp_multiple:16,device:cpu,logger:none,"
+            "train.progress:false,train.micro_batch_size:2,train.global_batch_tokens:64,optim.warmup_steps:1,"
+            "data.unigram_tokens:100000,train.max_steps:3")
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    root = tmp_path_factory.mktemp("shards")
+    rng = np.random.default_rng(0)
+    words = [rng.integers(0, 50257, size=int(rng.integers(2, 5))) for _ in range(40)]
+    stream = np.concatenate([words[i] for i in rng.integers(0, 40, size=3000)])
+    write_shard(root / "train_000000.bin", stream[:7000])
+    write_shard(root / "val_000000.bin", stream[7000:7600])
+    write_meta(root, tokenizer_id="gpt2")
+    return root
+
+
+def _gpt_base(shards) -> str:
+    return "base={" + GPT_BASE + f",data.train:'{shards}/train_*.bin',data.val:{shards}/val_000000.bin" + "}"
+
+
+def _rows(out) -> list[dict[str, str]]:
+    with open(out / "study.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def test_local_pool_runs_cells_skips_finished_and_aggregates(shards, tmp_path, capsys):
+    out = tmp_path / "study"
+    args = ["study", "trainer=train-gpt", f"output_dir={out}", _gpt_base(shards),
+            "grid={scaling:[baseline,deeploop]}", "seeds=[0,1]", "jobs=2"]
+    assert main(args) == 0
+    for cell in ("scaling-baseline", "scaling-deeploop"):
+        for seed in (0, 1):
+            summary = json.loads((out / cell / f"s{seed}" / "summary.json").read_text())
+            assert summary["status"] == "finished" and summary["steps"] == 3 and summary["seed"] == seed
+            assert summary["scaling"]["scheme"] == cell.split("-")[1]
+    rows = _rows(out)
+    assert [(r["scaling"], r["seed"], r["status"]) for r in rows] == [
+        ("baseline", "0", "finished"), ("baseline", "1", "finished"),
+        ("deeploop", "0", "finished"), ("deeploop", "1", "finished")]
+    assert all(r["metric"] == "final_val_loss" for r in rows)
+    vals = {(r["scaling"], r["seed"]): float(r["value"]) for r in rows}
+    md = (out / "study.md").read_text()
+    base = spread([vals["baseline", "0"], vals["baseline", "1"]])
+    assert f"| baseline | 2/2 | {base.mean:.4g} | {base.std:.4g} |" in md
+    u, p = mann_whitney_u([vals["deeploop", "0"], vals["deeploop", "1"]], [vals["baseline", "0"], vals["baseline", "1"]])
+    assert "| deeploop | 2 | 2 | " in md and f"| {u:g} | {p:.3g} |" in md
+    assert (out / "study.png").stat().st_size > 0
+    capsys.readouterr()
+    logs = sorted(p.name for p in (out / "logs").iterdir())
+    mtime = (out / "scaling-baseline" / "s0" / "summary.json").stat().st_mtime_ns
+    assert main(args) == 0  # again: every run is finished, nothing starts
+    printed = capsys.readouterr().out
+    assert printed.count("done, skipped") == 4 and "0 to run" in printed
+    assert sorted(p.name for p in (out / "logs").iterdir()) == logs
+    assert (out / "scaling-baseline" / "s0" / "summary.json").stat().st_mtime_ns == mtime
+
+
+def test_submitit_local_executor_runs_two_hrm_cells(tmp_path):
+    pytest.importorskip("submitit")
+    data = tmp_path / "sudoku"
+    assert run_subcommand("generate-puzzles", ["task=sudoku", "size=4", "count_train=24", "count_test=8",
+                                               f"output_dir={tmp_path / 'raw'}", "progress=false"]) == 0
+    assert run_subcommand("build-puzzles", ["task=sudoku", f"source={tmp_path / 'raw'}", "num_aug=0",
+                                            f"output_dir={data}", "progress=false"]) == 0
+    out = tmp_path / "study"
+    base = ("base={experiment:hrm_tiny_cpu,model.hidden_size:32,model.num_heads:2,model.num_h_layers:1,"
+            f"model.num_l_layers:1,model.halt_max_steps:2,train.global_batch_size:8,train.max_steps:2,eval.every:2,"
+            f"train.progress:false,data_dir:{data}" + "}")
+    assert main(["study", "trainer=train", f"output_dir={out}", base, "grid={scaling:[baseline,deeploop]}",
+                 "launcher=submitit", "submitit.cluster=local", "submitit.timeout_min=5"]) == 0
+    rows = _rows(out)
+    assert [(r["scaling"], r["status"], r["metric"]) for r in rows] == [
+        ("baseline", "finished", "last_eval.eval/exact_accuracy"), ("deeploop", "finished", "last_eval.eval/exact_accuracy")]
+    summary = json.loads((out / "scaling-deeploop" / "s0" / "summary.json").read_text())
+    assert summary["model"] == "hrm" and summary["scaling"]["scheme"] == "deeploop" and summary["steps"] == 2
+    assert len(list((out / "submitit").glob("*/*_result.pkl"))) == 2  # submitit's own record of each job
+
+
+def test_mann_whitney_u_matches_scipy():
+    stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(0)
+    cases = [([0.74, 0.56, 0.9, 0.8, 0.71], [0.65, 0.14, 0.3, 0.5, 0.6]),  # exact, no ties
+             ([1, 2, 2, 3], [2, 3, 4, 4, 5]),  # ties: normal approximation
+             (list(rng.normal(size=9)), list(rng.normal(0.5, size=12))),  # both > 8: normal approximation
+             ([1.0], [2.0, 3.0]), ([3.0, 3.0], [3.0, 3.0])]
+    for x, y in cases:
+        ref = stats.mannwhitneyu(x, y)
+        u, p = mann_whitney_u(x, y)
+        assert u == pytest.approx(float(ref.statistic)) and p == pytest.approx(float(ref.pvalue), rel=1e-9, abs=1e-12), (x, y)
+
+
+def test_bad_study_input_is_one_line_and_writes_nothing(shards, tmp_path, capsys):
+    out = tmp_path / "study"
+    cases = [(["grid={optim.lrr:[1e-3]}"], "run optim.lrr-0.001/s0 (train-gpt): unknown config key 'optim.lrr'"),
+             (["grid={seed:[1,2]}"], "grid"),
+             (["grid={scaling:[]}"], "grid.scaling"),
+             (["grid={scaling:[baseline]}", "compare=optim.lr"], "compare"),
+             (["base={output_dir:x}"], "base"),
+             (["seeds=[1,1]"], "seeds"),
+             (["launcher=slurm"], "launcher")]
+    for extra, culprit in cases:
+        assert main(["study", "trainer=train-gpt", f"output_dir={out}", _gpt_base(shards), *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and culprit in err[0], (extra, err)
+        assert not out.exists()
