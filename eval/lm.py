@@ -6,7 +6,9 @@ checkpoint). Validation loss is the token-weighted mean cross-entropy over the h
 windows (the same windows as the trainer's validation). With `lm_eval=true` the paper's
 8-task suite (section 5.2: acc, 0- and 1-shot, GPT-2 tokenizer, context 1024, bf16 on CUDA) runs
 through `hrm_deeploop.text.lm_eval.run_lm_eval` and lm_eval.md/csv hold the table with the
-unweighted average. Results go to `<output_dir>/eval.json` (default: `<run>/eval/`).
+unweighted average. Results go to `<output_dir>/eval.json` (default: `<run>/eval/` for a checkpoint
+in a run's checkpoints/ folder; a loose checkpoint file needs output_dir); an earlier eval.json
+is replaced only with overwrite=true.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ class EvalGPTConfig:
     exit_threshold: float = 1e-3  # stop a position's loop once the change falls under this
     device: str = "auto"
     dtype: str = "bfloat16"  # autocast on CUDA; CPU runs in float32
-    output_dir: str | None = None  # default <run>/eval
+    output_dir: str | None = None  # default <run>/eval (a checkpoint outside a run's checkpoints/ needs it)
+    overwrite: bool = False  # replace an earlier eval.json there
     lm_eval: bool = False
     tasks: list[str] = field(default_factory=lambda: list(PAPER_TASKS))
     num_fewshot: list[int] = field(default_factory=lambda: [0, 1])
@@ -135,6 +138,24 @@ def run(cfg: EvalGPTConfig) -> int:
     return 0
 
 
+def output_dir_for(opts: EvalGPTConfig, path: Path) -> Path:
+    """Where eval.json goes, checked before any work: `output_dir`, else `<run>/eval` for a
+    checkpoint in a run's checkpoints/ folder; a loose checkpoint file needs `output_dir` (nothing is
+    written beside it). An earlier eval.json is replaced only with overwrite=true."""
+    if opts.output_dir:
+        out = Path(opts.output_dir)
+    elif path.parent.name == "checkpoints":
+        out = path.parent.parent / "eval"
+    else:
+        raise ConfigError(f"checkpoint '{path}' is not in a run folder's checkpoints/: give output_dir=DIR "
+                          "for eval.json")
+    out_dir = check_output_dir(out, [opts.data], "output_dir")
+    if (out_dir / "eval.json").exists() and not opts.overwrite:
+        raise UserError(f"'{out_dir / 'eval.json'}' already exists (an earlier eval-gpt); pass overwrite=true "
+                        "to replace it or choose another output_dir")
+    return out_dir
+
+
 def evaluate(opts: EvalGPTConfig) -> dict[str, Any]:
     if not opts.checkpoint:
         raise ConfigError("checkpoint= is required (a step_N.pt file or a train-gpt run folder)")
@@ -143,9 +164,9 @@ def evaluate(opts: EvalGPTConfig) -> dict[str, Any]:
     e = dist_.setup(opts.device)
     try:
         path = ckpt.resolve(opts.checkpoint)
+        out_dir = output_dir_for(opts, path)
         model, state = load_model(path, e.device, opts.num_rounds)
         dtype = dist_.compute_dtype(opts.dtype, e.device)
-        out_dir = check_output_dir(opts.output_dir or path.parent.parent / "eval", [opts.data], "output_dir")
         result: dict[str, Any] = {"checkpoint": str(path), "step": state.get("step"),
                                   "num_rounds": model.cfg.num_rounds, "scheme": model.scaling.scheme}
         if opts.data:
@@ -169,7 +190,11 @@ def evaluate(opts: EvalGPTConfig) -> dict[str, Any]:
         if opts.lm_eval:
             from hrm_deeploop.text.lm_eval import run_lm_eval
 
+            from hrm_deeploop.text.tokenizer import get_tokenizer
+
+            trained_with = ((state.get("config") or {}).get("data") or {}).get("tokenizer_id") or "gpt2"
             table = run_lm_eval(model, opts.tasks, opts.num_fewshot, opts.limit, opts.lm_eval_batch_size,
+                                tokenizer=get_tokenizer(trained_with),
                                 output_path=out_dir if e.is_main else None, include_path=opts.include_path,
                                 max_length=model.cfg.seq_len, device=e.device,
                                 dtype=dtype if e.device.type == "cuda" else None,

@@ -31,3 +31,38 @@ def write_tiny_mc_task(tmp_path: Path, rows: list[dict]) -> Path:
     tasks.mkdir()
     (tasks / "tiny_mc.yaml").write_text(TASK_YAML.format(data=data, cache=tmp_path / "hf_cache"))
     return tasks
+
+
+GEN_TASK_YAML = """task: tiny_gen
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    train: {data}
+    test: {data}
+  cache_dir: {cache}
+output_type: generate_until
+training_split: train
+test_split: test
+doc_to_text: "{{{{question}}}}"
+doc_to_target: "{{{{answer}}}}"
+generation_kwargs:
+  until: {until}
+  max_gen_toks: {max_gen_toks}
+  do_sample: false
+metric_list:
+  - metric: exact_match
+    aggregation: mean
+    higher_is_better: true
+"""
+
+
+def write_tiny_gen_task(tmp_path: Path, rows: list[dict], until: list[str], max_gen_toks: int) -> Path:
+    """Rows ({question, answer}) as JSONL plus a generative `tiny_gen` task (exact match of the greedy
+    continuation up to the first `until` string); return the folder to pass as include_path."""
+    data = tmp_path / "tiny_gen.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tasks = tmp_path / "gen_tasks"
+    tasks.mkdir()
+    (tasks / "tiny_gen.yaml").write_text(GEN_TASK_YAML.format(data=data, cache=tmp_path / "hf_cache",
+                                                              until=json.dumps(until), max_gen_toks=max_gen_toks))
+    return tasks

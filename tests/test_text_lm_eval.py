@@ -105,9 +105,69 @@ def test_loglikelihood_rolling(model):
     assert short < 0 and short != pytest.approx(total)
 
 
-def test_generate_until_is_a_clear_error(model):
-    with pytest.raises(NotImplementedError, match="log-likelihood"):
-        LoopedLM(model, device="cpu").generate_until([])
+def _greedy(model, ids, n):
+    """The greedy continuation by hand: the whole sequence again for every token."""
+    out = []
+    with torch.no_grad():
+        for _ in range(n):
+            out.append(int(model(torch.tensor([ids + out]))[0, -1, :V].argmax()))
+    return out
+
+
+def test_generate_until_stops_at_until_and_max_gen_toks(model):
+    tok = get_gpt2_tokenizer()
+    context = "Once upon a time"
+    text = tok.decode(_greedy(model, tok.encode(context), 12))
+    lm = LoopedLM(model, max_length=64, device="cpu")
+
+    def gen(**kw):
+        return lm.generate_until([Instance("generate_until", doc={}, arguments=(context, kw), idx=0)],
+                                 disable_tqdm=True)[0]
+
+    assert gen(until=[], max_gen_toks=12) == text
+    assert gen(until=[], max_gen_toks=3) == tok.decode(_greedy(model, tok.encode(context), 3))
+    stop = text[len(text) // 2:len(text) // 2 + 2]  # a string the continuation contains
+    assert gen(until=["@@never@@", stop], max_gen_toks=12) == text[:text.find(stop)]
+    a, b = (gen(until=[], max_gen_toks=8, do_sample=True, temperature=1.0) for _ in range(2))
+    assert a != b or a != text[:len(a)]  # sampled requests draw from the adapter's generator
+
+
+def test_generate_until_on_a_local_generative_task_with_the_looped_gpt(tmp_path):
+    """A tiny looped GPT (byte-level) through lm-eval on a local generate_until task: the answers
+    are its greedy continuations (KV cache) for the first question and a wrong one for the second,
+    so exact_match is 1/2 exactly when generation, stop string and scoring all agree."""
+    from hrm_deeploop.models.config import GPTConfig
+    from hrm_deeploop.models.gpt import GPT
+    from hrm_deeploop.models.scaling import ScalingConfig
+    from hrm_deeploop.text.tokenizer import get_bytes_tokenizer
+    from tests.lm_eval_helpers import write_tiny_gen_task
+
+    torch.manual_seed(0)
+    gpt = GPT(GPTConfig(vocab_size=320, hidden_size=32, num_heads=2, num_blocks=2, num_rounds=2, mlp_multiple=16,
+                        seq_len=64), ScalingConfig(scheme="baseline")).eval()
+    tok = get_bytes_tokenizer()
+    questions = ["Q: 2+2=", "Q: 3+3="]
+    lm = LoopedLM(gpt, tokenizer=tok, max_length=64, device="cpu")
+    got = lm.generate_until([Instance("generate_until", doc={}, arguments=(q, {"until": ["\n"], "max_gen_toks": 6}),
+                                      idx=i) for i, q in enumerate(questions)], disable_tqdm=True)
+    for q, g in zip(questions, got):  # the cached decoding = greedy by hand, cut at the first newline
+        ids = [t for t in _greedy_bytes(gpt, tok.encode(q), 6)]
+        assert g == tok.decode(ids).split("\n")[0]
+    rows = [{"question": questions[0], "answer": got[0]}, {"question": questions[1], "answer": got[1] + "x"}]
+    tasks = write_tiny_gen_task(tmp_path, rows, until=["\n"], max_gen_toks=6)
+    table = run_lm_eval(gpt, tasks=["tiny_gen"], num_fewshot=0, batch_size=2, include_path=tasks,
+                        include_defaults=False, device="cpu", tokenizer=tok, max_length=64)
+    assert table.acc[0]["tiny_gen"] == pytest.approx(0.5)
+
+
+def _greedy_bytes(model, ids, n):
+    out = []
+    with torch.no_grad():
+        for _ in range(n):
+            out.append(int(model(torch.tensor([ids + out]))[0, -1, :257].argmax()))
+            if out[-1] == 256:
+                return out[:-1]
+    return out
 
 
 def test_run_lm_eval_on_a_local_task(model, tmp_path):

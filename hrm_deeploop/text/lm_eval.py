@@ -1,15 +1,20 @@
 """lm-evaluation-harness (0.4.x) adapter for any causal LM given as a torch module.
 
 The model maps int64 tokens (B, T) to logits (B, T, V) (a tuple's first item or a dict's "logits"
-is taken too). Text is tokenised with the offline GPT-2 tokenizer. Scoring follows lm-eval's own
+is taken too). Text is tokenised with the offline GPT-2 tokenizer (or the one passed, e.g. a byte-level
+model's `ByteTokenizer`). Scoring follows lm-eval's own
 Hugging Face backend exactly: a request's tokens are `(context + continuation)`, truncated from
 the left to `max_length + 1`, the last token dropped; the continuation's log-probability is the
 sum over its tokens of log_softmax (float32, over the model's full vocabulary, padded entries
 included, as in training), and `is_greedy` says whether argmax reproduces every continuation
 token. An empty context is replaced by `<|endoftext|>`, as lm-eval does for GPT-2.
 
+Generative tasks (`generate_until`) decode greedily (or sample, if a task asks) up to the first stop
+string, with the looped GPT's KV cache (`hrm_deeploop.text.generate`).
+
 `run_lm_eval` runs a task list through `lm_eval.simple_evaluate` and writes the paper's table:
-accuracy (`acc`, not `acc_norm`) per task and their unweighted average, one row per shot count.
+accuracy (`acc`, not `acc_norm`; `exact_match` for a generative task) per task and their
+unweighted average, one row per shot count.
 Needs the `lmeval` extra: pip install 'hrm-deeploop[lmeval]'.
 """
 
@@ -19,7 +24,7 @@ import csv
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +44,9 @@ except ImportError as e:  # the optional `lmeval` extra
         "pip install 'hrm-deeploop[lmeval]'"
     ) from e
 
-from hrm_deeploop.text.tokenizer import Tokenizer, get_gpt2_tokenizer
+from hrm_deeploop.models.gpt import GPT
+from hrm_deeploop.text.generate import Sampling, generate_tokens, sample_next
+from hrm_deeploop.text.tokenizer import ByteTokenizer, Tokenizer, get_gpt2_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +62,7 @@ PAPER_TASKS = (
     "winogrande",
 )
 PAPER_SHOTS = (0, 1)
+SCORE_METRICS = ("acc,none", "exact_match,none")  # the table's score per task: acc, else exact_match
 
 
 def _logits_of(out: Any) -> torch.Tensor:
@@ -78,16 +86,18 @@ class LoopedLM(TemplateLM):
         batch_size: requests per forward pass.
         device: where to run; defaults to the model's parameters' device.
         dtype: autocast dtype on CUDA (e.g. torch.bfloat16, the paper's bf16 inference); None = off.
+        seed: seeds the draws of sampled (`do_sample`) generation requests.
     """
 
     def __init__(
         self,
         model: torch.nn.Module,
-        tokenizer: Tokenizer | None = None,
+        tokenizer: Tokenizer | ByteTokenizer | None = None,
         max_length: int = 1024,
         batch_size: int = 16,
         device: str | torch.device | None = None,
         dtype: torch.dtype | None = None,
+        seed: int = 1234,
     ) -> None:
         super().__init__()
         if not isinstance(model, torch.nn.Module):
@@ -106,6 +116,7 @@ class LoopedLM(TemplateLM):
             device = param.device if param is not None else "cpu"
         self._device = torch.device(device)
         self.dtype = dtype
+        self._generator = torch.Generator().manual_seed(seed)  # draws of sampled generate_until requests
 
     # --- lm-eval plumbing ------------------------------------------------------------------
     @property
@@ -212,11 +223,56 @@ class LoopedLM(TemplateLM):
             self.cache_hook.add_partial("loglikelihood_rolling", req.args, total)
         return totals
 
+    # --- generation ----------------------------------------------------------------------------
     def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
-        raise NotImplementedError(
-            "hrm-deeploop's lm-eval adapter scores log-likelihoods only (the paper's 8 tasks are "
-            "multiple choice); generative tasks (generate_until) are not supported"
-        )
+        """One continuation per (context, gen_kwargs) request, as lm-eval's Hugging Face backend:
+        the context left-truncated to leave room for `max_gen_toks` (default 256) new tokens,
+        greedy unless `do_sample` (then `temperature`, `top_k`, `top_p`), stopped at the first
+        `until` string (cut off, not returned) or the end-of-text token. A looped GPT decodes
+        with its per-(block, round) KV cache; any other module recomputes the whole sequence."""
+        from tqdm import tqdm
+
+        out: list[str] = []
+        for req in tqdm(requests, disable=disable_tqdm or self.rank != 0, desc="generate_until"):
+            context, gen_kwargs = req.args
+            kwargs = dict(gen_kwargs or {})
+            until = kwargs.pop("until", None) or []
+            until = [until] if isinstance(until, str) else list(until)
+            max_gen = min(int(kwargs.pop("max_gen_toks", 256)), self.max_length - 1)
+            sampling = Sampling(float(kwargs.pop("temperature", 1.0)) if kwargs.pop("do_sample", False) else 0.0,
+                                kwargs.pop("top_k", None), kwargs.pop("top_p", None))
+            ctx = (self.tok_encode(context) or [self.eot_token_id])[-(self.max_length - max_gen):]
+            text = self._generate(ctx, max_gen, sampling, until)
+            self.cache_hook.add_partial("generate_until", (context, gen_kwargs), text)
+            out.append(text)
+        return out
+
+    def _generate(self, ctx: list[int], max_gen: int, sampling: Sampling, until: list[str]) -> str:
+        prompt = torch.tensor([ctx], dtype=torch.long)
+        if isinstance(self.model, GPT):
+            steps = generate_tokens(self.model, prompt, max_gen, sampling, self._generator,
+                                    vocab_limit=self.tokenizer.n_vocab)
+        else:
+            steps = self._generate_uncached(prompt, max_gen, sampling)
+        new: list[int] = []
+        text = ""
+        for tok in steps:
+            if int(tok[0]) == self.eot_token_id:
+                break
+            new.append(int(tok[0]))
+            text = self.tok_decode(new)
+            cut = min((text.find(s) for s in until if s and s in text), default=-1)
+            if cut >= 0:
+                return text[:cut]
+        return text
+
+    def _generate_uncached(self, prompt: torch.Tensor, max_gen: int, sampling: Sampling) -> Iterator[torch.Tensor]:
+        seq = prompt.to(self.device)
+        for _ in range(max_gen):
+            logits = self._model_logits(seq[:, -self.max_length:])[:, -1, : self.tokenizer.n_vocab]
+            nxt = sample_next(logits, sampling, self._generator)
+            yield nxt
+            seq = torch.cat([seq, nxt.to(self.device)[:, None]], dim=1)
 
 
 # --------------------------------------------------------------------------------------------
@@ -275,7 +331,7 @@ def run_lm_eval(
     max_length: int = 1024,
     device: str | torch.device | None = None,
     dtype: torch.dtype | None = None,
-    tokenizer: Tokenizer | None = None,
+    tokenizer: Tokenizer | ByteTokenizer | None = None,
     seed: int = 1234,
     include_defaults: bool = True,
 ) -> LmEvalTable:
@@ -292,7 +348,7 @@ def run_lm_eval(
     shots = [num_fewshot] if isinstance(num_fewshot, int) else list(num_fewshot)
     was_training = model.training  # restored at the end: LoopedLM puts the model in eval mode
     lm = LoopedLM(model, tokenizer=tokenizer, max_length=max_length, batch_size=batch_size,
-                  device=device, dtype=dtype)
+                  device=device, dtype=dtype, seed=seed)
     manager = TaskManager(
         include_path=str(include_path) if include_path is not None else None,
         include_defaults=include_defaults,
@@ -335,7 +391,10 @@ def _evaluate_shot(
     results = out["results"]
     acc: dict[str, float] = {}
     for task in tasks:
-        if task not in results or "acc,none" not in results[task]:
-            raise UserError(f"lm-eval returned no 'acc' for task '{task}' (got {sorted(results.get(task, {}))})")
-        acc[task] = float(results[task]["acc,none"])
+        # multiple-choice tasks report acc; generative ones (generate_until) exact_match
+        metric = next((m for m in SCORE_METRICS if m in results.get(task, {})), None)
+        if metric is None:
+            raise UserError(f"lm-eval returned no {' or '.join(SCORE_METRICS)} for task '{task}' "
+                            f"(got {sorted(results.get(task, {}))})")
+        acc[task] = float(results[task][metric])
     return acc, {"results": results, "n-samples": out.get("n-samples"), "versions": out.get("versions")}
