@@ -11,23 +11,39 @@ A train-state file is a dict written by `training.loop`: format, code_version, s
 CPU/CUDA states), local (rank 0's per-rank state), recent_losses, last_eval, wall_time_s, config,
 and the task's entries: model, optimizers (name -> state_dict), schedule, sampler (loader
 position), and task-specific ones (the reasoners' `ema`: the weight average {rate, shadow} or
-None; the GPT's val_loss). Writes go to `<file>.tmp` and are
-renamed, so a killed run never leaves a half-written checkpoint, and the previous ones are kept.
+None; the GPT's val_loss). Every value is a tensor or a plain type (numbers, strings, lists,
+dicts), so `load` reads files with `torch.load(weights_only=True)`: loading never runs code from a
+file (a pickle that asks for anything else is refused). Writes go to `<file>.tmp` and are
+renamed, so a killed run never leaves a half-written checkpoint, and the previous ones are kept;
+the temp file is removed on any failure (a full disk, Ctrl-C), which is one line naming the path.
+
+One run per folder: `RunLock` holds `<run>/run.lock` (fcntl.flock, so the kernel releases it when
+the process ends however it ends) for as long as a trainer runs.
 """
 
 from __future__ import annotations
 
+import errno
 import io
+import json
 import os
+import pickle
 import re
+import socket
 import subprocess
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
+try:  # numpy >= 2
+    from numpy._core.multiarray import _reconstruct as _np_reconstruct
+except ImportError:  # numpy 1.x
+    from numpy.core.multiarray import _reconstruct as _np_reconstruct
+
 from hrm_deeploop import __version__
-from hrm_deeploop.errors import UserError
+from hrm_deeploop.errors import UserError, os_error
 
 FORMAT = "hrm-deeploop/train-state/1"
 _STEP_RE = re.compile(r"^step_(\d+)\.pt$")
@@ -45,31 +61,67 @@ def code_version() -> str:
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write `<path>.tmp`, fsync, rename over `path`. On any failure (a full disk, a file-size
+    limit, a read-only folder, Ctrl-C) the temp file is removed and `path` is left as it was; an
+    OSError becomes one line naming the path and the errno."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # a folder that refuses the unlink refused the file too
+            pass
+        if isinstance(e, OSError):
+            raise UserError(f"cannot write '{path}': {os_error(e)}") from None
+        raise
 
 
 def save(path: str | Path, state: dict[str, Any]) -> Path:
-    """Atomically save a train-state dict."""
+    """Atomically save a train-state dict (tensors and plain types only: see `load`)."""
     buf = io.BytesIO()
     torch.save({"format": FORMAT, "code_version": code_version(), **state}, buf)
     atomic_write_bytes(path, buf.getvalue())
     return Path(path)
 
 
+# Train states written before 2026-12-01 held the sampler's NumPy bit-generator state as arrays;
+# rebuilding a NumPy array of numbers runs no code, so these (and only these) are allowed too.
+# numpy 1.x pickles name the module `numpy.core`, numpy 2.x `numpy._core`.
+_NUMPY_ARRAY_GLOBALS = [np.ndarray, np.dtype, (_np_reconstruct, "numpy.core.multiarray._reconstruct"),
+                        (_np_reconstruct, "numpy._core.multiarray._reconstruct"),
+                        *[type(np.dtype(t)) for t in ("b1", "u1", "u2", "u4", "u8", "i1", "i2", "i4", "i8",
+                                                      "f2", "f4", "f8")]]  # numeric dtypes only, no object arrays
+_ASKED_GLOBAL = re.compile(r"GLOBAL ([\w.]+)")  # torch's words for a refused class or function
+
+
 def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Load a checkpoint file with a clear error for missing or corrupt files."""
+    """Load a checkpoint (a train state of ours, or an official HRM/TRM state dict) without
+    running code from it: `torch.load(weights_only=True)`, which rebuilds tensors, numbers,
+    strings and containers only, plus NumPy arrays (older train states). A file whose pickle needs
+    anything else is refused in one line naming the file and what it asked for; a missing or
+    corrupt file is one line too."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"checkpoint '{path}' does not exist")
     try:
-        return torch.load(path, map_location=map_location, weights_only=False)
+        with torch.serialization.safe_globals(_NUMPY_ARRAY_GLOBALS):
+            return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as e:
+        asked = _ASKED_GLOBAL.search(str(e))
+        if asked:
+            raise UserError(f"checkpoint '{path}' is refused: loading it would need '{asked.group(1)}', which could "
+                            "run code (a checkpoint may hold only tensors, numbers, strings, lists and dicts)") from None
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        after = [i + 1 for i, ln in enumerate(lines) if ln.endswith("WeightsUnpickler error:")]
+        detail = lines[after[0]] if after and after[0] < len(lines) else "the weights-only reader refused it"
+        raise UserError(f"checkpoint '{path}' is corrupt or not a weights-only checkpoint ({detail})") from None
     except Exception as e:  # torch raises several types for truncated/corrupt zip files
         raise UserError(f"checkpoint '{path}' is corrupt or unreadable: {type(e).__name__}: {e}") from None
 
@@ -134,35 +186,123 @@ def set_rng_state(state: dict[str, Any], **generators: torch.Generator) -> None:
             g.set_state(state["generators"][k])
 
 
+IDENTITY_FILE = "data_identity.json"  # the dataset a run trains on (`data.puzzles.dataset_identity`)
+LOCK_FILE = "run.lock"
+
+
+class RunLock:
+    """One run per folder: an exclusive `fcntl.flock` on `<run>/run.lock`, held until `release`
+    (or until the process ends, however it ends: the kernel drops the lock with the file
+    descriptor, so a crashed or killed run never leaves the folder stuck). The holder's PID and
+    host are written into the file for the error a second run gets. Creates the folder."""
+
+    def __init__(self, run_dir: str | Path):
+        import fcntl
+
+        self.path = Path(run_dir) / LOCK_FILE
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise UserError(f"cannot lock output_dir '{self.path.parent}': {os_error(e)}") from None
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            holder = os.pread(self._fd, 200, 0).decode(errors="replace").strip()
+            os.close(self._fd)
+            self._fd = None
+            if e.errno not in (errno.EAGAIN, errno.EACCES):
+                raise UserError(f"cannot lock output_dir '{self.path.parent}': {os_error(e)}") from None
+            by = f" ({holder})" if holder else ""
+            raise UserError(f"output_dir '{self.path.parent}' is in use by another run{by}; wait for it to end "
+                            "or choose another output_dir") from None
+        try:  # who holds it, for the next one's error; the lock itself is what counts
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, f"PID {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        except OSError:
+            pass
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = None
+
+
 def prepare_run_dir(run_dir: str | Path, config: dict[str, Any], resume: bool,
-                    must_match: tuple[str, ...] = ("model",)) -> Path | None:
-    """Create or reopen a run folder. Returns the checkpoint to resume from, or None.
+                    must_match: tuple[str, ...] = ("model",), identity: dict[str, Any] | None = None) -> Path | None:
+    """Create or reopen a run folder (call it holding the folder's `RunLock`). Returns the
+    checkpoint to resume from, or None.
 
     - A fresh run refuses a folder that already holds checkpoints (nothing saved is overwritten);
       pass resume=true to continue it.
     - resume=true with no checkpoint starts fresh (so a crashed first attempt can be relaunched).
     - On resume, the config sections named in `must_match` (the architecture) must equal the saved
-      ones; a mismatch names the first differing key.
-    Writes `<run>/config.yaml` (the resolved config).
+      ones; a mismatch names the first differing key. So must the dataset's `identity`, when given
+      (a different dataset names the first differing file). A config.yaml or data_identity.json
+      that a crash or a hand left unreadable is one line naming it.
+    - Temp files of a killed run (`*.tmp` here and in checkpoints/) are removed.
+    Writes `<run>/config.yaml` (the resolved config) and `<run>/data_identity.json`, only after
+    every check passed.
     """
     import yaml
 
     run_dir = Path(run_dir)
     ckpt = latest(run_dir)
     saved_cfg_path = run_dir / "config.yaml"
+    identity_path = run_dir / IDENTITY_FILE
     if ckpt is not None and not resume:
         raise UserError(f"output_dir '{run_dir}' already holds checkpoints ({ckpt.name}); "
                         "pass resume=true to continue it or choose another output_dir")
     if ckpt is not None and saved_cfg_path.exists():
-        saved = yaml.safe_load(saved_cfg_path.read_text()) or {}
+        try:
+            saved = yaml.safe_load(saved_cfg_path.read_text()) or {}
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+            raise UserError(f"cannot resume '{run_dir}': '{saved_cfg_path}' is unreadable "
+                            f"({' '.join(str(e).split())[:200]}); restore it from a checkpoint's 'config' "
+                            "or choose another output_dir") from None
+        if not isinstance(saved, dict):
+            raise UserError(f"cannot resume '{run_dir}': '{saved_cfg_path}' holds a {type(saved).__name__}, "
+                            "not a config mapping")
         for section in must_match:
             diff = _first_diff(saved.get(section), config.get(section), section)
             if diff:
                 raise UserError(f"cannot resume '{run_dir}': {diff} differs from the saved run "
                                 f"(architecture changes need a new output_dir)")
+    if ckpt is not None and identity is not None and identity_path.exists():
+        try:
+            saved_identity = json.loads(identity_path.read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            raise UserError(f"cannot resume '{run_dir}': '{identity_path}' is unreadable ({e})") from None
+        diff = _identity_diff(saved_identity.get("files") if isinstance(saved_identity, dict) else None, identity)
+        if diff:
+            raise UserError(f"cannot resume '{run_dir}': the dataset is not the one the run trained on ({diff}; "
+                            f"recorded in '{identity_path}'); a different dataset needs a new output_dir")
     run_dir.mkdir(parents=True, exist_ok=True)
+    for stale in [*run_dir.glob("*.tmp"), *(run_dir / "checkpoints").glob("*.tmp")]:
+        stale.unlink(missing_ok=True)
     atomic_write_bytes(saved_cfg_path, yaml.safe_dump(config, sort_keys=False).encode())
+    if identity is not None:
+        record = {"data_dir": str(config.get("data_dir", "")), "files": identity}
+        atomic_write_bytes(identity_path, (json.dumps(record, indent=1) + "\n").encode())
     return ckpt
+
+
+def _identity_diff(saved: Any, now: dict[str, Any]) -> str | None:
+    """The first file in which two `dataset_identity` records differ, in words; None if equal."""
+    if not isinstance(saved, dict):
+        return "the record holds no 'files' mapping"
+    for folder in sorted(set(saved) | set(now)):
+        a, b = saved.get(folder) or {}, now.get(folder) or {}
+        for name in sorted(set(a) | set(b)):
+            where = name if folder == "." else f"{folder}/{name}"
+            if name not in b:
+                return f"{where} is gone"
+            if name not in a:
+                return f"{where} is new"
+            if a[name] != b[name]:
+                sa, sb = a[name].get("bytes"), b[name].get("bytes")
+                return f"{where} changed ({sa} bytes then, {sb} now)" if sa != sb else f"{where} changed (sha256)"
+    return None
 
 
 def _first_diff(a: Any, b: Any, path: str) -> str | None:

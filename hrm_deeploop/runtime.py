@@ -135,6 +135,16 @@ def all_reduce_(t: torch.Tensor, op: str = "sum") -> torch.Tensor:
     return t
 
 
+def max_over_ranks(value: int) -> int:
+    """The largest of an int over all ranks (the value itself without a process group): every rank
+    sees a signal that reached any of them, so all stop at the same step."""
+    if not dist.is_initialized():
+        return value
+    t = torch.tensor([value], dtype=torch.int64, device=env().device)  # NCCL reduces device tensors
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
+
+
 def broadcast_object(obj):
     if not dist.is_initialized():
         return obj

@@ -7,6 +7,7 @@ import torch
 import yaml
 
 from eval.predict import load_model
+from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.models.config import HRMConfig
 from hrm_deeploop.models.hrm import HRM
@@ -80,7 +81,7 @@ def test_official_learned_positions(tmp_path):
 
 def test_official_checkpoint_errors(tmp_path):
     path, _ = write_official(tmp_path)
-    state = torch.load(path)
+    state = ckpt.load(path)
     extra = dict(state)
     extra["_orig_mod.model.inner.mystery.weight"] = torch.zeros(1)
     torch.save(extra, path)

@@ -131,7 +131,7 @@ def test_two_process_gloo_gradients_equal_one_process(tmp_path, data):
             ddp_grads_worker(0, 1, 0, str(data), str(f), accum)
         else:
             mp.spawn(ddp_grads_worker, args=(world, _free_port(), str(data), str(f), accum), nprocs=world, join=True)
-        out[name] = torch.load(f)
+        out[name] = ckpt.load(f)
     ref = out["w1"]
     for name in ("w1_accum2", "w2"):
         for k, g in ref["grads"].items():
@@ -149,7 +149,7 @@ def test_two_process_gloo_compiled_equals_one_process_eager(tmp_path, data):
     eager, comp = tmp_path / "eager.pt", tmp_path / "compiled.pt"
     ddp_grads_worker(0, 1, 0, str(data), str(eager), 1)
     mp.spawn(ddp_grads_worker, args=(2, _free_port(), str(data), str(comp), 1, True), nprocs=2, join=True)
-    ref, out = torch.load(eager), torch.load(comp)
+    ref, out = ckpt.load(eager), ckpt.load(comp)
     for k, g in ref["grads"].items():
         torch.testing.assert_close(out["grads"][k], g, atol=1e-5, rtol=1e-4, msg=k)
     changed = ref["table"] != 0  # rows updated by SignSGD (the table starts at 0)

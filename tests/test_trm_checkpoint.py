@@ -9,6 +9,7 @@ import torch
 import yaml
 
 from eval.predict import load_model
+from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop.checkpoint import official_trm_key_map
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.models.config import TRMConfig
@@ -94,7 +95,7 @@ def test_official_mlp_t_checkpoint_reads_its_length_from_the_weights(tmp_path):
 
 def test_official_checkpoint_errors(tmp_path):
     path, _ = write_official(tmp_path)
-    state = torch.load(path)
+    state = ckpt.load(path)
     extra = dict(state)
     extra["_orig_mod.model.inner.H_level.layers.0.mlp.down_proj.weight"] = torch.zeros(1)
     torch.save(extra, path)

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hrm_deeploop.errors import ConfigError, UserError
+from hrm_deeploop.errors import ConfigError, UserError, os_error
 
 IGNORE_LABEL = -100
 DATASET_KEYS = ("vocab_size", "seq_len", "num_puzzle_identifiers")  # what a model takes from its dataset
@@ -58,6 +58,48 @@ def open_dataset(data_dir: str | None, split: str) -> Any:
         raise
     except (OSError, ValueError, KeyError) as e:
         raise UserError(f"cannot read dataset split '{path / split}': {e}") from None
+
+
+IDENTITY_FULL_BYTES = 16 << 20  # files up to this size are hashed whole; larger ones sampled
+IDENTITY_SAMPLES, IDENTITY_SAMPLE_BYTES = 256, 64 << 10
+
+
+def dataset_identity(data_dir: str | Path) -> dict[str, Any]:
+    """What identifies a built dataset, so that a resumed run can tell it is fed the same one:
+    `{folder: {file: {bytes, sha256}}}` over the top level ('.') and each split folder (train/,
+    test/, ...). Files above 16 MiB are hashed on 256 evenly spaced 64 KiB windows plus their last
+    one (16 MiB read, not the whole ARC array), enough to tell a rebuilt or different dataset from
+    the original. Left out: manifest.json (it records the build's output path, and a moved or
+    copied dataset is the same dataset) and hidden files."""
+    from arc_data.format import MANIFEST_FILE
+
+    root = Path(data_dir)
+    folders = [root, *sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))]
+    out: dict[str, Any] = {}
+    for folder in folders:
+        files = sorted(q for q in folder.iterdir() if q.is_file() and not q.name.startswith(".")
+                       and not (folder == root and q.name == MANIFEST_FILE))
+        out["." if folder == root else folder.name] = {f.name: _file_identity(f) for f in files}
+    return out
+
+
+def _file_identity(path: Path) -> dict[str, Any]:
+    import hashlib
+
+    h = hashlib.sha256()
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            if size <= IDENTITY_FULL_BYTES:
+                h.update(f.read())
+            else:
+                stride = (size - IDENTITY_SAMPLE_BYTES) // IDENTITY_SAMPLES
+                for at in [*(k * stride for k in range(IDENTITY_SAMPLES)), size - IDENTITY_SAMPLE_BYTES]:
+                    f.seek(at)
+                    h.update(f.read(IDENTITY_SAMPLE_BYTES))
+    except OSError as e:
+        raise UserError(f"cannot read '{path}': {os_error(e)}") from None
+    return {"bytes": size, "sha256": h.hexdigest()}
 
 
 def fit_to_dataset(model: Any, split: Any, where: str) -> Any:
@@ -201,10 +243,11 @@ class TrainSampler:
 
     def state_dict(self) -> dict[str, Any]:
         """Position at a batch boundary. The group order is rebuilt from (seed, iteration); the
-        puzzle/example generator's state is saved as is."""
+        puzzle/example generator's state is saved with its arrays as lists of ints (a checkpoint
+        holds plain types only, so it loads without unpickling NumPy objects)."""
         return {"iteration": self.iteration, "cursor": self.cursor, "seed": self.seed,
                 "global_batch_size": self.global_batch_size, "epochs_per_iter": self.epochs_per_iter,
-                "rng": self._rng.bit_generator.state}
+                "rng": _plain(self._rng.bit_generator.state)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for key in ("global_batch_size", "epochs_per_iter"):
@@ -215,6 +258,13 @@ class TrainSampler:
         self._rng = self._new_rng(self.iteration, stream=1)
         self._rng.bit_generator.state = state["rng"]
         self._order = None  # rebuilt lazily from (seed, iteration)
+
+
+def _plain(state: Any) -> Any:
+    """A bit generator's state with its NumPy arrays as lists (numpy's setter takes either)."""
+    if isinstance(state, dict):
+        return {k: _plain(v) for k, v in state.items()}
+    return state.tolist() if isinstance(state, np.ndarray) else state
 
 
 def sequential_batches(split: Any, global_batch_size: int, rank: int = 0, world_size: int = 1,

@@ -4,11 +4,16 @@ A model contributes a `Task`: its model, optimisers and data, one optimiser step
 and its state. The skeleton (`fit`) owns everything around that, the same way for every model:
 
 - the task is built first (data opened and validated, model created), so bad input writes nothing;
-- the run folder: rank 0 creates or reopens it (`checkpoint.prepare_run_dir`); an error there is
-  broadcast, so every rank prints it instead of waiting on a collective;
+- the run folder: rank 0 locks it (`checkpoint.RunLock`: one run per folder, a second trainer is
+  refused naming the holder's PID) and creates or reopens it (`checkpoint.prepare_run_dir`); an
+  error there is broadcast, so every rank prints it instead of waiting on a collective;
 - resume: the latest checkpoint's state goes back into the task; rows a killed run logged after
   that checkpoint are dropped from metrics.jsonl/csv (they are about to be logged again); a run
-  whose summary.json says finished is not run again;
+  whose summary.json says finished is not run again; a run fed a different dataset than it
+  trained on (`Task.data_identity`) is refused;
+- signals: a SIGINT/SIGTERM (`interrupts`) is held back while a step runs; the loop then saves a
+  checkpoint and exits with `Interrupted` naming it (SLURM's preemption); a second signal stops
+  at once, keeping the previous checkpoint; a failed checkpoint write names the previous one;
 - cadence: log every `train.log_every`, evaluate every `eval.every` and at the end, checkpoint
   every `checkpoint.every`, after evaluations (`checkpoint.at_eval`) and at the end, keep the
   newest `checkpoint.keep`; stop early at `train.stop_after` (resume continues the schedule);
@@ -27,6 +32,7 @@ import abc
 import collections
 import json
 import math
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,7 +41,7 @@ from typing import Any
 
 from arc_data.fsio import check_output_dir
 from hrm_deeploop import checkpoint as ckpt
-from hrm_deeploop import runtime
+from hrm_deeploop import interrupts, runtime
 from hrm_deeploop.config import (
     at_least,
     check,
@@ -199,6 +205,11 @@ class Task(abc.ABC):
         """Per-rank state (ranks > 0 write it to step_N.rank<r>.pt); None: nothing per rank."""
         return None
 
+    def data_identity(self) -> dict[str, Any] | None:
+        """What identifies the dataset (recorded in the run folder; a resume on another one is
+        refused); None: the task checks its data itself (the GPT's shards, in its sampler state)."""
+        return None
+
     def load_local_state(self, state: dict[str, Any] | None) -> None:  # noqa: B027 - optional hook
         """Restore `local_state()`; None when the checkpoint has none for this rank. Tasks without
         per-rank state have nothing to restore."""
@@ -237,19 +248,25 @@ def fit(cfg: Any, build: Callable[[runtime.Env], Task]) -> dict[str, Any]:
         runtime.teardown()
 
 
-def _prepare_run_dir(run_dir: Path, task: Task, resume: bool, env: runtime.Env) -> Path | None:
-    """Rank 0 creates or reopens the folder; its result or its error reaches every rank."""
-    resume_from, error = None, None
+def _prepare_run_dir(run_dir: Path, task: Task, resume: bool, env: runtime.Env
+                     ) -> tuple[Path | None, ckpt.RunLock | None]:
+    """Rank 0 locks and creates or reopens the folder; its result or its error reaches every rank.
+    Returns the checkpoint to resume from and the lock (rank 0; None elsewhere)."""
+    resume_from, error, lock = None, None, None
     if env.is_main:
         try:
-            found = ckpt.prepare_run_dir(run_dir, task.config, resume, must_match=("model", "scaling"))
+            lock = ckpt.RunLock(run_dir)
+            found = ckpt.prepare_run_dir(run_dir, task.config, resume, must_match=("model", "scaling"),
+                                         identity=task.data_identity())
             resume_from = str(found) if found else None
         except UserError as e:
             error = str(e)
+            if lock is not None:
+                lock.release()
     resume_from, error = runtime.broadcast_object((resume_from, error))
     if error:
         raise UserError(error)
-    return Path(resume_from) if resume_from else None
+    return (Path(resume_from) if resume_from else None), lock
 
 
 def _finished(summary_path: Path, total_steps: int) -> dict[str, Any] | None:
@@ -261,11 +278,19 @@ def _finished(summary_path: Path, total_steps: int) -> dict[str, Any] | None:
 
 
 def _fit(cfg: Any, task: Task, env: runtime.Env) -> dict[str, Any]:
+    resume_from, lock = _prepare_run_dir(Path(cfg.output_dir), task, cfg.resume, env)
+    try:
+        return _run(cfg, task, env, resume_from)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _run(cfg: Any, task: Task, env: runtime.Env, resume_from: Path | None) -> dict[str, Any]:
     run_dir = Path(cfg.output_dir)
     loop, ck = cfg.train, cfg.checkpoint
     total = task.total_steps
     stop = min(total, loop.stop_after or total)
-    resume_from = _prepare_run_dir(run_dir, task, cfg.resume, env)
     summary_path = run_dir / "summary.json"
     if resume_from is not None and (done := _finished(summary_path, total)) is not None:
         runtime.print0(f"{run_dir} already finished ({total} steps); nothing to do")
@@ -298,22 +323,29 @@ def _fit(cfg: Any, task: Task, env: runtime.Env) -> dict[str, Any]:
     saved_at = step if resume_from is not None else None
     started = time.perf_counter()
 
+    def last_saved() -> str:
+        return f"the last checkpoint is {ckpt.step_path(run_dir, saved_at)}" if saved_at is not None \
+            else "no checkpoint was written yet"
+
     def save(at: int) -> None:
         nonlocal saved_at
         path = ckpt.step_path(run_dir, at)
         local = task.local_state()
-        if env.rank > 0 and local is not None:
-            ckpt.save(_rank_file(path, env.rank), {"local": local})
-        runtime.barrier()
-        if env.is_main:
-            ckpt.save(path, {"step": at, **task.state_dict(), "rng": ckpt.rng_state(), "local": local,
-                             "recent_losses": list(recent), "last_eval": last_eval,
-                             "wall_time_s": wall_before + time.perf_counter() - started, "config": task.config})
-            if ck.keep > 0:
-                for _, old in ckpt.list_checkpoints(run_dir)[:-ck.keep]:
-                    old.unlink(missing_ok=True)
-                    for side in old.parent.glob(f"{old.stem}.rank*.pt"):
-                        side.unlink(missing_ok=True)
+        try:
+            if env.rank > 0 and local is not None:
+                ckpt.save(_rank_file(path, env.rank), {"local": local})
+            runtime.barrier()
+            if env.is_main:
+                ckpt.save(path, {"step": at, **task.state_dict(), "rng": ckpt.rng_state(), "local": local,
+                                 "recent_losses": list(recent), "last_eval": last_eval,
+                                 "wall_time_s": wall_before + time.perf_counter() - started, "config": task.config})
+        except UserError as e:  # a full disk, a read-only folder: the temp file is gone, the old ones stay
+            raise UserError(f"{e}; {last_saved()}") from None
+        if env.is_main and ck.keep > 0:
+            for _, old in ckpt.list_checkpoints(run_dir)[:-ck.keep]:
+                old.unlink(missing_ok=True)
+                for side in old.parent.glob(f"{old.stem}.rank*.pt"):
+                    side.unlink(missing_ok=True)
         runtime.barrier()
         saved_at = at
 
@@ -321,45 +353,56 @@ def _fit(cfg: Any, task: Task, env: runtime.Env) -> dict[str, Any]:
     bar = runtime.progress(stop, task.name, initial=step) if loop.progress else None
     busy, work_since = 0.0, 0  # training seconds and work since the last log (eval and saving excluded)
     try:
-        while step < stop:
-            t0 = time.perf_counter()
-            try:
-                m = task.train_step(step + 1)
-            except TrainingDiverged as e:
-                last = f"the last checkpoint is {ckpt.step_path(run_dir, saved_at)}" if saved_at is not None \
-                    else "no checkpoint was written yet"
-                raise TrainingDiverged(f"{e}; {last}") from None
-            step += 1
-            recent.append(float(m["loss"]))
-            busy += time.perf_counter() - t0
-            work_since += task.work_per_step
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(task.progress(m), refresh=False)
-            if step % loop.log_every == 0 or step == stop:
-                rate = work_since / max(busy, 1e-9)
-                perf = {f"perf/{task.work_unit}_per_s": rate, task.work_unit: step * task.work_per_step}
-                if task.flops_per_unit and task.peak_tflops:
-                    perf["perf/mfu"] = rate * task.flops_per_unit / (task.peak_tflops * 1e12 * env.world_size)
-                logger.log({f"train/{k}": v for k, v in m.items()} | perf, step=step)
-                busy, work_since = 0.0, 0
-            kappa_every = cfg.diagnostics.kappa_every
-            if kappa_every and (step % kappa_every == 0 or step == 1):
-                dm = task.diagnose(step)
-                if dm:
-                    logger.log(dm, step=step)
-            evaluated = False
-            if (task.eval_every and step % task.eval_every == 0) or step == stop:
-                em = task.evaluate(step)
-                if em is not None:
-                    last_eval, evaluated = em, True
-                    logger.log(em, step=step)
-            if (ck.every and step % ck.every == 0) or step == stop or (evaluated and ck.at_eval):
-                save(step)
-        status = "finished" if step >= total else "stopped"
+        with interrupts.deferred() as pending:
+            while step < stop:
+                signum = runtime.max_over_ranks(pending() or 0)
+                if signum:  # held back until the step and its evaluation were done: save, then exit
+                    if step > 0 and saved_at != step:
+                        save(step)
+                    saved = f"saved {ckpt.step_path(run_dir, step)}" if step > 0 else "no step was done, nothing saved"
+                    status = "interrupted"
+                    raise interrupts.Interrupted(signum, f"{saved}; resume with resume=true")
+                t0 = time.perf_counter()
+                try:
+                    m = task.train_step(step + 1)
+                except TrainingDiverged as e:
+                    raise TrainingDiverged(f"{e}; {last_saved()}") from None
+                step += 1
+                recent.append(float(m["loss"]))
+                busy += time.perf_counter() - t0
+                work_since += task.work_per_step
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(task.progress(m), refresh=False)
+                if step % loop.log_every == 0 or step == stop:
+                    rate = work_since / max(busy, 1e-9)
+                    perf = {f"perf/{task.work_unit}_per_s": rate, task.work_unit: step * task.work_per_step}
+                    if task.flops_per_unit and task.peak_tflops:
+                        perf["perf/mfu"] = rate * task.flops_per_unit / (task.peak_tflops * 1e12 * env.world_size)
+                    logger.log({f"train/{k}": v for k, v in m.items()} | perf, step=step)
+                    busy, work_since = 0.0, 0
+                kappa_every = cfg.diagnostics.kappa_every
+                if kappa_every and (step % kappa_every == 0 or step == 1):
+                    dm = task.diagnose(step)
+                    if dm:
+                        logger.log(dm, step=step)
+                evaluated = False
+                if (task.eval_every and step % task.eval_every == 0) or step == stop:
+                    em = task.evaluate(step)
+                    if em is not None:
+                        last_eval, evaluated = em, True
+                        logger.log(em, step=step)
+                if (ck.every and step % ck.every == 0) or step == stop or (evaluated and ck.at_eval):
+                    save(step)
+            status = "finished" if step >= total else "stopped"
     except TrainingDiverged:
         status = "diverged"
         raise
+    except KeyboardInterrupt as e:  # a second signal, or one where none was held back: stop now
+        if status == "interrupted":
+            raise
+        raise interrupts.Interrupted(getattr(e, "signum", signal.SIGINT),
+                                     f"stopped at step {step} without saving it; {last_saved()}") from None
     finally:
         if bar is not None:
             bar.close()

@@ -36,6 +36,7 @@ from hrm_deeploop.config import at_least, check, optional_at_least, positive
 from hrm_deeploop.data.puzzles import (
     TrainSampler,
     check_matches,
+    dataset_identity,
     fit_to_dataset,
     open_dataset,
     sequential_batches,
@@ -337,6 +338,10 @@ class Trainer(Task):
             "scheme": self.cfg.scaling.scheme, "p": self.cfg.scaling.p}}
 
     # -- state --------------------------------------------------------------------------------------
+
+    def data_identity(self) -> dict[str, Any]:
+        """The dataset's files (sizes and hashes), recorded in the run folder: resuming on another is refused."""
+        return dataset_identity(self.cfg.data_dir)
 
     def local_state(self) -> dict[str, Any]:
         """Per-rank state: carries and the exploration generator."""

@@ -10,10 +10,12 @@ import csv
 import json
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
-from hrm_deeploop.errors import TrainingDiverged
+from hrm_deeploop.checkpoint import atomic_write_bytes
+from hrm_deeploop.errors import TrainingDiverged, UserError, os_error
 from hrm_deeploop.runtime import is_main
 
 
@@ -32,21 +34,23 @@ class RunLogger:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         jsonl_path = self.run_dir / "metrics.jsonl"
         rewind = resume and resume_step is not None and jsonl_path.exists()
-        if rewind:
-            kept = [line for line in jsonl_path.read_text().splitlines()
-                    if line.strip() and json.loads(line).get("step", 0) <= resume_step]
-            jsonl_path.write_text("".join(line + "\n" for line in kept))
-        mode = "a" if resume else "w"
-        self.jsonl = open(self.run_dir / "metrics.jsonl", mode)
         self.csv_path = self.run_dir / "metrics.csv"
-        if rewind:
-            self._rewrite_csv({})
-        elif resume and self.csv_path.exists():
-            with open(self.csv_path) as f:
-                header = f.readline().strip()
-            self._csv_keys = header.split(",") if header else None
-        else:
-            self.csv_path.write_text("")
+        try:
+            if rewind:
+                kept = [json.dumps(r) for r in read_rows(jsonl_path) if r.get("step", 0) <= resume_step]
+                atomic_write_bytes(jsonl_path, "".join(line + "\n" for line in kept).encode())
+            mode = "a" if resume else "w"
+            self.jsonl = open(self.run_dir / "metrics.jsonl", mode)
+            if rewind:
+                self._rewrite_csv({})
+            elif resume and self.csv_path.exists():
+                with open(self.csv_path) as f:
+                    header = f.readline().strip()
+                self._csv_keys = header.split(",") if header else None
+            else:
+                self.csv_path.write_text("")
+        except OSError as e:
+            raise UserError(f"cannot write the metrics log in '{self.run_dir}': {os_error(e)}") from None
         if logger == "wandb":
             self.wandb = _init_wandb(self.run_dir, project, name, config, resume)
         elif logger not in ("none", "csv"):
@@ -56,19 +60,22 @@ class RunLogger:
         if not self.enabled:
             return
         row = {"step": step, **{k: _plain(v) for k, v in metrics.items()}}
-        self.jsonl.write(json.dumps(row) + "\n")
-        self.jsonl.flush()
-        if self._csv_keys is None or any(k not in self._csv_keys for k in row):
-            self._rewrite_csv(row)
-        else:
-            with open(self.csv_path, "a", newline="") as f:
-                csv.writer(f).writerow([row.get(k, "") for k in self._csv_keys])
+        try:
+            self.jsonl.write(json.dumps(row) + "\n")
+            self.jsonl.flush()
+            if self._csv_keys is None or any(k not in self._csv_keys for k in row):
+                self._rewrite_csv(row)
+            else:
+                with open(self.csv_path, "a", newline="") as f:
+                    csv.writer(f).writerow([row.get(k, "") for k in self._csv_keys])
+        except OSError as e:  # a full disk: a torn last line is what the next resume repairs
+            raise UserError(f"cannot write the metrics log in '{self.run_dir}': {os_error(e)}") from None
         if self.wandb is not None:
             self.wandb.log(metrics, step=step)
 
     def _rewrite_csv(self, row: dict[str, Any]) -> None:
         """A new column appeared: rewrite the CSV from the JSONL log with the union of keys."""
-        rows = [json.loads(line) for line in open(self.run_dir / "metrics.jsonl")]
+        rows = read_rows(self.run_dir / "metrics.jsonl", warn=False)
         keys = list(dict.fromkeys(k for r in rows for k in r))
         self._csv_keys = keys
         with open(self.csv_path, "w", newline="") as f:
@@ -80,9 +87,35 @@ class RunLogger:
     def close(self) -> None:
         if not self.enabled:
             return
-        self.jsonl.close()
+        try:
+            self.jsonl.close()
+        except OSError:  # its last write already failed and said so
+            pass
         if self.wandb is not None:
             self.wandb.finish()
+
+
+def read_rows(path: Path, warn: bool = True) -> list[dict[str, Any]]:
+    """The rows of a metrics.jsonl. A torn last line (a run killed or out of disk mid-write) is
+    dropped, with a warning line on stderr; a bad line elsewhere is an error naming the file and line."""
+    lines = path.read_text(errors="replace").splitlines()
+    rows = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            if not isinstance(row, dict):
+                raise ValueError(f"a {type(row).__name__}, not an object")
+        except ValueError as e:
+            if all(not rest.strip() for rest in lines[i:]):
+                if warn:
+                    print(f"warning: '{path}': dropped a torn last line {i} ({len(line)} characters) that an "
+                          "interrupted run left", file=sys.stderr)
+                break
+            raise UserError(f"'{path}' line {i} is not a JSON record ({e}); fix or remove that line to resume") from None
+        rows.append(row)
+    return rows
 
 
 def _init_wandb(run_dir: Path, project: str, name: str | None, config: dict | None, resume: bool):
