@@ -204,3 +204,84 @@ def test_depth_in_training_default_unchanged_and_random_r_differs(tmp_path):
     logged = [int(r["train/rounds"]) for r in rows if "train/rounds" in r]
     cfg = DepthConfig(sampler="uniform", min_rounds=1, max_rounds=4)
     assert logged == [cfg.rounds_at(r["step"], 0, 2) for r in rows if "train/rounds" in r] and logged
+
+
+# ---- through the CLI: a byte-level run with random depth, then eval-gpt exit= and generate -------------
+
+@pytest.fixture(scope="module")
+def byte_run(tmp_path_factory):
+    from hrm_deeploop.cli import main
+    from hrm_deeploop.text.shards import write_meta, write_shard
+
+    root = tmp_path_factory.mktemp("bytes")
+    text = ("the cat sat on the mat. the dog sat on the log. " * 80).encode()
+    stream = np.frombuffer(text, dtype=np.uint8).astype(np.int64)
+    write_shard(root / "train_000000.bin", stream[:3200])
+    write_shard(root / "val_000000.bin", stream[3200:])
+    write_meta(root, tokenizer_id="bytes")
+    run = root / "run"
+    assert main(["train-gpt", "model=gpt_tiny", "model.hidden_size=32", "model.seq_len=64", "model.mlp_multiple=16",
+                 "model.vocab_size=320", "model.num_rounds=2", "scaling=deeploop", "device=cpu", "logger=none",
+                 "train.progress=false", "train.micro_batch_size=4", "train.global_batch_tokens=256",
+                 "optim.warmup_steps=1", "optim.lr=3e-3", "train.max_steps=6", "eval.every=6", "checkpoint.every=6",
+                 f"data.train={root}/train_*.bin", f"data.val={root}/val_000000.bin", "data.tokenizer_id=bytes",
+                 "depth.sampler=uniform", "depth.min_rounds=1", "depth.max_rounds=3", "depth.scaling_n=max",
+                 "depth.backprop_rounds=2", f"output_dir={run}"]) == 0
+    return root, run
+
+
+def test_generate_cli_streams_seeded_text(byte_run, capsys):
+    from hrm_deeploop.cli import main
+
+    _, run = byte_run
+    args = ["generate", f"checkpoint={run}", "prompt=the cat", "max_new_tokens=20", "temperature=1.0", "top_k=20",
+            "top_p=0.95", "seed=3", "device=cpu", "stop_at_eot=false"]
+    outs = []
+    for extra in ([], [], ["cache=none"], ["seed=4"]):
+        assert main(args + extra) == 0
+        cap = capsys.readouterr()
+        outs.append(cap.out)
+        assert "tokens/s" in cap.err and "mean rounds 2.00" in cap.err
+    assert outs[0].startswith("the cat") and len(outs[0].encode()) >= len("the cat") + 1
+    assert outs[0] == outs[1] == outs[2]  # seeded; the cache changes nothing
+    assert outs[3] != outs[0]
+    assert main(args + ["exit=hidden", "exit_threshold=1e9", "num_rounds=3"]) == 0
+    assert "R=3, mean rounds 2.00" in capsys.readouterr().err  # everything exits after round 2
+
+
+def test_random_depth_checkpoint_keeps_its_alpha_and_eval_gpt_exit(byte_run, capsys):
+    import json
+
+    from eval.lm import load_model
+    from hrm_deeploop.cli import main
+
+    root, run = byte_run
+    model, _ = load_model(run / "checkpoints/step_6.pt", num_rounds=5)
+    assert model.residual.alpha == pytest.approx((2 * 2 * 3) ** 0.5)  # scaling_n=max: N = K * 3, whatever R runs
+    assert main(["eval-gpt", f"checkpoint={run}", f"data={root}/val_000000.bin", "device=cpu", "exit=kl",
+                 "exit_threshold=1e9", f"output_dir={root / 'ev'}"]) == 0
+    result = json.loads((root / "ev/eval.json").read_text())
+    assert result["mean_rounds"] == 2.0 and result["exit"] == {"criterion": "kl", "threshold": 1e9}
+    assert main(["eval-gpt", f"checkpoint={run}", f"data={root}/val_000000.bin", "device=cpu",
+                 f"output_dir={root / 'ev2'}"]) == 0
+    plain = json.loads((root / "ev2/eval.json").read_text())
+    assert result["val_loss"] == pytest.approx(plain["val_loss"], rel=1e-5)  # 2 rounds either way
+    assert main(["eval-gpt", f"checkpoint={run}", f"data={root}/val_000000.bin", "device=cpu", "exit=hidden",
+                 "exit_threshold=1e-12", "num_rounds=3", f"output_dir={root / 'ev3'}"]) == 0
+    assert json.loads((root / "ev3/eval.json").read_text())["mean_rounds"] == 3.0  # nothing exits
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("args, culprit", [
+    (["max_new_tokens=100"], "exceeds the model's context"),
+    (["top_p=1.5"], "top_p"),
+    (["cache=paged"], "cache"),
+    (["exit=entropy"], "exit"),
+])
+def test_generate_cli_bad_input(byte_run, capsys, args, culprit):
+    from hrm_deeploop.cli import main
+
+    _, run = byte_run
+    assert main(["generate", f"checkpoint={run}", "prompt=the cat", "device=cpu", *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and culprit in err[0]
