@@ -140,6 +140,39 @@ def test_compare_reference_trm_is_bit_identical(capsys, variant):
     assert "EMA weights (worst)" in out and "ratio" in out
 
 
+URM_REFERENCE = Path(os.environ.get("URM_REFERENCE",
+                                    Path(__file__).resolve().parents[1] / "benchmarks/out/urm-reference"))
+
+
+@pytest.mark.skipif(not (URM_REFERENCE / "models/urm/urm.py").is_file(),
+                    reason="no checkout of zitian-gao/URM at URM_REFERENCE (not shipped)")
+def test_compare_reference_urm_is_bit_identical(capsys):
+    from benchmarks import compare_reference_urm
+
+    rc = compare_reference_urm.main(["--reference", str(URM_REFERENCE), "--preset", "tiny", "--device", "cpu",
+                                     "--check-steps", "3", "--variants", "eager", "--schemes", "baseline",
+                                     "--warmup", "0", "--steps", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "tolerance 0)" in out and "# equivalence: ok" in out and "# sensitivity: ok (differs)" in out
+    assert "EMA weights (worst)" in out and "ratio" in out and "exploration 0.1" in out
+
+
+def test_urm_flash_attn_stand_in_is_sdpa_in_flash_attn_layout():
+    import torch
+    import torch.nn.functional as F
+
+    from benchmarks.compare_reference_urm import flash_attn_func
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 5, 3, 4) for _ in range(3))  # (B, T, H, D), flash-attn's layout
+    y = flash_attn_func(q, k, v, causal=False)
+    assert y.shape == (2, 5, 3, 4) and y.is_contiguous()
+    for h in range(3):  # head by head, plain softmax attention
+        att = F.softmax(q[:, :, h] @ k[:, :, h].transpose(1, 2) / 2.0, dim=-1)
+        torch.testing.assert_close(y[:, :, h], att @ v[:, :, h])
+
+
 NANOGPT = Path(os.environ.get("NANOGPT_REFERENCE", REFERENCE.parent / "nanogpt-reference"))
 
 
@@ -244,7 +277,7 @@ def test_host_drawn_torch_draws_what_the_reference_draws_on_cpu():
     torch.rand_like / torch.randint_like give on CPU from the same global generator state."""
     import torch
 
-    from benchmarks.compare_reference_trm import _HostDrawnTorch
+    from benchmarks.benchlib import HostDrawnTorch as _HostDrawnTorch
 
     q = torch.zeros(16)
     steps = torch.zeros(16, dtype=torch.int32)
