@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import json
 import re
+import zipfile
+import zlib
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -67,17 +69,20 @@ def _load_npy(path: Path, mmap: bool = False, ndim: int | None = None) -> np.nda
     return arr
 
 
-def _load_npz(path: Path, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
+def load_npz(path: Path, keys: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
+    """The arrays `keys` (None: all) of an .npz, every member read in full: a missing, truncated or
+    corrupt file (not a zip, a bad CRC, a member cut short, a pickled object) is one ArcDataError."""
     if not path.is_file():
         raise _bad(path, "missing (not a built dataset, or a half-written one?)")
     try:
         with np.load(path, allow_pickle=False) as z:
+            keys = tuple(z.files) if keys is None else keys
             missing = [k for k in keys if k not in z.files]
             if missing:
                 raise _bad(path, f"missing arrays {missing}")
             return {k: z[k] for k in keys}
-    except (OSError, ValueError, EOFError) as e:
-        raise _bad(path, f"unreadable .npz ({e})") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+        raise _bad(path, f"unreadable or truncated .npz ({type(e).__name__}: {e})") from None
 
 
 def layout(data_dir: str | Path) -> str:
@@ -118,7 +123,7 @@ class Augmentations:
 
 def load_augmentations(data_dir: str | Path) -> Augmentations:
     path = Path(data_dir) / F.AUGMENTATIONS_FILE
-    z = _load_npz(path, ("base_task", "dihedral", "colour_map", "task_names"))
+    z = load_npz(path, ("base_task", "dihedral", "colour_map", "task_names"))
     n = z["dihedral"].shape[0]
     if z["base_task"].shape != (n,) or z["colour_map"].shape != (n, 10):
         raise _bad(path, "inconsistent shapes: base_task, dihedral and colour_map must have one row per id")
@@ -289,7 +294,7 @@ class PuzzleSplit:
         return task_kind(self.root)
 
     def _open_compact(self, root: Path, d: Path) -> None:
-        g = _load_npz(root / F.GRIDS_FILE, ("cells", "grid_offset", "grid_shape", "pair_grids"))
+        g = load_npz(root / F.GRIDS_FILE, ("cells", "grid_offset", "grid_shape", "pair_grids"))
         self._cells = np.ascontiguousarray(g["cells"], dtype=np.uint8)
         self._goff = np.ascontiguousarray(g["grid_offset"], dtype=np.int64)
         self._gshape = np.ascontiguousarray(g["grid_shape"], dtype=np.int64)

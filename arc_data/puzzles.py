@@ -34,6 +34,7 @@ import numpy as np
 
 from arc_data import format as F
 from arc_data import maze, sudoku
+from arc_data.dataset import load_npz
 from arc_data.errors import ArcDataError
 from arc_data.fsio import atomic_dir, checked_output_dir, dir_size, package_version, progress_bar, save_json
 from arc_data.puzzle_config import AUG_TABLE_FILE, BuildPuzzlesConfig, GeneratePuzzlesConfig
@@ -268,8 +269,7 @@ def load_table(split_dir: str | Path) -> dict[str, np.ndarray]:
     path = Path(split_dir) / AUG_TABLE_FILE
     if not path.is_file():
         raise ArcDataError(f"{path}: missing (a dataset built by build-puzzles has one per split)")
-    with np.load(path, allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}
+    return load_npz(path)
 
 
 def sudoku_augs(table: dict[str, np.ndarray], rows: np.ndarray | slice = slice(None)) -> sudoku.SudokuAugs:

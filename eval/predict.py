@@ -230,7 +230,10 @@ def run(c: EvaluateConfig) -> int:
             raise ConfigError(f"split={c.split} with vote=true: voting needs the untranslated test split; "
                               "pass vote=false to only write predictions.npz for another split")
         if c.vote:
+            from eval.vote import load_table
+
             check_outputs(out, c.overwrite, c.report)  # fail before the (long) predict step, not after it
+            load_table(Path(c.data_dir))  # the augmentation table the vote reads: a corrupt one, now
     else:
         from eval.puzzle_report import check_outputs as check_puzzle_outputs
 

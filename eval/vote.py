@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,19 +113,19 @@ def table_from_names(names: list[str]) -> AugTable:
 def load_table(data_dir: Path) -> AugTable:
     path = data_dir / fmt.AUGMENTATIONS_FILE
     if path.is_file():
+        from arc_data.dataset import load_npz
+        from arc_data.errors import ArcDataError
+
         try:
-            with np.load(path, allow_pickle=False) as z:
-                missing = [k for k in ("base_task", "dihedral", "colour_map", "task_names") if k not in z.files]
-                if missing:
-                    raise UserError(f"{path}: missing field(s) {missing}")
-                table = AugTable(
-                    z["base_task"].astype(np.int32),
-                    z["dihedral"].astype(np.uint8),
-                    z["colour_map"].astype(np.uint8),
-                    [str(s) for s in z["task_names"]],
-                )
-        except (OSError, ValueError) as e:
-            raise UserError(f"{path}: cannot read ({e})") from None
+            z = load_npz(path, ("base_task", "dihedral", "colour_map", "task_names"))
+        except ArcDataError as e:
+            raise UserError(str(e)) from None
+        table = AugTable(
+            z["base_task"].astype(np.int32),
+            z["dihedral"].astype(np.uint8),
+            z["colour_map"].astype(np.uint8),
+            [str(s) for s in z["task_names"]],
+        )
     else:
         ids = data_dir / fmt.IDENTIFIERS_FILE
         if not ids.is_file():
@@ -171,14 +172,21 @@ def read_rows(path: Path, ranges: list[tuple[int, int]]) -> np.ndarray:
     ARC-1-sized file maps hundreds of MB into the process.
     """
     with open(path, "rb") as f:
-        version = np.lib.format.read_magic(f)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-        else:
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        try:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+            else:
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        except (ValueError, EOFError) as e:
+            raise UserError(f"{path}: not a readable .npy ({e})") from None
         if len(shape) != 2 or fortran or dtype.hasobject:
             raise UserError(f"{path}: expected a C-order 2-D array, got shape {shape}, dtype {dtype}")
         offset, row_bytes = f.tell(), shape[1] * dtype.itemsize
+        size = os.fstat(f.fileno()).st_size
+        if size < offset + shape[0] * row_bytes:
+            raise UserError(f"{path}: truncated ({size:,} bytes, its header says {shape[0]:,} rows of "
+                            f"{row_bytes} bytes after a {offset}-byte header)")
         parts = []
         for a, b in ranges:
             if not 0 <= a <= b <= shape[0]:

@@ -122,8 +122,11 @@ def test_min_difficulty_and_subsample(tmp_path):
     build(src, tmp_path / "b", subsample_size=4, seed=3)
     rows_b = load_table(tmp_path / "b" / "train")["source_row"]
     assert len(set(rows_b.tolist())) == 4 and rows_b.max() < 10
-    build(src, tmp_path / "c", subsample_size=50)  # more than there are: all rows, in order
+    build(src, tmp_path / "c", subsample_size=10)  # exactly as many as there are: all rows, in order
     assert load_table(tmp_path / "c" / "train")["source_row"].tolist() == list(range(10))
+    with pytest.raises(ArcDataError, match="subsample_size=50: .* has only 10 puzzles"):  # more: refused
+        build(src, tmp_path / "d", subsample_size=50)
+    assert not (tmp_path / "d").exists()
 
 
 def _gen(out: Path, **kw) -> Path:
