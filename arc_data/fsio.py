@@ -41,6 +41,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -135,8 +136,31 @@ def file_stem(name: str) -> str:
     return check_task_name(name, "file name")
 
 
-def _resolved(p: str | os.PathLike) -> Path:
-    return Path(os.path.expanduser(str(p))).resolve()
+def _resolved(p: str | os.PathLike, key: str = "path") -> Path:
+    try:
+        return Path(os.path.expanduser(str(p))).resolve()
+    except (RuntimeError, OSError) as e:  # a loop of symbolic links (RuntimeError before Python 3.13)
+        raise ArcDataError(f"{key}={p}: {why_not_a_file(Path(os.path.expanduser(str(p))))}"
+                           if "loop" in str(e).lower() or getattr(e, "errno", None) == errno.ELOOP
+                           else f"{key}={p}: cannot resolve the path ({e})") from None
+
+
+def why_not_a_file(path: Path) -> str:
+    """Why `path` cannot be read as a regular file, in words: 'does not exist', 'is a loop of
+    symbolic links', 'is a folder', 'is not a regular file (a device, FIFO or socket)'."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return "is a loop of symbolic links"
+        if os.path.islink(path):
+            return "is a broken symbolic link"
+        return "does not exist" if e.errno == errno.ENOENT else f"cannot be read ({os_error_line(e, path)})"
+    if stat.S_ISDIR(st.st_mode):
+        return "is a folder, not a file"
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file (a device, FIFO or socket)"
+    return "is a regular file"
 
 
 def _inside(a: Path, b: Path) -> bool:
@@ -151,16 +175,16 @@ def check_output_dir(output_dir: str | os.PathLike, inputs: Iterable[str | os.Pa
     if not str(output_dir).strip():
         raise ArcDataError(f"{key} is empty")
 
-    out = _resolved(output_dir)
+    out = _resolved(output_dir, key)
     sources: list[tuple[str, Path]] = []
     for item in inputs:
         if item is None or not str(item).strip():
             continue
         text = os.path.expanduser(str(item))
         if globlib.has_magic(text):  # a glob: the files it matches are the inputs
-            sources += [(str(item), Path(m).resolve()) for m in globlib.glob(text)]
+            sources += [(str(item), _resolved(m, "input")) for m in globlib.glob(text)]
         else:
-            sources.append((str(item), _resolved(text)))
+            sources.append((str(item), _resolved(text, "input")))
     for item, src in sources:
         if not src.exists():
             continue

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from arc_data.fsio import why_not_a_file
 from hrm_deeploop.errors import UserError
 
 FIELDS: dict[str, tuple[np.dtype, int]] = {
@@ -186,7 +187,7 @@ def load_predictions(path: str | Path) -> Predictions:
     """Read and validate `predictions.npz`; every problem raises UserError naming the file and field."""
     path = Path(path)
     if not path.is_file():
-        raise UserError(f"{path}: predictions file not found")
+        raise UserError(f"{path}: predictions file {why_not_a_file(path)}")
     if path.stat().st_size == 0:
         raise UserError(f"{path}: the file is empty (not a predictions.npz)")
     try:

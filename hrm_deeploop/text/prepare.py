@@ -8,7 +8,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -19,14 +18,13 @@ from typing import Any
 import numpy as np
 from omegaconf import MISSING
 
-from arc_data.fsio import atomic_dir, checked_output_dir
+from arc_data.fsio import atomic_dir, checked_output_dir, why_not_a_file
 from hrm_deeploop.config import at_least, one_of, optional_at_least
 from hrm_deeploop.errors import UserError
-from hrm_deeploop.text.corpus import write_demo_corpus
 from hrm_deeploop.models.config import GPTConfig
+from hrm_deeploop.text.corpus import write_demo_corpus
 from hrm_deeploop.text.shards import META_NAME, TOKEN_DTYPE, open_shard, write_meta, write_shard
 from hrm_deeploop.text.tokenizer import TOKENIZERS
-
 
 # The smallest shard: one window of the looped GPT's default context (seq_len + 1 tokens), the least
 # train-gpt's loader reads from a shard. Smaller shards (shard_size=1: one token each) are refused, and
@@ -90,7 +88,7 @@ def _expand_inputs(inputs: Sequence[str]) -> list[Path]:
         elif p.is_file():
             found = [p]
         else:
-            raise UserError(f"input '{item}' does not exist")
+            raise UserError(f"input '{item}' {why_not_a_file(p)}")
         if not found:
             raise UserError(f"input '{item}' matches no {'/'.join(_SUFFIXES)} file")
         for f in found:
