@@ -285,3 +285,11 @@ def test_generate_cli_bad_input(byte_run, capsys, args, culprit):
     assert main(["generate", f"checkpoint={run}", "prompt=the cat", "device=cpu", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and culprit in err[0]
+
+
+def test_bench_generate_runs(capsys):
+    from benchmarks import bench_generate
+
+    assert bench_generate.main(["--preset", "tiny", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "cache=rounds" in out and "x none" in out and "shared (batch 2)" in out
