@@ -21,7 +21,6 @@ safe inside forked DataLoader workers). Both return the same bytes for the same 
 
 from __future__ import annotations
 
-import json
 import re
 import zipfile
 import zlib
@@ -33,6 +32,7 @@ import numpy as np
 
 from arc_data import format as F
 from arc_data.errors import ArcDataError
+from arc_data.fsio import parse_json
 
 META_KEYS = ("pad_id", "ignore_label_id", "blank_identifier_id", "vocab_size", "seq_len",
              "num_puzzle_identifiers", "total_groups", "mean_puzzle_examples", "sets")
@@ -52,9 +52,10 @@ def _load_json(path: Path) -> object:
     if not path.is_file():
         raise _bad(path, "missing (not a built dataset, or a half-written one?)")
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise _bad(path, f"unreadable JSON ({e})") from None
+        data = path.read_bytes()
+    except OSError as e:
+        raise _bad(path, f"unreadable ({e.strerror})") from None
+    return parse_json(data, str(path))
 
 
 def _load_npy(path: Path, mmap: bool = False, ndim: int | None = None) -> np.ndarray:

@@ -33,7 +33,7 @@ import numpy as np
 
 from arc_data.errors import ArcDataError
 from arc_data.format import MAX_SIDE
-from arc_data.fsio import check_task_name, regular_files
+from arc_data.fsio import check_task_name, parse_json, regular_files
 
 BUNDLED = {"arc1": "arcagi1", "arc2": "arcagi2"}
 # Task files shipped inside the package: spec -> (challenges file, sha256 of challenges, of solutions).
@@ -168,10 +168,7 @@ def _read_json(path: Path, task: str, digest, label: str) -> object:
         raise ArcDataError(f"{path}: task {task}: cannot read ({e.strerror})") from None
     if digest is not None:
         digest.update(label.encode() + b"\0" + hashlib.sha256(data).digest())
-    try:
-        return json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ArcDataError(f"{path}: task {task}: invalid JSON ({e})") from None
+    return parse_json(data, f"{path}: task {task}")
 
 
 # ---------------------------------------------------------------------------------------------

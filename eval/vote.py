@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -130,7 +129,13 @@ def load_table(data_dir: Path) -> AugTable:
         ids = data_dir / fmt.IDENTIFIERS_FILE
         if not ids.is_file():
             raise UserError(f"{data_dir}: neither {fmt.AUGMENTATIONS_FILE} nor {fmt.IDENTIFIERS_FILE} found")
-        table = table_from_names(json.loads(ids.read_text()))
+        from arc_data.errors import ArcDataError
+        from arc_data.fsio import parse_json
+
+        try:
+            table = table_from_names(parse_json(ids.read_bytes(), str(ids)))
+        except ArcDataError as e:
+            raise UserError(str(e)) from None
     m = len(table)
     if table.dihedral.shape != (m,) or table.colour_map.shape != (m, 10):
         raise UserError(f"{path}: table fields disagree in length ({m} rows)")

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from omegaconf import MISSING
 
-from arc_data.fsio import atomic_dir, checked_output_dir, why_not_a_file
+from arc_data.fsio import atomic_dir, checked_output_dir, parse_json, why_not_a_file
 from hrm_deeploop.config import at_least, one_of, optional_at_least
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.models.config import GPTConfig
@@ -140,10 +140,7 @@ def _docs_from_file(path: Path, cfg: PrepareTextConfig) -> Iterator[str]:
         for lineno, line in _read_lines(path):
             if not line.strip():
                 continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise UserError(f"input {path}:{lineno}: invalid JSON ({e.msg})") from None
+            row = parse_json(line, f"input {path}:{lineno}")
             if not isinstance(row, dict) or cfg.text_field not in row:
                 raise UserError(f"input {path}:{lineno}: no '{cfg.text_field}' field (set text_field=...)")
             if not isinstance(row[cfg.text_field], str):

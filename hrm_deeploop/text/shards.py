@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from arc_data.errors import ArcDataError
+from arc_data.fsio import parse_json
 from hrm_deeploop.errors import UserError
 
 SHARD_MAGIC = 20240520
@@ -146,7 +148,7 @@ def read_meta(folder: PathLike) -> dict[str, Any]:
     """Read `folder/meta.json` written by prepare-text."""
     path = Path(folder) / META_NAME
     try:
-        meta = json.loads(path.read_text())
+        meta = parse_json(path.read_bytes(), str(path))
     except FileNotFoundError:
         raise UserError(
             f"{path} is missing: the shards' tokenizer is unknown. Shards written by "
@@ -154,8 +156,10 @@ def read_meta(folder: PathLike) -> dict[str, Any]:
             "hrm_deeploop.text.shards.write_meta(folder, tokenizer_id='gpt2'), or pass tokenizer_id=None "
             "to skip the check"
         ) from None
-    except (OSError, json.JSONDecodeError) as e:
+    except OSError as e:
         raise UserError(f"{path}: cannot read it ({e})") from None
+    except ArcDataError as e:
+        raise UserError(str(e)) from None
     if meta.get("format") != META_FORMAT or "tokenizer_id" not in meta:
         raise UserError(f"{path}: not a token-shard metadata file (format '{meta.get('format')}')")
     return meta
