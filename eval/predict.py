@@ -24,7 +24,7 @@ weights are already TRM's average).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +90,8 @@ class LoadedModel:
     step: int | None
     path: Path
     weights: str = "raw"  # raw | ema (the weight average of our checkpoint) | official
+    scaling: ScalingConfig = field(default_factory=ScalingConfig)
+    puzzle_names: list[str] | None = None  # name of every puzzle-table row (adapted checkpoints: data/rows.py)
 
 
 SCHEMAS: dict[str, type] = {"hrm": HRMConfig, "trm": TRMConfig, "urm": URMConfig}
@@ -144,7 +146,9 @@ def load_model(path: str | Path, device: torch.device | str = "cpu", dtype: str 
     except RuntimeError as e:
         raise UserError(f"checkpoint '{p}' does not fit its model config: {str(e).splitlines()[0]}") from None
     model.to(device).eval()
-    return LoadedModel(model=model, config=cfg, kind=kind, step=step, path=p, weights=which)
+    names = state.get("puzzle_names") if kind == "hrm-deeploop" else None
+    return LoadedModel(model=model, config=cfg, kind=kind, step=step, path=p, weights=which, scaling=scaling,
+                       puzzle_names=names)
 
 
 def _with_average(weights: dict[str, Any], shadow: dict[str, Any], where: str) -> dict[str, Any]:
@@ -170,8 +174,11 @@ def _model_config(name: str, values: dict[str, Any], where: str) -> HRMConfig | 
 
 @torch.no_grad()
 def predict_split(model: ACTReasoner, split: Any, env: D.Env, global_batch_size: int, max_batches: int | None = None,
-                  show_progress: bool = True) -> dict[str, np.ndarray] | None:
-    """Predictions of this rank's rows, gathered on rank 0 in dataset order (None on other ranks)."""
+                  show_progress: bool = True, rows: torch.Tensor | None = None) -> dict[str, np.ndarray] | None:
+    """Predictions of this rank's rows, gathered on rank 0 in dataset order (None on other ranks).
+    `rows`: dataset id -> puzzle-table row (`data.rows.row_map`), applied to the model's input only."""
+    from hrm_deeploop.data.rows import map_rows
+
     from hrm_deeploop.data.puzzles import num_sequential_batches, sequential_batches
     from hrm_deeploop.runtime import progress
 
@@ -181,7 +188,7 @@ def predict_split(model: ACTReasoner, split: Any, env: D.Env, global_batch_size:
     for b in sequential_batches(split, global_batch_size, env.rank, env.world_size, max_batches):
         n = b.num_valid
         if n:
-            t = {k: v.to(env.device) for k, v in b.tensors.items()}
+            t = map_rows({k: v.to(env.device) for k, v in b.tensors.items()}, rows)
             _, out = model.predict(t)
             cols["index"].append(b.index[:n])
             cols["puzzle_identifiers"].append(b.tensors["puzzle_identifiers"][:n].numpy().astype(np.int32))
@@ -242,7 +249,10 @@ def run(c: EvaluateConfig) -> int:
     try:
         split = open_dataset(c.data_dir, c.split)
         loaded = load_model(c.checkpoint, env.device, c.dtype, seq_len=int(meta_value(split, "seq_len")), ema=c.ema)
-        check_matches(loaded.config, split, str(Path(c.data_dir) / c.split), what=f"checkpoint '{loaded.path}'")
+        rows = table_rows(loaded, c.data_dir)
+        check_matches(loaded.config if rows is None else replace(loaded.config, num_puzzle_identifiers=int(
+            meta_value(split, "num_puzzle_identifiers"))), split, str(Path(c.data_dir) / c.split),
+            what=f"checkpoint '{loaded.path}'")
         if task != "arc" and c.tta:
             from eval.tta import group_for
 
@@ -262,12 +272,27 @@ def run(c: EvaluateConfig) -> int:
             return evaluate_puzzles(loaded.model, split, env, c, out, task, G, info)
         if c.halt_max_steps:  # eval runs exactly cfg.halt_max_steps segments: the one place it is read there
             loaded.model.cfg = replace(loaded.config, halt_max_steps=c.halt_max_steps)
-        preds = predict_split(loaded.model, split, env, G, c.max_batches, c.progress)
+        preds = predict_split(loaded.model, split, env, G, c.max_batches, c.progress, rows)
     finally:
         D.teardown()
     if env.is_main:
         _publish(preds, pred_path, c)
     return 0
+
+
+def table_rows(loaded: LoadedModel, data_dir: str) -> torch.Tensor | None:
+    """Dataset id -> puzzle-table row for a checkpoint that names its rows (None: ids are rows)."""
+    if loaded.puzzle_names is None:
+        return None
+    from arc_data.dataset import load_identifiers
+    from arc_data.errors import ArcDataError
+    from hrm_deeploop.data.rows import row_map
+
+    try:
+        names = load_identifiers(data_dir)
+    except ArcDataError as e:
+        raise UserError(f"checkpoint '{loaded.path}' names its puzzle rows, and {e}") from None
+    return row_map(loaded.puzzle_names, names, f"checkpoint '{loaded.path}' on '{data_dir}'")
 
 
 def _publish(preds: dict[str, np.ndarray], pred_path: Path, c: EvaluateConfig) -> None:

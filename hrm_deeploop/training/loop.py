@@ -69,8 +69,12 @@ class LoopConfig:
     compile: bool = False
     progress: bool = True
     trailing_steps: int = 50  # train-loss window for summary.json (the paper's trailing-50 mean)
+    time_budget: float | None = None  # minutes of wall clock (from the run's start): checkpoint and stop then
 
     def __post_init__(self) -> None:
+        if self.time_budget is not None:
+            check(isinstance(self.time_budget, (int, float)) and self.time_budget >= 0, "train.time_budget",
+                  self.time_budget, ">= 0 (minutes)")
         optional_at_least("train.max_steps", self.max_steps, 1)
         optional_at_least("train.stop_after", self.stop_after, 1)
         at_least("train.log_every", self.log_every, 1)
@@ -287,6 +291,7 @@ def _fit(cfg: Any, task: Task, env: runtime.Env) -> dict[str, Any]:
 
 
 def _run(cfg: Any, task: Task, env: runtime.Env, resume_from: Path | None) -> dict[str, Any]:
+    begun = time.perf_counter()  # train.time_budget counts from here (resume loading included)
     run_dir = Path(cfg.output_dir)
     loop, ck = cfg.train, cfg.checkpoint
     total = task.total_steps
@@ -349,7 +354,7 @@ def _run(cfg: Any, task: Task, env: runtime.Env, resume_from: Path | None) -> di
         runtime.barrier()
         saved_at = at
 
-    status = "running"
+    status, out_of_time = "running", False
     bar = runtime.progress(stop, task.name, initial=step) if loop.progress else None
     busy, work_since = 0.0, 0  # training seconds and work since the last log (eval and saving excluded)
     try:
@@ -362,6 +367,10 @@ def _run(cfg: Any, task: Task, env: runtime.Env, resume_from: Path | None) -> di
                     saved = f"saved {ckpt.step_path(run_dir, step)}" if step > 0 else "no step was done, nothing saved"
                     status = "interrupted"
                     raise interrupts.Interrupted(signum, f"{saved}; resume with resume=true")
+                over = loop.time_budget is not None and time.perf_counter() - begun >= 60.0 * loop.time_budget
+                if runtime.max_over_ranks(int(over)):  # every rank stops at the same step
+                    out_of_time = True
+                    break
                 t0 = time.perf_counter()
                 try:
                     m = task.train_step(step + 1)
@@ -394,6 +403,8 @@ def _run(cfg: Any, task: Task, env: runtime.Env, resume_from: Path | None) -> di
                         logger.log(em, step=step)
                 if (ck.every and step % ck.every == 0) or step == stop or (evaluated and ck.at_eval):
                     save(step)
+            if out_of_time and saved_at != step:
+                save(step)
             status = "finished" if step >= total else "stopped"
     except TrainingDiverged:
         status = "diverged"
@@ -412,7 +423,8 @@ def _run(cfg: Any, task: Task, env: runtime.Env, resume_from: Path | None) -> di
             if env.is_main:
                 ckpt.atomic_write_bytes(summary_path, (json.dumps(summary, indent=2) + "\n").encode())
     if status == "stopped":
-        runtime.print0(f"stopped at step {step} (train.stop_after); resume with resume=true")
+        why = f"train.time_budget={loop.time_budget} minutes" if out_of_time else "train.stop_after"
+        runtime.print0(f"stopped at step {step} ({why}); resume with resume=true")
     last = ckpt.step_path(run_dir, saved_at) if saved_at is not None else None
     runtime.print0(f"done: step {step}, {status}, last checkpoint {last}")
     return summary

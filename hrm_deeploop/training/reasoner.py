@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from hrm_deeploop.data.puzzles import (
     check_matches,
     dataset_identity,
     fit_to_dataset,
+    meta_value,
     open_dataset,
     sequential_batches,
     steps_per_epoch,
@@ -48,6 +49,8 @@ from hrm_deeploop.models.hrm import ACTReasoner, Carry, carry_from_state, carry_
 from hrm_deeploop.models.losses import act_loss
 from hrm_deeploop.models.reasoners import build_reasoner
 from hrm_deeploop.models.scaling import model_depth
+from hrm_deeploop.data.rows import map_rows
+from hrm_deeploop.training.adapt import AdaptConfig, Start, dense_trainable, prepare
 from hrm_deeploop.training.ema import EMA
 from hrm_deeploop.training.loop import (
     CheckpointConfig,
@@ -130,6 +133,8 @@ class TrainConfig(RunConfig):
     optim: ReasonerOptim = field(default_factory=ReasonerOptim)
     checkpoint: ReasonerCheckpoint = field(default_factory=ReasonerCheckpoint)
     eval: ReasonerEval = field(default_factory=ReasonerEval)
+    init_from: str | None = None  # start from this checkpoint (ours, or an official HRM/TRM one): training/adapt.py
+    adapt: AdaptConfig = field(default_factory=AdaptConfig)  # how init_from starts: table rows, what trains
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -139,7 +144,7 @@ class TrainConfig(RunConfig):
         model_depth(self.model, self.scaling)  # the depth convention fits the model (e.g. no per_module for TRM)
 
     def inputs(self) -> list[str | None]:
-        return [self.data_dir]
+        return [self.data_dir, self.init_from]
 
     @property
     def evaluates(self) -> bool:
@@ -162,7 +167,7 @@ class Trainer(Task):
     work_unit = "examples"
 
     def __init__(self, cfg: TrainConfig, env: D.Env, train_split: Any, test_split: Any = None,
-                 total_steps: int | None = None):
+                 total_steps: int | None = None, start: Start | None = None):
         self.cfg, self.env = cfg, env
         self.train_split, self.test_split = train_split, test_split
         G = cfg.train.global_batch_size
@@ -179,8 +184,13 @@ class Trainer(Task):
         self.dtype = D.compute_dtype(cfg.model.forward_dtype, env.device)
         torch.manual_seed(cfg.seed)  # the same init on every rank (DDP also syncs at construction)
         self.model = build_reasoner(cfg.model, cfg.scaling, self.dtype).to(env.device)
+        self.start = start
+        self.rows = start.row_map if start is not None else None  # dataset id -> table row (adapt old_rows=keep)
+        if start is not None:
+            self.model.load_state_dict(start.weights)
         self.model.train()
-        self.ddp = D.wrap_ddp(self.model, env, sync_buffers=False)
+        self._dense: bool | None = None  # whether the network's parameters train (adapt.trains)
+        self._set_dense(1)
         # Forward and ACT loss in one function, compiled together when train.compile is set (as HRM
         # compiles its loss head).
         self.forward_loss = torch.compile(self._forward_loss) if cfg.train.compile else self._forward_loss
@@ -189,6 +199,8 @@ class Trainer(Task):
                        if self.model.puzzle_emb is not None else None)
         self.adam = make_adam_atan2(self.model.parameters(), lr=o.lr, betas=(o.beta1, o.beta2),
                                     weight_decay=o.weight_decay, device=env.device)
+        if start is not None and start.optimizer is not None:
+            self.adam.load_state_dict(start.optimizer)
         self.ema = EMA(self.model, cfg.train.ema_rate) if cfg.train.ema else None
         epi = cfg.train.epochs_per_iter or cfg.eval.interval_epochs or 1
         self.sampler = TrainSampler(train_split, G, cfg.seed, env.rank, env.world_size, epochs_per_iter=epi)
@@ -198,6 +210,18 @@ class Trainer(Task):
         self.step = 0
         self._shown: dict[str, float] = {}  # last metrics of a step where some sequence halted
         self._probe_batch: dict[str, torch.Tensor] | None = None  # the fixed batch kappa is measured on
+
+    def _set_dense(self, step: int) -> None:
+        """Freeze or unfreeze the network's parameters for `step` (adapt.trains; always trained without
+        init_from). A frozen network gets no DDP wrapper (DDP refuses a module with nothing to train)."""
+        a = self.cfg.adapt
+        want = dense_trainable(a.trains, a.embedding_steps, step) if self.start is not None else True
+        if want == self._dense:
+            return
+        for p in self.model.parameters():
+            p.requires_grad_(want)
+        self.ddp = D.wrap_ddp(self.model, self.env, sync_buffers=False) if want else self.model
+        self._dense = want
 
     def describe(self) -> str:
         return (f"{self.name.upper()} {self.model.num_params():,} parameters (puzzle table excluded), "
@@ -249,11 +273,14 @@ class Trainer(Task):
         self.step = self.step + 1 if step is None else step
         if tensors is None:
             tensors = self.sampler.next_batch().tensors
+        self._set_dense(self.step)
+        tensors = map_rows(tensors, self.rows)
         lr, lr_puzzle = self.lrs(self.step)
         set_lr(self.adam, lr)
         sums = self.forward_backward(tensors)
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-        grad_sq = torch.stack(torch._foreach_norm(grads)).double().square().sum()  # one fused kernel per dtype
+        grad_sq = (torch.stack(torch._foreach_norm(grads)).double().square().sum() if grads  # one fused kernel per dtype
+                   else torch.zeros((), dtype=torch.float64))  # adapt.trains=embeddings: no dense gradient
         puzzle = self.model.puzzle_emb.take_grads() if self.sparse is not None else None
         # The puzzle-row grads are local to each rank (SignSGD gathers them): reduce their norm.
         puzzle_sq = puzzle[1].double().square().sum() if puzzle is not None else torch.zeros((), dtype=torch.float64)
@@ -299,7 +326,7 @@ class Trainer(Task):
             saved = self.sampler.state_dict()
             self._probe_batch = self.sampler.next_batch().tensors  # peeked: the sampler is restored
             self.sampler.load_state_dict(saved)
-        batch = {k: v.to(self.env.device) for k, v in self._probe_batch.items()}
+        batch = map_rows({k: v.to(self.env.device) for k, v in self._probe_batch.items()}, self.rows)
         levels = ("H_level", "L_level") if hasattr(m, "H_level") else ("net",)
         blocks = {f"{lvl.removesuffix('_level')}.layers.{i}": b for lvl in levels
                   for i, b in enumerate(getattr(m, lvl).layers)}
@@ -328,7 +355,7 @@ class Trainer(Task):
             return None
         with self.ema.applied(self.model) if self.ema is not None else contextlib.nullcontext():
             em = evaluate(self.model, self.test_split, self.env, self.cfg.eval.global_batch_size or
-                          self.cfg.train.global_batch_size, self.cfg.eval.max_batches)
+                          self.cfg.train.global_batch_size, self.cfg.eval.max_batches, self.rows)
         D.print0(f"step {step}: eval exact_accuracy={em['exact_accuracy']:.4f} "
                  f"accuracy={em['accuracy']:.4f} over {int(em['count'])} examples")
         return {f"eval/{k}": v for k, v in em.items()}
@@ -366,6 +393,7 @@ class Trainer(Task):
             "schedule": {"step": self.step, "total_steps": self.total_steps,
                          "warmup_steps": o.warmup_steps, "lr_min_ratio": o.min_lr_ratio},
             "sampler": self.sampler.state_dict(),
+            "puzzle_names": self.start.puzzle_names if self.start is not None else None,  # data/rows.py
         }
 
     def load_state_dict(self, s: dict[str, Any], path: Path) -> None:
@@ -400,13 +428,13 @@ def _normalise(vals: dict[str, float], global_batch_size: int) -> dict[str, floa
 
 @torch.no_grad()
 def evaluate(model: ACTReasoner, split: Any, env: D.Env, global_batch_size: int,
-             max_batches: int | None = None) -> dict[str, float]:
+             max_batches: int | None = None, rows: torch.Tensor | None = None) -> dict[str, float]:
     """Per-augmented-example metrics on a split after halt_max_steps segments (spec 4, eval)."""
     was_training = model.training
     model.eval()
     sums = torch.zeros(len(METRIC_KEYS), dtype=torch.float64, device=env.device)
     for b in sequential_batches(split, global_batch_size, env.rank, env.world_size, max_batches):
-        t = {k: v.to(env.device) for k, v in b.tensors.items()}
+        t = map_rows({k: v.to(env.device) for k, v in b.tensors.items()}, rows)
         carry, out = model.predict(t)
         _, m = act_loss(out, carry.data["labels"], carry.halted, carry.steps,
                         model.cfg.loss_type, model.cfg.stablemax_dtype)
@@ -424,11 +452,21 @@ def build(cfg: TrainConfig, env: D.Env) -> Trainer:
     """Open and check the data, fit the model config to it, build the trainer (nothing written)."""
     train_split = open_dataset(cfg.data_dir, "train")
     where = str(Path(cfg.data_dir) / "train")
-    cfg.model = fit_to_dataset(cfg.model, train_split, where)
+    start = None
+    if cfg.init_from:  # the architecture is the checkpoint's; the table is grown to the dataset (adapt.py)
+        start = prepare(cfg.init_from, cfg, cfg.data_dir, train_split)
+        cfg.model, cfg.scaling = start.model_config, start.scaling
+        D.print0(f"init_from: {start.source}; puzzle table {start.kept_rows:,} rows from the checkpoint, "
+                 f"{cfg.model.num_puzzle_identifiers:,} in all (adapt.new_rows={cfg.adapt.new_rows}, "
+                 f"old_rows={cfg.adapt.old_rows}), trains={cfg.adapt.trains}")
+    else:
+        cfg.model = fit_to_dataset(cfg.model, train_split, where)
     test_split = open_dataset(cfg.data_dir, "test") if cfg.evaluates else None
     if test_split is not None:
-        check_matches(cfg.model, test_split, str(Path(cfg.data_dir) / "test"), what="train split")
-    return Trainer(cfg, env, train_split, test_split)
+        ids = int(meta_value(train_split, "num_puzzle_identifiers"))
+        check_matches(replace(cfg.model, num_puzzle_identifiers=ids), test_split, str(Path(cfg.data_dir) / "test"),
+                      what="train split")
+    return Trainer(cfg, env, train_split, test_split, start=start)
 
 
 def run(cfg: TrainConfig) -> int:

@@ -1,0 +1,150 @@
+"""`train init_from=CKPT` (training/adapt.py) and `train.time_budget`: the grown puzzle table, the
+0-step identity, the budget stop, what trains, and the whole round trip on tasks the model never
+saw (build unseen -> pretrain -> adapt -> evaluate -> vote -> submission.json scored)."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from arc_data.build import BuildConfig, build
+from eval.arcprize import arc_prize_score, load_solutions
+from eval.predict import load_model
+from hrm_deeploop import checkpoint as ckpt
+from hrm_deeploop.cli import run_subcommand
+from hrm_deeploop.training.adapt import grow_table
+from tests.arc_synth import write_kaggle
+from tests.hrm_helpers import TINY_OVERRIDES, TRM_TINY_OVERRIDES
+
+FAST = ["train.global_batch_size=4", "optim.warmup_steps=1", "model.halt_max_steps=1"]
+
+
+def test_grown_table_keeps_every_trained_row_bit_identical():
+    g = torch.Generator().manual_seed(0)
+    old = torch.randn(5, 3, generator=g)
+    old_names = ["<blank>", "a", "a_t1_0123456789", "b", "c"]
+    new_names = ["<blank>", "x", "b", "y"]
+    table, names, rows, kept = grow_table(old, old_names, new_names, "mean", "drop")
+    assert names == new_names and rows is None and kept == 2
+    assert torch.equal(table[2], old[3]) and torch.equal(table[0], old[0])
+    assert torch.equal(table[1], old[1:].mean(0)) and torch.equal(table[3], old[1:].mean(0))
+    table, names, rows, kept = grow_table(old, old_names, new_names, "zeros", "keep")
+    assert torch.equal(table[:5], old) and names == old_names + ["x", "y"] and kept == 5
+    assert rows.tolist() == [0, 5, 3, 6] and not table[5:].any()
+
+
+def _tasks(seed: int, n: int, prefix: str) -> dict[str, dict]:
+    """Per-cell tasks (each a fixed colour permutation), 2x2 grids."""
+    rng = np.random.default_rng(seed)
+    tasks = {}
+    for i in range(n):
+        perm = np.concatenate([[0], rng.permutation(np.arange(1, 10))])
+        pairs = []
+        for _ in range(3):
+            g = rng.integers(0, 10, size=(2, 2))
+            pairs.append({"input": g.tolist(), "output": perm[g].tolist()})
+        tasks[f"{prefix}{i:02d}"] = {"train": pairs[:2], "test": pairs[2:]}
+    return tasks
+
+
+@pytest.fixture(scope="module")
+def setting(tmp_path_factory):
+    """A pretraining set and an unseen set from one build-arc command (holdout), a pretrained tiny HRM."""
+    root = tmp_path_factory.mktemp("adapt")
+    tasks = _tasks(0, 3, "pre") | _tasks(1, 2, "new")
+    chal = write_kaggle(root / "raw", "arc-agi_evaluation", tasks, solutions=True)
+    build(BuildConfig(sources=[str(chal)], output_dir=str(root / "pre"), holdout_tasks=["new00", "new01"],
+                      holdout_dir=str(root / "unseen"), num_aug=1, seed=0, progress=False))
+    rc = run_subcommand("train", [*TINY_OVERRIDES, *FAST, f"data_dir={root / 'pre'}", f"output_dir={root / 'run'}",
+                                  "train.max_steps=2"])
+    assert rc == 0
+    return root, chal
+
+
+def _evaluate(ckpt_path, data, out) -> np.ndarray:
+    rc = run_subcommand("evaluate", [f"checkpoint={ckpt_path}", f"data_dir={data}", f"output_dir={out}",
+                                     "progress=false", "global_batch_size=4", "device=cpu", "report=false"])
+    assert rc == 0
+    with np.load(out / "predictions.npz") as z:
+        return z["predictions"].copy()
+
+
+def test_zero_step_adaptation_predicts_what_the_original_predicts_on_known_tasks(setting, tmp_path):
+    root, _ = setting
+    # old rows kept, the unseen tasks' rows appended; train.time_budget=0 checkpoints before step 1
+    rc = run_subcommand("train", [*TINY_OVERRIDES, *FAST, f"data_dir={root / 'unseen'}",
+                                  f"output_dir={tmp_path / 'a'}", f"init_from={root / 'run'}",
+                                  "adapt.old_rows=keep", "train.time_budget=0", "train.max_steps=5"])
+    assert rc == 0
+    assert ckpt.latest(tmp_path / "a").name == "step_0.pt"
+    assert json.loads((tmp_path / "a" / "summary.json").read_text())["status"] == "stopped"
+    before = _evaluate(root / "run", root / "pre", tmp_path / "e0")
+    after = _evaluate(tmp_path / "a", root / "pre", tmp_path / "e1")  # mapped by name to the kept rows
+    assert np.array_equal(before, after)
+    old = load_model(root / "run").model.puzzle_emb.weights
+    new = load_model(tmp_path / "a").model.puzzle_emb.weights
+    assert torch.equal(new[: old.shape[0]], old) and new.shape[0] > old.shape[0]
+
+
+def test_time_budget_stops_and_leaves_a_loadable_checkpoint(setting, tmp_path):
+    root, _ = setting
+    rc = run_subcommand("train", [*TINY_OVERRIDES, *FAST, f"data_dir={root / 'unseen'}",
+                                  f"output_dir={tmp_path / 'b'}", f"init_from={root / 'run'}",
+                                  "train.time_budget=0.001", "train.max_steps=100000"])  # 0.06 s
+    assert rc == 0
+    summary = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert summary["status"] == "stopped" and summary["steps"] < 100000
+    loaded = load_model(tmp_path / "b")
+    assert loaded.step == summary["steps"] and loaded.puzzle_names is not None
+    rc = run_subcommand("train", [*TINY_OVERRIDES, *FAST, f"data_dir={root / 'unseen'}", "train.time_budget=x",
+                                  f"output_dir={tmp_path / 'c'}"])
+    assert rc == 2
+
+
+def test_embeddings_only_leaves_the_network_untouched(setting, tmp_path):
+    root, _ = setting
+    rc = run_subcommand("train", [*TINY_OVERRIDES, *FAST, f"data_dir={root / 'unseen'}",
+                                  f"output_dir={tmp_path / 'e'}", f"init_from={root / 'run'}",
+                                  "adapt.trains=embeddings", "adapt.new_rows=zeros", "train.max_steps=2"])
+    assert rc == 0
+    a, b = load_model(root / "run").model.state_dict(), load_model(tmp_path / "e").model.state_dict()
+    for k in a:
+        if k != "puzzle_emb.weights":
+            assert torch.equal(a[k], b[k]), k
+    assert b["puzzle_emb.weights"][1:].abs().sum() > 0  # the zero-initialised new rows trained
+
+
+def test_round_trip_unseen_tasks_submission_scored(setting, tmp_path):
+    """build unseen -> adapt (embeddings, then all) -> evaluate -> vote -> submission.json scored."""
+    root, chal = setting
+    rc = run_subcommand("train", [*TINY_OVERRIDES, *FAST, f"data_dir={root / 'unseen'}",
+                                  f"output_dir={tmp_path / 'r'}", f"init_from={root / 'run'}",
+                                  "adapt.trains=embeddings_then_all", "adapt.embedding_steps=1",
+                                  "train.max_steps=2", "train.time_budget=5"])
+    assert rc == 0
+    _evaluate(tmp_path / "r", root / "unseen", tmp_path / "ev")
+    sub = json.loads((tmp_path / "ev" / "submission.json").read_text())
+    assert sorted(sub) == ["new00", "new01"] and all(len(v) == 1 for v in sub.values())
+    sol = {k: v for k, v in load_solutions(str(chal).replace("_challenges", "_solutions")).items() if k in sub}
+    ours = json.loads((tmp_path / "ev" / "pass_at_k.json").read_text())
+    assert ours["arc_prize"]["2"] == pytest.approx(arc_prize_score(sub, sol).percent)
+
+
+def test_trm_checkpoint_adapts(tmp_path, setting):
+    root, _ = setting
+    trm = [*TRM_TINY_OVERRIDES, *FAST]
+    assert run_subcommand("train", [*trm, f"data_dir={root / 'pre'}", f"output_dir={tmp_path / 't'}",
+                                    "train.max_steps=1", "train.ema=true"]) == 0
+    assert run_subcommand("train", [*trm, f"data_dir={root / 'unseen'}", f"output_dir={tmp_path / 'ta'}",
+                                    f"init_from={tmp_path / 't'}", "train.max_steps=1"]) == 0
+    assert load_model(tmp_path / "ta").config.name == "trm"
+
+
+def test_bad_adapt_options(setting, tmp_path):
+    root, _ = setting
+    base = [*TINY_OVERRIDES, *FAST, f"data_dir={root / 'unseen'}", f"output_dir={tmp_path / 'x'}"]
+    assert run_subcommand("train", [*base, "adapt.trains=embeddings_then_all"]) == 2  # needs embedding_steps
+    assert run_subcommand("train", [*base, "adapt.new_rows=random"]) == 2
+    assert run_subcommand("train", [*base, f"init_from={tmp_path / 'nope'}"]) == 2
+    assert not (tmp_path / "x" / "checkpoints").exists()
