@@ -22,7 +22,15 @@ from arc_data.errors import ArcDataError
 from arc_data.fsio import atomic_dir, checked_output_dir, dir_size, package_version, progress_bar, save_json
 from arc_data.plan import Plan, SplitPlan, make_plan, resolve_examples
 from arc_data.sources import EVAL_SUBSET, SOURCE_NAMES, SourceInfo, load_sources
-from arc_data.tasksplit import HOLDOUT_POOLS, LABEL_MODES, as_evaluation, mode_line, split_tasks, unlabelled_tasks
+from arc_data.tasksplit import (
+    HOLDOUT_POOLS,
+    LABEL_MODES,
+    as_evaluation,
+    mode_line,
+    split_tasks,
+    unlabelled_tasks,
+    validation_tasks,
+)
 
 ENCODE_CHUNK = 1 << 13  # examples per encoded block: 2 x 7.4 MB buffers, two slots (fresh pages cost system time)
 
@@ -52,6 +60,7 @@ class BuildConfig:
     holdout_fraction: float = 0.0  # and/or this fraction of holdout_pool's tasks, drawn with `seed`
     holdout_pool: str = "all"  # all | evaluation: the tasks holdout_fraction draws from
     holdout_dir: str | None = None  # the unseen-task dataset (held-out tasks, all of them evaluation tasks)
+    validation_dir: str | None = None  # those tasks again, each one's last demonstration as its test pair
 
     def __post_init__(self) -> None:
         if not self.sources:
@@ -88,6 +97,7 @@ class BuildSummary:
     short_groups: dict[str, int]
     unlabelled_tasks: list[str] = field(default_factory=list)
     holdout: BuildSummary | None = None  # the held-out tasks' dataset (holdout_dir), if any
+    validation: BuildSummary | None = None  # the leave-last-demonstration-out dataset (validation_dir), if any
 
 
 # ---------------------------------------------------------------------------------------------
@@ -203,10 +213,14 @@ def build(cfg: BuildConfig) -> BuildSummary:
     t0 = time.perf_counter()
     inputs = [s for s in cfg.sources if s not in SOURCE_NAMES]
     target = checked_output_dir(cfg.output_dir, cfg.overwrite, inputs, marker=F.MANIFEST_FILE, writer="build-arc")
-    held_target = None
+    held_target = val_target = None
     if cfg.holdout_dir:
         held_target = checked_output_dir(cfg.holdout_dir, cfg.overwrite, [*inputs, cfg.output_dir],
                                          marker=F.MANIFEST_FILE, writer="build-arc", field="holdout_dir")
+    if cfg.validation_dir:
+        val_target = checked_output_dir(cfg.validation_dir, cfg.overwrite,
+                                        [*inputs, cfg.output_dir, cfg.holdout_dir],
+                                        marker=F.MANIFEST_FILE, writer="build-arc", field="validation_dir")
 
     tasks, infos = load_sources(list(cfg.sources), cfg.eval_name, require_outputs=cfg.test_labels == "required")
     for note in (n for info in infos for n in info.skipped):
@@ -219,6 +233,16 @@ def build(cfg: BuildConfig) -> BuildSummary:
     if held_target is not None:
         jobs.append((held_target, held, {"role": "unseen", "held_out_tasks": held_names,
                                          "pretraining_dir": cfg.output_dir}))
+    if val_target is not None:
+        val, no_val = validation_tasks(held if held_target is not None else kept)
+        if not val:
+            raise ArcDataError("validation_dir: no evaluation task with two or more demonstrations to hold one out of")
+        if no_val:
+            print(f"build-arc: validation_dir: {len(no_val)} task(s) with one demonstration left out: "
+                  f"{', '.join(no_val[:5])}", file=sys.stderr)
+        jobs.append((val_target, val, {"role": "validation (last demonstration of each task as its test pair)",
+                                       "tasks_without_validation": no_val,
+                                       "of": cfg.holdout_dir or cfg.output_dir}))
     prepared = []
     for tgt, job_tasks, split_info in jobs:
         print(mode_line(job_tasks, str(tgt.path)))
@@ -259,9 +283,11 @@ def build(cfg: BuildConfig) -> BuildSummary:
     ]
     for summary in summaries:
         print(format_summary(summary, cfg.num_aug))
-    if len(summaries) > 1:
+    if held_target is not None:
         summaries[0].holdout = summaries[1]
         print(f"build-arc: {len(held_names)} task(s) held out of {summaries[0].output_dir} into {summaries[1].output_dir}")
+    if val_target is not None:
+        summaries[0].validation = summaries[-1]
     return summaries[0]
 
 

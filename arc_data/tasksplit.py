@@ -15,6 +15,11 @@ Two rules, both decided before anything is written:
   accepts them: such a task is always an evaluation task (its test inputs cannot train anything),
   its test pairs are written with an empty output (every label cell PAD, so the loader ignores
   them), and every later step sees an unlabelled test input by its all-PAD label.
+- **Validation without the test inputs.** `validation_dir=PATH` writes a third dataset of the
+  evaluation tasks whose test inputs are scored or submitted (the held-out ones with a hold-out,
+  else those of `output_dir`): each task's last demonstration is its one labelled test pair, the
+  rest its demonstrations (`validation_tasks`). Adapting on it and scoring every checkpoint
+  (`evaluate all_checkpoints=true`) picks a step count without looking at a test input.
 """
 
 from __future__ import annotations
@@ -76,3 +81,19 @@ def split_tasks(tasks: list[Task], names: list[str], fraction: float, pool: str,
     if held and not kept:
         raise ArcDataError("holdout: every task is held out; nothing is left for output_dir")
     return kept, as_evaluation(out)
+
+
+def validation_tasks(tasks: list[Task]) -> tuple[list[Task], list[str]]:
+    """Leave-one-out over the demonstrations, for picking a checkpoint without the test inputs:
+    each evaluation task's last demonstration becomes its only (labelled) test pair and leaves its
+    demonstrations; the task's real test inputs are not included. Tasks with a single
+    demonstration are left out (returned by name)."""
+    out, skipped = [], []
+    for t in tasks:
+        if not t.is_eval:
+            continue
+        if len(t.train) < 2:
+            skipped.append(t.name)
+            continue
+        out.append(dataclasses.replace(t, train=t.train[:-1], test=[t.train[-1]]))
+    return out, skipped

@@ -66,6 +66,7 @@ class EvaluateConfig:
     tta_seed: int = 0
     report: bool = True  # report.html + report/*.png (ARC's vote report, or the puzzle pictures)
     report_puzzles: int = 6  # puzzles pictured in the report (Sudoku/Maze; half solved, half not)
+    all_checkpoints: bool = False  # checkpoint=RUN: every checkpoint into OUT/step_N/, then curve.json/png (eval/curve.py)
 
     def __post_init__(self) -> None:
         optional_at_least("global_batch_size", self.global_batch_size, 1)
@@ -225,6 +226,10 @@ def run(c: EvaluateConfig) -> int:
         if not getattr(c, key):
             raise ConfigError(f"{key} is not set (hrm-deeploop evaluate checkpoint=CKPT data_dir=DIR output_dir=OUT)")
     out = check_output_dir(c.output_dir, [c.data_dir])
+    if c.all_checkpoints:
+        from eval.curve import evaluate_run
+
+        return evaluate_run(c, run)
     pred_path = out / "predictions.npz"
     if pred_path.exists() and not c.overwrite:
         raise UserError(f"'{pred_path}' exists; pass overwrite=true to replace it or choose another output_dir")
@@ -254,9 +259,10 @@ def run(c: EvaluateConfig) -> int:
             meta_value(split, "num_puzzle_identifiers"))), split, str(Path(c.data_dir) / c.split),
             what=f"checkpoint '{loaded.path}'")
         if task != "arc" and c.tta:
-            from eval.tta import group_for
+            from eval.tta import check_request, group_for
 
             group_for(task, int(meta_value(split, "seq_len")), int(meta_value(split, "vocab_size")))  # fail early
+            check_request(c.tta, int(split.num_examples), int(meta_value(split, "seq_len")), out)
         G = c.global_batch_size or (768 if env.device.type == "cuda" else 16 * env.world_size)
         trained = loaded.config.halt_max_steps
         D.print0(f"evaluate: {loaded.kind} {loaded.config.name.upper()} checkpoint {loaded.path} (step {loaded.step}, "

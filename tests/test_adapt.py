@@ -148,3 +148,24 @@ def test_bad_adapt_options(setting, tmp_path):
     assert run_subcommand("train", [*base, "adapt.new_rows=random"]) == 2
     assert run_subcommand("train", [*base, f"init_from={tmp_path / 'nope'}"]) == 2
     assert not (tmp_path / "x" / "checkpoints").exists()
+
+
+def test_every_checkpoint_scored_on_a_validation_build(setting, tmp_path):
+    """Checkpoint choice without the test inputs: adapt on the validation build (each task's last
+    demonstration as its test pair), score every checkpoint, pass@K against the step."""
+    root, chal = setting
+    build(BuildConfig(sources=[str(chal)], output_dir=str(tmp_path / "pre"), holdout_tasks=["new00", "new01"],
+                      holdout_dir=str(tmp_path / "unseen"), validation_dir=str(tmp_path / "val"), num_aug=1, seed=0,
+                      progress=False))
+    rc = run_subcommand("train", [*TINY_OVERRIDES, *FAST, f"data_dir={tmp_path / 'val'}", f"output_dir={tmp_path / 'r'}",
+                                  f"init_from={root / 'run'}", "train.max_steps=2", "checkpoint.every=1",
+                                  "train.epochs_per_iter=4"])
+    assert rc == 0
+    rc = run_subcommand("evaluate", [f"checkpoint={tmp_path / 'r'}", f"data_dir={tmp_path / 'val'}",
+                                     f"output_dir={tmp_path / 'curve'}", "all_checkpoints=true", "progress=false",
+                                     "global_batch_size=4", "device=cpu", "report=false"])
+    assert rc == 0
+    rows = json.loads((tmp_path / "curve" / "curve.json").read_text())
+    assert [r["step"] for r in rows] == [1, 2] and all(r["hrm@2"] is not None for r in rows)
+    assert (tmp_path / "curve" / "curve.png").stat().st_size > 0
+    assert (tmp_path / "curve" / "step_1" / "submission.json").is_file()

@@ -133,3 +133,20 @@ def test_holdout_unknown_task_or_everything_writes_nothing(raw, tmp_path):
         _build(sources=[str(root / "raw")], output_dir=str(tmp_path / "a"), holdout_fraction=1.0,
                holdout_dir=str(tmp_path / "h"))
     assert not (tmp_path / "a").exists() and not (tmp_path / "h").exists()
+
+
+def test_validation_dir_holds_out_the_last_demonstration(raw, tmp_path):
+    root, tasks, _ = raw
+    s = _build(sources=[str(root / "raw")], output_dir=str(tmp_path / "pre"), holdout_tasks=["ev00", "black1"],
+               holdout_dir=str(tmp_path / "unseen"), validation_dir=str(tmp_path / "val"), num_aug=0)
+    assert s.validation is not None and s.validation.num_tasks == 1  # black1 has one demonstration: left out
+    val = tmp_path / "val"
+    assert load_augmentations(val).task_names.tolist() == ["ev00"]
+    task = tasks["evaluation"]["ev00"]
+    x, y = open_split(val, "test").examples(np.arange(1))
+    assert x[0].tobytes() == encode_grid(np.array(task["train"][-1]["input"], np.uint8)).tobytes()
+    assert y[0].tobytes() == encode_grid(np.array(task["train"][-1]["output"], np.uint8)).tobytes()
+    tx, _ = open_split(val, "train").examples(np.arange(open_split(val, "train").num_examples))
+    shown = {r.tobytes() for r in tx}
+    assert not _demo_rows({"train": task["train"][-1:], "test": task["test"]}) & shown  # neither is trained on
+    assert len(shown) == len(task["train"]) - 1
