@@ -66,6 +66,7 @@ class EvaluateConfig:
     tta_seed: int = 0
     report: bool = True  # report.html + report/*.png (ARC's vote report, or the puzzle pictures)
     report_puzzles: int = 6  # puzzles pictured in the report (Sudoku/Maze; half solved, half not)
+    challenges: str | None = None  # ARC: submission.json covers every task and test input of this *_challenges.json
     all_checkpoints: bool = False  # checkpoint=RUN: every checkpoint into OUT/step_N/, then curve.json/png (eval/curve.py)
 
     def __post_init__(self) -> None:
@@ -309,7 +310,7 @@ def _publish(preds: dict[str, np.ndarray], pred_path: Path, c: EvaluateConfig) -
 
     out = pred_path.parent
     vc = VoteConfig(predictions=str(pred_path), data_dir=c.data_dir, output_dir=c.output_dir, split=c.split,
-                    overwrite=c.overwrite, report=c.report)
+                    overwrite=c.overwrite, report=c.report, challenges=c.challenges)
     names = (pred_path.name, *(output_names(c.report) if c.vote else ()))
     with staged_outputs(out, names, c.overwrite, "evaluate") as stage:
         save_predictions(stage / pred_path.name, preds["puzzle_identifiers"], preds["inputs"], preds["predictions"],

@@ -169,3 +169,23 @@ def test_every_checkpoint_scored_on_a_validation_build(setting, tmp_path):
     assert [r["step"] for r in rows] == [1, 2] and all(r["hrm@2"] is not None for r in rows)
     assert (tmp_path / "curve" / "curve.png").stat().st_size > 0
     assert (tmp_path / "curve" / "step_1" / "submission.json").is_file()
+
+
+def test_kaggle_setting_challenges_alone(setting, tmp_path, capsys):
+    """The hidden-test setting: a challenges file without solutions -> unlabelled build -> adapt (its
+    evaluation has nothing to score) -> evaluate -> a submission over every task of the file."""
+    root, _ = setting
+    tasks = _tasks(1, 2, "new")
+    chal = write_kaggle(tmp_path / "k", "arc-agi_test", tasks, solutions=False)
+    build(BuildConfig(sources=[str(chal)], output_dir=str(tmp_path / "u"), test_labels="optional", num_aug=1,
+                      seed=0, progress=False))
+    rc = run_subcommand("train", [*TINY_OVERRIDES, *FAST, f"data_dir={tmp_path / 'u'}", f"output_dir={tmp_path / 'r'}",
+                                  f"init_from={root / 'run'}", "train.max_steps=1", "eval.every=1"])
+    assert rc == 0 and "no labelled examples; nothing to score" in capsys.readouterr().out
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["last_eval"] is None
+    rc = run_subcommand("evaluate", [f"checkpoint={tmp_path / 'r'}", f"data_dir={tmp_path / 'u'}",
+                                     f"output_dir={tmp_path / 'e'}", f"challenges={chal}", "progress=false",
+                                     "global_batch_size=4", "device=cpu", "report=false"])
+    assert rc == 0
+    sub = json.loads((tmp_path / "e" / "submission.json").read_text())
+    assert list(sub) == list(tasks) and all(len(sub[k]) == len(t["test"]) for k, t in tasks.items())

@@ -356,6 +356,9 @@ class Trainer(Task):
         with self.ema.applied(self.model) if self.ema is not None else contextlib.nullcontext():
             em = evaluate(self.model, self.test_split, self.env, self.cfg.eval.global_batch_size or
                           self.cfg.train.global_batch_size, self.cfg.eval.max_batches, self.rows)
+        if em["count"] == 0:  # an unlabelled build (test_labels=optional): every label is PAD
+            D.print0(f"step {step}: eval: the test split has no labelled examples; nothing to score")
+            return None
         D.print0(f"step {step}: eval exact_accuracy={em['exact_accuracy']:.4f} "
                  f"accuracy={em['accuracy']:.4f} over {int(em['count'])} examples")
         return {f"eval/{k}": v for k, v in em.items()}
