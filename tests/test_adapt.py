@@ -189,3 +189,19 @@ def test_kaggle_setting_challenges_alone(setting, tmp_path, capsys):
     assert rc == 0
     sub = json.loads((tmp_path / "e" / "submission.json").read_text())
     assert list(sub) == list(tasks) and all(len(sub[k]) == len(t["test"]) for k, t in tasks.items())
+
+
+def test_official_hrm_checkpoint_adapts_by_the_names_given(setting, tmp_path):
+    """An official HRM step_N (+ all_config.yaml) records no names: adapt.identifiers gives them."""
+    from tests.test_hrm_checkpoint import ARCH, write_official
+
+    root, _ = setting
+    names = json.loads((root / "pre" / "identifiers.json").read_text())
+    path, model = write_official(tmp_path, arch=dict(ARCH, forward_dtype="float32"), seq_len=900, num_ids=len(names))
+    rc = run_subcommand("train", [*TINY_OVERRIDES, *FAST, f"data_dir={root / 'pre'}", f"output_dir={tmp_path / 'o'}",
+                                  f"init_from={path}", f"adapt.identifiers={root / 'pre' / 'identifiers.json'}",
+                                  "train.time_budget=0", "train.max_steps=3"])
+    assert rc == 0
+    adapted = load_model(tmp_path / "o").model.state_dict()
+    for k, v in model.state_dict().items():
+        assert torch.equal(adapted[k], v), k  # every weight, every table row (all names known)
