@@ -53,7 +53,8 @@ echo "# log: $LOG, budget ${BUDGET_S} s"
 
 # ---- install: the GPU image has no network. Missing pure-Python packages come from .whl/
 # (prepared elsewhere by benchmarks/gpu_wheels.sh and carried along), installed into /tmp/site;
-# the repo itself is used from PYTHONPATH, not pip-installed (that would pull the pinned torch).
+# the repo itself is used from PYTHONPATH, not pip-installed: torch is no longer pinned (the image's
+# torch would be kept), but the image has no network for the other dependencies.
 if ! "$PY" -c "import omegaconf, hydra, pydantic" 2>/dev/null; then
   if ls .whl/*.whl >/dev/null 2>&1; then
     echo "# installing $(ls .whl/*.whl | wc -l) carried wheels from .whl/ into /tmp/site"
