@@ -20,7 +20,7 @@ import numpy as np
 from arc_data import format as F
 from arc_data.errors import ArcDataError
 from arc_data.fsio import atomic_dir, checked_output_dir, dir_size, package_version, progress_bar, save_json
-from arc_data.plan import Plan, SplitPlan, make_plan, resolve_examples
+from arc_data.plan import Plan, SplitPlan, check_request, make_plan, resolve_examples
 from arc_data.sources import EVAL_SUBSET, SOURCE_NAMES, SourceInfo, load_sources
 from arc_data.tasksplit import (
     HOLDOUT_POOLS,
@@ -246,6 +246,7 @@ def build(cfg: BuildConfig) -> BuildSummary:
     prepared = []
     for tgt, job_tasks, split_info in jobs:
         print(mode_line(job_tasks, str(tgt.path)))
+        check_request(job_tasks, cfg.num_aug, cfg.materialize, tgt.path)
         plan = make_plan(job_tasks, cfg.num_aug, cfg.seed)
         short = {t.name: int(n) for t, n in zip(job_tasks, plan.num_puzzles) if n < cfg.num_aug + 1}
         counts = {

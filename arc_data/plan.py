@@ -20,13 +20,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
-from arc_data.format import BLANK_NAME, MAX_SIDE, SPLITS, aug_name
+from arc_data.budget import check_count, check_fits
+from arc_data.format import BLANK_NAME, MAX_SIDE, SEQ_LEN, SPLITS, aug_name
 from arc_data.sources import Task
 
 TRIAL_FACTOR = 5  # HRM: at most 5 * num_aug trials per task
+# Distinct augmentations of one task: 8 dihedral transforms x 9! permutations of colours 1-9.
+MAX_DISTINCT_AUG = 8 * 362_880 - 1
 EMPTY_GRID = np.zeros((0, 0), dtype=np.uint8)  # the output of an unlabelled test input
 TRANSPOSING = np.array([0, 1, 0, 1, 0, 0, 1, 1], dtype=bool)  # tids whose output is W x H
 
@@ -201,6 +205,23 @@ def _translate(rng: np.random.Generator, sp: SplitPlan, grids: Grids, dihedral: 
     cols[pi[:-1] + keep] = 0
     sp.offsets[:, 0] = rows
     sp.offsets[:, 1] = cols
+
+
+def check_request(tasks: list[Task], num_aug: int, materialize: bool, out: Path) -> None:
+    """Refuse, before `make_plan` allocates anything, a num_aug that cannot exist or that this
+    machine cannot hold: the trial draws (T x 5 num_aug x 10 bytes), the accepted ids (8 bytes each),
+    the augmentation table (15 bytes an id), about 50 bytes an example while planning; on disk 2 x 900
+    bytes an example (materialized) or the compact plan. Examples are counted as if every task got
+    all num_aug augmentations (an upper bound: some tasks have fewer distinct ones)."""
+    check_count("num_aug", num_aug, MAX_DISTINCT_AUG, "8 dihedral transforms x 9! colour permutations per task",
+                "lower num_aug")
+    n_tasks = len(tasks)
+    copies = n_tasks * (num_aug + 1)
+    examples = (num_aug + 1) * sum(len(t.train) + len(t.test) for t in tasks)
+    memory = n_tasks * num_aug * (TRIAL_FACTOR * 10 + 8) + copies * 15 + examples * 50
+    disk = copies * 19 + examples * (2 * SEQ_LEN if materialize else 14)
+    check_fits(f"num_aug={num_aug} over {n_tasks:,} tasks (up to {examples:,} examples)", memory=memory, disk=disk,
+               at=out.parent, fix="lower num_aug" + ("" if not materialize else " (or materialize=false, the compact plan)"))
 
 
 def make_plan(tasks: list[Task], num_aug: int, seed: int) -> Plan:

@@ -24,6 +24,7 @@ augmentations (train split only). Every puzzle has the blank identifier 0 and on
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 import time
@@ -34,6 +35,7 @@ import numpy as np
 
 from arc_data import format as F
 from arc_data import maze, sudoku
+from arc_data.budget import check_count, check_fits
 from arc_data.dataset import load_npz
 from arc_data.errors import ArcDataError
 from arc_data.fsio import atomic_dir, checked_output_dir, dir_size, package_version, progress_bar, save_json
@@ -340,6 +342,9 @@ def build_puzzles(cfg: BuildPuzzlesConfig) -> dict:
                         "rows": len(table), "kept": int(keep.size)})
         del table  # the byte arrays of a subsampled file are not needed any more
         num_aug = cfg.num_aug if split == "train" else 0
+        rows, per_row = keep.size * (num_aug + 1), 2 * board.seq_len + 3 * board.n + 10  # inputs, labels, table
+        check_fits(f"num_aug={num_aug} over {keep.size:,} {split} puzzles ({rows:,} rows)", memory=rows * per_row,
+                   disk=rows * per_row, at=out.parent, fix="lower num_aug or subsample_size")
         with bars(keep.size * (num_aug + 1), f"augment {split}", "puzzle") as bar:
             splits[split] = augment(board, inputs, labels, keep, num_aug, rng, bar)
     assert board is not None
@@ -396,6 +401,23 @@ def run_build(cfg: BuildPuzzlesConfig) -> int:
 # generate-puzzles
 
 
+STALL_ATTEMPTS = 20_000  # attempts in a row without a new distinct puzzle before generate-puzzles gives up
+
+
+def check_generate_request(cfg: GeneratePuzzlesConfig, out: Path) -> None:
+    """Refuse, before generating, more distinct puzzles than exist (4x4 Sudoku: 288 full boards, each
+    with at most C(16, givens) or 2**16 sets of givens) or than this machine holds: the boards and the
+    set of seen ones in memory (about 3 n^2 + 100 bytes a puzzle), the CSVs on disk (2 n^2 + 30)."""
+    total, n = cfg.count_train + cfg.count_test, cfg.size
+    if cfg.task == "sudoku" and n == 4:
+        most = 288 * (math.comb(16, cfg.givens) if cfg.givens else 2**16)
+        check_count("count_train + count_test", total, most,
+                    "288 full 4x4 boards x " + (f"C(16, {cfg.givens})" if cfg.givens else "2**16") + " sets of givens",
+                    "ask for fewer or a larger size")
+    check_fits(f"{total:,} {n}x{n} puzzles", memory=total * (3 * n * n + 100), disk=total * (2 * n * n + 30),
+               at=out.parent, fix="lower count_train/count_test")
+
+
 def generate_boards(cfg: GeneratePuzzlesConfig, total: int, bar=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`total` distinct puzzles: (questions uint8 CSV bytes [total, n*n], answers, ratings int64)."""
     rng = np.random.Generator(np.random.PCG64(cfg.seed))
@@ -404,7 +426,7 @@ def generate_boards(cfg: GeneratePuzzlesConfig, total: int, bar=None) -> tuple[n
     ans = np.empty_like(qs)
     ratings = np.empty(total, np.int64)
     seen: set[bytes] = set()
-    count, attempts, fewest = 0, 0, n * n + 1
+    count, attempts, fewest, last_new = 0, 0, n * n + 1, 0
     max_attempts = 50 * total + 1000
     digits = np.frombuffer(b"." + b"".join(str(d).encode() for d in range(1, 10)), np.uint8)
     while count < total and attempts < max_attempts:
@@ -422,8 +444,12 @@ def generate_boards(cfg: GeneratePuzzlesConfig, total: int, bar=None) -> tuple[n
             q, a, rating = made
         key = q.tobytes()
         if key in seen:
+            if attempts - last_new > STALL_ATTEMPTS:  # the space is (nearly) exhausted: say so, do not spin on
+                raise ArcDataError(f"generate-puzzles: only {count:,} of {total:,} distinct {n}x{n} {cfg.task} puzzles: "
+                                   f"the last {STALL_ATTEMPTS:,} attempts found no new one; ask for fewer")
             continue
         seen.add(key)
+        last_new = attempts
         qs[count], ans[count], ratings[count] = q, a, rating
         count += 1
         if bar is not None:
@@ -441,6 +467,7 @@ def generate_puzzles(cfg: GeneratePuzzlesConfig) -> dict:
     t0 = time.perf_counter()
     target = checked_output_dir(cfg.output_dir, cfg.overwrite, marker="generated.json", writer="generate-puzzles")
     out = target.path
+    check_generate_request(cfg, out)
     total = cfg.count_train + cfg.count_test
     with progress_bar(cfg.progress, "generate-puzzles")(total, cfg.task, "puzzle") as bar:
         qs, ans, ratings = generate_boards(cfg, total, bar)

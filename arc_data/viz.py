@@ -20,7 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from arc_data import format as F
+from arc_data.budget import check_count, check_fits
 from arc_data.errors import ArcDataError
+from arc_data.plan import MAX_DISTINCT_AUG
 
 # The standard ARC palette (colours 0..9), as in the ARC-AGI testing interface.
 PALETTE = np.array(
@@ -140,6 +142,30 @@ def _select(names: list[str], wanted: list[str], max_tasks: int, where: str) -> 
     return names[: max(0, max_tasks)]
 
 
+def picture_bytes(shapes: list[tuple[tuple[int, int], tuple[int, int]]], cell: int) -> int:
+    """Peak memory of rendering one picture whose pairs have these (input, output) grid shapes:
+    the canvas plus each grid's upscaled block and mask (`render`, `grid_image`), transposes included."""
+    side = [(max(a) * cell + 1, max(b) * cell + 1) for a, b in shapes] or [(3 * cell + 1, 3 * cell + 1)]
+    width = max(a + 3 * cell + b for a, b in side) + 2 * cell
+    height = 14 + sum(14 + max(a, b) + cell for a, b in side) + cell
+    return 3 * width * height + 7 * max(max(a, b) ** 2 for a, b in side)
+
+
+def check_request(cfg: VizConfig, num_pictures: int, largest: int, first: Picture) -> None:
+    """Refuse, before rendering, what cannot exist or what this machine cannot hold: the largest
+    picture's canvas (cell=100000), and every picture's PNG twice (files + the gallery's base64),
+    estimated from the first picture's PNG."""
+    check_count("num_aug", cfg.num_aug, MAX_DISTINCT_AUG,
+                "8 dihedral transforms x 9! colour permutations per task", "lower num_aug")
+    check_fits(f"cell={cfg.cell}", memory=largest, fix="lower cell")
+    if num_pictures > 1:
+        buf = io.BytesIO()
+        render(first, cfg.cell).save(buf, format="PNG")
+        png = len(buf.getvalue())
+        check_fits(f"{num_pictures:,} pictures (num_aug={cfg.num_aug})", memory=num_pictures * png * 4 / 3,
+                   disk=num_pictures * png * 7 / 3, at=Path(cfg.output_dir), fix="lower num_aug or max_tasks")
+
+
 def pictures_from_sources(cfg: VizConfig) -> list[Picture]:
     from arc_data.sources import load_sources
 
@@ -148,6 +174,13 @@ def pictures_from_sources(cfg: VizConfig) -> list[Picture]:
         print(f"viz-arc: skipped {note}", file=sys.stderr)
     by_name = {t.name: t for t in tasks}
     chosen = _select([t.name for t in tasks], list(cfg.tasks), cfg.max_tasks, ",".join(cfg.sources))
+    if chosen:
+        shapes = {n: [(a.shape, b.shape if b is not None else (3, 3)) for a, b in by_name[n].train + by_name[n].test]
+                  for n in chosen}
+        t0 = by_name[chosen[0]]
+        first = Picture(t0.name, t0.name, t0.name, [(f"pair {i}", a, b) for i, (a, b) in enumerate(t0.train + t0.test)])
+        check_request(cfg, len(chosen) * (cfg.num_aug + 1), max(picture_bytes(s, cfg.cell) for s in shapes.values()),
+                      first)
     rng = np.random.Generator(np.random.PCG64(cfg.seed))
     pics = []
     for name in chosen:
@@ -176,6 +209,8 @@ def pictures_from_dataset(cfg: VizConfig) -> list[Picture]:
     ids = load_identifiers(root)
     names = [str(n) for n in aug.task_names]
     chosen = _select(names, list(cfg.tasks), cfg.max_tasks, str(root))
+    side = (F.MAX_SIDE, F.MAX_SIDE)  # the grids are decoded later: one pair of the largest grids, a lower bound
+    check_fits(f"cell={cfg.cell}", memory=picture_bytes([(side, side)], cfg.cell), fix="lower cell")
     splits = {s: open_split(root, s) for s in F.SPLITS}
     where = {s: {int(pid): p for p, pid in enumerate(sp.puzzle_identifiers)} for s, sp in splits.items()}
     pics = []

@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from arc_data import maze, sudoku
+from arc_data.budget import check_fits
 from arc_data.errors import ArcDataError
 from arc_data.puzzles import sudoku_augs
 from hrm_deeploop.errors import UserError
@@ -97,6 +99,16 @@ def take(table: Table, rows: np.ndarray | slice) -> Table:
 
 def concat(tables: list[Table]) -> Table:
     return {k: np.concatenate([t[k] for t in tables]) for k in tables[0]}
+
+
+def check_request(tta: int, num_examples: int, seq_len: int, out: Path) -> None:
+    """Refuse, before the checkpoint is even used, test-time augmentation this machine cannot hold:
+    every copy is a row of the transform table (three copies of up to 3n+2 bytes while interleaving),
+    of the inputs and predictions kept for predictions.npz (2 x seq_len bytes) and of its scores."""
+    rows = num_examples * (1 + tta)
+    per_row = 3 * (3 * math.isqrt(seq_len) + 2) + 2 * seq_len + 24
+    check_fits(f"tta={tta} over {num_examples:,} examples ({rows:,} rows)", memory=rows * per_row,
+               disk=rows * (2 * seq_len + 8), at=out, fix="lower tta (or evaluate fewer examples with max_batches)")
 
 
 def group_for(task: str, seq_len: int, vocab_size: int) -> Group:
