@@ -254,16 +254,16 @@ def run(c: EvaluateConfig) -> int:
     env = D.setup(c.device)
     try:
         split = open_dataset(c.data_dir, c.split)
+        if task != "arc" and c.tta:  # before the checkpoint is read: a request this machine cannot serve, now
+            from eval.tta import check_request, group_for
+
+            group_for(task, int(meta_value(split, "seq_len")), int(meta_value(split, "vocab_size")))
+            check_request(c.tta, int(split.num_examples), int(meta_value(split, "seq_len")), out)
         loaded = load_model(c.checkpoint, env.device, c.dtype, seq_len=int(meta_value(split, "seq_len")), ema=c.ema)
         rows = table_rows(loaded, c.data_dir)
         check_matches(loaded.config if rows is None else replace(loaded.config, num_puzzle_identifiers=int(
             meta_value(split, "num_puzzle_identifiers"))), split, str(Path(c.data_dir) / c.split),
             what=f"checkpoint '{loaded.path}'")
-        if task != "arc" and c.tta:
-            from eval.tta import check_request, group_for
-
-            group_for(task, int(meta_value(split, "seq_len")), int(meta_value(split, "vocab_size")))  # fail early
-            check_request(c.tta, int(split.num_examples), int(meta_value(split, "seq_len")), out)
         G = c.global_batch_size or (768 if env.device.type == "cuda" else 16 * env.world_size)
         trained = loaded.config.halt_max_steps
         D.print0(f"evaluate: {loaded.kind} {loaded.config.name.upper()} checkpoint {loaded.path} (step {loaded.step}, "
