@@ -23,6 +23,7 @@ the process ends however it ends) for as long as a trainer runs.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import json
@@ -42,7 +43,7 @@ try:  # numpy >= 2
 except ImportError:  # numpy 1.x
     from numpy.core.multiarray import _reconstruct as _np_reconstruct
 
-from hrm_deeploop import __version__
+from hrm_deeploop import __version__, hub
 from hrm_deeploop.errors import UserError, os_error
 
 FORMAT = "hrm-deeploop/train-state/1"
@@ -74,10 +75,8 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as e:
-        try:
+        with contextlib.suppress(OSError):  # a folder that refuses the unlink refused the file too
             tmp.unlink(missing_ok=True)
-        except OSError:  # a folder that refuses the unlink refused the file too
-            pass
         if isinstance(e, OSError):
             raise UserError(f"cannot write '{path}': {os_error(e)}") from None
         raise
@@ -110,6 +109,8 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
     path = Path(path)
     if not path.is_file():
         raise UserError(f"checkpoint '{path}' does not exist")
+    if path.suffix == ".safetensors":  # an exported folder's weights (`hrm-deeploop export`)
+        return {"format": FORMAT, **hub.read_export(path.parent)}
     try:
         with torch.serialization.safe_globals(_NUMPY_ARRAY_GLOBALS):
             return torch.load(path, map_location=map_location, weights_only=True)
@@ -144,8 +145,11 @@ def latest(run_dir: str | Path) -> Path | None:
 
 
 def resolve(path: str | Path) -> Path:
-    """A checkpoint file, or the latest `checkpoints/step_N.pt` when given a run folder."""
-    p = Path(path)
+    """A checkpoint file, the latest `checkpoints/step_N.pt` of a run folder, the weights of an
+    exported folder, or any of these on the Hugging Face Hub (`hf://OWNER/NAME[@REV][/PATH]`)."""
+    p = hub.fetch(path) if hub.is_hub_ref(path) else Path(path)
+    if p.is_dir() and hub.is_export(p):
+        return p / hub.WEIGHTS
     if p.is_dir():
         found = latest(p)
         if found is None:
@@ -216,11 +220,9 @@ class RunLock:
             by = f" ({holder})" if holder else ""
             raise UserError(f"output_dir '{self.path.parent}' is in use by another run{by}; wait for it to end "
                             "or choose another output_dir") from None
-        try:  # who holds it, for the next one's error; the lock itself is what counts
+        with contextlib.suppress(OSError):  # who holds it, for the next one's error; the lock is what counts
             os.ftruncate(self._fd, 0)
             os.pwrite(self._fd, f"PID {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
-        except OSError:
-            pass
 
     def release(self) -> None:
         if self._fd is not None:
@@ -230,8 +232,8 @@ class RunLock:
 
 def prepare_run_dir(run_dir: str | Path, config: dict[str, Any], resume: bool,
                     must_match: tuple[str, ...] = ("model",), identity: dict[str, Any] | None = None) -> Path | None:
-    """Create or reopen a run folder (call it holding the folder's `RunLock`). Returns the
-    checkpoint to resume from, or None.
+    """Check a run folder before it is (re)used (call it holding the folder's `RunLock`).
+    Returns the checkpoint to resume from, or None. Writes nothing but the folder itself.
 
     - A fresh run refuses a folder that already holds checkpoints (nothing saved is overwritten);
       pass resume=true to continue it.
@@ -241,8 +243,7 @@ def prepare_run_dir(run_dir: str | Path, config: dict[str, Any], resume: bool,
       (a different dataset names the first differing file). A config.yaml or data_identity.json
       that a crash or a hand left unreadable is one line naming it.
     - Temp files of a killed run (`*.tmp` here and in checkpoints/) are removed.
-    Writes `<run>/config.yaml` (the resolved config) and `<run>/data_identity.json`, only after
-    every check passed.
+    `record_run` writes config.yaml and data_identity.json once the resume state has loaded.
     """
     import yaml
 
@@ -266,8 +267,8 @@ def prepare_run_dir(run_dir: str | Path, config: dict[str, Any], resume: bool,
         for section in must_match:
             diff = _first_diff(saved.get(section), config.get(section), section)
             if diff:
-                raise UserError(f"cannot resume '{run_dir}': {diff} differs from the saved run "
-                                f"(architecture changes need a new output_dir)")
+                raise UserError(f"cannot resume '{run_dir}': {diff} differs from the saved run's "
+                                f"'{saved_cfg_path}' (architecture changes need a new output_dir)")
     if ckpt is not None and identity is not None and identity_path.exists():
         try:
             saved_identity = json.loads(identity_path.read_text())
@@ -279,12 +280,21 @@ def prepare_run_dir(run_dir: str | Path, config: dict[str, Any], resume: bool,
                             f"recorded in '{identity_path}'); a different dataset needs a new output_dir")
     run_dir.mkdir(parents=True, exist_ok=True)
     for stale in [*run_dir.glob("*.tmp"), *(run_dir / "checkpoints").glob("*.tmp")]:
-        stale.unlink(missing_ok=True)
-    atomic_write_bytes(saved_cfg_path, yaml.safe_dump(config, sort_keys=False).encode())
+        with contextlib.suppress(OSError):  # a read-only checkpoints/ is reported when it is written to
+            stale.unlink(missing_ok=True)
+    return ckpt
+
+
+def record_run(run_dir: str | Path, config: dict[str, Any], identity: dict[str, Any] | None = None) -> None:
+    """Write `<run>/config.yaml` (the resolved config) and, given the dataset's identity,
+    `<run>/data_identity.json` (what `prepare_run_dir` compares on resume)."""
+    import yaml
+
+    run_dir = Path(run_dir)
+    atomic_write_bytes(run_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False).encode())
     if identity is not None:
         record = {"data_dir": str(config.get("data_dir", "")), "files": identity}
-        atomic_write_bytes(identity_path, (json.dumps(record, indent=1) + "\n").encode())
-    return ckpt
+        atomic_write_bytes(run_dir / IDENTITY_FILE, (json.dumps(record, indent=1) + "\n").encode())
 
 
 def _identity_diff(saved: Any, now: dict[str, Any]) -> str | None:
@@ -300,7 +310,7 @@ def _identity_diff(saved: Any, now: dict[str, Any]) -> str | None:
             if name not in a:
                 return f"{where} is new"
             if a[name] != b[name]:
-                sa, sb = a[name].get("bytes"), b[name].get("bytes")
+                sa, sb = (a[name].get("bytes") if isinstance(a[name], dict) else None), b[name]["bytes"]
                 return f"{where} changed ({sa} bytes then, {sb} now)" if sa != sb else f"{where} changed (sha256)"
     return None
 

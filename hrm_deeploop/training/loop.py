@@ -253,24 +253,39 @@ def fit(cfg: Any, build: Callable[[runtime.Env], Task]) -> dict[str, Any]:
 
 
 def _prepare_run_dir(run_dir: Path, task: Task, resume: bool, env: runtime.Env
-                     ) -> tuple[Path | None, ckpt.RunLock | None]:
-    """Rank 0 locks and creates or reopens the folder; its result or its error reaches every rank.
-    Returns the checkpoint to resume from and the lock (rank 0; None elsewhere)."""
-    resume_from, error, lock = None, None, None
+                     ) -> tuple[Path | None, dict[str, Any] | None, ckpt.RunLock | None]:
+    """Rank 0 locks and checks the folder; its result or its error reaches every rank. Returns the
+    checkpoint to resume from, the dataset's identity (rank 0) and the lock (rank 0)."""
+    lock, identity = None, None
+
+    def prepare() -> str | None:
+        nonlocal lock, identity
+        lock = ckpt.RunLock(run_dir)
+        identity = task.data_identity()
+        found = ckpt.prepare_run_dir(run_dir, task.config, resume, must_match=("model", "scaling"), identity=identity)
+        return str(found) if found else None
+
+    try:
+        resume_from = _on_main(prepare, env)
+    except UserError:
+        if lock is not None:
+            lock.release()
+        raise
+    return (Path(resume_from) if resume_from else None), identity, lock
+
+
+def _on_main(fn: Callable[[], Any], env: runtime.Env) -> Any:
+    """`fn()` on rank 0; its result, or its UserError, reaches every rank (none waits on a collective)."""
+    result, error = None, None
     if env.is_main:
         try:
-            lock = ckpt.RunLock(run_dir)
-            found = ckpt.prepare_run_dir(run_dir, task.config, resume, must_match=("model", "scaling"),
-                                         identity=task.data_identity())
-            resume_from = str(found) if found else None
+            result = fn()
         except UserError as e:
             error = str(e)
-            if lock is not None:
-                lock.release()
-    resume_from, error = runtime.broadcast_object((resume_from, error))
+    result, error = runtime.broadcast_object((result, error))
     if error:
         raise UserError(error)
-    return (Path(resume_from) if resume_from else None), lock
+    return result
 
 
 def _finished(summary_path: Path, total_steps: int) -> dict[str, Any] | None:
@@ -282,15 +297,16 @@ def _finished(summary_path: Path, total_steps: int) -> dict[str, Any] | None:
 
 
 def _fit(cfg: Any, task: Task, env: runtime.Env) -> dict[str, Any]:
-    resume_from, lock = _prepare_run_dir(Path(cfg.output_dir), task, cfg.resume, env)
+    resume_from, identity, lock = _prepare_run_dir(Path(cfg.output_dir), task, cfg.resume, env)
     try:
-        return _run(cfg, task, env, resume_from)
+        return _run(cfg, task, env, resume_from, identity)
     finally:
         if lock is not None:
             lock.release()
 
 
-def _run(cfg: Any, task: Task, env: runtime.Env, resume_from: Path | None) -> dict[str, Any]:
+def _run(cfg: Any, task: Task, env: runtime.Env, resume_from: Path | None, identity: dict[str, Any] | None
+         ) -> dict[str, Any]:
     begun = time.perf_counter()  # train.time_budget counts from here (resume loading included)
     run_dir = Path(cfg.output_dir)
     loop, ck = cfg.train, cfg.checkpoint
@@ -325,6 +341,11 @@ def _run(cfg: Any, task: Task, env: runtime.Env, resume_from: Path | None) -> di
 
     logger = RunLogger(run_dir, cfg.logger, cfg.project, cfg.run_name or run_dir.name, task.config,
                        resume=resume_from is not None, resume_step=step)
+    try:  # the resume state and the metrics log are in order: now the run folder records this run
+        _on_main(lambda: ckpt.record_run(run_dir, task.config, identity), env)
+    except UserError:
+        logger.close()
+        raise
     saved_at = step if resume_from is not None else None
     started = time.perf_counter()
 
