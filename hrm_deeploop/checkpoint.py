@@ -43,7 +43,7 @@ try:  # numpy >= 2
 except ImportError:  # numpy 1.x
     from numpy.core.multiarray import _reconstruct as _np_reconstruct
 
-from hrm_deeploop import __version__
+from hrm_deeploop import __version__, hub
 from hrm_deeploop.errors import UserError, os_error
 
 FORMAT = "hrm-deeploop/train-state/1"
@@ -109,6 +109,8 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
     path = Path(path)
     if not path.is_file():
         raise UserError(f"checkpoint '{path}' does not exist")
+    if path.suffix == ".safetensors":  # an exported folder's weights (`hrm-deeploop export`)
+        return {"format": FORMAT, **hub.read_export(path.parent)}
     try:
         with torch.serialization.safe_globals(_NUMPY_ARRAY_GLOBALS):
             return torch.load(path, map_location=map_location, weights_only=True)
@@ -143,8 +145,11 @@ def latest(run_dir: str | Path) -> Path | None:
 
 
 def resolve(path: str | Path) -> Path:
-    """A checkpoint file, or the latest `checkpoints/step_N.pt` when given a run folder."""
-    p = Path(path)
+    """A checkpoint file, the latest `checkpoints/step_N.pt` of a run folder, the weights of an
+    exported folder, or any of these on the Hugging Face Hub (`hf://OWNER/NAME[@REV][/PATH]`)."""
+    p = hub.fetch(path) if hub.is_hub_ref(path) else Path(path)
+    if p.is_dir() and hub.is_export(p):
+        return p / hub.WEIGHTS
     if p.is_dir():
         found = latest(p)
         if found is None:

@@ -64,6 +64,8 @@ COMMANDS: dict[str, Command] = {
                         "sample text from a looped-GPT checkpoint (KV cache, top-k/top-p, adaptive exit)"),
     "sweep": Command("hrm_deeploop.training.sweep:run", "hrm_deeploop.training.sweep:SweepConfig", "sweep",
                      "looped-GPT sweeps: {baseline, deeploop} x R, and the p-sweep"),
+    "export": Command("hrm_deeploop.export:run", "hrm_deeploop.export:ExportConfig", "export",
+                      "a checkpoint to a Hugging Face Hub folder (model.safetensors, config.json, model card)"),
     "study": Command("hrm_deeploop.study:run", "hrm_deeploop.study:StudyConfig", "study",
                      "a grid over config keys x seeds for train / train-gpt, local pool or SLURM (submitit)"),
     "demo": Command("hrm_deeploop.demo:run", "hrm_deeploop.demo:DemoConfig", "demo",

@@ -1,0 +1,140 @@
+"""Checkpoints on the Hugging Face Hub, and the exported folder in the Hub's conventions.
+
+- `checkpoint=hf://OWNER/NAME[@REVISION][/PATH]`: the repo (or only PATH in it: a file, with the
+  `all_config.yaml` beside it that official HRM/TRM checkpoints need, or a folder) is downloaded
+  with `huggingface_hub.snapshot_download` into its normal cache (`HF_HOME` / `HF_HUB_CACHE`,
+  default `~/.cache/huggingface/hub`); with `HF_HUB_OFFLINE=1` it is read from that cache without
+  the network. `checkpoint.resolve` calls `fetch` and then treats the local path as any other.
+- An exported folder (`hrm-deeploop export`, `hrm_deeploop.export`): `model.safetensors` (the
+  weights) and `config.json` (`format`, the model and scaling sections that rebuild the model, the
+  step, which weights, the run's whole resolved config), plus `README.md` and metadata files.
+  `read_export` turns it back into the train-state shape every loader reads (model, config,
+  step), so `checkpoint=FOLDER` works wherever a checkpoint does.
+
+Needs the optional extra `hub` (huggingface_hub, safetensors); without it the one-line error says so.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from hrm_deeploop.errors import UserError
+
+PREFIX = "hf://"
+EXPORT_FORMAT = "hrm-deeploop/export/1"
+WEIGHTS = "model.safetensors"
+CONFIG = "config.json"
+OFFICIAL_CONFIG = "all_config.yaml"  # beside an official HRM/TRM `step_N` file
+INSTALL = "pip install 'hrm-deeploop[hub]'"
+_REPO_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+@dataclass(frozen=True)
+class HubRef:
+    repo_id: str  # OWNER/NAME
+    revision: str | None  # branch, tag or commit; None: main
+    path: str  # file or folder inside the repo; "" for the whole repo
+
+    def __str__(self) -> str:
+        return PREFIX + self.repo_id + (f"@{self.revision}" if self.revision else "") + (f"/{self.path}" if self.path else "")
+
+
+def is_hub_ref(spec: str | Path) -> bool:
+    return isinstance(spec, str) and spec.startswith(PREFIX)
+
+
+def parse(spec: str) -> HubRef:
+    """'hf://OWNER/NAME[@REVISION][/PATH]' -> HubRef; a malformed one is a one-line error."""
+    parts = spec[len(PREFIX):].split("/")
+    if len(parts) < 2:
+        raise UserError(f"checkpoint '{spec}': a Hub checkpoint is hf://OWNER/NAME[@REVISION][/PATH]")
+    owner, (name, _, revision) = parts[0], parts[1].partition("@")
+    path = "/".join(parts[2:]).strip("/")
+    if not (_REPO_PART.fullmatch(owner) and _REPO_PART.fullmatch(name)) or (_ and not revision) \
+            or any(p in ("", ".", "..") for p in path.split("/") if path):
+        raise UserError(f"checkpoint '{spec}': a Hub checkpoint is hf://OWNER/NAME[@REVISION][/PATH]")
+    return HubRef(f"{owner}/{name}", revision or None, path)
+
+
+def _patterns(path: str) -> list[str] | None:
+    """What to download for PATH: the file or folder, and an official checkpoint's config beside it."""
+    if not path:
+        return None  # the whole repo
+    parent = str(PurePosixPath(path).parent)
+    beside = OFFICIAL_CONFIG if parent == "." else f"{parent}/{OFFICIAL_CONFIG}"
+    return [path, f"{path}/*", beside]
+
+
+def fetch(spec: str) -> Path:
+    """Download (or, offline, find in the cache) a Hub checkpoint; returns the local file or folder."""
+    ref = parse(spec)
+    try:
+        import huggingface_hub
+        from huggingface_hub import errors
+    except ImportError:
+        raise UserError(f"checkpoint '{spec}' is on the Hugging Face Hub, which needs huggingface_hub: {INSTALL}") from None
+    try:
+        root = Path(huggingface_hub.snapshot_download(ref.repo_id, revision=ref.revision,
+                                                      allow_patterns=_patterns(ref.path)))
+    except errors.RepositoryNotFoundError:
+        raise UserError(f"checkpoint '{spec}': no Hub repo '{ref.repo_id}' (or it is private or gated: "
+                        "log in with `hf auth login`)") from None
+    except errors.RevisionNotFoundError:
+        raise UserError(f"checkpoint '{spec}': the repo has no revision '{ref.revision}'") from None
+    except errors.LocalEntryNotFoundError:
+        raise UserError(f"checkpoint '{spec}' is not in the Hugging Face cache and the Hub cannot be reached (no "
+                        "network, or HF_HUB_OFFLINE=1): download it once with network") from None
+    except errors.HfHubHTTPError as e:
+        raise UserError(f"checkpoint '{spec}': the Hub refused the download: {str(e).splitlines()[0]}") from None
+    local = root / ref.path if ref.path else root
+    if not local.exists():
+        raise UserError(f"checkpoint '{spec}': the repo has no file or folder '{ref.path}'")
+    return local
+
+
+# ---- the exported folder -------------------------------------------------------------------------
+
+
+def is_export(folder: Path) -> bool:
+    return (folder / WEIGHTS).is_file() and (folder / CONFIG).is_file()
+
+
+def _safetensors() -> Any:
+    try:
+        import safetensors.torch
+    except ImportError:
+        raise UserError(f"reading or writing {WEIGHTS} needs safetensors: {INSTALL}") from None
+    return safetensors.torch
+
+
+def read_export(folder: Path) -> dict[str, Any]:
+    """An exported folder as the train-state entries the loaders read: model, config, step, ema (None)."""
+    config_path = folder / CONFIG
+    try:
+        meta = json.loads(config_path.read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"'{config_path}' is unreadable: {e}") from None
+    if not isinstance(meta, dict) or meta.get("format") != EXPORT_FORMAT:
+        raise UserError(f"'{config_path}' is not an hrm-deeploop export (format {EXPORT_FORMAT})")
+    for key in ("model", "scaling", "config"):
+        if not isinstance(meta.get(key), dict):
+            raise UserError(f"'{config_path}' has no '{key}' section")
+    try:
+        weights = _safetensors().load_file(str(folder / WEIGHTS), device="cpu")
+    except UserError:
+        raise
+    except Exception as e:  # safetensors raises its own error types for truncated or corrupt files
+        raise UserError(f"'{folder / WEIGHTS}' is corrupt or unreadable: {type(e).__name__}: {e}") from None
+    config = {**meta["config"], "model": meta["model"], "scaling": meta["scaling"]}
+    return {"step": meta.get("step"), "model": weights, "config": config, "ema": None,
+            "puzzle_names": meta.get("puzzle_names"), "exported": {"weights": meta.get("weights")}}
+
+
+def write_weights(path: Path, weights: dict[str, Any], metadata: dict[str, str]) -> None:
+    """model.safetensors; tied tensors are stored once per key (cloned), as safetensors requires."""
+    _safetensors().save_file({k: v.detach().cpu().contiguous().clone() for k, v in weights.items()}, str(path),
+                             metadata=metadata)

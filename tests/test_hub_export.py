@@ -1,0 +1,206 @@
+"""`export` to a Hub-style folder and `checkpoint=` from it, from a local folder and from the
+Hugging Face cache (offline, in the layout huggingface_hub reads: refs/, snapshots/ linking blobs/):
+bit-identical outputs for the looped GPT, HRM and TRM (with its weight average); bad input is one line."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from hrm_deeploop import checkpoint as ckpt
+from hrm_deeploop.cli import compose, main, run_subcommand
+from hrm_deeploop.text.shards import write_meta, write_shard
+from hrm_deeploop.training.loop import run_config_dict
+
+pytest.importorskip("safetensors")
+hf_constants = pytest.importorskip("huggingface_hub.constants")
+
+GPT = ["model=gpt_tiny", "model.hidden_size=32", "model.seq_len=32", "model.mlp_multiple=16", "device=cpu",
+       "logger=none", "train.progress=false", "train.micro_batch_size=2", "train.global_batch_tokens=64",
+       "optim.warmup_steps=1", "data.unigram_tokens=100000", "train.max_steps=3"]
+REASONER = {"hrm": ["experiment=hrm_tiny_cpu", "model.hidden_size=32", "model.num_h_layers=1", "model.num_l_layers=1"],
+            "trm": ["experiment=trm_tiny_cpu", "model.hidden_size=32", "train.ema=true", "train.ema_rate=0.5"]}
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """A tiny looped-GPT run, a tiny HRM and TRM run on 4x4 Sudoku, and their exports."""
+    root = tmp_path_factory.mktemp("hub")
+    rng = np.random.default_rng(0)
+    words = [rng.integers(0, 50257, size=int(rng.integers(2, 5))) for _ in range(40)]
+    stream = np.concatenate([words[i] for i in rng.integers(0, 40, size=3000)])
+    (root / "shards").mkdir()
+    write_shard(root / "shards" / "train_000000.bin", stream[:7000])
+    write_shard(root / "shards" / "val_000000.bin", stream[7000:7600])
+    write_meta(root / "shards", tokenizer_id="gpt2")
+    data = {"train": f"data.train={root}/shards/train_*.bin", "val": f"data.val={root}/shards/val_000000.bin"}
+    assert main(["train-gpt", *GPT, data["train"], data["val"], f"output_dir={root / 'gpt'}"]) == 0
+    assert run_subcommand("generate-puzzles", ["task=sudoku", "size=4", "count_train=24", "count_test=8",
+                                               f"output_dir={root / 'raw'}", "progress=false"]) == 0
+    assert run_subcommand("build-puzzles", ["task=sudoku", f"source={root / 'raw'}", "num_aug=0",
+                                            f"output_dir={root / 'sudoku'}", "progress=false"]) == 0
+    for name, over in REASONER.items():
+        assert run_subcommand("train", [*over, f"data_dir={root / 'sudoku'}", f"output_dir={root / name}",
+                                        "train.max_steps=3", "train.global_batch_size=8", "checkpoint.every=3",
+                                        "eval.every=3", "train.progress=false", "optim.warmup_steps=1"]) == 0
+    for name in ("gpt", "hrm", "trm"):
+        assert main(["export", f"checkpoint={root / name}", f"output_dir={root / (name + '_export')}",
+                     f"repo_id=me/tiny-{name}"]) == 0
+    return root, data
+
+
+def _gpt_logits(checkpoint: Path) -> torch.Tensor:
+    from eval.lm import load_model
+
+    model, _ = load_model(ckpt.resolve(checkpoint))
+    x = torch.arange(32).remainder(50257).view(1, 32) * 7
+    with torch.no_grad():
+        return model(x)[0]
+
+
+def _reasoner_outputs(checkpoint: Path, data_dir: Path) -> dict[str, torch.Tensor]:
+    from eval.predict import load_model
+    from hrm_deeploop.data.puzzles import open_dataset, sequential_batches
+
+    loaded = load_model(checkpoint)
+    batch = next(iter(sequential_batches(open_dataset(str(data_dir), "test"), 8, 0, 1)))
+    with torch.no_grad():
+        _, out = loaded.model.predict(dict(batch.tensors))
+    return {"logits": out["logits"], "q_halt": out["q_halt_logits"], "weights": loaded.weights}
+
+
+def test_export_folder_layout_and_card(world):
+    root, _ = world
+    out = root / "gpt_export"
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "config.json", "model.safetensors",
+                                                     "tokenizer_config.json"]
+    meta = json.loads((out / "config.json").read_text())
+    assert meta["format"] == "hrm-deeploop/export/1" and meta["model"]["name"] == "gpt" and meta["step"] == 3
+    assert json.loads((out / "tokenizer_config.json").read_text())["tokenizer_id"] == "gpt2"
+    card = (out / "README.md").read_text()
+    assert card.startswith("---\nlibrary_name: hrm-deeploop") and "hf://me/tiny-gpt" in card
+    assert '"final_train_loss"' in card  # the run's summary figures
+    hrm = root / "hrm_export"
+    assert {"dataset.json", "identifiers.json"} <= {p.name for p in hrm.iterdir()}
+    assert json.loads((root / "trm_export" / "config.json").read_text())["weights"] == "ema"
+
+
+def test_reproduce_command_composes_to_the_run_config(world):
+    root, _ = world
+    for name, trainer in (("gpt", "train-gpt"), ("trm", "train")):
+        card = (root / f"{name}_export" / "README.md").read_text()
+        command = card.split("## Reproduce")[1].split("```bash\n")[1].split("\n```")[0]
+        argv = shlex.split(command.replace("\\\n", " "))
+        assert argv[:2] == ["hrm-deeploop", trainer]
+        saved = ckpt.load(ckpt.resolve(root / name))["config"]
+        again = run_config_dict(compose(trainer, argv[2:]))
+        assert {k: v for k, v in again.items() if k != "resume"} == {k: v for k, v in saved.items() if k != "resume"}
+
+
+def test_export_loads_back_bit_identical(world):
+    root, _ = world
+    assert torch.equal(_gpt_logits(root / "gpt"), _gpt_logits(root / "gpt_export"))
+    for name in ("hrm", "trm"):
+        a = _reasoner_outputs(root / name, root / "sudoku")
+        b = _reasoner_outputs(root / f"{name}_export", root / "sudoku")
+        assert a["weights"] == ("ema" if name == "trm" else "raw") and b["weights"] == "raw"  # b: already averaged
+        assert torch.equal(a["logits"], b["logits"]) and torch.equal(a["q_halt"], b["q_halt"])
+
+
+def _hub_cache(cache: Path, repo_id: str, folder: Path, subdir: str = "", tag: str | None = None) -> None:
+    """The layout huggingface_hub writes: blobs/<sha256>, snapshots/<commit>/<file> -> ../../blobs/<sha256>,
+    refs/main (and refs/<tag>, as huggingface_hub names a revision's ref) holding the commit."""
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    (repo / "blobs").mkdir(parents=True, exist_ok=True)
+    for f in folder.iterdir():
+        data = f.read_bytes()
+        sha = hashlib.sha256(data).hexdigest()
+        (repo / "blobs" / sha).write_bytes(data)
+        link = repo / "snapshots" / COMMIT / subdir / f.name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(repo / "blobs" / sha, link.parent))
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(COMMIT)
+    if tag:
+        (repo / "refs" / tag).write_text(COMMIT)
+
+
+@pytest.fixture
+def offline_cache(tmp_path, monkeypatch):
+    cache = tmp_path / "hf" / "hub"
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
+    return cache
+
+
+def test_hub_checkpoint_read_offline_from_the_cache(world, offline_cache):
+    root, _ = world
+    _hub_cache(offline_cache, "me/tiny-gpt", root / "gpt_export")
+    _hub_cache(offline_cache, "me/tiny-hrm", root / "hrm_export", subdir="sudoku4", tag="v1")
+    resolved = ckpt.resolve("hf://me/tiny-gpt")
+    assert resolved.name == "model.safetensors" and str(offline_cache) in str(resolved)
+    assert torch.equal(_gpt_logits(root / "gpt"), _gpt_logits("hf://me/tiny-gpt"))
+    for spec in ("hf://me/tiny-hrm/sudoku4", "hf://me/tiny-hrm@v1/sudoku4", f"hf://me/tiny-hrm@{COMMIT}/sudoku4"):
+        a = _reasoner_outputs(root / "hrm", root / "sudoku")
+        b = _reasoner_outputs(spec, root / "sudoku")
+        assert torch.equal(a["logits"], b["logits"]), spec
+
+
+def test_hub_errors_are_one_line(world, offline_cache, monkeypatch):
+    from hrm_deeploop.errors import UserError
+
+    root, _ = world
+    _hub_cache(offline_cache, "me/tiny-gpt", root / "gpt_export")
+    cases = {"hf://me/absent": "not in the Hugging Face cache and the Hub cannot be reached",
+             "hf://me/tiny-gpt/no_such_file": "no file or folder 'no_such_file'",
+             "hf://me": "hf://OWNER/NAME[@REVISION][/PATH]", "hf://me/tiny-gpt@": "hf://OWNER/NAME[@REVISION][/PATH]",
+             "hf://me/tiny-gpt/../x": "hf://OWNER/NAME[@REVISION][/PATH]"}
+    for spec, text in cases.items():
+        with pytest.raises(UserError, match=None) as e:
+            ckpt.resolve(spec)
+        assert text in str(e.value) and "\n" not in str(e.value), spec
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # the extra not installed
+    with pytest.raises(UserError) as e:
+        ckpt.resolve("hf://me/tiny-gpt")
+    assert "pip install 'hrm-deeploop[hub]'" in str(e.value)
+
+
+def test_eval_gpt_from_the_hub_offline_through_the_cli(world, tmp_path):
+    """A real process with HF_HUB_OFFLINE=1 and HF_HUB_CACHE set, as a user runs it: same val loss as the run."""
+    root, data = world
+    cache = tmp_path / "hub"
+    _hub_cache(cache, "me/tiny-gpt", root / "gpt_export")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(cache), "OMP_NUM_THREADS": "1"}
+    losses = []
+    for checkpoint, out in ((str(root / "gpt"), tmp_path / "a"), ("hf://me/tiny-gpt", tmp_path / "b")):
+        done = subprocess.run([sys.executable, "-m", "hrm_deeploop.cli", "eval-gpt", f"checkpoint={checkpoint}",
+                               f"data={root}/shards/val_000000.bin", "device=cpu", f"output_dir={out}"],
+                              env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        losses.append(json.loads((out / "eval.json").read_text())["val_loss"])
+    assert losses[0] == losses[1]
+
+
+def test_export_bad_input_writes_nothing(world, tmp_path, capsys):
+    root, _ = world
+    out = tmp_path / "x"
+    cases = [([f"checkpoint={tmp_path / 'none'}"], "does not exist"),
+             ([f"checkpoint={root / 'gpt'}", f"output_dir={root / 'gpt_export'}"], "already exists"),
+             ([f"checkpoint={root / 'gpt'}", f"output_dir={root / 'gpt' / 'checkpoints'}"], "input"),
+             (["output_dir=" + str(out)], "checkpoint= is required")]
+    for args, text in cases:
+        args = args if any(a.startswith("output_dir=") for a in args) else [*args, f"output_dir={out}"]
+        assert main(["export", *args]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and text in err[0], (args, err)
+        assert not out.exists()
