@@ -210,6 +210,23 @@ def test_scaling_errors_and_scales(capsys):
     assert json.loads(capsys.readouterr().out)["modules"]["net"]["N"] == 48
 
 
+@pytest.mark.parametrize("model", ["hrm_tiny", "trm_tiny"])
+def test_conv_swiglu_is_available_to_hrm_and_trm(model):
+    from hrm_deeploop.models.reasoners import build_reasoner
+
+    cfg = compose("train", [f"model={model}", "model.mlp=convswiglu", "model.seq_len=16",
+                            "model.num_puzzle_identifiers=5"]).model
+    torch.manual_seed(0)
+    m = build_reasoner(cfg)
+    assert all(isinstance(b.mlp, ConvSwiGLU) for core in m.reasoning_cores() for b in core.layers)
+    b = batch()
+    _, out = m(m.initial_carry(b), b, torch.Generator().manual_seed(0))
+    out["logits"].square().mean().backward()
+    assert m.reasoning_cores()[0].layers[0].mlp.dwconv.weight.grad is not None
+    with pytest.raises(ConfigError, match="model.mlp"):
+        compose("train", ["model=trm_tiny", "model.mlp=convswiglu", "model.mixer=mlp"])
+
+
 def test_train_config_accepts_urm():
     t = compose("train", ["model=urm_tiny", "scaling=deeploop"])
     assert t.model.name == "urm" and t.model.mlp == "convswiglu"

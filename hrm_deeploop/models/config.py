@@ -69,6 +69,7 @@ class HRMConfig:
     rms_norm_eps: float = 1e-5
     norm_weight: bool = False  # HRM's RMSNorm has no gain
     mlp_multiple: int = 256
+    mlp: str = "swiglu"  # swiglu (HRM's) | convswiglu (URM's MLP, width-2 convolution)
     forward_dtype: str = "bfloat16"  # compute dtype on CUDA; CPU runs use float32
     loss_type: str = "stablemax_cross_entropy"  # or softmax_cross_entropy
     stablemax_dtype: str = "float64"  # float64 as the reference; float32 is faster on consumer GPUs
@@ -79,6 +80,7 @@ class HRMConfig:
     def __post_init__(self) -> None:
         check_reasoner_fields(self, ("num_h_layers", "num_l_layers", "num_h_cycles", "num_l_cycles"),
                               pos_encodings=("rope", "learned"))
+        one_of("model.mlp", self.mlp, ("swiglu", "convswiglu"))
         check_heads(self.hidden_size, self.num_heads, rope=self.pos_encodings == "rope")
 
     @property
@@ -117,6 +119,7 @@ class TRMConfig:
     rms_norm_eps: float = 1e-5
     norm_weight: bool = False  # TRM's RMSNorm has no gain
     mlp_multiple: int = 256
+    mlp: str = "swiglu"  # channel MLP of the attention blocks: swiglu (TRM's) | convswiglu (URM's)
     forward_dtype: str = "bfloat16"  # compute dtype on CUDA; CPU runs use float32
     loss_type: str = "stablemax_cross_entropy"  # or softmax_cross_entropy
     stablemax_dtype: str = "float64"
@@ -129,6 +132,9 @@ class TRMConfig:
                               pos_encodings=("rope", "learned", "none"))
         at_least("model.puzzle_emb_len", self.puzzle_emb_len, 0)
         one_of("model.mixer", self.mixer, ("attention", "mlp"))
+        one_of("model.mlp", self.mlp, ("swiglu", "convswiglu"))
+        check(self.mixer == "attention" or self.mlp == "swiglu", "model.mlp", self.mlp,
+              "swiglu with model.mixer=mlp (the token-mixing block has TRM's own SwiGLUs)")
         if self.puzzle_emb_len:
             check(self.puzzle_dim <= self.puzzle_emb_len * self.hidden_size, "model.puzzle_emb_len",
                   self.puzzle_emb_len, f"large enough to hold model.puzzle_emb_ndim={self.puzzle_dim} "

@@ -337,7 +337,7 @@ class HRM(ACTReasoner):
         def blocks(n: int, name: str):
             return make_blocks(n, D, cfg.num_heads, cfg.expansion, causal=False, residual=res[name],
                                norm_eps=cfg.rms_norm_eps, norm_weight=cfg.norm_weight,
-                               mlp_multiple=cfg.mlp_multiple)
+                               mlp_multiple=cfg.mlp_multiple, mlp=cfg.mlp)
 
         self.H_level = LoopedCore(blocks(cfg.num_h_layers, "H"), num_rounds=1)
         self.L_level = LoopedCore(blocks(cfg.num_l_layers, "L"), num_rounds=1)

@@ -55,7 +55,7 @@ class TRM(ACTReasoner):
         self.net = LoopedCore(make_blocks(cfg.num_layers, D, cfg.num_heads, cfg.expansion, causal=False,
                                           residual=res, norm_eps=cfg.rms_norm_eps, norm_weight=cfg.norm_weight,
                                           mlp_multiple=cfg.mlp_multiple, mixer=cfg.mixer,
-                                          seq_len=self.total_len), num_rounds=1)
+                                          seq_len=self.total_len, mlp=cfg.mlp), num_rounds=1)
         self.register_buffer("H_init", torch.empty(D), persistent=True)
         self.register_buffer("L_init", torch.empty(D), persistent=True)
         self.init_weights()
