@@ -19,7 +19,15 @@ import numpy as np
 
 from arc_data import format as F
 from arc_data.errors import ArcDataError
-from arc_data.fsio import atomic_dir, checked_output_dir, dir_size, package_version, progress_bar, save_json
+from arc_data.fsio import (
+    atomic_dir,
+    checked_output_dir,
+    dir_size,
+    package_version,
+    progress_bar,
+    save_json,
+    save_npy,
+)
 from arc_data.plan import Plan, SplitPlan, check_request, make_plan, resolve_examples
 from arc_data.sources import EVAL_SUBSET, SOURCE_NAMES, SourceInfo, load_sources
 from arc_data.tasksplit import (
@@ -196,15 +204,15 @@ def write_dataset(plan: Plan, tmp: Path, materialize: bool, manifest: dict, prog
         for split, sp in plan.splits.items():
             d = tmp / split
             d.mkdir()
-            np.save(d / F.PUZZLE_IDS_FILE, sp.puzzle_identifiers)
-            np.save(d / F.PUZZLE_INDICES_FILE, sp.puzzle_indices)
-            np.save(d / F.GROUP_INDICES_FILE, sp.group_indices)
+            save_npy(d / F.PUZZLE_IDS_FILE, sp.puzzle_identifiers)
+            save_npy(d / F.PUZZLE_INDICES_FILE, sp.puzzle_indices)
+            save_npy(d / F.GROUP_INDICES_FILE, sp.group_indices)
             if materialize:
                 encode_split(plan, sp, d, bar)
             else:
-                np.save(d / F.PLAN_GROUP_PAIRS_FILE, sp.group_pairs)
-                np.save(d / F.PLAN_GROUP_PAIR_INDICES_FILE, sp.group_pair_indices)
-                np.save(d / F.PLAN_OFFSETS_FILE, sp.offsets)
+                save_npy(d / F.PLAN_GROUP_PAIRS_FILE, sp.group_pairs)
+                save_npy(d / F.PLAN_GROUP_PAIR_INDICES_FILE, sp.group_pair_indices)
+                save_npy(d / F.PLAN_OFFSETS_FILE, sp.offsets)
             save_json(d / F.META_FILE, split_meta(sp, plan.num_ids))
     save_json(tmp / F.MANIFEST_FILE, manifest)  # last: its presence marks a complete build
 

@@ -48,6 +48,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from arc_data.errors import ArcDataError
 
 
@@ -81,6 +83,21 @@ def parse_json(data: str | bytes, where: str) -> object:
     except ValueError as e:  # int() of more than sys.get_int_max_str_digits() digits
         why = "an integer too long to read" if "integer string conversion" in str(e) else str(e)
     raise ArcDataError(f"{where}: invalid JSON ({why})")
+
+
+class _Stream:
+    """A file seen only through write(): numpy then writes an array in chunks with write(), whose
+    OSError carries the errno (ndarray.tofile's short write says only 'N requested and M written')."""
+
+    def __init__(self, f) -> None:
+        self.write = f.write
+
+
+def save_npy(path: Path, arr: np.ndarray) -> None:
+    """np.save's bytes (the same header and data), written so that a full disk or a file-size limit
+    is an OSError naming its errno."""
+    with open(path, "wb") as f:
+        np.lib.format.write_array(_Stream(f), np.asanyarray(arr), allow_pickle=False)
 
 
 def save_json(path: Path, obj: object, indent: int | None = 2) -> None:

@@ -38,7 +38,15 @@ from arc_data import maze, sudoku
 from arc_data.budget import check_count, check_fits
 from arc_data.dataset import load_npz
 from arc_data.errors import ArcDataError
-from arc_data.fsio import atomic_dir, checked_output_dir, dir_size, package_version, progress_bar, save_json
+from arc_data.fsio import (
+    atomic_dir,
+    checked_output_dir,
+    dir_size,
+    package_version,
+    progress_bar,
+    save_json,
+    save_npy,
+)
 from arc_data.puzzle_config import AUG_TABLE_FILE, BuildPuzzlesConfig, GeneratePuzzlesConfig
 from arc_data.puzzle_csv import PuzzleCsv, read_puzzle_csv, write_puzzle_csv
 
@@ -383,11 +391,11 @@ def write_split_files(root: Path, board: Board, splits: dict[str, SplitData]) ->
         sd.mkdir()
         p, k = d.num_puzzles, d.group_size
         (sd / F.META_FILE).write_text(json.dumps(_meta(board, d.num_groups)))  # json.dump, no newline: as HRM
-        np.save(sd / F.INPUTS_FILE, d.inputs)
-        np.save(sd / F.LABELS_FILE, d.labels)
-        np.save(sd / F.GROUP_INDICES_FILE, np.arange(0, p + 1, k, dtype=np.int32))
-        np.save(sd / F.PUZZLE_INDICES_FILE, np.arange(p + 1, dtype=np.int32))
-        np.save(sd / F.PUZZLE_IDS_FILE, np.zeros(p, np.int32))
+        save_npy(sd / F.INPUTS_FILE, d.inputs)
+        save_npy(sd / F.LABELS_FILE, d.labels)
+        save_npy(sd / F.GROUP_INDICES_FILE, np.arange(0, p + 1, k, dtype=np.int32))
+        save_npy(sd / F.PUZZLE_INDICES_FILE, np.arange(p + 1, dtype=np.int32))
+        save_npy(sd / F.PUZZLE_IDS_FILE, np.zeros(p, np.int32))
         np.savez(sd / AUG_TABLE_FILE, **d.table)
     (root / F.IDENTIFIERS_FILE).write_text(json.dumps([F.BLANK_NAME]))
 

@@ -1,0 +1,402 @@
+"""Hardening, third round (issue 26), the data and eval half: what the environment does to a writer
+(a folder appearing mid-build, a full disk or file-size limit, Ctrl-C), tracebacks reachable from
+input, requests no machine can serve, nonsense accepted with exit 0, and the smaller cases.
+
+Races and disk faults run the real CLI in a subprocess: `HRM_DEEPLOOP_STOP_AT=publish` makes the
+writer stop itself (SIGSTOP) just before publishing, the test changes the file system and sends
+SIGCONT; a file-size limit (`RLIMIT_FSIZE`, SIGXFSZ ignored) makes every write past it fail with
+EFBIG, as a full disk does with ENOSPC. Each case checks the exit code, one line on stderr naming
+the culprit, that the inputs are byte-for-byte unchanged, that nothing appeared outside the output
+folder, that no temp file is left and that an earlier good output is intact. The quick cases run
+in-process through `hrm_deeploop.cli.main` (`tests.test_bad_inputs.run_bad`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from arc_data.fsio import temp_name
+from hrm_deeploop.cli import main
+from tests.arc_synth import synthetic_tasks, write_layout
+from tests.test_bad_inputs import run_bad, tree
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "HYDRA_FULL_ERROR": "0"}
+
+
+# ---- helpers -------------------------------------------------------------------------------------
+
+
+def _limit_file_size(limit: int):
+    def preexec() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return preexec
+
+
+def cli(args: list[str], fsize: int | None = None, stop_at: str | None = None, cwd: Path | None = None):
+    """The CLI in a subprocess: the finished process, or (stop_at) the running one, stopped there."""
+    env = dict(ENV, **({"HRM_DEEPLOOP_STOP_AT": stop_at} if stop_at else {}))
+    cmd = [sys.executable, "-m", "hrm_deeploop.cli", *args]
+    pre = _limit_file_size(fsize) if fsize else None
+    if stop_at is None:
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, preexec_fn=pre, cwd=cwd, timeout=300)
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
+    deadline = time.monotonic() + 240
+    while _state(p.pid) != "T":
+        if p.poll() is not None:
+            raise AssertionError(f"exited ({p.returncode}) before {stop_at}: {p.stderr.read()}")
+        assert time.monotonic() < deadline, "never reached the stop point"
+        time.sleep(0.05)
+    return p
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def resume(p: subprocess.Popen, sig: int | None = None) -> tuple[int, str]:
+    if sig is not None:
+        p.send_signal(sig)  # pending until the process continues
+    p.send_signal(signal.SIGCONT)
+    _, err = p.communicate(timeout=120)
+    return p.returncode, err
+
+
+def one_line(err: str, *words: str) -> str:
+    lines = [ln for ln in err.strip().split("\n") if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert all(w in lines[0] for w in words), (words, lines[0])
+    return lines[0]
+
+
+def leftovers(folder: Path) -> list[str]:
+    """Temp or set-aside entries a writer may have left in `folder` (and one level down)."""
+    found = [p for p in folder.glob(".*") if ".tmp-" in p.name or ".old-" in p.name]
+    found += [p for d in folder.iterdir() if d.is_dir() and not d.is_symlink()
+              for p in d.glob(".*") if ".tmp-" in p.name or ".old-" in p.name]
+    return sorted(str(p) for p in found)
+
+
+# ---- inputs shared by the tests (built once) ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("hardening")
+    subsets = synthetic_tasks()
+    arc = write_layout(root / "arc_src", {"training": subsets["training"], "evaluation": subsets["evaluation"]})
+    assert main(["build-arc", f"sources=[{arc}]", "num_aug=3", f"output_dir={root / 'arc_ds'}", "progress=false"]) == 0
+    assert main(["generate-puzzles", "size=4", "count_train=200", "count_test=100", f"output_dir={root / 'csv'}",
+                 "progress=false"]) == 0
+    assert main(["build-puzzles", "task=sudoku", f"source={root / 'csv'}", "num_aug=1",
+                 f"output_dir={root / 'sudoku'}", "progress=false"]) == 0
+    (root / "text.txt").write_text("A small corpus for the shard writer. " * 200)
+    ds = root / "arc_ds" / "test"
+    inp, lab = np.load(ds / "all__inputs.npy"), np.load(ds / "all__labels.npy")
+    pidx = np.load(ds / "all__puzzle_indices.npy")
+    ids = np.repeat(np.load(ds / "all__puzzle_identifiers.npy"), np.diff(pidx))
+    from eval.predictions import save_predictions
+
+    save_predictions(root / "preds.npz", ids, inp, lab, np.zeros(len(inp), np.float32))  # the oracle
+    return {"root": root, "arc": arc, "arc_ds": root / "arc_ds", "csv": root / "csv", "sudoku": root / "sudoku",
+            "text": root / "text.txt", "preds": root / "preds.npz"}
+
+
+BUILDERS = {
+    "build-arc": lambda i, out: ["build-arc", f"sources=[{i['arc']}]", "num_aug=3", f"output_dir={out}",
+                                 "progress=false"],
+    "build-puzzles": lambda i, out: ["build-puzzles", "task=sudoku", f"source={i['csv']}", "num_aug=2",
+                                     f"output_dir={out}", "progress=false"],
+    "generate-puzzles": lambda i, out: ["generate-puzzles", "size=4", "count_train=200", "count_test=20",
+                                        f"output_dir={out}", "progress=false"],
+    "prepare-text": lambda i, out: ["prepare-text", f"inputs=[{i['text']}]", "tokenizer=bytes", "shard_size=2000",
+                                    "val_tokens=1025", f"output_dir={out}", "progress=false", "num_workers=1"],
+}
+FILE_LIMIT = {"build-arc": 50_000, "build-puzzles": 4096, "generate-puzzles": 4096, "prepare-text": 2048}
+
+
+# ---- item 2: publishing never replaces what it did not check ------------------------------------------
+
+
+@pytest.mark.parametrize("builder", list(BUILDERS))
+def test_a_folder_appearing_during_the_build_is_left_untouched(tmp_path, inputs, builder):
+    before = tree(inputs["root"])
+    out = tmp_path / "out"
+    p = cli(BUILDERS[builder](inputs, out), stop_at="publish")
+    out.mkdir()
+    (out / "theirs.txt").write_text("a stranger's file")
+    rc, err = resume(p)
+    assert rc == 2
+    one_line(err, str(out), "appeared while", "left it untouched")
+    assert sorted(os.listdir(out)) == ["theirs.txt"] and (out / "theirs.txt").read_text() == "a stranger's file"
+    assert sorted(os.listdir(tmp_path)) == ["out"] and not leftovers(tmp_path)
+    assert tree(inputs["root"]) == before
+
+
+def test_overwrite_replaces_only_the_folder_it_checked(tmp_path, inputs):
+    out = tmp_path / "out"
+    args = BUILDERS["generate-puzzles"](inputs, out)
+    assert main(args) == 0
+    ours = tree(out)
+    p = cli([*args, "overwrite=true", "seed=1"], stop_at="publish")
+    out.rename(tmp_path / "moved")  # meanwhile someone moves the checked folder away and puts their own there
+    out.mkdir()
+    (out / "theirs.txt").write_text("keep me")
+    rc, err = resume(p)
+    assert rc == 2
+    one_line(err, str(out), "replaced by another folder", "left it untouched")
+    assert sorted(os.listdir(out)) == ["theirs.txt"] and (out / "theirs.txt").read_text() == "keep me"
+    assert tree(tmp_path / "moved") == ours and sorted(os.listdir(tmp_path)) == ["moved", "out"]
+    # and without interference, overwrite=true replaces the folder it checked
+    shutil.rmtree(out)
+    (tmp_path / "moved").rename(out)
+    p = cli([*args, "overwrite=true", "seed=1"], stop_at="publish")
+    rc, err = resume(p)
+    assert rc == 0, err
+    assert tree(out) != ours and sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_a_vote_output_appearing_meanwhile_stops_the_whole_publication(tmp_path, inputs):
+    before = tree(inputs["root"])
+    out = tmp_path / "votes"
+    p = cli(["vote", f"predictions={inputs['preds']}", f"data_dir={inputs['arc_ds']}", f"output_dir={out}"],
+            stop_at="publish")
+    (out / "tasks.json").write_text("theirs")
+    rc, err = resume(p)
+    assert rc == 2
+    one_line(err, str(out / "tasks.json"), "appeared while vote ran")
+    assert sorted(os.listdir(out)) == ["tasks.json"] and (out / "tasks.json").read_text() == "theirs"
+    assert tree(inputs["root"]) == before
+
+
+# ---- item 5: full disk / file-size limit, Ctrl-C --------------------------------------------------------
+
+
+@pytest.mark.parametrize("builder", list(BUILDERS))
+def test_a_file_size_limit_is_one_line_and_keeps_the_earlier_output(tmp_path, inputs, builder):
+    out = tmp_path / "out"
+    args = BUILDERS[builder](inputs, out)
+    assert main(args) == 0
+    good = tree(out)
+    res = cli([*args, "overwrite=true", "seed=3"], fsize=FILE_LIMIT[builder])
+    assert res.returncode == 2, res.stderr
+    one_line(res.stderr, "File too large (EFBIG)", "nothing was published", str(out))
+    assert tree(out) == good and sorted(os.listdir(tmp_path)) == ["out"] and not leftovers(tmp_path)
+
+
+def test_vote_under_a_file_size_limit_keeps_the_earlier_outputs(tmp_path, inputs):
+    out = tmp_path / "votes"
+    args = ["vote", f"predictions={inputs['preds']}", f"data_dir={inputs['arc_ds']}", f"output_dir={out}"]
+    assert main(args) == 0
+    good = tree(out)
+    res = cli([*args, "overwrite=true"], fsize=2000)
+    assert res.returncode == 2, res.stderr
+    one_line(res.stderr, "EFBIG", "published nothing")
+    assert tree(out) == good and not leftovers(tmp_path)
+
+
+@pytest.mark.parametrize("builder", ["build-arc", "prepare-text"])
+def test_ctrl_c_before_publishing_removes_the_temp_folder(tmp_path, inputs, builder):
+    out = tmp_path / "out"
+    p = cli(BUILDERS[builder](inputs, out), stop_at="publish")
+    assert [q.name for q in tmp_path.iterdir()] == [temp_name(out, pid=p.pid)]  # the build, staged
+    rc, err = resume(p, signal.SIGINT)
+    assert rc == 130
+    one_line(err, "interrupted")
+    assert not os.listdir(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def sudoku_run(inputs):
+    run = inputs["root"] / "run"
+    assert main(["train", "experiment=hrm_tiny_cpu", "model.hidden_size=32", "model.num_h_layers=1",
+                 "model.num_l_layers=1", f"data_dir={inputs['sudoku']}", f"output_dir={run}", "train.max_steps=2",
+                 "train.global_batch_size=8", "checkpoint.every=2", "eval.every=0", "train.progress=false",
+                 "optim.warmup_steps=1"]) == 0
+    return run
+
+
+EVAL_LIMIT = 12_000  # bytes: above predictions.npz (about 8 kB here), below report.html (tens of kB)
+
+
+def test_evaluate_publishes_predictions_only_with_the_rest(tmp_path, inputs, sudoku_run):
+    out = tmp_path / "eval"
+    args = ["evaluate", f"checkpoint={sudoku_run}", f"data_dir={inputs['sudoku']}", f"output_dir={out}",
+            "progress=false", "device=cpu"]
+    res = cli(args, fsize=EVAL_LIMIT)  # predictions.npz fits, the report does not
+    assert res.returncode == 2, res.stderr
+    one_line(res.stderr, "EFBIG", "published nothing")
+    assert not out.exists() or not os.listdir(out)  # no predictions.npz without its metrics
+    assert main(args) == 0
+    good = tree(out)
+    assert "predictions.npz" in good and "metrics.json" in good
+    res = cli([*args, "overwrite=true"], fsize=EVAL_LIMIT)
+    assert res.returncode == 2 and tree(out) == good and not leftovers(tmp_path)
+
+
+# ---- item 9: tracebacks reachable from input --------------------------------------------------------------
+
+
+def _truncated_copy(src: Path, dst: Path, member: str) -> Path:
+    shutil.copytree(src, dst)
+    p = dst / member
+    with open(p, "r+b") as f:
+        f.truncate(p.stat().st_size // 2)
+    return dst
+
+
+@pytest.mark.parametrize("member", ["augmentations.npz", "test/all__inputs.npy"])
+def test_truncated_dataset_files_are_refused(tmp_path, capsys, inputs, member):
+    _truncated_copy(inputs["arc_ds"], tmp_path / "ds", member)
+    for args in (["vote", f"predictions={inputs['preds']}", "data_dir=ds", "output_dir=out"],
+                 ["viz-arc", "data_dir=ds", "output_dir=out"],
+                 # refused before the checkpoint is even opened (there is none)
+                 ["evaluate", "checkpoint=missing.pt", "data_dir=ds", "output_dir=out", "device=cpu"]):
+        line = run_bad(tmp_path, capsys, args, f"ds/{member}: ", output_dir="out")
+        assert "truncated" in line, line
+
+
+def test_symlink_loops_in_path_arguments(tmp_path, capsys, inputs):
+    (tmp_path / "a").symlink_to("b")
+    (tmp_path / "b").symlink_to("a")
+    run_bad(tmp_path, capsys, ["build-arc", "sources=[a]", "output_dir=o", "num_aug=1"], "is a loop of symbolic links")
+    run_bad(tmp_path, capsys, ["build-arc", f"sources=[{inputs['arc']}]", "output_dir=a/x", "num_aug=1"],
+            "output_dir=a/x: is a loop of symbolic links")
+    run_bad(tmp_path, capsys, ["vote", "predictions=a", f"data_dir={inputs['arc_ds']}", "output_dir=v"],
+            "predictions file is a loop of symbolic links")
+    run_bad(tmp_path, capsys, ["prepare-text", "inputs=[a]", "output_dir=t"], "is a loop of symbolic links")
+    run_bad(tmp_path, capsys, ["build-puzzles", "task=sudoku", "source=a", "output_dir=p"],
+            "is a loop of symbolic links")
+
+
+def test_a_250_character_folder_name_builds(tmp_path, inputs):
+    name = "d" * 250
+    assert len(temp_name(tmp_path / ("x" * 255), "old", pid=2**22).encode()) <= 255
+    for builder in ("generate-puzzles", "prepare-text"):
+        out = tmp_path / builder / name
+        out.parent.mkdir()
+        assert main(BUILDERS[builder](inputs, out)) == 0 and out.is_dir() and not leftovers(out.parent)
+    assert main([*BUILDERS["generate-puzzles"](inputs, tmp_path / "generate-puzzles" / name), "overwrite=true"]) == 0
+
+
+def test_json_with_a_huge_integer_or_deep_nesting(tmp_path, capsys):
+    big, deep = tmp_path / "big" / "training", tmp_path / "deep" / "training"
+    big.mkdir(parents=True)
+    deep.mkdir(parents=True)
+    (big / "t.json").write_text('{"train": [{"input": [[' + "9" * 5000 + ']], "output": [[1]]}], "test": []}')
+    (deep / "t.json").write_text('{"train": ' + "[" * 100_000 + "]" * 100_000 + ', "test": []}')
+    run_bad(tmp_path, capsys, ["build-arc", "sources=[big]", "output_dir=o", "num_aug=1"],
+            "big/training/t.json: task t: invalid JSON (an integer too long to read)")
+    run_bad(tmp_path, capsys, ["viz-arc", "sources=[deep]", "output_dir=z"],
+            "deep/training/t.json: task t: invalid JSON (nested too deeply)")
+    (tmp_path / "big.jsonl").write_text('{"text": ' + "9" * 5000 + "}\n")
+    run_bad(tmp_path, capsys, ["prepare-text", "inputs=[big.jsonl]", "output_dir=t", "progress=false"],
+            "big.jsonl:1: invalid JSON (an integer too long to read)")
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["generate-puzzles", "seed=" + str(10**30), "output_dir=o"], f"seed={10**30}: must fit a signed 64-bit"),
+    (["build-arc", "seed=" + "9" * 5000, "output_dir=o"], "seed=<an integer of more than 4300 digits>"),
+    (["train", "train.max_steps=" + str(10**30), "data_dir=d", "output_dir=o"], "train.max_steps="),
+    (["evaluate", "tta_seed=" + str(2**63), "output_dir=o"], "tta_seed=9223372036854775808: must fit"),
+    (["prepare-text", f"max_tokens={-2**63 - 1}", "demo_docs=1", "output_dir=o"], "max_tokens="),
+])
+def test_integers_beyond_int64_are_one_rule(tmp_path, capsys, args, expected):
+    run_bad(tmp_path, capsys, args, expected)
+
+
+# ---- item 10: requests no machine can serve, refused up front --------------------------------------------
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["build-arc", "sources=[ARC]", "num_aug=1000000000", "output_dir=o"], "at most 2,903,039 exist"),
+    (["build-puzzles", "task=sudoku", "source=CSV", "num_aug=1000000000", "output_dir=o", "progress=false"],
+     "num_aug=1000000000 over 200 train puzzles (200,000,000,200 rows): needs about"),
+    (["generate-puzzles", "size=4", "count_train=1000000000", "output_dir=o"], "at most 18,874,368 exist"),
+    (["generate-puzzles", "size=9", "count_train=10000000000", "output_dir=o"], "needs about"),
+    (["viz-arc", "sources=[ARC]", "cell=100000", "output_dir=o"], "cell=100000: needs about"),
+    (["viz-arc", "sources=[ARC]", "num_aug=1000000000", "output_dir=o"], "at most 2,903,039 exist"),
+    (["viz-arc", "data_dir=DS", "cell=100000", "output_dir=o"], "cell=100000: needs about"),
+    (["evaluate", "checkpoint=missing.pt", "data_dir=SUDOKU", "tta=1000000000", "output_dir=o", "device=cpu"],
+     "tta=1000000000 over 100 examples"),
+])
+def test_requests_no_machine_can_serve(tmp_path, capsys, inputs, args, expected):
+    for token, key in (("SUDOKU", "sudoku"), ("ARC", "arc"), ("CSV", "csv"), ("DS", "arc_ds")):
+        args = [a.replace(token, str(inputs[key])) for a in args]
+    t0 = time.perf_counter()
+    run_bad(tmp_path, capsys, args, expected)
+    assert time.perf_counter() - t0 < 30  # refused up front, not after the work
+
+
+@pytest.mark.slow  # about 20 s: it generates until the space is exhausted
+def test_generate_puzzles_stops_when_no_new_puzzle_turns_up(tmp_path, capsys):
+    # 4x4 Sudokus with exactly 4 givens: the generator finds about 25,700 distinct ones, then no more
+    run_bad(tmp_path, capsys, ["generate-puzzles", "size=4", "givens=4", "count_train=60000", "output_dir=o",
+                               "progress=false"], "attempts found no new one")
+
+
+# ---- item 11: nonsense accepted with exit 0 -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["sweep", "rounds=[]", "output_dir=o"], "rounds=[]: must be a non-empty list for kind=rounds"),
+    (["sweep", "kind=both", "p_seeds=[]", "output_dir=o"], "p_seeds=[]: must be a non-empty list"),
+    (["prepare-text", "shard_size=1", "demo_docs=10", "output_dir=o"], "shard_size=1: must be >= 1025"),
+    (["vote", "ks=[1,1]", "predictions=p", "data_dir=d", "output_dir=o"], "ks=[1, 1]: lists a K twice"),
+    (["build-puzzles", "task=sudoku", "source=CSV", "subsample_size=1000", "output_dir=o", "progress=false"],
+     "subsample_size=1000: "),
+    (["demo", "skip_gpt=true", "skip_hrm=true", "skip_puzzles=true", "output_dir=o"], "every part is skipped"),
+])
+def test_nonsense_is_refused(tmp_path, capsys, inputs, args, expected):
+    args = [a.replace("CSV", str(inputs["csv"])) for a in args]
+    run_bad(tmp_path, capsys, args, expected)
+
+
+def test_a_short_last_shard_joins_the_one_before(tmp_path, inputs):
+    out = tmp_path / "t"
+    assert main(["prepare-text", f"inputs=[{inputs['text']}]", "tokenizer=bytes", "shard_size=1025",
+                 "val_tokens=0", f"output_dir={out}", "progress=false", "num_workers=1"]) == 0
+    shards = json.loads((out / "meta.json").read_text())["shards"]["train"]
+    sizes = [s["num_tokens"] for s in shards]
+    assert sum(sizes) == 7401 and sizes[:-1] == [1025] * (len(sizes) - 1) and sizes[-1] >= 1025  # 7 x 1025 + 226
+
+
+# ---- item 12: smaller ---------------------------------------------------------------------------------------
+
+
+def test_non_ascii_paths(tmp_path, inputs):
+    out = tmp_path / "dé jà" / "ü"
+    assert main(BUILDERS["generate-puzzles"](inputs, out)) == 0 and (out / "train.csv").is_file()
+    text = tmp_path / "ñandú.txt"
+    text.write_text("ünïcödé " * 300)
+    assert main(["prepare-text", f"inputs=[{text}, {inputs['text']}]", "tokenizer=bytes", "shard_size=2000",
+                 "val_tokens=1025", f"output_dir={tmp_path / 'tëxt'}", "progress=false", "num_workers=1"]) == 0
+
+
+def test_the_error_line_is_not_glued_to_a_progress_bar(tmp_path):
+    bad = tmp_path / "docs.jsonl"
+    bad.write_text((json.dumps({"text": "a document"}) + "\n") * 3000 + '{"no_text": 1}\n')
+    res = cli(["prepare-text", f"inputs=[{bad}]", f"output_dir={tmp_path / 'o'}", "tokenizer=bytes",
+               "batch_docs=1", "num_workers=1", "progress=true"])
+    assert res.returncode == 2
+    last = res.stderr.rstrip("\n").split("\n")[-1]
+    assert last.startswith("hrm-deeploop prepare-text: error: input "), repr(last[-200:])
+
+
+def test_dev_zero_is_not_a_regular_file(tmp_path, capsys, inputs):
+    run_bad(tmp_path, capsys, ["prepare-text", "inputs=[/dev/zero]", "output_dir=o"],
+            "input '/dev/zero' is not a regular file")
+    run_bad(tmp_path, capsys, ["vote", "predictions=/dev/zero", f"data_dir={inputs['arc_ds']}", "output_dir=v"],
+            "/dev/zero: predictions file is not a regular file")
