@@ -234,18 +234,25 @@ def pictures_from_dataset(cfg: VizConfig) -> list[Picture]:
 
 
 def visualize(cfg: VizConfig) -> Path:
-    from arc_data.fsio import check_output_dir, file_stem
+    from arc_data.fsio import check_output_dir, file_stem, staged_outputs
     from arc_data.sources import SOURCE_NAMES
 
     out = check_output_dir(cfg.output_dir, [s for s in cfg.sources if s not in SOURCE_NAMES] + [cfg.data_dir])
     pics = pictures_from_sources(cfg) if cfg.sources else pictures_from_dataset(cfg)
-    out.mkdir(parents=True, exist_ok=True)
+    names = [f"{file_stem(pic.name)}.png" for pic in pics]
+    with staged_outputs(out, [*names, "index.html"], True, "viz-arc") as stage:  # all pictures, or none
+        num_tasks = _write_gallery(cfg, pics, names, stage)
+    print(f"viz-arc: {len(pics)} pictures of {num_tasks} tasks -> {out}/index.html")
+    return out / "index.html"
+
+
+def _write_gallery(cfg: VizConfig, pics: list[Picture], names: list[str], folder: Path) -> int:
+    """Every picture's PNG and index.html (each PNG inline) into `folder`; returns the number of tasks."""
     blocks: dict[str, list[str]] = {}
-    for pic in pics:
-        img = render(pic, cfg.cell)
-        img.save(out / f"{file_stem(pic.name)}.png")
+    for pic, name in zip(pics, names):
         buf = io.BytesIO()
-        img.save(buf, format="PNG")
+        render(pic, cfg.cell).save(buf, format="PNG")
+        (folder / name).write_bytes(buf.getvalue())
         b64 = base64.b64encode(buf.getvalue()).decode()
         blocks.setdefault(pic.task, []).append(
             f'<figure><img src="data:image/png;base64,{b64}" alt="{html.escape(pic.name)}">'
@@ -262,9 +269,8 @@ def visualize(cfg: VizConfig) -> Path:
         "figure{margin:0;border:1px solid #ddd;padding:.3em}figcaption{font-size:.8em;color:#444}"
         f"</style></head><body><h1>{title}</h1>\n{body}\n</body></html>\n"
     )
-    (out / "index.html").write_text(page)
-    print(f"viz-arc: {len(pics)} pictures of {len(blocks)} tasks -> {out}/index.html")
-    return out / "index.html"
+    (folder / "index.html").write_text(page)
+    return len(blocks)
 
 
 def run(cfg: VizConfig) -> int:

@@ -207,6 +207,43 @@ def test_vote_under_a_file_size_limit_keeps_the_earlier_outputs(tmp_path, inputs
     assert tree(out) == good and not leftovers(tmp_path)
 
 
+def test_viz_arc_under_a_file_size_limit_publishes_no_partial_gallery(tmp_path, inputs):
+    out = tmp_path / "viz"
+    args = ["viz-arc", f"sources=[{inputs['arc']}]", f"output_dir={out}", "max_tasks=3"]
+    assert main(args) == 0
+    good = tree(out)
+    res = cli([*args, "cell=20"], fsize=2048)
+    assert res.returncode == 2, res.stderr
+    one_line(res.stderr, "EFBIG", "published nothing")
+    assert tree(out) == good and not leftovers(tmp_path)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1 MB tmpfs (root only, where the sandbox allows mounting): a real full disk."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (not root, or the sandbox forbids it); the file-size limit tests cover it")
+    yield mnt
+    subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_a_full_disk_is_one_line_and_frees_the_space(tmp_path, inputs, small_disk):
+    out = small_disk / "text"
+    args = ["prepare-text", "tokenizer=bytes", "shard_size=100000", "val_tokens=1025", f"output_dir={out}",
+            "progress=false", "num_workers=1"]
+    assert main([*args, f"inputs=[{inputs['text']}]"]) == 0
+    good = tree(out)
+    big = tmp_path / "big.txt"
+    big.write_text("x" * 600_000)  # 1.2 MB of uint16 tokens: more than the disk holds
+    res = cli([*args, f"inputs=[{big}]", "overwrite=true"])
+    assert res.returncode == 2, res.stderr
+    one_line(res.stderr, "No space left on device (ENOSPC)", "nothing was published")
+    assert tree(out) == good and sorted(os.listdir(small_disk)) == ["text"]
+    assert shutil.disk_usage(small_disk).used < 100_000  # the partial shards are gone
+
+
 @pytest.mark.parametrize("builder", ["build-arc", "prepare-text"])
 def test_ctrl_c_before_publishing_removes_the_temp_folder(tmp_path, inputs, builder):
     out = tmp_path / "out"
