@@ -31,6 +31,7 @@ import os
 import pickle
 import re
 import socket
+import stat
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -204,11 +205,14 @@ class RunLock:
         import fcntl
 
         self.path = Path(run_dir) / LOCK_FILE
-        try:
+        try:  # never through a symlink (its target could be anyone's file) nor on a non-file
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
         except OSError as e:
-            raise UserError(f"cannot lock output_dir '{self.path.parent}': {os_error(e)}") from None
+            raise UserError(f"cannot lock output_dir '{self.path.parent}': '{self.path}': {os_error(e)}") from None
+        if not stat.S_ISREG(os.fstat(self._fd).st_mode):
+            os.close(self._fd)
+            raise UserError(f"cannot lock output_dir '{self.path.parent}': '{self.path}' is not a regular file")
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:

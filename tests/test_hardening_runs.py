@@ -258,6 +258,20 @@ def test_a_killed_trainer_leaves_no_lock_behind(tmp_path, base):
     assert steps_logged(tmp_path / "run") == [1, 2, 3, 4, 5, 6]
 
 
+@pytest.mark.parametrize("name", [ckpt.LOCK_FILE, pytest.param("metrics.jsonl", marks=pytest.mark.slow)])
+def test_a_run_folder_file_that_links_elsewhere_is_refused_and_its_target_untouched(tmp_path, base, name):
+    """The lock file and the metrics log are opened for writing in place: a symlink planted there
+    could make the run truncate anyone's file."""
+    shutil.copytree(base / "ds", tmp_path / "ds")
+    (tmp_path / "victim").write_text("someone else's file\n")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / name).symlink_to("../victim")
+    p = cli(tmp_path, *train("train.max_steps=2"))
+    one_line(p, 2, f"'run/{name}'", "ELOOP" if name == ckpt.LOCK_FILE else "is not a regular file")
+    assert (tmp_path / "victim").read_text() == "someone else's file\n"
+    assert not ckpt.list_checkpoints(tmp_path / "run")
+
+
 def test_train_gpt_is_refused_on_a_locked_folder(tmp_path):
     byte_shards(tmp_path)
     lock = ckpt.RunLock(tmp_path / "gpt")  # this process holds the folder

@@ -35,6 +35,10 @@ class RunLogger:
         jsonl_path = self.run_dir / "metrics.jsonl"
         rewind = resume and resume_step is not None and jsonl_path.exists()
         self.csv_path = self.run_dir / "metrics.csv"
+        for path in (jsonl_path, self.csv_path):  # opened for writing: a link could point at anyone's file
+            if path.is_symlink() or (path.exists() and not path.is_file()):
+                raise UserError(f"'{path}' is not a regular file (a symlink or other); the metrics log is written "
+                                "only to a file of the run folder")
         try:
             if rewind:
                 kept = [json.dumps(r) for r in read_rows(jsonl_path) if r.get("step", 0) <= resume_step]
