@@ -131,14 +131,18 @@ def test_round_trip_unseen_tasks_submission_scored(setting, tmp_path):
     assert ours["arc_prize"]["2"] == pytest.approx(arc_prize_score(sub, sol).percent)
 
 
-def test_trm_checkpoint_adapts(tmp_path, setting):
+@pytest.mark.parametrize("name", ["trm", "urm"])
+def test_trm_and_urm_checkpoints_adapt(tmp_path, setting, name):
+    from tests.test_urm_model import URM_TINY_OVERRIDES
+
     root, _ = setting
-    trm = [*TRM_TINY_OVERRIDES, *FAST]
-    assert run_subcommand("train", [*trm, f"data_dir={root / 'pre'}", f"output_dir={tmp_path / 't'}",
+    base = [*(TRM_TINY_OVERRIDES if name == "trm" else URM_TINY_OVERRIDES), *FAST]
+    assert run_subcommand("train", [*base, f"data_dir={root / 'pre'}", f"output_dir={tmp_path / 't'}",
                                     "train.max_steps=1", "train.ema=true"]) == 0
-    assert run_subcommand("train", [*trm, f"data_dir={root / 'unseen'}", f"output_dir={tmp_path / 'ta'}",
+    assert run_subcommand("train", [*base, f"data_dir={root / 'unseen'}", f"output_dir={tmp_path / 'ta'}",
                                     f"init_from={tmp_path / 't'}", "train.max_steps=1"]) == 0
-    assert load_model(tmp_path / "ta").config.name == "trm"
+    adapted = load_model(tmp_path / "ta")
+    assert adapted.config.name == name and adapted.puzzle_names is not None
 
 
 def test_bad_adapt_options(setting, tmp_path):

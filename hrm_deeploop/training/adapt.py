@@ -1,4 +1,4 @@
-"""`train init_from=CKPT`: start a run from a trained HRM / TRM checkpoint on tasks it has not seen.
+"""`train init_from=CKPT`: start a run from a trained HRM / TRM / URM checkpoint on tasks it has not seen.
 
 Why an option of `train` and not an `adapt` command: adaptation is training, with a different
 starting point. As an option it keeps everything the trainer has (resume, NaN guard, logging,
