@@ -38,6 +38,7 @@ from hrm_deeploop.errors import ConfigError, UserError
 from hrm_deeploop.models.config import GPTConfig, model_config
 from hrm_deeploop.models.depth import DepthConfig
 from hrm_deeploop.models.gpt import GPT, flops_per_token
+from hrm_deeploop.training import fsdp
 from hrm_deeploop.training.loop import (
     CheckpointConfig,
     EvalConfig,
@@ -74,6 +75,7 @@ class LMLoop(LoopConfig):
     micro_batch_size: int = 12  # sequences per rank per forward/backward; 480 = 12 x 40 divides on 1, 2, 4, 8 GPUs
     log_every: int = 10
     mfu_peak_tflops: float = 989.0  # per device; H200/H100 SXM dense bf16
+    fsdp: bool = False  # under torchrun: shard parameters, gradients and AdamW state with FSDP2 instead of DDP
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -135,6 +137,10 @@ class TrainGPTConfig(RunConfig):
         check(isinstance(self.model, GPTConfig), "model.name", self.model.name,
               "gpt (train-gpt trains the looped GPT; reasoners train with `train`)")
         one_of("dtype", self.dtype, ("bfloat16", "float16", "float32"))
+        if self.train.fsdp:  # combinations not built or tested with FSDP2
+            check(not self.train.compile, "train.compile", self.train.compile, "false with train.fsdp=true")
+            check(self.diagnostics.kappa_every == 0, "diagnostics.kappa_every", self.diagnostics.kappa_every,
+                  "0 with train.fsdp=true")
         per_micro = self.train.micro_batch_size * self.model.seq_len
         check(self.train.global_batch_tokens % per_micro == 0, "train.global_batch_tokens",
               self.train.global_batch_tokens,
@@ -276,10 +282,14 @@ class LMTrainer(Task):
                          ).to(env.device)
         # The default (fixed R, every round on the tape) calls the model exactly as before.
         self.depth_varies = cfg.depth.varies or cfg.depth.backprop_rounds is not None
+        self.sharded = cfg.train.fsdp and env.distributed
+        if self.sharded:  # before the optimizer: it must hold the sharded parameters
+            fsdp.shard(self.model, self.model.core.layers)
         self.opt = make_optimizer(self.model, cfg.optim, env.device)
         self.data = data if data is not None else open_data(cfg, env)  # validates shards; nothing written yet
         self.fwd_model: torch.nn.Module = torch.compile(self.model) if cfg.train.compile else self.model
-        self.train_model = dist_.wrap_ddp(self.fwd_model, env)  # DDP only for the gradient all-reduce
+        # DDP only for the gradient all-reduce; FSDP2 does its own reduce-scatter
+        self.train_model = self.fwd_model if self.sharded else dist_.wrap_ddp(self.fwd_model, env)
         self.train_model.train()
         self.last_val: float | None = None
         self.epoch = 0  # passes over the training shards started so far (announced when a new one starts)
@@ -293,7 +303,8 @@ class LMTrainer(Task):
         return (f"looped GPT: {self.model.num_params() / 1e6:.2f}M params (stored once), K={m.num_blocks} "
                 f"{rounds} N={m.num_blocks * self.model.scaling_rounds:g} scheme={self.cfg.scaling.scheme} "
                 f"alpha={r.alpha:.4g} beta={r.beta:.4g}; {self.accum} micro-batches x "
-                f"{self.cfg.train.micro_batch_size} x {m.seq_len} x {self.env.world_size} ranks = "
+                f"{self.cfg.train.micro_batch_size} x {m.seq_len} x {self.env.world_size} ranks"
+                f"{' (FSDP2)' if self.sharded else ''} = "
                 f"{self.work_per_step} tokens/step; {self.flops_per_unit / 1e9:.3f} GFLOP/token")
 
     def train_step(self, step: int) -> dict[str, float]:
@@ -309,7 +320,9 @@ class LMTrainer(Task):
             x, y = self.data.train.next_batch()
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             sync = micro == self.accum - 1 or not e.distributed
-            with contextlib.nullcontext() if sync else self.train_model.no_sync():
+            if self.sharded:  # reduce-scatter the accumulated gradient once, after the last micro-batch
+                self.model.set_requires_gradient_sync(sync)
+            with contextlib.nullcontext() if sync or self.sharded else self.train_model.no_sync():
                 with dist_.autocast(self.device, self.dtype):
                     loss = self.train_model(x, y, **depth)[1]  # logits freed before backward
                 (loss / self.accum).backward()
@@ -320,7 +333,7 @@ class LMTrainer(Task):
             dist_.print0(f"train-gpt: step {step} starts pass {epoch + 1} over the training shards: from here on "
                          "the run sees tokens it has seen before (more distinct tokens: a larger corpus)")
         max_norm = o.grad_clip if o.grad_clip > 0 else float("inf")
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        grad_norm = fsdp.local_value(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
         step_loss = dist_.all_reduce_(loss_sum / self.accum) / e.world_size
         check_finite(step, loss=step_loss, grad_norm=grad_norm)
         self.opt.step()
@@ -361,7 +374,11 @@ class LMTrainer(Task):
 
     def state_dict(self) -> dict[str, Any]:
         o = self.cfg.optim
-        return {"model": self.model.state_dict(), "optimizers": {"adamw": self.opt.state_dict()},
+        if self.sharded:  # gathered into the unsharded layout (collective; rank 0 holds the tensors)
+            model, adamw = fsdp.full_model_state(self.model), fsdp.full_optim_state(self.model, self.opt)
+        else:
+            model, adamw = self.model.state_dict(), self.opt.state_dict()
+        return {"model": model, "optimizers": {"adamw": adamw},
                 "schedule": {"lr": o.lr, "warmup_steps": o.warmup_steps, "total_steps": self.total_steps,
                              "min_lr_ratio": o.min_lr_ratio},
                 "sampler": self.data.train.state_dict(), "val_loss": self.last_val}
@@ -370,10 +387,16 @@ class LMTrainer(Task):
         from hrm_deeploop.checkpoint import strip_prefixes
 
         try:
-            self.model.load_state_dict(strip_prefixes(state["model"]))
+            if self.sharded:
+                fsdp.load_full_model_state(self.model, strip_prefixes(state["model"]))
+            else:
+                self.model.load_state_dict(strip_prefixes(state["model"]))
         except RuntimeError as err:
             raise UserError(f"checkpoint '{path}' does not fit the model: {str(err).splitlines()[0]}") from None
-        self.opt.load_state_dict(state["optimizers"]["adamw"])
+        if self.sharded:
+            fsdp.load_full_optim_state(self.model, self.opt, state["optimizers"]["adamw"])
+        else:
+            self.opt.load_state_dict(state["optimizers"]["adamw"])
         self.data.train.load_state_dict(state["sampler"])
         self.last_val = state.get("val_loss")
         self.epoch = getattr(self.data.train, "epoch", 0)

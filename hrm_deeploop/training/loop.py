@@ -357,12 +357,13 @@ def _run(cfg: Any, task: Task, env: runtime.Env, resume_from: Path | None, ident
         nonlocal saved_at
         path = ckpt.step_path(run_dir, at)
         local = task.local_state()
+        state = task.state_dict()  # on every rank: it may be collective (FSDP2 gathers the full tensors)
         try:
             if env.rank > 0 and local is not None:
                 ckpt.save(_rank_file(path, env.rank), {"local": local})
             runtime.barrier()
             if env.is_main:
-                ckpt.save(path, {"step": at, **task.state_dict(), "rng": ckpt.rng_state(), "local": local,
+                ckpt.save(path, {"step": at, **state, "rng": ckpt.rng_state(), "local": local,
                                  "recent_losses": list(recent), "last_eval": last_eval,
                                  "wall_time_s": wall_before + time.perf_counter() - started, "config": task.config})
         except UserError as e:  # a full disk, a read-only folder: the temp file is gone, the old ones stay
