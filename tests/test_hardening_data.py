@@ -81,6 +81,16 @@ def one_line(err: str, *words: str) -> str:
     return lines[0]
 
 
+def plant(out: Path) -> None:
+    """A stranger's folder with a file, where a writer is about to publish."""
+    out.mkdir()
+    (out / "theirs.txt").write_text("a stranger's file")
+
+
+def assert_untouched(out: Path) -> None:
+    assert sorted(os.listdir(out)) == ["theirs.txt"] and (out / "theirs.txt").read_text() == "a stranger's file"
+
+
 def leftovers(folder: Path) -> list[str]:
     """Temp or set-aside entries a writer may have left in `folder` (and one level down)."""
     found = [p for p in folder.glob(".*") if ".tmp-" in p.name or ".old-" in p.name]
@@ -135,12 +145,11 @@ def test_a_folder_appearing_during_the_build_is_left_untouched(tmp_path, inputs,
     before = tree(inputs["root"])
     out = tmp_path / "out"
     p = cli(BUILDERS[builder](inputs, out), stop_at="publish")
-    out.mkdir()
-    (out / "theirs.txt").write_text("a stranger's file")
+    plant(out)
     rc, err = resume(p)
     assert rc == 2
     one_line(err, str(out), "appeared while", "left it untouched")
-    assert sorted(os.listdir(out)) == ["theirs.txt"] and (out / "theirs.txt").read_text() == "a stranger's file"
+    assert_untouched(out)
     assert sorted(os.listdir(tmp_path)) == ["out"] and not leftovers(tmp_path)
     assert tree(inputs["root"]) == before
 
@@ -152,12 +161,11 @@ def test_overwrite_replaces_only_the_folder_it_checked(tmp_path, inputs):
     ours = tree(out)
     p = cli([*args, "overwrite=true", "seed=1"], stop_at="publish")
     out.rename(tmp_path / "moved")  # meanwhile someone moves the checked folder away and puts their own there
-    out.mkdir()
-    (out / "theirs.txt").write_text("keep me")
+    plant(out)
     rc, err = resume(p)
     assert rc == 2
     one_line(err, str(out), "replaced by another folder", "left it untouched")
-    assert sorted(os.listdir(out)) == ["theirs.txt"] and (out / "theirs.txt").read_text() == "keep me"
+    assert_untouched(out)
     assert tree(tmp_path / "moved") == ours and sorted(os.listdir(tmp_path)) == ["moved", "out"]
     # and without interference, overwrite=true replaces the folder it checked
     shutil.rmtree(out)
@@ -196,25 +204,16 @@ def test_a_file_size_limit_is_one_line_and_keeps_the_earlier_output(tmp_path, in
     assert tree(out) == good and sorted(os.listdir(tmp_path)) == ["out"] and not leftovers(tmp_path)
 
 
-def test_vote_under_a_file_size_limit_keeps_the_earlier_outputs(tmp_path, inputs):
-    out = tmp_path / "votes"
-    args = ["vote", f"predictions={inputs['preds']}", f"data_dir={inputs['arc_ds']}", f"output_dir={out}"]
+@pytest.mark.parametrize("writer", ["vote", "viz-arc"])
+def test_vote_and_viz_under_a_file_size_limit_keep_the_earlier_outputs(tmp_path, inputs, writer):
+    out = tmp_path / "out"
+    args = {"vote": ["vote", f"predictions={inputs['preds']}", f"data_dir={inputs['arc_ds']}", f"output_dir={out}"],
+            "viz-arc": ["viz-arc", f"sources=[{inputs['arc']}]", f"output_dir={out}", "max_tasks=3"]}[writer]
     assert main(args) == 0
     good = tree(out)
-    res = cli([*args, "overwrite=true"], fsize=2000)
+    res = cli([*args, "overwrite=true" if writer == "vote" else "cell=20"], fsize=2000)
     assert res.returncode == 2, res.stderr
-    one_line(res.stderr, "EFBIG", "published nothing")
-    assert tree(out) == good and not leftovers(tmp_path)
-
-
-def test_viz_arc_under_a_file_size_limit_publishes_no_partial_gallery(tmp_path, inputs):
-    out = tmp_path / "viz"
-    args = ["viz-arc", f"sources=[{inputs['arc']}]", f"output_dir={out}", "max_tasks=3"]
-    assert main(args) == 0
-    good = tree(out)
-    res = cli([*args, "cell=20"], fsize=2048)
-    assert res.returncode == 2, res.stderr
-    one_line(res.stderr, "EFBIG", "published nothing")
+    one_line(res.stderr, "EFBIG", "published nothing")  # all files or none: never a partial gallery
     assert tree(out) == good and not leftovers(tmp_path)
 
 
