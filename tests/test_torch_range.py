@@ -24,6 +24,8 @@ FEATURES = {
     "torch._foreach_copy_": (2, 1),
     "torch.serialization.safe_globals": (2, 5),
     "weights-only build of NumPy dtypes made by an allowlisted callable": (2, 6),
+    "torch.distributed.fsdp.fully_shard": (2, 6),
+    "torch.distributed.checkpoint.state_dict": (2, 2),
 }
 
 
@@ -51,6 +53,8 @@ def test_installed_torch_has_every_feature(tmp_path):
     torch.testing.assert_close(F.scaled_dot_product_attention(q, q, q),
                                torch.softmax(q @ q.transpose(-1, -2) / 8 ** 0.5, -1) @ q)
     assert callable(torch.compile)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict  # noqa: F401
+    from torch.distributed.fsdp import fully_shard  # noqa: F401
     dst, src = [torch.zeros(3)], [torch.ones(3)]
     torch._foreach_copy_(dst, src)
     assert dst[0].eq(1).all()
