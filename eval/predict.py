@@ -94,6 +94,7 @@ class LoadedModel:
     weights: str = "raw"  # raw | ema (the weight average of our checkpoint) | official
     scaling: ScalingConfig = field(default_factory=ScalingConfig)
     puzzle_names: list[str] | None = None  # name of every puzzle-table row (adapted checkpoints: data/rows.py)
+    run_config: dict | None = None  # the resolved config of the run that wrote it (ours), e.g. its data_dir
 
 
 SCHEMAS: dict[str, type] = {"hrm": HRMConfig, "trm": TRMConfig, "urm": URMConfig}
@@ -148,9 +149,10 @@ def load_model(path: str | Path, device: torch.device | str = "cpu", dtype: str 
     except RuntimeError as e:
         raise UserError(f"checkpoint '{p}' does not fit its model config: {str(e).splitlines()[0]}") from None
     model.to(device).eval()
-    names = state.get("puzzle_names") if kind == "hrm-deeploop" else None
+    ours = kind == "hrm-deeploop"
     return LoadedModel(model=model, config=cfg, kind=kind, step=step, path=p, weights=which, scaling=scaling,
-                       puzzle_names=names)
+                       puzzle_names=state.get("puzzle_names") if ours else None,
+                       run_config=state.get("config") if ours else None)
 
 
 def _with_average(weights: dict[str, Any], shadow: dict[str, Any], where: str) -> dict[str, Any]:

@@ -209,3 +209,15 @@ def test_official_hrm_checkpoint_adapts_by_the_names_given(setting, tmp_path):
     adapted = load_model(tmp_path / "o").model.state_dict()
     for k, v in model.state_dict().items():
         assert torch.equal(adapted[k], v), k  # every weight, every table row (all names known)
+
+
+def test_optimizer_state_carried_only_when_asked(setting, tmp_path):
+    root, _ = setting
+    base = [*TINY_OVERRIDES, *FAST, f"data_dir={root / 'unseen'}", f"init_from={root / 'run'}", "train.time_budget=0"]
+    assert run_subcommand("train", [*base, f"output_dir={tmp_path / 'n'}"]) == 0
+    assert run_subcommand("train", [*base, f"output_dir={tmp_path / 'y'}", "adapt.optimizer_state=true"]) == 0
+    pre = ckpt.load(ckpt.latest(root / "run"))["optimizers"]["adam"]["state"]
+    assert ckpt.load(ckpt.latest(tmp_path / "n"))["optimizers"]["adam"]["state"] == {}
+    carried = ckpt.load(ckpt.latest(tmp_path / "y"))["optimizers"]["adam"]["state"]
+    assert pre and set(carried) == set(pre)
+    assert all(torch.equal(carried[k][n], pre[k][n]) for k in pre for n in pre[k] if torch.is_tensor(pre[k][n]))

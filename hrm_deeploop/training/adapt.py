@@ -107,7 +107,9 @@ def grow_table(old: torch.Tensor, old_names: list[str] | None, new_names: list[s
     return table, list(new_names), None, copied
 
 
-def _checkpoint_names(state: dict[str, Any], explicit: str | None, where: str) -> list[str] | None:
+def _checkpoint_names(loaded: Any, explicit: str | None) -> list[str] | None:
+    """The names of the checkpoint's table rows: adapt.identifiers, its own record, or the
+    identifiers.json of the dataset its run trained on; None when none of them is there."""
     from arc_data.dataset import load_identifiers
     from arc_data.errors import ArcDataError
 
@@ -116,9 +118,9 @@ def _checkpoint_names(state: dict[str, Any], explicit: str | None, where: str) -
             return load_identifiers(Path(explicit).parent if Path(explicit).is_file() else explicit)
         except ArcDataError as e:
             raise UserError(f"adapt.identifiers: {e}") from None
-    if state.get("puzzle_names") is not None:
-        return list(state["puzzle_names"])
-    data_dir = (state.get("config") or {}).get("data_dir")
+    if loaded.puzzle_names is not None:
+        return list(loaded.puzzle_names)
+    data_dir = (loaded.run_config or {}).get("data_dir")
     if data_dir and (Path(data_dir) / "identifiers.json").is_file():
         return load_identifiers(data_dir)
     return None
@@ -133,7 +135,6 @@ def prepare(init_from: str, cfg: Any, data_dir: str, train_split: Any) -> Start:
 
     loaded = load_model(init_from, "cpu", "float32", seq_len=int(meta_value(train_split, "seq_len")), ema=True)
     where = str(loaded.path)
-    state = ckpt.load(loaded.path, map_location="cpu")
     weights = {k: v.clone() for k, v in loaded.model.state_dict().items()}
     n_ids = int(meta_value(train_split, "num_puzzle_identifiers"))
     check_matches(replace(loaded.config, num_puzzle_identifiers=n_ids), train_split, f"{data_dir}/train",
@@ -146,7 +147,7 @@ def prepare(init_from: str, cfg: Any, data_dir: str, train_split: Any) -> Start:
             raise UserError(f"init_from: the puzzle table is matched by name, and {e}") from None
         if len(new_names) != n_ids:
             raise UserError(f"{data_dir}: identifiers.json has {len(new_names)} names for {n_ids} puzzle identifiers")
-        old_names = _checkpoint_names(state, cfg.adapt.identifiers, where)
+        old_names = _checkpoint_names(loaded, cfg.adapt.identifiers)
         old = weights[TABLE_KEY]
         if old_names is not None and len(old_names) != old.shape[0]:
             raise UserError(f"init_from: {len(old_names)} identifier names for the {old.shape[0]} rows of the puzzle "
@@ -159,7 +160,8 @@ def prepare(init_from: str, cfg: Any, data_dir: str, train_split: Any) -> Start:
                            if TABLE_KEY in weights else loaded.config.num_puzzle_identifiers)
     optimizer = None
     if cfg.adapt.optimizer_state:
-        if loaded.kind != "hrm-deeploop" or "optimizers" not in state:
+        state = ckpt.load(loaded.path, map_location="cpu") if loaded.kind == "hrm-deeploop" else {}
+        if "optimizers" not in state:
             raise UserError(f"adapt.optimizer_state=true: '{where}' holds no optimiser state (an official checkpoint?)")
         optimizer = state["optimizers"]["adam"]
     return Start(model_config, loaded.scaling, weights, names, row_map, optimizer,
