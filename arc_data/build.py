@@ -217,9 +217,20 @@ def write_dataset(plan: Plan, tmp: Path, materialize: bool, manifest: dict, prog
     save_json(tmp / F.MANIFEST_FILE, manifest)  # last: its presence marks a complete build
 
 
+def outputs_apart(cfg: BuildConfig) -> None:
+    """output_dir, holdout_dir and validation_dir are three separate folders, none inside another."""
+    outs = [(k, Path(os.path.abspath(os.path.expanduser(v)))) for k, v in
+            (("output_dir", cfg.output_dir), ("holdout_dir", cfg.holdout_dir), ("validation_dir", cfg.validation_dir)) if v]
+    for i, (a, pa) in enumerate(outs):
+        for b, pb in outs[i + 1:]:
+            if pa == pb or pa in pb.parents or pb in pa.parents:
+                raise ArcDataError(f"{b}={pb}: must be a folder apart from {a}={pa} (not the same, not inside it)")
+
+
 def build(cfg: BuildConfig) -> BuildSummary:
     t0 = time.perf_counter()
     inputs = [s for s in cfg.sources if s not in SOURCE_NAMES]
+    outputs_apart(cfg)
     target = checked_output_dir(cfg.output_dir, cfg.overwrite, inputs, marker=F.MANIFEST_FILE, writer="build-arc")
     held_target = val_target = None
     if cfg.holdout_dir:
@@ -270,7 +281,7 @@ def build(cfg: BuildConfig) -> BuildSummary:
                  "task_split": split_info}
         prepared.append((tgt, job_tasks, plan, counts, short, manifest_dict(cfg, infos, plan, counts, short) | extra))
 
-    # Both datasets are staged, then published together: an error in either leaves neither.
+    # Every dataset is staged first, then each published in turn: an error while staging leaves none.
     with contextlib.ExitStack() as stack:
         for tgt, _, plan, _, _, manifest in prepared:
             write_dataset(plan, stack.enter_context(atomic_dir(tgt)), cfg.materialize, manifest, cfg.progress)

@@ -116,12 +116,16 @@ def test_holdout_fraction_is_seeded_and_drawn_from_its_pool(raw, tmp_path):
     ({"holdout_fraction": 1.5, "holdout_dir": "X"}, r"holdout_fraction=1.5: must be in \[0, 1\]"),
     ({"holdout_pool": "test", "holdout_fraction": 0.5, "holdout_dir": "X"}, "holdout_pool='test'"),
     ({"test_labels": "maybe"}, "test_labels='maybe'"),
+    ({"holdout_tasks": ["ev01"], "holdout_dir": "a"}, "holdout_dir=.*must be a folder apart from output_dir"),
+    ({"holdout_tasks": ["ev01"], "holdout_dir": "a/in"}, "holdout_dir=.*must be a folder apart from output_dir"),
+    ({"holdout_tasks": ["ev01"], "holdout_dir": "h", "validation_dir": "h"}, "validation_dir=.*apart from holdout_dir"),
 ])
 def test_bad_options(raw, tmp_path, kw, match):
     root, _, _ = raw
-    kw = {k: (str(tmp_path / v) if k == "holdout_dir" else v) for k, v in kw.items()}
+    kw = {k: (str(tmp_path / v) if k.endswith("_dir") else v) for k, v in kw.items()}
     with pytest.raises(ArcDataError, match=match):
         _build(sources=[str(root / "raw")], output_dir=str(tmp_path / "a"), **kw)
+    assert not (tmp_path / "a").exists()
 
 
 def test_holdout_unknown_task_or_everything_writes_nothing(raw, tmp_path):
