@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -118,3 +119,17 @@ def tiny_train_cfg(out: str, model: GPTConfig | None = None, scaling: ScalingCon
             section, key = where if isinstance(where, tuple) else (where, k)
             values[section][key] = v
     return typed(values, TrainGPTConfig)
+
+
+def write_gpt2_shards(root: Path) -> Path:
+    """Tiny GPT-2-token shards (train_000000.bin, val_000000.bin, meta.json) of a learnable stream in `root`."""
+    from hrm_deeploop.text.shards import write_meta, write_shard
+
+    root.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    words = [rng.integers(0, 50257, size=int(rng.integers(2, 5))) for _ in range(40)]
+    stream = np.concatenate([words[i] for i in rng.integers(0, 40, size=3000)])
+    write_shard(root / "train_000000.bin", stream[:7000])
+    write_shard(root / "val_000000.bin", stream[7000:7600])
+    write_meta(root, tokenizer_id="gpt2")
+    return root

@@ -12,14 +12,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop.cli import compose, main, run_subcommand
-from hrm_deeploop.text.shards import write_meta, write_shard
 from hrm_deeploop.training.loop import run_config_dict
+from tests.gpt_helpers import write_gpt2_shards
 
 pytest.importorskip("safetensors")
 hf_constants = pytest.importorskip("huggingface_hub.constants")
@@ -36,13 +35,7 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 def world(tmp_path_factory):
     """A tiny looped-GPT run, a tiny HRM and TRM run on 4x4 Sudoku, and their exports."""
     root = tmp_path_factory.mktemp("hub")
-    rng = np.random.default_rng(0)
-    words = [rng.integers(0, 50257, size=int(rng.integers(2, 5))) for _ in range(40)]
-    stream = np.concatenate([words[i] for i in rng.integers(0, 40, size=3000)])
-    (root / "shards").mkdir()
-    write_shard(root / "shards" / "train_000000.bin", stream[:7000])
-    write_shard(root / "shards" / "val_000000.bin", stream[7000:7600])
-    write_meta(root / "shards", tokenizer_id="gpt2")
+    write_gpt2_shards(root / "shards")
     data = {"train": f"data.train={root}/shards/train_*.bin", "val": f"data.val={root}/shards/val_000000.bin"}
     assert main(["train-gpt", *GPT, data["train"], data["val"], f"output_dir={root / 'gpt'}"]) == 0
     assert run_subcommand("generate-puzzles", ["task=sudoku", "size=4", "count_train=24", "count_test=8",

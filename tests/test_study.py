@@ -11,7 +11,7 @@ import pytest
 
 from hrm_deeploop.cli import main, run_subcommand
 from hrm_deeploop.study import mann_whitney_u, spread
-from hrm_deeploop.text.shards import write_meta, write_shard
+from tests.gpt_helpers import write_gpt2_shards
 
 GPT_BASE = ("model:gpt_tiny,model.hidden_size:32,model.seq_len:32,model.mlp_multiple:16,device:cpu,logger:none,"
             "train.progress:false,train.micro_batch_size:2,train.global_batch_tokens:64,optim.warmup_steps:1,"
@@ -20,14 +20,7 @@ GPT_BASE = ("model:gpt_tiny,model.hidden_size:32,model.seq_len:32,model.mlp_mult
 
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory):
-    root = tmp_path_factory.mktemp("shards")
-    rng = np.random.default_rng(0)
-    words = [rng.integers(0, 50257, size=int(rng.integers(2, 5))) for _ in range(40)]
-    stream = np.concatenate([words[i] for i in rng.integers(0, 40, size=3000)])
-    write_shard(root / "train_000000.bin", stream[:7000])
-    write_shard(root / "val_000000.bin", stream[7000:7600])
-    write_meta(root, tokenizer_id="gpt2")
-    return root
+    return write_gpt2_shards(tmp_path_factory.mktemp("shards"))
 
 
 def _gpt_base(shards) -> str:
@@ -119,3 +112,18 @@ def test_bad_study_input_is_one_line_and_writes_nothing(shards, tmp_path, capsys
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and culprit in err[0], (extra, err)
         assert not out.exists()
+
+
+def test_multi_process_runs_are_torchrun_with_c10d_rendezvous():
+    from hrm_deeploop.study import Launch
+
+    one = Launch("train", ("seed=0",), threads=1, nproc_per_node=1)
+    assert one.argv()[1:] == ["-m", "hrm_deeploop.cli", "train", "seed=0"]
+    local = Launch("train-gpt", ("seed=1",), threads=2, nproc_per_node=4)
+    assert local.argv()[1:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=4", "-m"]
+    assert local.environ()["OMP_NUM_THREADS"] == "2"
+    multi = Launch("train-gpt", ("seed=1",), threads=1, nproc_per_node=8, nodes=2, rdzv_port=29555)
+    argv = multi.argv(master="node017", job_id="4242")
+    assert argv[1:9] == ["-m", "torch.distributed.run", "--nnodes=2", "--rdzv-backend=c10d",
+                         "--rdzv-endpoint=node017:29555", "--rdzv-id=4242", "--nproc-per-node=8", "-m"]
+    assert argv[9:] == ["hrm_deeploop.cli", "train-gpt", "seed=1"]
