@@ -57,7 +57,7 @@ def speed_rows(model: GPT, args, device: torch.device) -> list[list[str]]:
         prompt = torch.randint(0, min(model.cfg.vocab_size, 256), (batch, args.prompt_tokens), generator=gen)
         rate: dict[str, float] = {}
         for cache in CACHES:
-            t = time_steps(lambda: decode_all(model, prompt, args.new_tokens, cache), device, 1, args.repeats)
+            t = time_steps(lambda p=prompt, c=cache: decode_all(model, p, args.new_tokens, c), device, 1, args.repeats)
             rate[cache] = batch * args.new_tokens / (t.ms_per_step / 1e3)
         for cache in CACHES:
             rows.append([f"batch {batch}, cache={cache}", f"{rate[cache]:,.0f}", f"{rate[cache] / rate['none']:.2f}x"])

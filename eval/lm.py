@@ -189,7 +189,6 @@ def evaluate(opts: EvalGPTConfig) -> dict[str, Any]:
                              f"{model.cfg.num_rounds} (exit={opts.exit} < {opts.exit_threshold:g}; {path})")
         if opts.lm_eval:
             from hrm_deeploop.text.lm_eval import run_lm_eval
-
             from hrm_deeploop.text.tokenizer import get_tokenizer
 
             trained_with = ((state.get("config") or {}).get("data") or {}).get("tokenizer_id") or "gpt2"

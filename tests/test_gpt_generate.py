@@ -3,8 +3,6 @@ exit, random depth in training, DeepLoop's N when R varies, and the `generate` c
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 import torch

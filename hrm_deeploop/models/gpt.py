@@ -37,7 +37,6 @@ from hrm_deeploop.models.kvcache import KVCache
 from hrm_deeploop.models.scaling import ScalingConfig, loop_depth, module_residuals, residual_for
 from hrm_deeploop.models.transitions import RMSNorm
 
-
 EXIT_CRITERIA = ("kl", "hidden")
 
 
