@@ -21,6 +21,7 @@ safe inside forked DataLoader workers). Both return the same bytes for the same 
 
 from __future__ import annotations
 
+import os
 import re
 import zipfile
 import zlib
@@ -32,7 +33,7 @@ import numpy as np
 
 from arc_data import format as F
 from arc_data.errors import ArcDataError
-from arc_data.fsio import parse_json
+from arc_data.fsio import parse_json, why_not_a_file
 
 META_KEYS = ("pad_id", "ignore_label_id", "blank_identifier_id", "vocab_size", "seq_len",
              "num_puzzle_identifiers", "total_groups", "mean_puzzle_examples", "sets")
@@ -48,9 +49,15 @@ def _bad(path: Path, problem: str) -> ArcDataError:
     return ArcDataError(f"{path}: {problem}")
 
 
+def _not_a_file(path: Path) -> ArcDataError:
+    if not os.path.lexists(path):
+        return _bad(path, "missing (not a built dataset, or a half-written one?)")
+    return _bad(path, why_not_a_file(path))  # a FIFO, a device, a folder, a symlink loop: never opened
+
+
 def _load_json(path: Path) -> object:
     if not path.is_file():
-        raise _bad(path, "missing (not a built dataset, or a half-written one?)")
+        raise _not_a_file(path)
     try:
         data = path.read_bytes()
     except OSError as e:
@@ -60,7 +67,7 @@ def _load_json(path: Path) -> object:
 
 def _load_npy(path: Path, mmap: bool = False, ndim: int | None = None) -> np.ndarray:
     if not path.is_file():
-        raise _bad(path, "missing (not a built dataset, or a half-written one?)")
+        raise _not_a_file(path)
     try:
         arr = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     except (OSError, ValueError, EOFError) as e:
@@ -74,7 +81,7 @@ def load_npz(path: Path, keys: tuple[str, ...] | None = None) -> dict[str, np.nd
     """The arrays `keys` (None: all) of an .npz, every member read in full: a missing, truncated or
     corrupt file (not a zip, a bad CRC, a member cut short, a pickled object) is one ArcDataError."""
     if not path.is_file():
-        raise _bad(path, "missing (not a built dataset, or a half-written one?)")
+        raise _not_a_file(path)
     try:
         with np.load(path, allow_pickle=False) as z:
             keys = tuple(z.files) if keys is None else keys

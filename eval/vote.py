@@ -176,6 +176,10 @@ def read_rows(path: Path, ranges: list[tuple[int, int]]) -> np.ndarray:
     Not np.load(mmap_mode="r"): with the kernel's read-ahead, touching 400 scattered rows of an
     ARC-1-sized file maps hundreds of MB into the process.
     """
+    if not path.is_file():  # a FIFO would block open() forever
+        from arc_data.fsio import why_not_a_file
+
+        raise UserError(f"{path}: {why_not_a_file(path)}")
     with open(path, "rb") as f:
         try:
             version = np.lib.format.read_magic(f)

@@ -304,6 +304,17 @@ def test_truncated_dataset_files_are_refused(tmp_path, capsys, inputs, member):
         assert "truncated" in line, line
 
 
+def test_a_fifo_inside_a_dataset_is_never_opened(tmp_path, inputs):
+    ds = tmp_path / "ds"
+    shutil.copytree(inputs["arc_ds"], ds)
+    (ds / "test" / "all__inputs.npy").unlink()
+    os.mkfifo(ds / "test" / "all__inputs.npy")  # opening it would block the reader forever
+    for args in (["vote", f"predictions={inputs['preds']}"], ["viz-arc"], ["evaluate", "checkpoint=missing.pt"]):
+        res = cli([*args, f"data_dir={ds}", f"output_dir={tmp_path / 'out'}"])
+        assert res.returncode == 2, res.stderr
+        one_line(res.stderr, "all__inputs.npy: is not a regular file")
+
+
 def test_symlink_loops_in_path_arguments(tmp_path, capsys, inputs):
     (tmp_path / "a").symlink_to("b")
     (tmp_path / "b").symlink_to("a")
