@@ -1,18 +1,21 @@
-"""A tiny multiple-choice lm-eval task on local JSONL (offline), shared by the lm-eval tests."""
+"""Tiny lm-eval tasks on local JSONL (offline), multiple choice and generative, shared by the lm-eval tests."""
 
 import json
 from pathlib import Path
 
-TASK_YAML = """task: tiny_mc
-dataset_path: json
+# the local-JSONL dataset both tasks read (train = test split, an HF cache inside the test folder)
+LOCAL_DATASET = """dataset_path: json
 dataset_kwargs:
   data_files:
     train: {data}
     test: {data}
   cache_dir: {cache}
-output_type: multiple_choice
 training_split: train
 test_split: test
+"""
+
+TASK_YAML = """task: tiny_mc
+""" + LOCAL_DATASET + """output_type: multiple_choice
 doc_to_text: "Question: {{{{question}}}}\\nAnswer:"
 doc_to_target: "{{{{label}}}}"
 doc_to_choice: "{{{{choices}}}}"
@@ -34,15 +37,7 @@ def write_tiny_mc_task(tmp_path: Path, rows: list[dict]) -> Path:
 
 
 GEN_TASK_YAML = """task: tiny_gen
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    train: {data}
-    test: {data}
-  cache_dir: {cache}
-output_type: generate_until
-training_split: train
-test_split: test
+""" + LOCAL_DATASET + """output_type: generate_until
 doc_to_text: "{{{{question}}}}"
 doc_to_target: "{{{{answer}}}}"
 generation_kwargs:
