@@ -126,6 +126,17 @@ def test_gradient_window_is_the_last_pass_only():
         torch.testing.assert_close(p.grad, g_model[k], msg=k)
 
 
+def test_carry_keeps_its_strides_across_steps():
+    """A compiled step guards on the carry's strides: the initial carry must look like the one a
+    step returns, or the second step recompiles (it did: z_L was a slice of a full tensor)."""
+    m = URM(tiny_cfg())
+    b = batch()
+    c0 = m.initial_carry(b)
+    c1, _ = m(c0, b, torch.Generator().manual_seed(0))
+    for k in ("z_H", "z_L", "steps", "halted"):
+        assert getattr(c0, k).shape == getattr(c1, k).shape and getattr(c0, k).stride() == getattr(c1, k).stride(), k
+
+
 def test_halting_exploration_and_evaluation_depth():
     torch.manual_seed(0)
     b = batch(B=64, num_ids=5)

@@ -67,7 +67,9 @@ class URM(ACTReasoner):
 
     def initial_carry(self, batch: dict[str, Tensor]) -> Carry:
         carry = super().initial_carry(batch)
-        return replace(carry, z_L=carry.z_L[:, :0])  # (B, 0, D): one latent, z_L holds nothing
+        # (B, 0, D): one latent, z_L holds nothing. A fresh tensor, not a slice of the full one: its
+        # strides then equal those of the z_L a step returns, so a compiled step does not recompile.
+        return replace(carry, z_L=carry.z_H.new_zeros(carry.z_H.shape[0], 0, carry.z_H.shape[2]))
 
     def segment(self, z_H: Tensor, z_L: Tensor, data: dict[str, Tensor],
                 track_puzzle_grad: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor]:
