@@ -112,7 +112,7 @@ def load_model(path: str | Path, device: torch.device | str = "cpu", dtype: str 
     state = ckpt.load(p, map_location="cpu")
     if not isinstance(state, dict):
         raise UserError(f"checkpoint '{p}' is not a state dict or a train-state file")
-    which = "raw"
+    which = (state.get("exported") or {}).get("weights") or "raw"  # an exported folder says what it holds
     if ckpt.is_official(state):
         arch = ckpt.read_official_arch(p)
         name = ckpt.official_kind(arch, str(p))

@@ -28,7 +28,6 @@ from typing import Any
 
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop import hub
-from hrm_deeploop.config import device_name
 from hrm_deeploop.errors import ConfigError, UserError
 
 
@@ -41,10 +40,6 @@ class ExportConfig:
     ema: bool = True  # reasoners: export the weight average when the checkpoint holds one
     repo_id: str | None = None  # OWNER/NAME named in the model card's usage lines (default: a placeholder)
     overwrite: bool = False
-    device: str = "cpu"  # where the model is rebuilt to read its weights
-
-    def __post_init__(self) -> None:
-        device_name("device", self.device)
 
 
 def _load(path: Path, ema: bool) -> tuple[Any, dict[str, Any], str, dict[str, Any]]:
