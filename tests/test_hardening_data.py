@@ -176,6 +176,28 @@ def test_overwrite_replaces_only_the_folder_it_checked(tmp_path, inputs):
     assert tree(out) != ours and sorted(os.listdir(tmp_path)) == ["out"]
 
 
+@pytest.mark.parametrize("native", [True, False])
+def test_rename_noreplace_never_replaces(tmp_path, monkeypatch, native):
+    """renameat2(RENAME_NOREPLACE), and the fallback where it is missing: an empty folder or a file at
+    the target is refused (plain rename(2) would replace both)."""
+    from arc_data import fsio
+
+    if not native:
+        monkeypatch.setattr(fsio, "_RENAMEAT2", None)
+    elif fsio._RENAMEAT2 is None:
+        pytest.skip("no renameat2 here")
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a").write_text("ours")
+    for target in (tmp_path / "empty", tmp_path / "file"):
+        target.mkdir() if target.name == "empty" else target.write_text("theirs")
+        with pytest.raises(FileExistsError):
+            fsio.rename_noreplace(src, target)
+        assert (src / "a").read_text() == "ours"
+    fsio.rename_noreplace(src, tmp_path / "new")
+    assert (tmp_path / "new" / "a").read_text() == "ours" and not src.exists()
+
+
 def test_a_vote_output_appearing_meanwhile_stops_the_whole_publication(tmp_path, inputs):
     before = tree(inputs["root"])
     out = tmp_path / "votes"
