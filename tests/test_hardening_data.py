@@ -265,13 +265,14 @@ def test_a_full_disk_is_one_line_and_frees_the_space(tmp_path, inputs, small_dis
     assert shutil.disk_usage(small_disk).used < 100_000  # the partial shards are gone
 
 
-@pytest.mark.parametrize("builder", ["build-arc", "prepare-text"])
-def test_ctrl_c_before_publishing_removes_the_temp_folder(tmp_path, inputs, builder):
+@pytest.mark.parametrize("builder,sig", [("build-arc", signal.SIGINT), ("prepare-text", signal.SIGINT),
+                                         ("generate-puzzles", signal.SIGTERM)])
+def test_ctrl_c_or_sigterm_before_publishing_removes_the_temp_folder(tmp_path, inputs, builder, sig):
     out = tmp_path / "out"
     p = cli(BUILDERS[builder](inputs, out), stop_at="publish")
     assert [q.name for q in tmp_path.iterdir()] == [temp_name(out, pid=p.pid)]  # the build, staged
-    rc, err = resume(p, signal.SIGINT)
-    assert rc == 130
+    rc, err = resume(p, sig)
+    assert rc == 128 + sig
     one_line(err, "interrupted")
     assert not os.listdir(tmp_path)
 
