@@ -221,3 +221,15 @@ def test_optimizer_state_carried_only_when_asked(setting, tmp_path):
     carried = ckpt.load(ckpt.latest(tmp_path / "y"))["optimizers"]["adam"]["state"]
     assert pre and set(carried) == set(pre)
     assert all(torch.equal(carried[k][n], pre[k][n]) for k in pre for n in pre[k] if torch.is_tensor(pre[k][n]))
+
+
+def test_an_adapted_run_resumes(setting, tmp_path):
+    """Everything else is the normal trainer: stop_after, then resume=true continues to the end."""
+    root, _ = setting
+    base = [*TINY_OVERRIDES, *FAST, f"data_dir={root / 'unseen'}", f"output_dir={tmp_path / 'r'}",
+            f"init_from={root / 'run'}", "adapt.old_rows=keep", "train.max_steps=2"]
+    assert run_subcommand("train", [*base, "train.stop_after=1"]) == 0
+    assert run_subcommand("train", [*base, "resume=true"]) == 0
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["steps"] == 2
+    assert load_model(tmp_path / "r").puzzle_names == load_model(tmp_path / "r" / "checkpoints" / "step_1.pt").puzzle_names
