@@ -153,18 +153,21 @@ def broadcast_object(obj):
     return box[0]
 
 
-def wrap_ddp(model: torch.nn.Module, e: Env, sync_buffers: bool = True) -> torch.nn.Module:
+def wrap_ddp(model: torch.nn.Module, e: Env, sync_buffers: bool = True, unused_parameters: bool = False
+             ) -> torch.nn.Module:
     """DistributedDataParallel when running under torchrun; the bare model otherwise.
 
     sync_buffers=False skips DDP's per-forward buffer broadcast (buffers are still synced once at
     construction): HRM's puzzle table is a buffer updated identically on every rank by SignSGD,
-    and broadcasting it every step would cost its full size (1.8 GB on ARC-1)."""
+    and broadcasting it every step would cost its full size (1.8 GB on ARC-1).
+    unused_parameters=True: some steps leave parameters without a gradient (the looped GPT's
+    truncated back-propagation cuts the embedding norm off the tape), so DDP must look for them."""
     if not e.distributed:
         return model
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     return DDP(model, device_ids=[e.device.index] if e.device.type == "cuda" else None,
-               forward_sync_buffers=sync_buffers)
+               forward_sync_buffers=sync_buffers, find_unused_parameters=unused_parameters)
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:

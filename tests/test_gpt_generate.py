@@ -291,3 +291,46 @@ def test_bench_generate_runs(capsys):
     assert bench_generate.main(["--preset", "tiny", "--device", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "cache=rounds" in out and "x none" in out and "shared (batch 2)" in out
+
+
+RANDOM_DEPTH = {"sampler": "uniform", "min_rounds": 1, "max_rounds": 4, "backprop_rounds": 2}
+
+
+def _depth_ddp_worker(rank: int, world: int, port: int, out: str) -> None:
+    import os
+
+    from hrm_deeploop.training import lm as train_gpt
+    from tests.gpt_helpers import array_data, patterned_tokens, tiny_train_cfg
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank), WANDB_MODE="disabled")
+    torch.set_num_threads(1)
+    stream = patterned_tokens(12_000, seed=0)
+    cfg = tiny_train_cfg(out, tiny_model(num_rounds=2), DEEPLOOP, max_steps=4, micro_batch_size=2, depth=RANDOM_DEPTH)
+    train_gpt.train(cfg, data=array_data(stream, None, 32, 2, rank=rank, world_size=world))
+
+
+def test_random_depth_under_ddp_matches_one_process(tmp_path):
+    """2 gloo ranks x 2 sequences with R drawn per step (uniform 1..4, last 2 rounds on the tape) give
+    the weights of 1 process x 4 sequences: every rank draws the same R from (seed, step)."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    from hrm_deeploop import checkpoint as ckpt
+    from hrm_deeploop.training import lm as train_gpt
+    from tests.gpt_helpers import array_data, patterned_tokens, tiny_train_cfg
+
+    stream = patterned_tokens(12_000, seed=0)
+    single = tiny_train_cfg(str(tmp_path / "single"), tiny_model(num_rounds=2), DEEPLOOP, max_steps=4,
+                            micro_batch_size=4, depth=RANDOM_DEPTH)
+    train_gpt.train(single, data=array_data(stream, None, 32, 4))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.start_processes(_depth_ddp_worker, args=(2, port, str(tmp_path / "ddp")), nprocs=2, join=True,
+                       start_method="spawn")
+    a, b = (ckpt.load(ckpt.step_path(tmp_path / name, 4))["model"] for name in ("single", "ddp"))
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=k)
+    assert {DepthConfig(**RANDOM_DEPTH).rounds_at(s, 0, 2) for s in range(1, 5)} != {2}  # R did vary

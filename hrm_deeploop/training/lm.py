@@ -289,7 +289,9 @@ class LMTrainer(Task):
         self.data = data if data is not None else open_data(cfg, env)  # validates shards; nothing written yet
         self.fwd_model: torch.nn.Module = torch.compile(self.model) if cfg.train.compile else self.model
         # DDP only for the gradient all-reduce; FSDP2 does its own reduce-scatter
-        self.train_model = self.fwd_model if self.sharded else dist_.wrap_ddp(self.fwd_model, env)
+        # truncated back-propagation leaves the embedding norm without a gradient in steps with R > k
+        self.train_model = self.fwd_model if self.sharded else dist_.wrap_ddp(
+            self.fwd_model, env, unused_parameters=cfg.depth.backprop_rounds is not None)
         self.train_model.train()
         self.last_val: float | None = None
         self.epoch = 0  # passes over the training shards started so far (announced when a new one starts)
