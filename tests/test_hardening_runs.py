@@ -39,7 +39,7 @@ import torch
 
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop.cli import main
-from tests.test_bad_inputs import tree
+from tests.test_bad_inputs import sudoku_set, tree  # noqa: F401  (sudoku_set: a fixture)
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
 SHORT = ["train.max_steps=6", "checkpoint.every=2"]
@@ -83,13 +83,10 @@ def no_temp_files(root: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory) -> Path:
+def base(tmp_path_factory, sudoku_set) -> Path:  # noqa: F811 (the imported fixture)
     """ds/ (a 4x4 Sudoku dataset) and run/ (a run of it stopped at step 2 of 6, checkpoint step_2.pt)."""
     root = tmp_path_factory.mktemp("hardening")
-    assert main(["generate-puzzles", "task=sudoku", "size=4", "count_train=40", "count_test=8",
-                 f"output_dir={root / 'csv'}", "progress=false"]) == 0
-    assert main(["build-puzzles", "task=sudoku", f"source={root / 'csv'}", f"output_dir={root / 'ds'}",
-                 "progress=false"]) == 0
+    shutil.copytree(sudoku_set, root / "ds")
     p = cli(root, *train(*SHORT, "train.stop_after=2"))
     assert p.returncode == 0, p.stderr
     assert [s for s, _ in ckpt.list_checkpoints(root / "run")] == [2]
