@@ -255,7 +255,8 @@ def test_a_killed_trainer_leaves_no_lock_behind(tmp_path, base):
     assert steps_logged(tmp_path / "run") == [1, 2, 3, 4, 5, 6]
 
 
-@pytest.mark.parametrize("name", [ckpt.LOCK_FILE, pytest.param("metrics.jsonl", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [ckpt.LOCK_FILE, "metrics.jsonl"])
 def test_a_run_folder_file_that_links_elsewhere_is_refused_and_its_target_untouched(tmp_path, base, name):
     """The lock file and the metrics log are opened for writing in place: a symlink planted there
     could make the run truncate anyone's file."""
