@@ -8,7 +8,6 @@ place at the end, so a failed or killed build never leaves a half-written `outpu
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import time
@@ -20,7 +19,7 @@ import numpy as np
 from arc_data import format as F
 from arc_data.errors import ArcDataError
 from arc_data.fsio import (
-    atomic_dir,
+    atomic_dirs,
     checked_output_dir,
     dir_size,
     package_version,
@@ -281,10 +280,10 @@ def build(cfg: BuildConfig) -> BuildSummary:
                  "task_split": split_info}
         prepared.append((tgt, job_tasks, plan, counts, short, manifest_dict(cfg, infos, plan, counts, short) | extra))
 
-    # Every dataset is staged first, then each published in turn: an error while staging leaves none.
-    with contextlib.ExitStack() as stack:
-        for tgt, _, plan, _, _, manifest in prepared:
-            write_dataset(plan, stack.enter_context(atomic_dir(tgt)), cfg.materialize, manifest, cfg.progress)
+    # Every dataset is staged first, then all are published or none (a race on one takes back the others).
+    with atomic_dirs([tgt for tgt, *_ in prepared]) as tmps:
+        for tmp, (_, _, plan, _, _, manifest) in zip(tmps, prepared):
+            write_dataset(plan, tmp, cfg.materialize, manifest, cfg.progress)
 
     summaries = [
         BuildSummary(

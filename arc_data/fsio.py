@@ -23,7 +23,8 @@ computes anything.
     with atomic_dir(target) as tmp:                            # write everything under tmp
         ...
     # tmp was fsynced and renamed to target.path; on any exception (Ctrl-C too) it was removed and
-    # the output is untouched; an OSError (full disk, ...) became one line naming the path and errno
+    # the output is untouched; an OSError (full disk, ...) became one line naming the path and errno;
+    # atomic_dirs([a, b]) publishes several folders all or none
 
 The temporary folder sits beside the output (`.<name>.tmp-<pid>`, a long name cut and hashed so it
 fits 255 bytes), so the final rename stays on one filesystem. Temp folders of killed builds (whose
@@ -342,9 +343,10 @@ def _is_replaceable(path: Path, marker: str | None) -> bool:
         marker is None or not any(path.iterdir()) or (path / marker).is_file())
 
 
-def _publish_dir(tmp: Path, target: OutputDir) -> None:
+def _publish_dir(tmp: Path, target: OutputDir) -> Path | None:
+    """Rename `tmp` to the output without replacing anything unchecked; returns where the checked
+    earlier folder was set aside (the caller removes it once everything is published), or None."""
     out = target.path
-    stop_point("publish")
     if target.found is not None and _identity(out) is not None:
         old = out.parent / temp_name(out, "old")
         rename_noreplace(out, old)  # set the checked folder aside, then make sure it is the one checked
@@ -357,8 +359,7 @@ def _publish_dir(tmp: Path, target: OutputDir) -> None:
         except FileExistsError:
             raise ArcDataError(f"{out}: a folder appeared there while {target.writer} was publishing; left it "
                                f"untouched, the earlier output is kept as {old}") from None
-        shutil.rmtree(old, ignore_errors=True)
-        return
+        return old
     try:
         rename_noreplace(tmp, out)
     except OSError as e:
@@ -366,36 +367,66 @@ def _publish_dir(tmp: Path, target: OutputDir) -> None:
             raise
         raise ArcDataError(f"{out}: appeared while {target.writer} ran (it was not there at the start); left it "
                            "untouched and discarded this output: remove it or choose another output_dir") from None
+    return None
+
+
+@contextmanager
+def atomic_dirs(targets: list[OutputDir]) -> Iterator[list[Path]]:
+    """Yield a fresh temp folder beside each output; when the block ends, fsync them and publish
+    them all or none (a no-replace rename each; if one fails, those already published are taken
+    back and their earlier folders put back). Only the folder `checked_output_dir` found may be
+    replaced; a folder that appeared meanwhile is an error and stays untouched. On any exception,
+    Ctrl-C included, the temp folders are removed; an environment fault (full disk, file-size
+    limit, read-only folder) becomes one line naming the path and the errno."""
+    tmps: list[Path] = []
+    writer = targets[0].writer if targets else "this command"
+    shown = ", ".join(str(t.path) for t in targets)
+    try:
+        for target in targets:
+            out = target.path
+            tmp = out.parent / temp_name(out)
+            try:
+                out.parent.mkdir(parents=True, exist_ok=True)
+                remove_stale_tmp(out)
+                shutil.rmtree(tmp, ignore_errors=True)
+                tmp.mkdir()
+            except OSError as e:
+                raise ArcDataError(f"{writer}: cannot create a temp folder beside {out}: "
+                                   f"{os_error_line(e, tmp)}") from None
+            tmps.append(tmp)
+        yield tmps
+        for tmp in tmps:
+            fsync_tree(tmp)  # durable before the rename publishes it (a power cut cannot leave it half-written)
+        stop_point("publish")
+        done: list[tuple[Path, OutputDir, Path | None]] = []
+        try:
+            for tmp, target in zip(tmps, targets):
+                done.append((tmp, target, _publish_dir(tmp, target)))
+        except BaseException:
+            for tmp, target, old in reversed(done):  # all or none
+                rename_noreplace(target.path, tmp)
+                if old is not None:
+                    rename_noreplace(old, target.path)
+            raise
+        for _, _, old in done:
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+    except OSError as e:
+        for tmp in tmps:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise ArcDataError(f"{writer}: {os_error_line(e, tmps[-1] if tmps else shown)}; nothing was published, "
+                           f"{shown} {'is' if len(targets) == 1 else 'are'} as it was") from None
+    except BaseException:
+        for tmp in tmps:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 @contextmanager
 def atomic_dir(target: OutputDir) -> Iterator[Path]:
-    """Yield a fresh temp folder beside the output; publish it (fsync, a no-replace rename) when the
-    block ends. Only the folder `checked_output_dir` found may be replaced; a folder that appeared
-    meanwhile is an error and stays untouched. On any exception, Ctrl-C included, the temp folder is
-    removed; an environment fault (full disk, file-size limit, read-only folder) becomes one line
-    naming the path and the errno."""
-    out = target.path
-    tmp = out.parent / temp_name(out)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        remove_stale_tmp(out)
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-    except OSError as e:
-        raise ArcDataError(f"{target.writer}: cannot create a temp folder beside {out}: "
-                           f"{os_error_line(e, tmp)}") from None
-    try:
+    """`atomic_dirs` for one output folder: yields its temp folder."""
+    with atomic_dirs([target]) as (tmp,):
         yield tmp
-        fsync_tree(tmp)  # durable before the rename publishes it (a power cut cannot leave it half-written)
-        _publish_dir(tmp, target)
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise ArcDataError(f"{target.writer}: {os_error_line(e, tmp)}; nothing was published, {out} is as "
-                           "it was") from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def publish_files(stage: Path, out: Path, names: Iterable[str], overwrite: bool, writer: str) -> list[str]:

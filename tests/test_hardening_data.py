@@ -154,6 +154,20 @@ def test_a_folder_appearing_during_the_build_is_left_untouched(tmp_path, inputs,
     assert tree(inputs["root"]) == before
 
 
+@pytest.mark.parametrize("taken", ["pretrain", "unseen"])
+def test_two_datasets_of_one_build_are_published_together_or_not_at_all(tmp_path, inputs, taken):
+    """build-arc holdout_dir=: a folder appearing at either output publishes neither (one already
+    published is taken back)."""
+    p = cli(["build-arc", f"sources=[{inputs['arc']}]", "num_aug=2", f"output_dir={tmp_path / 'pretrain'}",
+             "holdout_tasks=[ev00]", f"holdout_dir={tmp_path / 'unseen'}", "progress=false"], stop_at="publish")
+    plant(tmp_path / taken)
+    rc, err = resume(p)
+    assert rc == 2
+    one_line(err, str(tmp_path / taken), "appeared while")
+    assert_untouched(tmp_path / taken)
+    assert sorted(os.listdir(tmp_path)) == [taken] and not leftovers(tmp_path)
+
+
 def test_overwrite_replaces_only_the_folder_it_checked(tmp_path, inputs):
     out = tmp_path / "out"
     args = BUILDERS["generate-puzzles"](inputs, out)
