@@ -358,22 +358,29 @@ def _run(cfg: Any, task: Task, env: runtime.Env, resume_from: Path | None, ident
         path = ckpt.step_path(run_dir, at)
         local = task.local_state()
         state = task.state_dict()  # on every rank: it may be collective (FSDP2 gathers the full tensors)
+        side_error = None  # a full disk, a read-only folder: the temp file is gone, the old ones stay
         try:
             if env.rank > 0 and local is not None:
                 ckpt.save(_rank_file(path, env.rank), {"local": local})
-            runtime.barrier()
-            if env.is_main:
+        except UserError as e:
+            side_error = str(e)
+        if runtime.max_over_ranks(int(side_error is not None)):  # every rank stops, none waits (and a barrier)
+            raise UserError(f"{side_error or 'another rank could not write its checkpoint file'}; {last_saved()}")
+
+        def write_main() -> None:
+            try:
                 ckpt.save(path, {"step": at, **state, "rng": ckpt.rng_state(), "local": local,
                                  "recent_losses": list(recent), "last_eval": last_eval,
                                  "wall_time_s": wall_before + time.perf_counter() - started, "config": task.config})
-        except UserError as e:  # a full disk, a read-only folder: the temp file is gone, the old ones stay
-            raise UserError(f"{e}; {last_saved()}") from None
-        if env.is_main and ck.keep > 0:
-            for _, old in ckpt.list_checkpoints(run_dir)[:-ck.keep]:
-                old.unlink(missing_ok=True)
-                for side in old.parent.glob(f"{old.stem}.rank*.pt"):
-                    side.unlink(missing_ok=True)
-        runtime.barrier()
+            except UserError as e:
+                raise UserError(f"{e}; {last_saved()}") from None
+            if ck.keep > 0:
+                for _, old in ckpt.list_checkpoints(run_dir)[:-ck.keep]:
+                    old.unlink(missing_ok=True)
+                    for side in old.parent.glob(f"{old.stem}.rank*.pt"):
+                        side.unlink(missing_ok=True)
+
+        _on_main(write_main, env)  # its error reaches every rank; a collective, so also the barrier
         saved_at = at
 
     status, out_of_time = "running", False
