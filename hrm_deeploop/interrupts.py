@@ -56,7 +56,8 @@ def handled() -> Iterator[None]:
         yield
     finally:
         for s, h in previous.items():
-            signal.signal(s, h)
+            if h is not None:  # None: a handler not installed from Python, which cannot be put back
+                signal.signal(s, h)
 
 
 @contextlib.contextmanager
