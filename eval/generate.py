@@ -57,8 +57,8 @@ class GenerateConfig:
 class TextStream:
     """Decode the growing token list and write only the new, complete text."""
 
-    def __init__(self, tokenizer, out=sys.stdout):
-        self.tokenizer, self.out = tokenizer, out
+    def __init__(self, tokenizer, out=None):
+        self.tokenizer, self.out = tokenizer, out or sys.stdout  # looked up now (capture swaps it)
         self.tokens: list[int] = []
         self.written = 0
 
