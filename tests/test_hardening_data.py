@@ -279,6 +279,28 @@ def test_a_full_disk_is_one_line_and_frees_the_space(tmp_path, inputs, small_dis
     assert shutil.disk_usage(small_disk).used < 100_000  # the partial shards are gone
 
 
+@pytest.fixture
+def read_only(tmp_path):
+    """A folder made immutable (chattr +i holds even for root), skipped where chattr cannot."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    (ro / "votes").mkdir()
+    if subprocess.run(["chattr", "+i", str(ro)], capture_output=True).returncode:
+        pytest.skip("chattr +i is not available here")
+    yield ro
+    subprocess.run(["chattr", "-i", str(ro)], check=True)
+
+
+def test_a_read_only_output_is_refused_before_any_work(tmp_path, capsys, inputs, read_only):
+    run_bad(tmp_path, capsys, BUILDERS["generate-puzzles"](inputs, read_only / "new"), f"{read_only} is not writable")
+    subprocess.run(["chattr", "+i", str(read_only / "votes")], check=True)
+    try:
+        run_bad(tmp_path, capsys, ["vote", f"predictions={inputs['preds']}", f"data_dir={inputs['arc_ds']}",
+                                   f"output_dir={read_only / 'votes'}"], f"{read_only / 'votes'} is not writable")
+    finally:
+        subprocess.run(["chattr", "-i", str(read_only / "votes")], check=True)
+
+
 @pytest.mark.parametrize("builder,sig", [("build-arc", signal.SIGINT), ("prepare-text", signal.SIGINT),
                                          ("generate-puzzles", signal.SIGTERM)])
 def test_ctrl_c_or_sigterm_before_publishing_removes_the_temp_folder(tmp_path, inputs, builder, sig):
