@@ -10,16 +10,28 @@ an allocation traceback, swap, or an hour of work:
                fix="lower num_aug")
 
 Estimates are of the arrays the code allocates (upper bounds where the exact count is known only
-after the work); the docs give the measured figures next to them (docs/robustness.md).
+after the work); the docs give the measured figures next to them (docs/robustness.md). A request
+that fits but is large (LARGE bytes of memory or of disk, or more) is said first, in one line on
+stderr, so an honest request that takes an hour or fills a disk is no surprise. The trainers and
+`evaluate` estimate their models with `hrm_deeploop.runtime.estimate_memory` and compare through
+`check_fits` too, passing the device's free memory for CUDA.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from arc_data.errors import ArcDataError
+
+LARGE = 10**9  # bytes of memory or of disk from which a request that fits is announced before it starts
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def human(n: float) -> str:
@@ -57,18 +69,31 @@ def free_disk(path: Path) -> int | None:
         return None
 
 
-def check_fits(what: str, memory: float = 0, disk: float = 0, at: Path | None = None, fix: str = "") -> None:
+def check_fits(what: str, memory: float = 0, disk: float = 0, at: Path | None = None, fix: str = "",
+               available: int | None = None, where: str = "available",
+               say: Callable[[str], None] | None = _stderr) -> None:
     """Refuse `what` if it needs more `memory` bytes than are available, or writes more `disk`
-    bytes than are free at `at`."""
+    bytes than are free at `at`. `available` / `where`: the memory to compare with and its name
+    (default MemAvailable, "available"; the trainers pass a CUDA device's free memory). A request
+    that fits and needs LARGE bytes or more is announced through `say` (None: silent)."""
     tail = f"; {fix}" if fix else ""
-    avail = available_memory() if memory else None
+    avail = (available if available is not None else available_memory()) if memory else None
     if avail is not None and memory > avail:
         raise ArcDataError(f"{what}: needs about {human(memory)} of memory, more than the {human(avail)} "
-                           f"available{tail}")
+                           f"{where}{tail}")
     free = free_disk(at) if disk and at is not None else None
     if free is not None and disk > free:
         raise ArcDataError(f"{what}: would write about {human(disk)}, more than the {human(free)} free at "
                            f"{at}{tail}")
+    if say is not None and max(memory, disk) >= LARGE:
+        parts = []
+        if memory:
+            parts.append(f"needs about {human(memory)} of memory" + (f" ({human(avail)} {where})" if avail is not None
+                                                                     else ""))
+        if disk:
+            parts.append(f"will write about {human(disk)}" + (f" ({human(free)} free at {at})" if free is not None
+                                                               else ""))
+        say(f"note: {what}: a large request: {' and '.join(parts)} (estimated before starting)")
 
 
 def check_count(what: str, asked: int, most: int, why: str, fix: str = "") -> None:

@@ -101,9 +101,11 @@ SCHEMAS: dict[str, type] = {"hrm": HRMConfig, "trm": TRMConfig, "urm": URMConfig
 
 
 def load_model(path: str | Path, device: torch.device | str = "cpu", dtype: str = "auto",
-               seq_len: int | None = None, ema: bool = True) -> LoadedModel:
+               seq_len: int | None = None, ema: bool = True, batch: int = 0) -> LoadedModel:
     """Build the model a checkpoint describes and load its weights (ours, HRM or TRM, or an official
     HRM or TRM one). With `ema`, a checkpoint of ours that holds a weight average loads the average.
+    With `batch` (rows per forward), a model and batch this machine cannot hold are refused in one
+    line before the model is built (runtime.estimate_memory).
 
     An official RoPE checkpoint does not record the sequence length (HRM and TRM take it from the
     dataset): `seq_len` supplies it, default 900 (the ARC format)."""
@@ -143,6 +145,13 @@ def load_model(path: str | Path, device: torch.device | str = "cpu", dtype: str 
     run_dtype = D.compute_dtype(cfg.forward_dtype, device) if dtype == "auto" else D.DTYPES.get(dtype)
     if run_dtype is None:
         raise ConfigError(f"dtype='{dtype}' must be auto or one of {sorted(D.DTYPES)}")
+    if batch:
+        est = D.estimate_memory(lambda: build_reasoner(cfg, scaling, run_dtype), copies=1, batch=batch,
+                                seq_len=cfg.seq_len, hidden=cfg.hidden_size, heads=cfg.num_heads, layers=1,
+                                dtype=run_dtype)
+        D.check_memory(f"evaluate: checkpoint '{p}' holds model={cfg.name} hidden_size={cfg.hidden_size} "
+                       f"({est.parameters:,} parameters); at {batch} rows x {cfg.seq_len} tokens per forward", est,
+                       device, fix="lower global_batch_size, or evaluate on a machine with more memory")
     model = build_reasoner(cfg, scaling, run_dtype)
     try:
         model.load_state_dict(weights)
@@ -181,9 +190,8 @@ def predict_split(model: ACTReasoner, split: Any, env: D.Env, global_batch_size:
                   show_progress: bool = True, rows: torch.Tensor | None = None) -> dict[str, np.ndarray] | None:
     """Predictions of this rank's rows, gathered on rank 0 in dataset order (None on other ranks).
     `rows`: dataset id -> puzzle-table row (`data.rows.row_map`), applied to the model's input only."""
-    from hrm_deeploop.data.rows import map_rows
-
     from hrm_deeploop.data.puzzles import num_sequential_batches, sequential_batches
+    from hrm_deeploop.data.rows import map_rows
     from hrm_deeploop.runtime import progress
 
     model.eval()
@@ -261,12 +269,13 @@ def run(c: EvaluateConfig) -> int:
 
             group_for(task, int(meta_value(split, "seq_len")), int(meta_value(split, "vocab_size")))
             check_request(c.tta, int(split.num_examples), int(meta_value(split, "seq_len")), out)
-        loaded = load_model(c.checkpoint, env.device, c.dtype, seq_len=int(meta_value(split, "seq_len")), ema=c.ema)
+        G = c.global_batch_size or (768 if env.device.type == "cuda" else 16 * env.world_size)
+        loaded = load_model(c.checkpoint, env.device, c.dtype, seq_len=int(meta_value(split, "seq_len")), ema=c.ema,
+                            batch=max(1, G // env.world_size))
         rows = table_rows(loaded, c.data_dir)
         check_matches(loaded.config if rows is None else replace(loaded.config, num_puzzle_identifiers=int(
             meta_value(split, "num_puzzle_identifiers"))), split, str(Path(c.data_dir) / c.split),
             what=f"checkpoint '{loaded.path}'")
-        G = c.global_batch_size or (768 if env.device.type == "cuda" else 16 * env.world_size)
         trained = loaded.config.halt_max_steps
         D.print0(f"evaluate: {loaded.kind} {loaded.config.name.upper()} checkpoint {loaded.path} (step {loaded.step}, "
                  f"{loaded.weights} weights), "

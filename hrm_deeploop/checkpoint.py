@@ -44,6 +44,8 @@ try:  # numpy >= 2
 except ImportError:  # numpy 1.x
     from numpy.core.multiarray import _reconstruct as _np_reconstruct
 
+from arc_data.budget import check_fits
+from arc_data.fsio import why_not_a_file
 from hrm_deeploop import __version__, hub
 from hrm_deeploop.errors import UserError, os_error
 
@@ -109,7 +111,10 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
     corrupt file is one line too."""
     path = Path(path)
     if not path.is_file():
-        raise UserError(f"checkpoint '{path}' does not exist")
+        raise UserError(f"checkpoint '{path}' {why_not_a_file(path)}")
+    # reading it takes about its size in host memory: refused up front when that is not there
+    check_fits(f"checkpoint '{path}'", memory=path.stat().st_size, fix="load it on a machine with more memory",
+               say=None)
     if path.suffix == ".safetensors":  # an exported folder's weights (`hrm-deeploop export`)
         return {"format": FORMAT, **hub.read_export(path.parent)}
     try:
@@ -156,8 +161,8 @@ def resolve(path: str | Path) -> Path:
         if found is None:
             raise UserError(f"checkpoint folder '{p}' holds no checkpoints/step_N.pt")
         return found
-    if not p.is_file():
-        raise UserError(f"checkpoint '{p}' does not exist")
+    if not p.is_file():  # a symbolic-link loop, a FIFO or a device is named as such, never opened
+        raise UserError(f"checkpoint '{p}' {why_not_a_file(p)}")
     return p
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -179,3 +180,71 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
             model = model._orig_mod
         else:
             return model
+
+
+# ---- memory, estimated before a model is allocated -----------------------------------------------
+
+# Values one block keeps per token for its backward, per hidden unit (the norms' inputs, q/k/v, the
+# attention output, SwiGLU's gate, up and product at expansion 4: about 16) and per head and key
+# (the attention probabilities and their softmax input, where attention is not fused). A rough
+# bound, not a measurement of each kernel: docs/robustness.md gives measured peaks beside it.
+ACT_PER_HIDDEN = 16
+ACT_PER_HEAD_KEY = 2
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """What a model will hold: its parameters (counted exactly on the meta device), the bytes of
+    weights, gradients and optimiser state, and a rough bound on one step's activations."""
+
+    parameters: int
+    weight_bytes: int  # parameters and buffers, once
+    state_bytes: int  # weights x copies (gradients, optimiser moments, a weight average) + buffers
+    activation_bytes: int
+
+    @property
+    def total(self) -> int:
+        return self.state_bytes + self.activation_bytes
+
+    def describe(self) -> str:
+        from arc_data.budget import human
+
+        return (f"{self.parameters:,} parameters: {human(self.state_bytes)} of weights, gradients and optimiser "
+                f"state, about {human(self.activation_bytes)} of activations (an estimate)")
+
+
+def estimate_memory(build: Any, *, copies: int, batch: int, seq_len: int, hidden: int, heads: int, layers: int,
+                    dtype: torch.dtype, head_values: int = 0, shards: int = 1) -> MemoryEstimate:
+    """The memory `build()` (a function returning the model) will need, without allocating it: the
+    model is built on the meta device (shapes only), its parameters counted; `copies` of them are
+    held (1 to predict; 4 to train with Adam: weights, gradients, two moments; 5 with a weight
+    average), split over `shards` ranks (FSDP); activations: batch x seq_len tokens x (`layers`
+    blocks on the tape x (ACT_PER_HIDDEN x hidden + ACT_PER_HEAD_KEY x heads x seq_len) +
+    `head_values`, the output head's per token: 3 x vocab for a language model's logits, their
+    softmax and gradient) values of `dtype`."""
+    with torch.device("meta"):
+        model = build()
+    params = sum(p.numel() for p in model.parameters())
+    param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    buffer_bytes = sum(b.numel() * b.element_size() for b in model.buffers())
+    per_token = layers * (ACT_PER_HIDDEN * hidden + ACT_PER_HEAD_KEY * heads * seq_len) + head_values
+    activations = batch * seq_len * per_token * torch.empty((), dtype=dtype).element_size()
+    return MemoryEstimate(parameters=params, weight_bytes=param_bytes + buffer_bytes,
+                          state_bytes=(copies * param_bytes + buffer_bytes) // shards, activation_bytes=activations)
+
+
+def check_memory(what: str, est: MemoryEstimate, device: torch.device, fix: str) -> None:
+    """Refuse in one line when `est` cannot fit: on CUDA the device's free memory (the weights are
+    built in host memory first, so that is checked too), on CPU the available RAM; a large request
+    that fits is announced on stderr (rank 0) before anything is allocated."""
+    from arc_data.budget import check_fits
+
+    def say(line: str) -> None:
+        print0(f"{line} ({est.describe()})", file=sys.stderr)
+
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        check_fits(what, memory=est.weight_bytes, fix=fix, say=None)
+        check_fits(what, memory=est.total, available=free, where=f"free on {device}", fix=fix, say=say)
+    else:
+        check_fits(what, memory=est.total, fix=fix, say=say)

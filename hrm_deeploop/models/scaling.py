@@ -269,6 +269,23 @@ def model_depth(model_cfg: Any, scaling: ScalingConfig) -> Depth:
     raise ConfigError(f"model.name='{model_cfg.name}' is not 'hrm', 'trm', 'urm' or 'gpt'")
 
 
+def tape_layers(model_cfg: Any, tape_rounds: int | None = None) -> int:
+    """Block applications one backward keeps activations for (the memory estimate's depth): HRM's
+    one-step gradient K_H + K_L (the last H and L updates), TRM's last recursion (n+1)K, URM's
+    last pass C_L K, the looped GPT's K x (rounds on the tape; `tape_rounds`, default R)."""
+    name = model_cfg.name
+    if name == "hrm":
+        return hrm_depth(model_cfg.num_h_layers, model_cfg.num_l_layers, model_cfg.num_h_cycles,
+                         model_cfg.num_l_cycles, "autograd").N_g
+    if name == "trm":
+        return trm_depth(model_cfg.num_layers, model_cfg.num_h_cycles, model_cfg.num_l_cycles).N_g
+    if name == "urm":
+        return urm_depth(model_cfg.num_layers, model_cfg.num_h_cycles, model_cfg.num_l_cycles).N_g
+    if name == "gpt":
+        return model_cfg.num_blocks * (tape_rounds or model_cfg.num_rounds)
+    raise ConfigError(f"model.name='{name}' is not 'hrm', 'trm', 'urm' or 'gpt'")
+
+
 def format_table(report: dict) -> str:
     def fmt(v: Any) -> str:
         if v is None:

@@ -38,6 +38,7 @@ from hrm_deeploop.errors import ConfigError, UserError
 from hrm_deeploop.models.config import GPTConfig, model_config
 from hrm_deeploop.models.depth import DepthConfig
 from hrm_deeploop.models.gpt import GPT, flops_per_token
+from hrm_deeploop.models.scaling import tape_layers
 from hrm_deeploop.training import fsdp
 from hrm_deeploop.training.loop import (
     CheckpointConfig,
@@ -255,6 +256,26 @@ def left_floor(loss: float | None, floor: float | None, margin: float) -> bool |
     return loss < floor - margin
 
 
+def check_training_memory(cfg: TrainGPTConfig, env: dist_.Env, dtype: torch.dtype) -> None:
+    """Refuse a looped GPT and micro-batch this machine cannot hold, before allocating them:
+    weights, gradients and AdamW's two moments (sharded under FSDP), the activations of the rounds
+    on the tape (the most R the depth sampler draws, or its backprop_rounds) and the logits
+    (runtime.estimate_memory)."""
+    m, d = cfg.model, cfg.depth
+    rounds = m.num_rounds if not d.varies else (
+        math.ceil(d.mean_rounds) if d.sampler == "lognormal_poisson" and d.max_rounds is None else d.max(m.num_rounds))
+    if d.backprop_rounds is not None:
+        rounds = min(rounds, d.backprop_rounds)
+    rows = cfg.train.micro_batch_size
+    est = dist_.estimate_memory(lambda: GPT(m, cfg.scaling), copies=4, batch=rows, seq_len=m.seq_len,
+                                hidden=m.hidden_size, heads=m.num_heads, layers=tape_layers(m, rounds), dtype=dtype,
+                                head_values=3 * m.vocab_size,
+                                shards=env.world_size if cfg.train.fsdp and env.distributed else 1)
+    dist_.check_memory(f"train-gpt: hidden_size={m.hidden_size}, {m.num_blocks} blocks x {rounds} rounds on the tape "
+                       f"({est.parameters:,} parameters) at {rows} x {m.seq_len} tokens per micro-batch", est,
+                       env.device, fix="lower model.hidden_size, model.num_blocks or train.micro_batch_size")
+
+
 # ---- the step --------------------------------------------------------------------------------
 
 
@@ -277,6 +298,7 @@ class LMTrainer(Task):
         self.flops_per_unit = flops_per_token(m)
         self.peak_tflops = cfg.train.mfu_peak_tflops
         self.config = run_config_dict(cfg)
+        check_training_memory(cfg, env, self.dtype)  # before the model exists: refused or announced in one line
         dist_.seed_all(cfg.seed)
         self.model = GPT(m, cfg.scaling, scaling_rounds=cfg.depth.scaling_rounds(m.num_rounds, self.total_steps)
                          ).to(env.device)

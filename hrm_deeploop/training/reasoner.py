@@ -43,13 +43,13 @@ from hrm_deeploop.data.puzzles import (
     sequential_batches,
     steps_per_epoch,
 )
+from hrm_deeploop.data.rows import map_rows
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.models.config import HRMConfig, TRMConfig, URMConfig, model_config
 from hrm_deeploop.models.hrm import ACTReasoner, Carry, carry_from_state, carry_state, carry_to
 from hrm_deeploop.models.losses import act_loss
 from hrm_deeploop.models.reasoners import build_reasoner
-from hrm_deeploop.models.scaling import model_depth
-from hrm_deeploop.data.rows import map_rows
+from hrm_deeploop.models.scaling import model_depth, tape_layers
 from hrm_deeploop.training.adapt import AdaptConfig, Start, dense_trainable, prepare
 from hrm_deeploop.training.ema import EMA
 from hrm_deeploop.training.loop import (
@@ -161,6 +161,21 @@ def split_batch(t: dict[str, torch.Tensor], parts: int) -> list[dict[str, torch.
     return [{k: v[i * n:(i + 1) * n] for k, v in t.items()} for i in range(parts)]
 
 
+def check_training_memory(cfg: TrainConfig, env: D.Env, dtype: torch.dtype) -> None:
+    """Refuse a model and batch this machine cannot hold, before allocating them: weights,
+    gradients, AdamATan2's two moments (and TRM's weight average), and the activations of one
+    micro-batch's segment on the tape (runtime.estimate_memory)."""
+    m = cfg.model
+    rows = max(1, cfg.train.global_batch_size // env.world_size // cfg.train.grad_accum)
+    est = D.estimate_memory(lambda: build_reasoner(m, cfg.scaling, dtype), copies=4 + int(cfg.train.ema),
+                            batch=rows, seq_len=m.seq_len, hidden=m.hidden_size, heads=m.num_heads,
+                            layers=tape_layers(m), dtype=dtype)
+    D.check_memory(f"train: model={m.name} hidden_size={m.hidden_size} ({est.parameters:,} parameters) at {rows} "
+                   f"rows x {m.seq_len} tokens per micro-batch", est, env.device,
+                   fix="lower model.hidden_size or the layer counts, or train.global_batch_size (or raise "
+                       "train.grad_accum)")
+
+
 class Trainer(Task):
     """Model, optimisers, sampler, carry and step: everything a checkpoint holds."""
 
@@ -182,6 +197,7 @@ class Trainer(Task):
         self.name = cfg.model.name
         self.config = run_config_dict(cfg)
         self.dtype = D.compute_dtype(cfg.model.forward_dtype, env.device)
+        check_training_memory(cfg, env, self.dtype)  # before the model exists: refused or announced in one line
         torch.manual_seed(cfg.seed)  # the same init on every rank (DDP also syncs at construction)
         self.model = build_reasoner(cfg.model, cfg.scaling, self.dtype).to(env.device)
         self.start = start
