@@ -35,33 +35,30 @@ def _rows(out) -> list[dict[str, str]]:
 def test_local_pool_runs_cells_skips_finished_and_aggregates(shards, tmp_path, capsys):
     out = tmp_path / "study"
     args = ["study", "trainer=train-gpt", f"output_dir={out}", _gpt_base(shards),
-            "grid={scaling:[baseline,deeploop]}", "seeds=[0,1]", "jobs=2"]
+            "grid={scaling:[baseline,deeploop]}", "seeds=[3]", "jobs=2"]
     assert main(args) == 0
     for cell in ("scaling-baseline", "scaling-deeploop"):
-        for seed in (0, 1):
-            summary = json.loads((out / cell / f"s{seed}" / "summary.json").read_text())
-            assert summary["status"] == "finished" and summary["steps"] == 3 and summary["seed"] == seed
-            assert summary["scaling"]["scheme"] == cell.split("-")[1]
+        summary = json.loads((out / cell / "s3" / "summary.json").read_text())
+        assert summary["status"] == "finished" and summary["steps"] == 3 and summary["seed"] == 3
+        assert summary["scaling"]["scheme"] == cell.split("-")[1]
     rows = _rows(out)
-    assert [(r["scaling"], r["seed"], r["status"]) for r in rows] == [
-        ("baseline", "0", "finished"), ("baseline", "1", "finished"),
-        ("deeploop", "0", "finished"), ("deeploop", "1", "finished")]
-    assert all(r["metric"] == "final_val_loss" for r in rows)
-    vals = {(r["scaling"], r["seed"]): float(r["value"]) for r in rows}
+    assert [(r["scaling"], r["seed"], r["status"], r["metric"]) for r in rows] == [
+        ("baseline", "3", "finished", "final_val_loss"), ("deeploop", "3", "finished", "final_val_loss")]
+    vals = {r["scaling"]: float(r["value"]) for r in rows}
+    assert vals["baseline"] == json.loads((out / "scaling-baseline" / "s3" / "summary.json").read_text())["final_val_loss"]
     md = (out / "study.md").read_text()
-    base = spread([vals["baseline", "0"], vals["baseline", "1"]])
-    assert f"| baseline | 2/2 | {base.mean:.4g} | {base.std:.4g} |" in md
-    u, p = mann_whitney_u([vals["deeploop", "0"], vals["deeploop", "1"]], [vals["baseline", "0"], vals["baseline", "1"]])
-    assert "| deeploop | 2 | 2 | " in md and f"| {u:g} | {p:.3g} |" in md
+    assert f"| baseline | 1/1 | {vals['baseline']:.4g} | 0 | {vals['baseline']:.4g} | {vals['baseline']:.4g} |" in md
+    u, p = mann_whitney_u([vals["deeploop"]], [vals["baseline"]])
+    assert f"| deeploop | 1 | 1 | {vals['deeploop'] - vals['baseline']:.4g} | {u:g} | {p:.3g} |" in md
     assert (out / "study.png").stat().st_size > 0
     capsys.readouterr()
     logs = sorted(p.name for p in (out / "logs").iterdir())
-    mtime = (out / "scaling-baseline" / "s0" / "summary.json").stat().st_mtime_ns
+    mtime = (out / "scaling-baseline" / "s3" / "summary.json").stat().st_mtime_ns
     assert main(args) == 0  # again: every run is finished, nothing starts
     printed = capsys.readouterr().out
-    assert printed.count("done, skipped") == 4 and "0 to run" in printed
+    assert printed.count("done, skipped") == 2 and "0 to run" in printed
     assert sorted(p.name for p in (out / "logs").iterdir()) == logs
-    assert (out / "scaling-baseline" / "s0" / "summary.json").stat().st_mtime_ns == mtime
+    assert (out / "scaling-baseline" / "s3" / "summary.json").stat().st_mtime_ns == mtime
 
 
 def test_submitit_local_executor_runs_two_hrm_cells(tmp_path):
@@ -127,3 +124,13 @@ def test_multi_process_runs_are_torchrun_with_c10d_rendezvous():
     assert argv[1:9] == ["-m", "torch.distributed.run", "--nnodes=2", "--rdzv-backend=c10d",
                          "--rdzv-endpoint=node017:29555", "--rdzv-id=4242", "--nproc-per-node=8", "-m"]
     assert argv[9:] == ["hrm_deeploop.cli", "train-gpt", "seed=1"]
+
+
+def test_spread_is_mean_and_sample_std():
+    import statistics
+
+    xs = [0.845, 0.275, 0.5, 0.61]
+    sp = spread(xs)
+    assert (sp.n, sp.min, sp.max) == (4, 0.275, 0.845)
+    assert sp.mean == pytest.approx(statistics.mean(xs)) and sp.std == pytest.approx(statistics.stdev(xs))
+    assert spread([2.0]).std == 0.0 and spread([]) is None
