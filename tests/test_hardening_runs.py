@@ -26,6 +26,7 @@ import contextlib
 import json
 import os
 import pickle
+import re
 import shutil
 import signal
 import subprocess
@@ -475,3 +476,77 @@ def test_eval_gpt_replaces_with_overwrite_and_writes_a_loose_checkpoints_eval_to
     assert cli(tmp_path, *ev, "checkpoint=loose/model.pt", "output_dir=out").returncode == 0
     assert sorted(q.name for q in (tmp_path / "out").iterdir()) == ["eval.json"]
     assert sorted(q.name for q in loose.iterdir()) == ["model.pt"]
+
+
+# ---- a model no machine here can hold; what a large request costs; checkpoint paths ---------------
+
+def claims_a_huge_model(src: Path, dst: Path, hidden: int) -> Path:
+    """A train state whose config says hidden_size=`hidden` (its weights stay tiny)."""
+    state = ckpt.load(src)
+    state["config"]["model"]["hidden_size"] = hidden
+    torch.save(state, dst)
+    return dst
+
+
+def test_a_model_larger_than_the_machine_is_refused_before_it_is_allocated(work):
+    """train, train-gpt and evaluate estimate the model (built on the meta device) before
+    allocating it: a hidden size of 200,000 (terabytes of weights) is one line with the estimate
+    and what is available, exit 2, and nothing is written (before: an allocation traceback)."""
+    byte_shards(work)
+    claims_a_huge_model(work / "run/checkpoints/step_2.pt", work / "huge.pt", 200_000)
+    before = files(work)
+    cases = {
+        "train": train(*SHORT, "model.hidden_size=200000", out="big"),
+        "train-gpt": ["train-gpt", *GPT, "model.hidden_size=200000", "output_dir=big", "train.max_steps=2"],
+        "evaluate": ["evaluate", "checkpoint=huge.pt", "data_dir=ds", "output_dir=big", "device=cpu"],
+    }
+    for name, args in cases.items():
+        p = cli(work, *args)
+        line = one_line(p, 2, f"{name}: ", "hidden_size=200000", "parameters", "TB of memory, more than the",
+                        "available; lower ")
+        assert re.search(r"\(\d{1,3}(,\d{3}){3,} parameters\)", line), line  # counted: 10**9 or more
+    assert files(work) == before and not (work / "big").exists()
+
+
+def test_a_large_request_says_what_it_will_cost_first(work, monkeypatch, capsys):
+    """Above budget.LARGE (1 GB; lowered here so tiny requests count as large) the builders,
+    evaluate's tta and train print one line with the estimate before they start, and run."""
+    from arc_data import budget
+
+    monkeypatch.setattr(budget, "LARGE", 1)
+    monkeypatch.chdir(work)
+    runs = {
+        "generate-puzzles": ["generate-puzzles", "task=sudoku", "size=4", "count_train=20", "count_test=4",
+                             "output_dir=csv", "progress=false"],
+        "build-puzzles": ["build-puzzles", "task=sudoku", "source=csv", "output_dir=ds2", "num_aug=3",
+                          "progress=false"],
+        "tta": ["evaluate", "checkpoint=run", "data_dir=ds", "output_dir=ev", "device=cpu", "tta=2",
+                "progress=false"],
+        "train": train("train.max_steps=1", "checkpoint.every=0", out="new"),
+    }
+    expected = {"generate-puzzles": "note: 24 4x4 puzzles: ", "build-puzzles": "note: num_aug=3 over 20 train",
+                "tta": "note: tta=2 over ", "train": "note: train: model=hrm "}
+    for name, args in runs.items():
+        assert main(args) == 0, name
+        notes = [ln for ln in capsys.readouterr().err.splitlines() if "a large request: needs about" in ln]
+        assert notes and all(ln.startswith("note: ") for ln in notes) and expected[name] in notes[0], (name, notes)
+    assert "parameters:" in notes[0] and "of activations (an estimate)" in notes[0]
+
+
+def test_a_checkpoint_path_that_is_a_link_loop_a_fifo_or_a_device_is_named_as_such(work):
+    """Never opened (a FIFO would block the reader), never 'does not exist'."""
+    os.symlink("loop_b.pt", work / "loop_a.pt")
+    os.symlink("loop_a.pt", work / "loop_b.pt")
+    os.mkfifo(work / "fifo.pt")
+    before = files(work)
+    cases = [(["evaluate", "checkpoint=loop_a.pt", "data_dir=ds", "output_dir=ev", "device=cpu"],
+              "checkpoint 'loop_a.pt' is a loop of symbolic links"),
+             (["evaluate", "checkpoint=fifo.pt", "data_dir=ds", "output_dir=ev", "device=cpu"],
+              "checkpoint 'fifo.pt' is not a regular file (a device, FIFO or socket)"),
+             (train(*SHORT, "init_from=/dev/zero", out="new"),
+              "checkpoint '/dev/zero' is not a regular file"),
+             (["eval-gpt", "checkpoint=loop_b.pt", "data=ds", "device=cpu", "output_dir=eg"],
+              "checkpoint 'loop_b.pt' is a loop of symbolic links")]
+    for args, expected in cases:
+        one_line(cli(work, *args, timeout=60), 2, expected)
+    assert files(work) == before and not (work / "ev").exists() and not (work / "new").exists()
