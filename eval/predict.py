@@ -271,7 +271,7 @@ def run(c: EvaluateConfig) -> int:
             check_request(c.tta, int(split.num_examples), int(meta_value(split, "seq_len")), out)
         G = c.global_batch_size or (768 if env.device.type == "cuda" else 16 * env.world_size)
         loaded = load_model(c.checkpoint, env.device, c.dtype, seq_len=int(meta_value(split, "seq_len")), ema=c.ema,
-                            batch=max(1, G // env.world_size))
+                            batch=max(1, min(G // env.world_size, int(split.num_examples))))  # rows per forward
         rows = table_rows(loaded, c.data_dir)
         check_matches(loaded.config if rows is None else replace(loaded.config, num_puzzle_identifiers=int(
             meta_value(split, "num_puzzle_identifiers"))), split, str(Path(c.data_dir) / c.split),
