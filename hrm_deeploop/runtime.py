@@ -235,16 +235,27 @@ def estimate_memory(build: Any, *, copies: int, batch: int, seq_len: int, hidden
 
 def check_memory(what: str, est: MemoryEstimate, device: torch.device, fix: str) -> None:
     """Refuse in one line when `est` cannot fit: on CUDA the device's free memory (the weights are
-    built in host memory first, so that is checked too), on CPU the available RAM; a large request
-    that fits is announced on stderr (rank 0) before anything is allocated."""
+    built in host memory first, so that is checked too), on CPU the available RAM shared by this
+    node's ranks (LOCAL_WORLD_SIZE under torchrun); a large request that fits is announced on
+    stderr (rank 0) before anything is allocated. Under torchrun every rank refuses if one does
+    (none waits on a collective the others never reach)."""
     from arc_data.budget import check_fits
+    from arc_data.errors import ArcDataError
 
     def say(line: str) -> None:
         print0(f"{line} ({est.describe()})", file=sys.stderr)
 
-    if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        check_fits(what, memory=est.weight_bytes, fix=fix, say=None)
-        check_fits(what, memory=est.total, available=free, where=f"free on {device}", fix=fix, say=say)
-    else:
-        check_fits(what, memory=est.total, fix=fix, say=say)
+    ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if env().distributed else 1
+    each = f" each, x {ranks_here} ranks on this node" if ranks_here > 1 else ""
+    error: ArcDataError | None = None
+    try:
+        if device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(device)
+            check_fits(what + each, memory=est.weight_bytes * ranks_here, fix=fix, say=None)
+            check_fits(what, memory=est.total, available=free, where=f"free on {device}", fix=fix, say=say)
+        else:
+            check_fits(what + each, memory=est.total * ranks_here, fix=fix, say=say)
+    except ArcDataError as e:
+        error = e
+    if max_over_ranks(int(error is not None)):
+        raise error or ArcDataError(f"{what}: another rank cannot hold it (its error says how much it needs)")
