@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--adapt-steps", type=int, default=300)
     ap.add_argument("--num-aug", type=int, default=8)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--protocols", default="abcd", help="which of (a)-(d) to run, e.g. abc")
     ap.add_argument("--quick", action="store_true", help="3 + 2 tasks, 4 steps: time and memory at tiny size")
     args = ap.parse_args(argv)
     out = Path(args.out)
@@ -125,18 +126,21 @@ def main(argv: list[str] | None = None) -> int:
         for name, extra in (("a", ["train.time_budget=0", f"train.max_steps={args.adapt_steps}"]),
                             ("b", ["adapt.trains=embeddings", f"train.max_steps={args.adapt_steps}"]),
                             ("c", ["adapt.trains=all", f"train.max_steps={args.adapt_steps}"])):
+            if name not in args.protocols:
+                continue
             cli(["train", *common, f"seed={seed}", f"data_dir={r / 'unseen'}", f"output_dir={r / name}",
                  f"init_from={r / 'pretrain'}", "train.epochs_per_iter=4", *extra], t, f"adapt ({name})")
             cli(["evaluate", f"checkpoint={r / name}", f"data_dir={r / 'unseen'}", f"output_dir={r / ('eval_' + name)}",
                  *ev], t, f"evaluate ({name})")
             run[name] = scores(r / f"eval_{name}")
-        cli(["train", *common, f"seed={seed}", f"data_dir={r / 'joint'}", f"output_dir={r / 'd'}",
-             f"train.max_steps={args.pre_steps + args.adapt_steps}"], t, "train (d) joint")
-        cli(["evaluate", f"checkpoint={r / 'd'}", f"data_dir={r / 'joint'}", f"output_dir={r / 'eval_d'}", *ev], t,
-            "evaluate (d)")
-        run["d"] = scores(r / "eval_d")
+        if "d" in args.protocols:
+            cli(["train", *common, f"seed={seed}", f"data_dir={r / 'joint'}", f"output_dir={r / 'd'}",
+                 f"train.max_steps={args.pre_steps + args.adapt_steps}"], t, "train (d) joint")
+            cli(["evaluate", f"checkpoint={r / 'd'}", f"data_dir={r / 'joint'}", f"output_dir={r / 'eval_d'}", *ev], t,
+                "evaluate (d)")
+            run["d"] = scores(r / "eval_d")
         (out / f"results_{args.model}.json").write_text(json.dumps(log, indent=1) + "\n")
-        for name in "abcd":
+        for name in (n for n in "abcd" if n in run):
             s = run[name]
             print(f"  ({name}) pass@1 {s['pass@1']:.1f}  pass@2 {s['pass@2']:.1f}  ARC Prize pass@2 "
                   f"{s['arc_prize@2']:.1f}  solved {s['solved@2']}", flush=True)
