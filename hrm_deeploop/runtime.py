@@ -186,10 +186,11 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
 
 # Values one block keeps per token for its backward, per hidden unit (the norms' inputs, q/k/v, the
 # attention output, SwiGLU's gate, up and product at expansion 4: about 16) and per head and key
-# (the attention probabilities and their softmax input, where attention is not fused). A rough
-# bound, not a measurement of each kernel: docs/robustness.md gives measured peaks beside it.
+# (the scores, the probabilities and what the unfused CPU attention keeps beside them). A rough
+# bound, not a count of each kernel's tensors: fitted to peaks measured on CPU (6-14% above them
+# per row; docs/robustness.md#memory-before-a-model-is-allocated).
 ACT_PER_HIDDEN = 16
-ACT_PER_HEAD_KEY = 2
+ACT_PER_HEAD_KEY = 4
 
 
 @dataclass(frozen=True)
@@ -201,6 +202,7 @@ class MemoryEstimate:
     weight_bytes: int  # parameters and buffers, once
     state_bytes: int  # weights x copies (gradients, optimiser moments, a weight average) + buffers
     activation_bytes: int
+    copies: int = 1  # of the parameters: 1 to predict, 4 or 5 to train
 
     @property
     def total(self) -> int:
@@ -209,8 +211,9 @@ class MemoryEstimate:
     def describe(self) -> str:
         from arc_data.budget import human
 
-        return (f"{self.parameters:,} parameters: {human(self.state_bytes)} of weights, gradients and optimiser "
-                f"state, about {human(self.activation_bytes)} of activations (an estimate)")
+        held = "weights, gradients and optimiser state" if self.copies > 1 else "weights"
+        return (f"{self.parameters:,} parameters: {human(self.state_bytes)} of {held}, about "
+                f"{human(self.activation_bytes)} of activations (an estimate)")
 
 
 def estimate_memory(build: Any, *, copies: int, batch: int, seq_len: int, hidden: int, heads: int, layers: int,
@@ -230,7 +233,8 @@ def estimate_memory(build: Any, *, copies: int, batch: int, seq_len: int, hidden
     per_token = layers * (ACT_PER_HIDDEN * hidden + ACT_PER_HEAD_KEY * heads * seq_len) + head_values
     activations = batch * seq_len * per_token * torch.empty((), dtype=dtype).element_size()
     return MemoryEstimate(parameters=params, weight_bytes=param_bytes + buffer_bytes,
-                          state_bytes=(copies * param_bytes + buffer_bytes) // shards, activation_bytes=activations)
+                          state_bytes=(copies * param_bytes + buffer_bytes) // shards, activation_bytes=activations,
+                          copies=copies)
 
 
 def check_memory(what: str, est: MemoryEstimate, device: torch.device, fix: str) -> None:
