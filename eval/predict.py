@@ -146,9 +146,8 @@ def load_model(path: str | Path, device: torch.device | str = "cpu", dtype: str 
     if run_dtype is None:
         raise ConfigError(f"dtype='{dtype}' must be auto or one of {sorted(D.DTYPES)}")
     if batch:
-        est = D.estimate_memory(lambda: build_reasoner(cfg, scaling, run_dtype), copies=1, batch=batch,
-                                seq_len=cfg.seq_len, hidden=cfg.hidden_size, heads=cfg.num_heads, layers=1,
-                                dtype=run_dtype)
+        est = D.estimate_memory(lambda c: build_reasoner(c, scaling, run_dtype), cfg, copies=1, batch=batch,
+                                layers=1, dtype=run_dtype)
         D.check_memory(f"evaluate: checkpoint '{p}' holds model={cfg.name} hidden_size={cfg.hidden_size} "
                        f"({est.parameters:,} parameters); at {batch} rows x {cfg.seq_len} tokens per forward", est,
                        device, fix="lower global_batch_size, or evaluate on a machine with more memory")

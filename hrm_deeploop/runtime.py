@@ -9,10 +9,11 @@ the rank-0 helpers every command uses for output.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import random
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -216,20 +217,49 @@ class MemoryEstimate:
                 f"{human(self.activation_bytes)} of activations (an estimate)")
 
 
-def estimate_memory(build: Any, *, copies: int, batch: int, seq_len: int, hidden: int, heads: int, layers: int,
-                    dtype: torch.dtype, head_values: int = 0, shards: int = 1) -> MemoryEstimate:
-    """The memory `build()` (a function returning the model) will need, without allocating it: the
-    model is built on the meta device (shapes only), its parameters counted; `copies` of them are
-    held (1 to predict; 4 to train with Adam: weights, gradients, two moments; 5 with a weight
-    average), split over `shards` ranks (FSDP); activations: batch x seq_len tokens x (`layers`
-    blocks on the tape x (ACT_PER_HIDDEN x hidden + ACT_PER_HEAD_KEY x heads x seq_len) +
-    `head_values`, the output head's per token: 3 x vocab for a language model's logits, their
-    softmax and gradient) values of `dtype`."""
+# Config fields that count identical blocks: the parameters are affine in each, so a model of
+# thousands of blocks is counted from a few small builds (building each block on the meta device
+# costs milliseconds: 100,000 of them would take minutes before the refusal).
+LAYER_FIELDS = ("num_h_layers", "num_l_layers", "num_layers", "num_blocks")
+EXACT_LAYERS = 64  # up to this many blocks per field, the model itself is built on the meta device
+
+
+def _sizes(build: Callable[[Any], torch.nn.Module], model_cfg: Any) -> list[int]:
+    """[parameters, bytes of parameters, bytes of buffers] of `build(model_cfg)`, built on meta."""
     with torch.device("meta"):
-        model = build()
-    params = sum(p.numel() for p in model.parameters())
-    param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    buffer_bytes = sum(b.numel() * b.element_size() for b in model.buffers())
+        model = build(model_cfg)
+    return [sum(p.numel() for p in model.parameters()),
+            sum(p.numel() * p.element_size() for p in model.parameters()),
+            sum(b.numel() * b.element_size() for b in model.buffers())]
+
+
+def count_model(build: Callable[[Any], torch.nn.Module], model_cfg: Any) -> list[int]:
+    """[parameters, bytes of parameters, bytes of buffers] of the model `build(model_cfg)` makes,
+    without allocating it: built on the meta device, or, past EXACT_LAYERS blocks in a
+    LAYER_FIELDS count, from builds with 1 and 2 blocks per count (exact: the blocks are alike)."""
+    counts = {f: getattr(model_cfg, f) for f in LAYER_FIELDS if isinstance(getattr(model_cfg, f, None), int)}
+    if all(v <= EXACT_LAYERS for v in counts.values()):
+        return _sizes(build, model_cfg)
+    ones = {f: 1 for f in counts}
+    base = _sizes(build, dataclasses.replace(model_cfg, **ones))
+    total = list(base)
+    for f, v in counts.items():
+        two = _sizes(build, dataclasses.replace(model_cfg, **(ones | {f: 2})))
+        total = [t + (v - 1) * (b2 - b1) for t, b1, b2 in zip(total, base, two)]
+    return total
+
+
+def estimate_memory(build: Callable[[Any], torch.nn.Module], model_cfg: Any, *, copies: int, batch: int,
+                    layers: int, dtype: torch.dtype, head_values: int = 0, shards: int = 1) -> MemoryEstimate:
+    """The memory the model `build(model_cfg)` will need, without allocating it: its parameters
+    counted on the meta device (`count_model`); `copies` of them are held (1 to predict; 4 to
+    train with Adam: weights, gradients, two moments; 5 with a weight average), split over
+    `shards` ranks (FSDP); activations: batch x seq_len tokens x (`layers` blocks on the tape x
+    (ACT_PER_HIDDEN x hidden + ACT_PER_HEAD_KEY x heads x seq_len) + `head_values`, the output
+    head's per token: 3 x vocab for a language model's logits, their softmax and gradient) values
+    of `dtype`; hidden, heads and seq_len are the config's."""
+    params, param_bytes, buffer_bytes = count_model(build, model_cfg)
+    seq_len, hidden, heads = model_cfg.seq_len, model_cfg.hidden_size, model_cfg.num_heads
     per_token = layers * (ACT_PER_HIDDEN * hidden + ACT_PER_HEAD_KEY * heads * seq_len) + head_values
     activations = batch * seq_len * per_token * torch.empty((), dtype=dtype).element_size()
     return MemoryEstimate(parameters=params, weight_bytes=param_bytes + buffer_bytes,

@@ -508,6 +508,31 @@ def test_a_model_larger_than_the_machine_is_refused_before_it_is_allocated(work)
     assert files(work) == before and not (work / "big").exists()
 
 
+def test_a_model_of_many_blocks_is_counted_exactly_without_building_them(monkeypatch):
+    """Past runtime.EXACT_LAYERS blocks the count comes from builds of 1 and 2 blocks per layer
+    field: the same numbers as the whole model built on the meta device (lowered to 2 here so
+    the whole model is small enough to build too), and 100,000 blocks are counted at once."""
+    from hrm_deeploop import runtime
+    from hrm_deeploop.models.config import GPTConfig, HRMConfig, TRMConfig, URMConfig
+    from hrm_deeploop.models.gpt import GPT
+    from hrm_deeploop.models.reasoners import build_reasoner
+    from hrm_deeploop.models.scaling import ScalingConfig
+
+    kw = dict(hidden_size=32, num_heads=2, seq_len=16, vocab_size=12, num_puzzle_identifiers=3)
+    reasoner = lambda c: build_reasoner(c, ScalingConfig(), torch.float32)  # noqa: E731
+    cases = [(reasoner, HRMConfig(**kw, num_h_layers=5, num_l_layers=7)), (reasoner, TRMConfig(**kw, num_layers=6)),
+             (reasoner, URMConfig(**kw, num_layers=5)),
+             (lambda c: GPT(c, ScalingConfig(scheme="deeploop")),
+              GPTConfig(hidden_size=32, num_heads=2, num_blocks=7, num_rounds=3, seq_len=16, vocab_size=300))]
+    monkeypatch.setattr(runtime, "EXACT_LAYERS", 2)
+    for build, cfg in cases:
+        assert runtime.count_model(build, cfg) == runtime._sizes(build, cfg), cfg.name
+    monkeypatch.setattr(runtime, "EXACT_LAYERS", 64)
+    begun = time.perf_counter()
+    params = runtime.count_model(reasoner, HRMConfig(**kw, num_h_layers=100_000))[0]
+    assert time.perf_counter() - begun < 10 and params > 100_000 * 4 * 32 * 32
+
+
 def test_a_large_request_says_what_it_will_cost_first(work, monkeypatch, capsys):
     """Above budget.LARGE (1 GB; lowered here so tiny requests count as large) the builders,
     evaluate's tta and train print one line with the estimate before they start, and run."""

@@ -267,9 +267,8 @@ def check_training_memory(cfg: TrainGPTConfig, env: dist_.Env, dtype: torch.dtyp
     if d.backprop_rounds is not None:
         rounds = min(rounds, d.backprop_rounds)
     rows = cfg.train.micro_batch_size
-    est = dist_.estimate_memory(lambda: GPT(m, cfg.scaling), copies=4, batch=rows, seq_len=m.seq_len,
-                                hidden=m.hidden_size, heads=m.num_heads, layers=tape_layers(m, rounds), dtype=dtype,
-                                head_values=3 * m.vocab_size,
+    est = dist_.estimate_memory(lambda c: GPT(c, cfg.scaling), m, copies=4, batch=rows,
+                                layers=tape_layers(m, rounds), dtype=dtype, head_values=3 * m.vocab_size,
                                 shards=env.world_size if cfg.train.fsdp and env.distributed else 1)
     dist_.check_memory(f"train-gpt: hidden_size={m.hidden_size}, {m.num_blocks} blocks x {rounds} rounds on the tape "
                        f"({est.parameters:,} parameters) at {rows} x {m.seq_len} tokens per micro-batch", est,

@@ -167,9 +167,8 @@ def check_training_memory(cfg: TrainConfig, env: D.Env, dtype: torch.dtype) -> N
     micro-batch's segment on the tape (runtime.estimate_memory)."""
     m = cfg.model
     rows = max(1, cfg.train.global_batch_size // env.world_size // cfg.train.grad_accum)
-    est = D.estimate_memory(lambda: build_reasoner(m, cfg.scaling, dtype), copies=4 + int(cfg.train.ema),
-                            batch=rows, seq_len=m.seq_len, hidden=m.hidden_size, heads=m.num_heads,
-                            layers=tape_layers(m), dtype=dtype)
+    est = D.estimate_memory(lambda c: build_reasoner(c, cfg.scaling, dtype), m, copies=4 + int(cfg.train.ema),
+                            batch=rows, layers=tape_layers(m), dtype=dtype)
     D.check_memory(f"train: model={m.name} hidden_size={m.hidden_size} ({est.parameters:,} parameters) at {rows} "
                    f"rows x {m.seq_len} tokens per micro-batch", est, env.device,
                    fix="lower model.hidden_size or the layer counts, or train.global_batch_size (or raise "
