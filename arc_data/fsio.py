@@ -474,7 +474,13 @@ def staged_outputs(out: Path, names: Iterable[str], overwrite: bool, writer: str
     """Yield a hidden stage folder inside `out` (created if missing); when the block ends, publish
     the `names` written there together (`publish_files`). The stage is removed however the block
     ends (Ctrl-C included); an OSError while writing becomes one line naming the path and errno,
-    and nothing is published."""
+    and nothing is published; folders it created for `out` are removed again when nothing was."""
+    made = []  # the folders this call creates, deepest first: taken back if nothing is published
+    p = out
+    while not os.path.lexists(p) and p.parent != p:
+        made.append(p)
+        p = p.parent
+    published = False
     try:
         out.mkdir(parents=True, exist_ok=True)
         remove_stale_tmp(out / writer)  # the stage of a killed run
@@ -486,10 +492,16 @@ def staged_outputs(out: Path, names: Iterable[str], overwrite: bool, writer: str
     try:
         yield stage
         publish_files(stage, out, names, overwrite, writer)
+        published = True
     except OSError as e:
         raise ArcDataError(f"{writer}: {os_error_line(e, stage)}; published nothing, {out} is as it was") from None
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+        for d in made if not published else ():
+            try:
+                os.rmdir(d)  # only while empty: never anything another process put there meanwhile
+            except OSError:
+                break
 
 
 def progress_bar(enabled: bool, prefix: str):
