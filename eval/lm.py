@@ -74,11 +74,13 @@ class EvalGPTConfig:
         at_least("lm_eval_batch_size", self.lm_eval_batch_size, 1)
 
 
-def load_model(path: str | Path, device: torch.device | str = "cpu", num_rounds: int | None = None
-               ) -> tuple[GPT, dict[str, Any]]:
+def load_model(path: str | Path, device: torch.device | str = "cpu", num_rounds: int | None = None,
+               batch: int = 0) -> tuple[GPT, dict[str, Any]]:
     """Rebuild the looped GPT a train-gpt checkpoint describes and load its weights (eval mode).
     `num_rounds` sets the R the model runs by default (parameters do not depend on R); alpha and
-    beta stay those it was trained with (N from the trained R, or `depth.scaling_n`'s)."""
+    beta stay those it was trained with (N from the trained R, or `depth.scaling_n`'s). A model
+    this machine cannot hold (with `batch` rows of seq_len tokens per forward, if given) is refused
+    in one line before it is built (runtime.estimate_memory)."""
     state = ckpt.load(path, map_location="cpu")
     config = state.get("config") or {}
     if "model" not in config or config["model"].get("name") != "gpt":
@@ -88,6 +90,13 @@ def load_model(path: str | Path, device: torch.device | str = "cpu", num_rounds:
     scaling_rounds = scaling_rounds_of(config, model_cfg.num_rounds)
     if num_rounds is not None:
         model_cfg.num_rounds = num_rounds
+    device = torch.device(device)
+    est = dist_.estimate_memory(lambda c: GPT(c, scaling, scaling_rounds=scaling_rounds), model_cfg, copies=1,
+                                batch=batch, layers=1, dtype=torch.float32, head_values=model_cfg.vocab_size)
+    per_forward = f"; at {batch} x {model_cfg.seq_len} tokens per forward" if batch else ""
+    dist_.check_memory(f"checkpoint '{path}' holds a looped GPT of hidden_size={model_cfg.hidden_size} "
+                       f"({est.parameters:,} parameters){per_forward}", est, device,
+                       fix=("lower batch_size, or " if batch else "") + "load it on a machine with more memory")
     model = GPT(model_cfg, scaling, scaling_rounds=scaling_rounds)
     model.load_state_dict(ckpt.strip_prefixes(state["model"]))
     return model.to(device).eval(), state
@@ -165,7 +174,7 @@ def evaluate(opts: EvalGPTConfig) -> dict[str, Any]:
     try:
         path = ckpt.resolve(opts.checkpoint)
         out_dir = output_dir_for(opts, path)
-        model, state = load_model(path, e.device, opts.num_rounds)
+        model, state = load_model(path, e.device, opts.num_rounds, batch=opts.batch_size)
         dtype = dist_.compute_dtype(opts.dtype, e.device)
         result: dict[str, Any] = {"checkpoint": str(path), "step": state.get("step"),
                                   "num_rounds": model.cfg.num_rounds, "scheme": model.scaling.scheme}

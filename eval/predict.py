@@ -104,8 +104,8 @@ def load_model(path: str | Path, device: torch.device | str = "cpu", dtype: str 
                seq_len: int | None = None, ema: bool = True, batch: int = 0) -> LoadedModel:
     """Build the model a checkpoint describes and load its weights (ours, HRM or TRM, or an official
     HRM or TRM one). With `ema`, a checkpoint of ours that holds a weight average loads the average.
-    With `batch` (rows per forward), a model and batch this machine cannot hold are refused in one
-    line before the model is built (runtime.estimate_memory).
+    A model this machine cannot hold (with `batch` rows per forward, if given) is refused in one
+    line before it is built (runtime.estimate_memory).
 
     An official RoPE checkpoint does not record the sequence length (HRM and TRM take it from the
     dataset): `seq_len` supplies it, default 900 (the ARC format)."""
@@ -145,12 +145,12 @@ def load_model(path: str | Path, device: torch.device | str = "cpu", dtype: str 
     run_dtype = D.compute_dtype(cfg.forward_dtype, device) if dtype == "auto" else D.DTYPES.get(dtype)
     if run_dtype is None:
         raise ConfigError(f"dtype='{dtype}' must be auto or one of {sorted(D.DTYPES)}")
-    if batch:
-        est = D.estimate_memory(lambda c: build_reasoner(c, scaling, run_dtype), cfg, copies=1, batch=batch,
-                                layers=1, dtype=run_dtype)
-        D.check_memory(f"evaluate: checkpoint '{p}' holds model={cfg.name} hidden_size={cfg.hidden_size} "
-                       f"({est.parameters:,} parameters); at {batch} rows x {cfg.seq_len} tokens per forward", est,
-                       device, fix="lower global_batch_size, or evaluate on a machine with more memory")
+    est = D.estimate_memory(lambda c: build_reasoner(c, scaling, run_dtype), cfg, copies=1, batch=batch,
+                            layers=1, dtype=run_dtype)  # the weights alone without `batch` (init_from, export)
+    per_forward = f"; at {batch} rows x {cfg.seq_len} tokens per forward" if batch else ""
+    D.check_memory(f"checkpoint '{p}' holds model={cfg.name} hidden_size={cfg.hidden_size} ({est.parameters:,} "
+                   f"parameters){per_forward}", est, device,
+                   fix=("lower global_batch_size, or " if batch else "") + "load it on a machine with more memory")
     model = build_reasoner(cfg, scaling, run_dtype)
     try:
         model.load_state_dict(weights)

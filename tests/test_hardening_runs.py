@@ -490,20 +490,24 @@ def claims_a_huge_model(src: Path, dst: Path, hidden: int) -> Path:
 
 def test_a_model_larger_than_the_machine_is_refused_before_it_is_allocated(work):
     """train, train-gpt and evaluate estimate the model (built on the meta device) before
-    allocating it: a hidden size of 200,000 (terabytes of weights) is one line with the estimate
-    and what is available, exit 2, and nothing is written (before: an allocation traceback)."""
-    byte_shards(work)
+    allocating it, and so does every reader of a checkpoint (init_from, eval-gpt): a hidden size
+    of 200,000 (terabytes of weights) is one line with the estimate and what is available, exit
+    2, and nothing is written (before: an allocation traceback)."""
+    gpt_run(work)
     claims_a_huge_model(work / "run/checkpoints/step_2.pt", work / "huge.pt", 200_000)
+    claims_a_huge_model(ckpt.latest(work / "gpt"), work / "huge_gpt.pt", 200_000)
     before = files(work)
     cases = {
         "train": train(*SHORT, "model.hidden_size=200000", out="big"),
         "train-gpt": ["train-gpt", *GPT, "model.hidden_size=200000", "output_dir=big", "train.max_steps=2"],
         "evaluate": ["evaluate", "checkpoint=huge.pt", "data_dir=ds", "output_dir=big", "device=cpu"],
+        "init_from": train(*SHORT, "init_from=huge.pt", out="big"),
+        "eval-gpt": ["eval-gpt", "checkpoint=huge_gpt.pt", "data=val_000000.bin", "device=cpu", "output_dir=big"],
     }
     for name, args in cases.items():
         p = cli(work, *args)
-        line = one_line(p, 2, f"{name}: ", "hidden_size=200000", "parameters", "TB of memory, more than the",
-                        "available; lower ")
+        line = one_line(p, 2, f"{args[0]}: ", "hidden_size=200000", "parameters", "TB of memory, more than the",
+                        "available; ", "lower " if name.startswith("train") else "machine with more memory")
         assert re.search(r"\(\d{1,3}(,\d{3}){3,} parameters\)", line), line  # counted: 10**9 or more
     assert files(work) == before and not (work / "big").exists()
 
