@@ -180,17 +180,35 @@ def _resolved(p: str | os.PathLike, key: str = "path") -> Path:
                            else f"{key}={p}: cannot resolve the path ({e})") from None
 
 
+def _unreachable(path: Path, e: OSError) -> str:
+    """Why os.stat(path) failed, in words."""
+    if e.errno == errno.ELOOP:
+        return "is a loop of symbolic links"
+    if os.path.islink(path):
+        return "is a broken symbolic link"
+    return "does not exist" if e.errno == errno.ENOENT else f"cannot be read ({os_error_line(e, path)})"
+
+
+def why_not_a_folder(path: Path) -> str:
+    """Why `path` cannot be read as a folder, in the words of `why_not_a_file`: 'does not exist',
+    'is a loop of symbolic links', 'is a file, not a folder', 'is not a folder (a device, FIFO or
+    socket)'."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        return _unreachable(path, e)
+    if stat.S_ISDIR(st.st_mode):
+        return "is a folder"
+    return "is a file, not a folder" if stat.S_ISREG(st.st_mode) else "is not a folder (a device, FIFO or socket)"
+
+
 def why_not_a_file(path: Path) -> str:
     """Why `path` cannot be read as a regular file, in words: 'does not exist', 'is a loop of
     symbolic links', 'is a folder', 'is not a regular file (a device, FIFO or socket)'."""
     try:
         st = os.stat(path)
     except OSError as e:
-        if e.errno == errno.ELOOP:
-            return "is a loop of symbolic links"
-        if os.path.islink(path):
-            return "is a broken symbolic link"
-        return "does not exist" if e.errno == errno.ENOENT else f"cannot be read ({os_error_line(e, path)})"
+        return _unreachable(path, e)
     if stat.S_ISDIR(st.st_mode):
         return "is a folder, not a file"
     if not stat.S_ISREG(st.st_mode):

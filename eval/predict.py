@@ -263,11 +263,13 @@ def run(c: EvaluateConfig) -> int:
     env = D.setup(c.device)
     try:
         split = open_dataset(c.data_dir, c.split)
-        if task != "arc" and c.tta:  # before the checkpoint is read: a request this machine cannot serve, now
+        if task != "arc" and (c.tta or c.halt_max_steps):  # before the checkpoint is read: what cannot be served
             from eval.tta import check_request, group_for
 
-            group_for(task, int(meta_value(split, "seq_len")), int(meta_value(split, "vocab_size")))
-            check_request(c.tta, int(split.num_examples), int(meta_value(split, "seq_len")), out)
+            if c.tta:
+                group_for(task, int(meta_value(split, "seq_len")), int(meta_value(split, "vocab_size")))
+            check_request(c.tta, int(split.num_examples), int(meta_value(split, "seq_len")), out,
+                          segments=c.halt_max_steps or 1)
         G = c.global_batch_size or (768 if env.device.type == "cuda" else 16 * env.world_size)
         loaded = load_model(c.checkpoint, env.device, c.dtype, seq_len=int(meta_value(split, "seq_len")), ema=c.ema,
                             batch=max(1, min(G // env.world_size, int(split.num_examples))))  # rows per forward

@@ -12,6 +12,7 @@ from pathlib import Path
 from arc_data import format as F
 from arc_data.dataset import read_meta, task_kind
 from arc_data.errors import ArcDataError
+from arc_data.fsio import why_not_a_folder
 from hrm_deeploop.errors import UserError
 
 TASK_CHOICES = ("auto", "sudoku", "maze", "generic")  # `evaluate task=...`
@@ -26,7 +27,7 @@ def evaluation_for(data_dir: str | Path, split: str, override: str = "auto") -> 
     builders' Sudoku and Maze sets read as "generic"); it cannot contradict a task the dataset records."""
     root = Path(data_dir)
     if not root.is_dir():
-        raise UserError(f"data_dir '{root}' does not exist")
+        raise UserError(f"data_dir '{root}' {why_not_a_folder(root)}")
     try:
         kind = task_kind(root)
         meta = read_meta(root / split / F.META_FILE)

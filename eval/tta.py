@@ -101,14 +101,19 @@ def concat(tables: list[Table]) -> Table:
     return {k: np.concatenate([t[k] for t in tables]) for k in tables[0]}
 
 
-def check_request(tta: int, num_examples: int, seq_len: int, out: Path) -> None:
-    """Refuse, before the checkpoint is even used, test-time augmentation this machine cannot hold:
-    every copy is a row of the transform table (three copies of up to 3n+2 bytes while interleaving),
-    of the inputs and predictions kept for predictions.npz (2 x seq_len bytes) and of its scores."""
+def check_request(tta: int, num_examples: int, seq_len: int, out: Path, segments: int = 1) -> None:
+    """Refuse, before the checkpoint is even used, test-time augmentation (or a number of ACT
+    segments, halt_max_steps) this machine cannot hold: every copy is a row of the transform table
+    (three copies of up to 3n+2 bytes while interleaving), of the inputs and predictions kept for
+    predictions.npz (2 x seq_len bytes) and of its scores; every (row, segment) holds the
+    per-segment scores (exact, token and to-solve counts, Q(halt), halted: 14 bytes; and the
+    16-byte vote key when there are copies)."""
     rows = num_examples * (1 + tta)
-    per_row = 3 * (3 * math.isqrt(seq_len) + 2) + 2 * seq_len + 24
-    check_fits(f"tta={tta} over {num_examples:,} examples ({rows:,} rows)", memory=rows * per_row,
-               disk=rows * (2 * seq_len + 8), at=out, fix="lower tta (or evaluate fewer examples with max_batches)")
+    per_row = 3 * (3 * math.isqrt(seq_len) + 2) + 2 * seq_len + 24 + segments * (14 + (16 if tta else 0))
+    asked = [f"tta={tta}"] * bool(tta) + [f"halt_max_steps={segments}"] * (segments > 1)
+    check_fits(f"{' '.join(asked)} over {num_examples:,} examples ({rows:,} rows)", memory=rows * per_row,
+               disk=rows * (2 * seq_len + 8), at=out,
+               fix=f"lower {' or '.join(a.split('=')[0] for a in asked)} (or evaluate fewer examples with max_batches)")
 
 
 def group_for(task: str, seq_len: int, vocab_size: int) -> Group:

@@ -579,3 +579,23 @@ def test_a_checkpoint_path_that_is_a_link_loop_a_fifo_or_a_device_is_named_as_su
     for args, expected in cases:
         one_line(cli(work, *args, timeout=60), 2, expected)
     assert files(work) == before and not (work / "ev").exists() and not (work / "new").exists()
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["evaluate", "checkpoint=run", "data_dir=ds", "output_dir=new", "device=cpu", "halt_max_steps=1000000000"],
+     "halt_max_steps=1000000000 over 8 examples (8 rows): needs about"),
+    (train(*SHORT, "train.grad_accum=3", out="new"), "the per-rank batch (8 rows) is not divisible by train.grad_accum=3"),
+    (train(*SHORT, data="/dev/null", out="new"), "data_dir '/dev/null' is not a folder (a device, FIFO or socket)"),
+    (["evaluate", "checkpoint=run", "data_dir=ds/train/dataset.json", "output_dir=new", "device=cpu"],
+     "data_dir 'ds/train/dataset.json' is a file, not a folder"),
+], ids=["segments", "grad_accum", "device-data_dir", "file-data_dir"])
+def test_found_by_the_re_probe_refused_before_anything_is_written(work, monkeypatch, capsys, args, expected):
+    """Before: evaluate's per-segment scores for 10**9 segments were an allocation traceback; a
+    grad_accum that does not divide the batch failed at the first step, after the run folder was
+    written; a data_dir that is a device or a file 'does not exist'."""
+    monkeypatch.chdir(work)
+    before = files(work)
+    assert main(args) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and expected in err[0], err
+    assert files(work) == before and not (work / "new").exists()

@@ -46,12 +46,13 @@ def open_split(data_dir: str | Path, split: str) -> Any:
 def open_dataset(data_dir: str | None, split: str) -> Any:
     """`open_split` with one-line errors naming the folder (data_dir unset, missing, unreadable)."""
     from arc_data.errors import ArcDataError
+    from arc_data.fsio import why_not_a_folder
 
     if not data_dir:
         raise ConfigError("data_dir is not set (data_dir=PATH to a dataset built by hrm-deeploop build-arc)")
     path = Path(data_dir)
     if not path.is_dir():
-        raise UserError(f"data_dir '{path}' does not exist")
+        raise UserError(f"data_dir '{path}' {why_not_a_folder(path)}")
     try:
         return open_split(path, split)
     except (UserError, ArcDataError):

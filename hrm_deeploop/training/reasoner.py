@@ -153,10 +153,14 @@ class TrainConfig(RunConfig):
 
 # ---- the step -------------------------------------------------------------------------------------
 
+def check_grad_accum(rows: int, parts: int) -> None:
+    if rows % parts:
+        raise UserError(f"the per-rank batch ({rows} rows) is not divisible by train.grad_accum={parts}")
+
+
 def split_batch(t: dict[str, torch.Tensor], parts: int) -> list[dict[str, torch.Tensor]]:
     B = next(iter(t.values())).shape[0]
-    if B % parts:
-        raise UserError(f"the per-rank batch ({B} rows) is not divisible by train.grad_accum={parts}")
+    check_grad_accum(B, parts)
     n = B // parts
     return [{k: v[i * n:(i + 1) * n] for k, v in t.items()} for i in range(parts)]
 
@@ -196,6 +200,7 @@ class Trainer(Task):
         self.name = cfg.model.name
         self.config = run_config_dict(cfg)
         self.dtype = D.compute_dtype(cfg.model.forward_dtype, env.device)
+        check_grad_accum(G // env.world_size, cfg.train.grad_accum)  # before the run folder, not at the first step
         check_training_memory(cfg, env, self.dtype)  # before the model exists: refused or announced in one line
         torch.manual_seed(cfg.seed)  # the same init on every rank (DDP also syncs at construction)
         self.model = build_reasoner(cfg.model, cfg.scaling, self.dtype).to(env.device)
