@@ -588,11 +588,14 @@ def test_a_checkpoint_path_that_is_a_link_loop_a_fifo_or_a_device_is_named_as_su
     (train(*SHORT, data="/dev/null", out="new"), "data_dir '/dev/null' is not a folder (a device, FIFO or socket)"),
     (["evaluate", "checkpoint=run", "data_dir=ds/train/dataset.json", "output_dir=new", "device=cpu"],
      "data_dir 'ds/train/dataset.json' is a file, not a folder"),
-], ids=["segments", "grad_accum", "device-data_dir", "file-data_dir"])
+    (["prepare-text", "inputs=[ds/train/dataset.json]", "output_dir=new", "shard_size=1000000000000000",
+      "tokenizer=bytes"], "shard_size=1000000000000000: needs about 4.0 PB of memory, more than the"),
+], ids=["segments", "grad_accum", "device-data_dir", "file-data_dir", "shard_size"])
 def test_found_by_the_re_probe_refused_before_anything_is_written(work, monkeypatch, capsys, args, expected):
-    """Before: evaluate's per-segment scores for 10**9 segments were an allocation traceback; a
-    grad_accum that does not divide the batch failed at the first step, after the run folder was
-    written; a data_dir that is a device or a file 'does not exist'."""
+    """Before: evaluate's per-segment scores for 10**9 segments and prepare-text's shard buffer of
+    10**15 tokens were allocation tracebacks; a grad_accum that does not divide the batch failed
+    at the first step, after the run folder was written; a data_dir that is a device or a file
+    'does not exist'."""
     monkeypatch.chdir(work)
     before = files(work)
     assert main(args) == 2

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from omegaconf import MISSING
 
+from arc_data.budget import check_fits
 from arc_data.fsio import atomic_dir, checked_output_dir, parse_json, why_not_a_file
 from hrm_deeploop.config import at_least, one_of, optional_at_least
 from hrm_deeploop.errors import UserError
@@ -263,6 +264,9 @@ def prepare(cfg: PrepareTextConfig) -> dict[str, Any]:
         raise UserError(f"tokenizer '{cfg.tokenizer}' has {tok.n_vocab} ids; uint16 shards hold 65536")
 
     files = _expand_inputs(cfg.inputs)  # before the temp folder exists, so it is never an input
+    # the writer holds one shard of tokens, and a short last shard's merge copies one more
+    check_fits(f"shard_size={cfg.shard_size}", memory=2 * cfg.shard_size * np.dtype(TOKEN_DTYPE).itemsize,
+               fix="lower shard_size (tokens per shard; the default is 10**8)")
     with atomic_dir(target) as tmp:
         if cfg.demo_docs > 0:
             files = [write_demo_corpus(tmp / "demo_corpus.jsonl", cfg.demo_docs, cfg.seed)]
