@@ -147,7 +147,7 @@ def load_model(path: str | Path, device: torch.device | str = "cpu", dtype: str 
         raise ConfigError(f"dtype='{dtype}' must be auto or one of {sorted(D.DTYPES)}")
     est = D.estimate_memory(lambda c: build_reasoner(c, scaling, run_dtype), cfg, copies=1, batch=batch,
                             layers=1, dtype=run_dtype)  # the weights alone without `batch` (init_from, export)
-    per_forward = f"; at {batch} rows x {cfg.seq_len} tokens per forward" if batch else ""
+    per_forward = f"; at {batch} rows x {cfg.seq_len + cfg.puzzle_len:,} tokens per forward" if batch else ""
     D.check_memory(f"checkpoint '{p}' holds model={cfg.name} hidden_size={cfg.hidden_size} ({est.parameters:,} "
                    f"parameters){per_forward}", est, device,
                    fix=("lower global_batch_size, or " if batch else "") + "load it on a machine with more memory")

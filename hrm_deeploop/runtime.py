@@ -257,9 +257,11 @@ def estimate_memory(build: Callable[[Any], torch.nn.Module], model_cfg: Any, *, 
     `shards` ranks (FSDP); activations: batch x seq_len tokens x (`layers` blocks on the tape x
     (ACT_PER_HIDDEN x hidden + ACT_PER_HEAD_KEY x heads x seq_len) + `head_values`, the output
     head's per token: 3 x vocab for a language model's logits, their softmax and gradient) values
-    of `dtype`; hidden, heads and seq_len are the config's."""
+    of `dtype`; hidden, heads and seq_len are the config's, seq_len with the reasoners' puzzle
+    prefix (`puzzle_len` positions)."""
     params, param_bytes, buffer_bytes = count_model(build, model_cfg)
-    seq_len, hidden, heads = model_cfg.seq_len, model_cfg.hidden_size, model_cfg.num_heads
+    seq_len = model_cfg.seq_len + getattr(model_cfg, "puzzle_len", 0)
+    hidden, heads = model_cfg.hidden_size, model_cfg.num_heads
     per_token = layers * (ACT_PER_HIDDEN * hidden + ACT_PER_HEAD_KEY * heads * seq_len) + head_values
     activations = batch * seq_len * per_token * torch.empty((), dtype=dtype).element_size()
     return MemoryEstimate(parameters=params, weight_bytes=param_bytes + buffer_bytes,

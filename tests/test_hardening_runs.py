@@ -590,10 +590,15 @@ def test_a_checkpoint_path_that_is_a_link_loop_a_fifo_or_a_device_is_named_as_su
      "data_dir 'ds/train/dataset.json' is a file, not a folder"),
     (["prepare-text", "inputs=[ds/train/dataset.json]", "output_dir=new", "shard_size=1000000000000000",
       "tokenizer=bytes"], "shard_size=1000000000000000: needs about 4.0 PB of memory, more than the"),
-], ids=["segments", "grad_accum", "device-data_dir", "file-data_dir", "shard_size"])
+    (train(*SHORT, "eval.every=1", "eval.global_batch_size=1000000000000", out="new"),
+     "at 1000000000000 rows x 16 tokens per evaluation batch: needs about"),
+    ([*train(*SHORT, out="new"), "model.puzzle_emb_ndim=100000000"], "at 8 rows x 1,562,516 tokens per micro-batch"),
+], ids=["segments", "grad_accum", "device-data_dir", "file-data_dir", "shard_size", "eval-batch", "puzzle-prefix"])
 def test_found_by_the_re_probe_refused_before_anything_is_written(work, monkeypatch, capsys, args, expected):
-    """Before: evaluate's per-segment scores for 10**9 segments and prepare-text's shard buffer of
-    10**15 tokens were allocation tracebacks; a grad_accum that does not divide the batch failed
+    """Before: evaluate's per-segment scores for 10**9 segments, prepare-text's shard buffer of
+    10**15 tokens and train's evaluation batch of 10**12 rows were allocation tracebacks (the last
+    after training); a puzzle embedding of 10**8 values (a prefix of 1.6M positions) passed the
+    estimate and was killed for memory; a grad_accum that does not divide the batch failed
     at the first step, after the run folder was written; a data_dir that is a device or a file
     'does not exist'."""
     monkeypatch.chdir(work)

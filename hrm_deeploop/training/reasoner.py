@@ -168,15 +168,26 @@ def split_batch(t: dict[str, torch.Tensor], parts: int) -> list[dict[str, torch.
 def check_training_memory(cfg: TrainConfig, env: D.Env, dtype: torch.dtype) -> None:
     """Refuse a model and batch this machine cannot hold, before allocating them: weights,
     gradients, AdamATan2's two moments (and TRM's weight average), and the activations of one
-    micro-batch's segment on the tape (runtime.estimate_memory)."""
+    micro-batch's segment on the tape, or of one evaluation batch (no tape) where that is more
+    (runtime.estimate_memory)."""
     m = cfg.model
+    copies = 4 + int(cfg.train.ema)
     rows = max(1, cfg.train.global_batch_size // env.world_size // cfg.train.grad_accum)
-    est = D.estimate_memory(lambda c: build_reasoner(c, cfg.scaling, dtype), m, copies=4 + int(cfg.train.ema),
-                            batch=rows, layers=tape_layers(m), dtype=dtype)
-    D.check_memory(f"train: model={m.name} hidden_size={m.hidden_size} ({est.parameters:,} parameters) at {rows} "
-                   f"rows x {m.seq_len} tokens per micro-batch", est, env.device,
-                   fix="lower model.hidden_size or the layer counts, or train.global_batch_size (or raise "
-                       "train.grad_accum)")
+
+    def build(c: Any) -> ACTReasoner:
+        return build_reasoner(c, cfg.scaling, dtype)
+
+    est = D.estimate_memory(build, m, copies=copies, batch=rows, layers=tape_layers(m), dtype=dtype)
+    tokens = m.seq_len + m.puzzle_len  # the puzzle prefix is part of every row's state
+    what = f"{rows} rows x {tokens:,} tokens per micro-batch"
+    if cfg.evaluates:
+        eval_rows = max(1, (cfg.eval.global_batch_size or cfg.train.global_batch_size) // env.world_size)
+        at_eval = D.estimate_memory(build, m, copies=copies, batch=eval_rows, layers=1, dtype=dtype)
+        if at_eval.total > est.total:
+            est, what = at_eval, f"{eval_rows} rows x {tokens:,} tokens per evaluation batch"
+    D.check_memory(f"train: model={m.name} hidden_size={m.hidden_size} ({est.parameters:,} parameters) at {what}",
+                   est, env.device, fix="lower model.hidden_size or the layer counts, or train.global_batch_size / "
+                                        "eval.global_batch_size (or raise train.grad_accum)")
 
 
 class Trainer(Task):
