@@ -36,11 +36,11 @@ def _stderr(line: str) -> None:
 
 def human(n: float) -> str:
     """Bytes as '3.2 GB' (decimal units, as `df -H`)."""
-    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
-        if abs(n) < 1000 or unit == "PB":
+    for unit in ("B", "kB", "MB", "GB", "TB", "PB", "EB"):
+        if abs(n) < 1000 or unit == "EB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
-    return f"{n:.1f} PB"
+    return f"{n:.1f} EB"
 
 
 def available_memory() -> int | None:

@@ -272,7 +272,8 @@ def run(c: EvaluateConfig) -> int:
                           segments=c.halt_max_steps or 1)
         G = c.global_batch_size or (768 if env.device.type == "cuda" else 16 * env.world_size)
         loaded = load_model(c.checkpoint, env.device, c.dtype, seq_len=int(meta_value(split, "seq_len")), ema=c.ema,
-                            batch=max(1, min(G // env.world_size, int(split.num_examples))))  # rows per forward
+                            batch=max(1, G // env.world_size if task == "arc"  # ARC's batches are padded to G
+                                      else min(G // env.world_size, int(split.num_examples))))  # rows per forward
         rows = table_rows(loaded, c.data_dir)
         check_matches(loaded.config if rows is None else replace(loaded.config, num_puzzle_identifiers=int(
             meta_value(split, "num_puzzle_identifiers"))), split, str(Path(c.data_dir) / c.split),

@@ -607,3 +607,24 @@ def test_found_by_the_re_probe_refused_before_anything_is_written(work, monkeypa
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert len(err) == 1 and expected in err[0], err
     assert files(work) == before and not (work / "new").exists()
+
+
+def test_an_arc_evaluation_batch_is_estimated_as_padded(tmp_path, monkeypatch, capsys):
+    """ARC's sequential batches are padded to the global batch: global_batch_size=10**12 on a
+    28-example split was an allocation of 10**12 x 900 tokens and a traceback; it is refused
+    before the model is built, and an ordinary batch still evaluates."""
+    from tests.arc_synth import synthetic_tasks, write_layout
+
+    subsets = synthetic_tasks()
+    arc = write_layout(tmp_path / "src", {"training": subsets["training"], "evaluation": subsets["evaluation"]})
+    monkeypatch.chdir(tmp_path)
+    assert main(["build-arc", f"sources=[{arc}]", "num_aug=1", "output_dir=ds", "progress=false"]) == 0
+    assert main(train("train.max_steps=1", "checkpoint.every=1", out="run")) == 0
+    capsys.readouterr()
+    before = files(tmp_path)
+    args = ["evaluate", "checkpoint=run", "data_dir=ds", "output_dir=ev", "device=cpu", "progress=false"]
+    assert main([*args, "global_batch_size=1000000000000"]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and "at 1000000000000 rows x 900 tokens per forward: needs about" in err[0], err
+    assert files(tmp_path) == before
+    assert main(args) == 0 and (tmp_path / "ev/predictions.npz").is_file()
