@@ -185,13 +185,15 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
 
 # ---- memory, estimated before a model is allocated -----------------------------------------------
 
-# Values one block keeps per token for its backward, per hidden unit (the norms' inputs, q/k/v, the
-# attention output, SwiGLU's gate, up and product at expansion 4: about 16) and per head and key
-# (the scores, the probabilities and what the unfused CPU attention keeps beside them). A rough
-# bound, not a count of each kernel's tensors: fitted to peaks measured on CPU (6-14% above them
-# per row; docs/robustness.md#memory-before-a-model-is-allocated).
-ACT_PER_HIDDEN = 16
-ACT_PER_HEAD_KEY = 4
+# Values one block keeps per token for its backward: per hidden unit, 6 plus 6 per unit of MLP
+# expansion (the norms' inputs, q/k/v, the attention output; SwiGLU's gate, up and product), and
+# 1,024 per token whatever the width (RoPE tables, norm statistics, small heads). No seq x seq
+# term: PyTorch's fused attention (flash / memory-efficient, CPU and CUDA) keeps no attention
+# matrix. Fitted to peaks measured on CPU, and 6-9% above them per row in training
+# (docs/robustness.md#memory-before-a-model-is-allocated).
+ACT_PER_HIDDEN = 6
+ACT_PER_EXPANSION = 6
+ACT_PER_TOKEN = 1024
 
 
 @dataclass(frozen=True)
@@ -255,14 +257,14 @@ def estimate_memory(build: Callable[[Any], torch.nn.Module], model_cfg: Any, *, 
     counted on the meta device (`count_model`); `copies` of them are held (1 to predict; 4 to
     train with Adam: weights, gradients, two moments; 5 with a weight average), split over
     `shards` ranks (FSDP); activations: batch x seq_len tokens x (`layers` blocks on the tape x
-    (ACT_PER_HIDDEN x hidden + ACT_PER_HEAD_KEY x heads x seq_len) + `head_values`, the output
+    ((ACT_PER_HIDDEN + ACT_PER_EXPANSION x expansion) x hidden + ACT_PER_TOKEN) + `head_values`, the output
     head's per token: 3 x vocab for a language model's logits, their softmax and gradient) values
     of `dtype`; hidden, heads and seq_len are the config's, seq_len with the reasoners' puzzle
     prefix (`puzzle_len` positions)."""
     params, param_bytes, buffer_bytes = count_model(build, model_cfg)
     seq_len = model_cfg.seq_len + getattr(model_cfg, "puzzle_len", 0)
-    hidden, heads = model_cfg.hidden_size, model_cfg.num_heads
-    per_token = layers * (ACT_PER_HIDDEN * hidden + ACT_PER_HEAD_KEY * heads * seq_len) + head_values
+    per_hidden = ACT_PER_HIDDEN + ACT_PER_EXPANSION * float(getattr(model_cfg, "expansion", 4.0))
+    per_token = layers * (int(per_hidden * model_cfg.hidden_size) + ACT_PER_TOKEN) + head_values
     activations = batch * seq_len * per_token * torch.empty((), dtype=dtype).element_size()
     return MemoryEstimate(parameters=params, weight_bytes=param_bytes + buffer_bytes,
                           state_bytes=(copies * param_bytes + buffer_bytes) // shards, activation_bytes=activations,

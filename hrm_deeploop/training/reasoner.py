@@ -211,6 +211,9 @@ class Trainer(Task):
         self.name = cfg.model.name
         self.config = run_config_dict(cfg)
         self.dtype = D.compute_dtype(cfg.model.forward_dtype, env.device)
+        # the batch's own checks first (numpy only: the sampler draws from its own generators), then the memory
+        epi = cfg.train.epochs_per_iter or cfg.eval.interval_epochs or 1
+        self.sampler = TrainSampler(train_split, G, cfg.seed, env.rank, env.world_size, epochs_per_iter=epi)
         check_grad_accum(G // env.world_size, cfg.train.grad_accum)  # before the run folder, not at the first step
         check_training_memory(cfg, env, self.dtype)  # before the model exists: refused or announced in one line
         torch.manual_seed(cfg.seed)  # the same init on every rank (DDP also syncs at construction)
@@ -233,8 +236,6 @@ class Trainer(Task):
         if start is not None and start.optimizer is not None:
             self.adam.load_state_dict(start.optimizer)
         self.ema = EMA(self.model, cfg.train.ema_rate) if cfg.train.ema else None
-        epi = cfg.train.epochs_per_iter or cfg.eval.interval_epochs or 1
-        self.sampler = TrainSampler(train_split, G, cfg.seed, env.rank, env.world_size, epochs_per_iter=epi)
         # Exploration draws: an explicit generator per rank (never the global RNG).
         self.generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + env.rank)
         self.carries: list[Carry | None] = [None] * cfg.train.grad_accum
