@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from arc_data.format import (
     GROUP_INDICES_FILE,
@@ -194,3 +195,13 @@ def ddp_grads_worker(rank: int, world: int, port: int, data_dir: str, out_file: 
 
 def read_metrics(run_dir) -> list[dict]:
     return [json.loads(line) for line in open(Path(run_dir) / "metrics.jsonl")]
+
+
+def random_batch(B=4, S=16, seed=0, V=12, num_ids=5) -> dict:
+    """A seeded random reasoner batch (second half of each label row ignored), for the model tests."""
+    g = torch.Generator().manual_seed(seed)
+    inputs = torch.randint(0, V, (B, S), generator=g, dtype=torch.int32)
+    labels = torch.randint(0, V, (B, S), generator=g, dtype=torch.int32)
+    labels[:, S // 2:] = -100
+    ids = torch.randint(1, num_ids, (B,), generator=g, dtype=torch.int32)
+    return {"inputs": inputs, "labels": labels, "puzzle_identifiers": ids}

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from hrm_deeploop.models.config import HRMConfig
 from hrm_deeploop.models.hrm import HRM
 from hrm_deeploop.models.scaling import ScalingConfig
+from tests.hrm_helpers import random_batch as batch
 
 
 def tiny_cfg(**kw) -> HRMConfig:
@@ -18,15 +19,6 @@ def tiny_cfg(**kw) -> HRMConfig:
                 num_puzzle_identifiers=5, forward_dtype="float32")
     base.update(kw)
     return HRMConfig(**base)
-
-
-def batch(B=4, S=16, seed=0, V=12, num_ids=5):
-    g = torch.Generator().manual_seed(seed)
-    inputs = torch.randint(0, V, (B, S), generator=g, dtype=torch.int32)
-    labels = torch.randint(0, V, (B, S), generator=g, dtype=torch.int32)
-    labels[:, S // 2:] = -100
-    ids = torch.randint(1, num_ids, (B,), generator=g, dtype=torch.int32)
-    return {"inputs": inputs, "labels": labels, "puzzle_identifiers": ids}
 
 
 def test_param_count_at_defaults():

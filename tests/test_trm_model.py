@@ -13,6 +13,7 @@ from hrm_deeploop.models.config import TRMConfig
 from hrm_deeploop.models.core import SeqMLPBlock
 from hrm_deeploop.models.scaling import ScalingConfig
 from hrm_deeploop.models.trm import TRM
+from tests.hrm_helpers import random_batch as batch
 
 
 def tiny_cfg(**kw) -> TRMConfig:
@@ -21,15 +22,6 @@ def tiny_cfg(**kw) -> TRMConfig:
                 puzzle_emb_len=4, forward_dtype="float32")
     base.update(kw)
     return TRMConfig(**base)
-
-
-def batch(B=4, S=16, seed=0, V=12, num_ids=5):
-    g = torch.Generator().manual_seed(seed)
-    inputs = torch.randint(0, V, (B, S), generator=g, dtype=torch.int32)
-    labels = torch.randint(0, V, (B, S), generator=g, dtype=torch.int32)
-    labels[:, S // 2:] = -100
-    ids = torch.randint(1, num_ids, (B,), generator=g, dtype=torch.int32)
-    return {"inputs": inputs, "labels": labels, "puzzle_identifiers": ids}
 
 
 @pytest.mark.parametrize("kw, expected", [

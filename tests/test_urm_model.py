@@ -16,6 +16,7 @@ from hrm_deeploop.models.core import ConvSwiGLU, SwiGLU
 from hrm_deeploop.models.scaling import ScalingConfig
 from hrm_deeploop.models.urm import URM
 from tests.hrm_helpers import make_dataset, read_metrics, train_cli
+from tests.hrm_helpers import random_batch as batch
 
 URM_TINY_OVERRIDES = [
     "experiment=urm_tiny_cpu", "logger=none", "device=cpu", "train.progress=false",
@@ -29,15 +30,6 @@ def tiny_cfg(**kw) -> URMConfig:
                 forward_dtype="float32")
     base.update(kw)
     return URMConfig(**base)
-
-
-def batch(B=4, S=16, seed=0, V=12, num_ids=5):
-    g = torch.Generator().manual_seed(seed)
-    inputs = torch.randint(0, V, (B, S), generator=g, dtype=torch.int32)
-    labels = torch.randint(0, V, (B, S), generator=g, dtype=torch.int32)
-    labels[:, S // 2:] = -100
-    ids = torch.randint(1, num_ids, (B,), generator=g, dtype=torch.int32)
-    return {"inputs": inputs, "labels": labels, "puzzle_identifiers": ids}
 
 
 @pytest.mark.parametrize("kw, expected", [
