@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from arc_data.errors import ArcDataError
+from arc_data.errors import DatasetError
 
 LARGE = 10**9  # bytes of memory or of disk from which a request that fits is announced before it starts
 
@@ -79,11 +79,11 @@ def check_fits(what: str, memory: float = 0, disk: float = 0, at: Path | None = 
     tail = f"; {fix}" if fix else ""
     avail = (available if available is not None else available_memory()) if memory else None
     if avail is not None and memory > avail:
-        raise ArcDataError(f"{what}: needs about {human(memory)} of memory, more than the {human(avail)} "
+        raise DatasetError(f"{what}: needs about {human(memory)} of memory, more than the {human(avail)} "
                            f"{where}{tail}")
     free = free_disk(at) if disk and at is not None else None
     if free is not None and disk > free:
-        raise ArcDataError(f"{what}: would write about {human(disk)}, more than the {human(free)} free at "
+        raise DatasetError(f"{what}: would write about {human(disk)}, more than the {human(free)} free at "
                            f"{at}{tail}")
     if say is not None and max(memory, disk) >= LARGE:
         parts = []
@@ -99,5 +99,5 @@ def check_fits(what: str, memory: float = 0, disk: float = 0, at: Path | None = 
 def check_count(what: str, asked: int, most: int, why: str, fix: str = "") -> None:
     """Refuse asking for more distinct things than exist (`most`, and why there are no more)."""
     if asked > most:
-        raise ArcDataError(f"{what}: asks for {asked:,}, but at most {most:,} exist ({why})"
+        raise DatasetError(f"{what}: asks for {asked:,}, but at most {most:,} exist ({why})"
                            + (f"; {fix}" if fix else ""))

@@ -6,7 +6,7 @@
 
 Shapes and token ids come from each split's `dataset.json` (`seq_len`, `vocab_size`, `pad_id`,
 `ignore_label_id`, `blank_identifier_id`, `num_puzzle_identifiers`), validated at open time; a bad
-field or array is a one-line ArcDataError naming the file and field.
+field or array is a one-line DatasetError naming the file and field.
 
 Token range (every token < vocab_size): arrays up to TOKEN_CHECK_FULL_BYTES each are scanned whole
 at open (chunked max, about 50 ms per 256 MB); larger ones (ARC-1 train is 3.3 GB per array) get
@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from arc_data import format as F
-from arc_data.errors import ArcDataError
+from arc_data import format as fmt
+from arc_data.errors import DatasetError
 from arc_data.fsio import parse_json, why_not_a_file
 
 META_KEYS = ("pad_id", "ignore_label_id", "blank_identifier_id", "vocab_size", "seq_len",
@@ -45,11 +45,11 @@ TASK_KINDS = ("arc", "sudoku", "maze", "generic")
 _ARC_NAME = re.compile(r"^[0-9a-f]{8}($|_|\|)|(_|\|\|\|)t[0-7](_|\|\|\|)[0-9]{10}$")
 
 
-def _bad(path: Path, problem: str) -> ArcDataError:
-    return ArcDataError(f"{path}: {problem}")
+def _bad(path: Path, problem: str) -> DatasetError:
+    return DatasetError(f"{path}: {problem}")
 
 
-def _not_a_file(path: Path) -> ArcDataError:
+def _not_a_file(path: Path) -> DatasetError:
     if not os.path.lexists(path):
         return _bad(path, "missing (not a built dataset, or a half-written one?)")
     return _bad(path, why_not_a_file(path))  # a FIFO, a device, a folder, a symlink loop: never opened
@@ -79,7 +79,7 @@ def _load_npy(path: Path, mmap: bool = False, ndim: int | None = None) -> np.nda
 
 def load_npz(path: Path, keys: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
     """The arrays `keys` (None: all) of an .npz, every member read in full: a missing, truncated or
-    corrupt file (not a zip, a bad CRC, a member cut short, a pickled object) is one ArcDataError."""
+    corrupt file (not a zip, a bad CRC, a member cut short, a pickled object) is one DatasetError."""
     if not path.is_file():
         raise _not_a_file(path)
     try:
@@ -98,7 +98,7 @@ def layout(data_dir: str | Path) -> str:
     root = Path(data_dir)
     if not root.is_dir():
         raise _bad(root, "no such dataset directory")
-    manifest = root / F.MANIFEST_FILE
+    manifest = root / fmt.MANIFEST_FILE
     if manifest.is_file():
         lay = _load_json(manifest).get("layout", "materialized")  # type: ignore[union-attr]
         if lay not in ("materialized", "compact"):
@@ -109,10 +109,10 @@ def layout(data_dir: str | Path) -> str:
 
 def load_identifiers(data_dir: str | Path) -> list[str]:
     """id -> puzzle name (`identifiers.json`; 0 = `<blank>`)."""
-    path = Path(data_dir) / F.IDENTIFIERS_FILE
+    path = Path(data_dir) / fmt.IDENTIFIERS_FILE
     ids = _load_json(path)
-    if not isinstance(ids, list) or not ids or ids[0] != F.BLANK_NAME:
-        raise _bad(path, f"expected a JSON list starting with {F.BLANK_NAME!r}")
+    if not isinstance(ids, list) or not ids or ids[0] != fmt.BLANK_NAME:
+        raise _bad(path, f"expected a JSON list starting with {fmt.BLANK_NAME!r}")
     return ids
 
 
@@ -130,7 +130,7 @@ class Augmentations:
 
 
 def load_augmentations(data_dir: str | Path) -> Augmentations:
-    path = Path(data_dir) / F.AUGMENTATIONS_FILE
+    path = Path(data_dir) / fmt.AUGMENTATIONS_FILE
     z = load_npz(path, ("base_task", "dihedral", "colour_map", "task_names"))
     n = z["dihedral"].shape[0]
     if z["base_task"].shape != (n,) or z["colour_map"].shape != (n, 10):
@@ -166,8 +166,8 @@ def read_meta(path: Path) -> dict:
     if not isinstance(mpe, (int, float)) or isinstance(mpe, bool) or not mpe >= 0:
         raise _bad(path, f"field mean_puzzle_examples = {mpe!r} is not a non-negative number")
     sets = meta["sets"]
-    if not isinstance(sets, list) or F.SET_NAME not in sets:
-        raise _bad(path, f"field sets = {sets!r}: expected a list holding {F.SET_NAME!r} (the only set read)")
+    if not isinstance(sets, list) or fmt.SET_NAME not in sets:
+        raise _bad(path, f"field sets = {sets!r}: expected a list holding {fmt.SET_NAME!r} (the only set read)")
     return meta
 
 
@@ -184,9 +184,9 @@ def _first_out_of_range(arr: np.ndarray, vocab: int, lo: int = 0, hi: int | None
 
 
 def _looks_like_arc(root: Path, meta: dict) -> bool:
-    if meta["seq_len"] != F.SEQ_LEN or meta["vocab_size"] != F.VOCAB_SIZE or meta["num_puzzle_identifiers"] < 2:
+    if meta["seq_len"] != fmt.SEQ_LEN or meta["vocab_size"] != fmt.VOCAB_SIZE or meta["num_puzzle_identifiers"] < 2:
         return False
-    path = root / F.IDENTIFIERS_FILE
+    path = root / fmt.IDENTIFIERS_FILE
     if not path.is_file():
         return False
     names = _load_json(path)
@@ -203,7 +203,7 @@ def task_kind(data_dir: str | Path) -> str:
     root = Path(data_dir)
     if not root.is_dir():
         raise _bad(root, "no such dataset directory")
-    manifest = root / F.MANIFEST_FILE
+    manifest = root / fmt.MANIFEST_FILE
     if manifest.is_file():
         m = _load_json(manifest)
         if not isinstance(m, dict):
@@ -213,18 +213,35 @@ def task_kind(data_dir: str | Path) -> str:
             if not isinstance(task, str) or not task:
                 raise _bad(manifest, f"field task = {task!r} is not a task name")
             return task
-    for split in reversed(F.SPLITS):  # test is the smaller one
-        if (root / split / F.META_FILE).is_file():
-            return "arc" if _looks_like_arc(root, read_meta(root / split / F.META_FILE)) else "generic"
-    raise _bad(root, f"no {F.META_FILE} in {' or '.join(F.SPLITS)} (not a built dataset?)")
+    for split in reversed(fmt.SPLITS):  # test is the smaller one
+        if (root / split / fmt.META_FILE).is_file():
+            return "arc" if _looks_like_arc(root, read_meta(root / split / fmt.META_FILE)) else "generic"
+    raise _bad(root, f"no {fmt.META_FILE} in {' or '.join(fmt.SPLITS)} (not a built dataset?)")
+
+
+def resolve_examples(
+    puzzle_identifiers: np.ndarray,
+    puzzle_indices: np.ndarray,
+    group_indices: np.ndarray,
+    group_pairs: np.ndarray,
+    group_pair_indices: np.ndarray,
+    idx: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Example indices -> (pair id int64, puzzle identifier int64), by the CSR arrays."""
+    idx = np.asarray(idx, dtype=np.int64)
+    p = np.searchsorted(puzzle_indices, idx, side="right") - 1
+    g = np.searchsorted(group_indices, p, side="right") - 1
+    k = idx - puzzle_indices[p]
+    pair = group_pairs[group_pair_indices[g] + k].astype(np.int64)
+    return pair, puzzle_identifiers[p].astype(np.int64)
 
 
 class PuzzleSplit:
     """One split of a built dataset. Index arrays as in HRM; `examples(idx)` gives encoded rows."""
 
     def __init__(self, data_dir: str | Path, split: str):
-        if split not in F.SPLITS:
-            raise ArcDataError(f"split {split!r}: expected one of {F.SPLITS}")
+        if split not in fmt.SPLITS:
+            raise DatasetError(f"split {split!r}: expected one of {fmt.SPLITS}")
         root = Path(data_dir)
         self.root = root
         self.layout = layout(root)
@@ -233,7 +250,7 @@ class PuzzleSplit:
             raise _bad(d, "missing split directory (not a built dataset, or a half-written one?)")
         self.path = d
         self.split = split
-        meta_path = d / F.META_FILE
+        meta_path = d / fmt.META_FILE
         meta = read_meta(meta_path)
         self.meta: dict = meta
         self.seq_len: int = meta["seq_len"]
@@ -242,34 +259,34 @@ class PuzzleSplit:
         self.ignore_label_id: int | None = meta["ignore_label_id"]
         self.blank_identifier_id: int = meta["blank_identifier_id"]
         self.num_puzzle_identifiers: int = meta["num_puzzle_identifiers"]
-        self.puzzle_identifiers = _load_npy(d / F.PUZZLE_IDS_FILE, ndim=1).astype(np.int32, copy=False)
-        self.puzzle_indices = _load_npy(d / F.PUZZLE_INDICES_FILE, ndim=1).astype(np.int32, copy=False)
-        self.group_indices = _load_npy(d / F.GROUP_INDICES_FILE, ndim=1).astype(np.int32, copy=False)
+        self.puzzle_identifiers = _load_npy(d / fmt.PUZZLE_IDS_FILE, ndim=1).astype(np.int32, copy=False)
+        self.puzzle_indices = _load_npy(d / fmt.PUZZLE_INDICES_FILE, ndim=1).astype(np.int32, copy=False)
+        self.group_indices = _load_npy(d / fmt.GROUP_INDICES_FILE, ndim=1).astype(np.int32, copy=False)
         p = len(self.puzzle_identifiers)
         pi, gi = self.puzzle_indices, self.group_indices
         if len(pi) != p + 1 or pi[0] != 0 or np.any(np.diff(pi) < 0):
-            raise _bad(d / F.PUZZLE_INDICES_FILE, f"not a CSR index over {p} puzzles")
+            raise _bad(d / fmt.PUZZLE_INDICES_FILE, f"not a CSR index over {p} puzzles")
         if len(gi) < 1 or gi[0] != 0 or gi[-1] != p or np.any(np.diff(gi) < 0):
-            raise _bad(d / F.GROUP_INDICES_FILE, f"not a CSR index over {p} puzzles")
+            raise _bad(d / fmt.GROUP_INDICES_FILE, f"not a CSR index over {p} puzzles")
         if meta["total_groups"] != len(gi) - 1:
-            raise _bad(meta_path, f"field total_groups = {meta['total_groups']}, but {F.GROUP_INDICES_FILE} "
+            raise _bad(meta_path, f"field total_groups = {meta['total_groups']}, but {fmt.GROUP_INDICES_FILE} "
                                   f"holds {len(gi) - 1} groups")
         if p and (self.puzzle_identifiers.min() < 0 or self.puzzle_identifiers.max() >= self.num_puzzle_identifiers):
             raise _bad(meta_path, f"field num_puzzle_identifiers = {self.num_puzzle_identifiers}, but "
-                                  f"{F.PUZZLE_IDS_FILE} uses ids {self.puzzle_identifiers.min()}.."
+                                  f"{fmt.PUZZLE_IDS_FILE} uses ids {self.puzzle_identifiers.min()}.."
                                   f"{self.puzzle_identifiers.max()}")
         self.num_examples = int(pi[-1])
         self._checked_tokens = True
         if self.layout == "materialized":
-            self._inputs = _load_npy(d / F.INPUTS_FILE, mmap=True, ndim=2)
-            self._labels = _load_npy(d / F.LABELS_FILE, mmap=True, ndim=2)
-            for arr, name in ((self._inputs, F.INPUTS_FILE), (self._labels, F.LABELS_FILE)):
+            self._inputs = _load_npy(d / fmt.INPUTS_FILE, mmap=True, ndim=2)
+            self._labels = _load_npy(d / fmt.LABELS_FILE, mmap=True, ndim=2)
+            for arr, name in ((self._inputs, fmt.INPUTS_FILE), (self._labels, fmt.LABELS_FILE)):
                 if arr.dtype.kind not in "ui":
                     raise _bad(d / name, f"dtype {arr.dtype}: expected integer tokens")
                 if arr.shape[1] != self.seq_len:
                     raise _bad(meta_path, f"field seq_len = {self.seq_len}, but {name} rows hold {arr.shape[1]} tokens")
                 if arr.shape[0] != self.num_examples:
-                    raise _bad(d / name, f"{arr.shape[0]} rows, but {F.PUZZLE_INDICES_FILE} indexes "
+                    raise _bad(d / name, f"{arr.shape[0]} rows, but {fmt.PUZZLE_INDICES_FILE} indexes "
                                          f"{self.num_examples} examples")
             self._checked_tokens = all(a.nbytes <= TOKEN_CHECK_FULL_BYTES for a in (self._inputs, self._labels))
             if self._checked_tokens:
@@ -279,13 +296,13 @@ class PuzzleSplit:
                 for lo, hi in ((0, min(TOKEN_CHECK_CHUNK, e)), (max(e - TOKEN_CHECK_CHUNK, 0), e)):
                     self._check_range(lo, hi)
         else:
-            if self.seq_len != F.SEQ_LEN or self.vocab_size != F.VOCAB_SIZE:
-                raise _bad(meta_path, f"the compact layout is ARC's (seq_len {F.SEQ_LEN}, vocab_size {F.VOCAB_SIZE}); "
+            if self.seq_len != fmt.SEQ_LEN or self.vocab_size != fmt.VOCAB_SIZE:
+                raise _bad(meta_path, f"the compact layout is ARC's (seq_len {fmt.SEQ_LEN}, vocab_size {fmt.VOCAB_SIZE}); "
                                       f"got seq_len {self.seq_len}, vocab_size {self.vocab_size}")
             self._open_compact(root, d)
 
     def _check_range(self, lo: int, hi: int) -> None:
-        for arr, name in ((self._inputs, F.INPUTS_FILE), (self._labels, F.LABELS_FILE)):
+        for arr, name in ((self._inputs, fmt.INPUTS_FILE), (self._labels, fmt.LABELS_FILE)):
             row = _first_out_of_range(arr, self.vocab_size, lo, hi)
             if row >= 0:
                 raise _bad(self.path / name, f"example {row} holds a token outside [0, vocab_size = "
@@ -302,7 +319,7 @@ class PuzzleSplit:
         return task_kind(self.root)
 
     def _open_compact(self, root: Path, d: Path) -> None:
-        g = load_npz(root / F.GRIDS_FILE, ("cells", "grid_offset", "grid_shape", "pair_grids"))
+        g = load_npz(root / fmt.GRIDS_FILE, ("cells", "grid_offset", "grid_shape", "pair_grids"))
         self._cells = np.ascontiguousarray(g["cells"], dtype=np.uint8)
         self._goff = np.ascontiguousarray(g["grid_offset"], dtype=np.int64)
         self._gshape = np.ascontiguousarray(g["grid_shape"], dtype=np.int64)
@@ -310,15 +327,15 @@ class PuzzleSplit:
         aug = load_augmentations(root)
         self._dihedral = np.ascontiguousarray(aug.dihedral, dtype=np.uint8)
         self._colour_map = np.ascontiguousarray(aug.colour_map, dtype=np.uint8)
-        self._group_pairs = _load_npy(d / F.PLAN_GROUP_PAIRS_FILE, ndim=1).astype(np.int64)
-        self._gpi = _load_npy(d / F.PLAN_GROUP_PAIR_INDICES_FILE, ndim=1).astype(np.int64)
-        self._offsets = np.ascontiguousarray(_load_npy(d / F.PLAN_OFFSETS_FILE, ndim=2), dtype=np.uint8)
+        self._group_pairs = _load_npy(d / fmt.PLAN_GROUP_PAIRS_FILE, ndim=1).astype(np.int64)
+        self._gpi = _load_npy(d / fmt.PLAN_GROUP_PAIR_INDICES_FILE, ndim=1).astype(np.int64)
+        self._offsets = np.ascontiguousarray(_load_npy(d / fmt.PLAN_OFFSETS_FILE, ndim=2), dtype=np.uint8)
         if self._offsets.shape != (self.num_examples, 2):
-            raise _bad(d / F.PLAN_OFFSETS_FILE, f"shape {self._offsets.shape}, expected ({self.num_examples}, 2)")
+            raise _bad(d / fmt.PLAN_OFFSETS_FILE, f"shape {self._offsets.shape}, expected ({self.num_examples}, 2)")
         if len(self._gpi) != len(self.group_indices):
-            raise _bad(d / F.PLAN_GROUP_PAIR_INDICES_FILE, "one entry per group (+1) expected")
+            raise _bad(d / fmt.PLAN_GROUP_PAIR_INDICES_FILE, "one entry per group (+1) expected")
         if len(self.puzzle_identifiers) and self.puzzle_identifiers.max() >= len(self._dihedral):
-            raise _bad(root / F.AUGMENTATIONS_FILE, "fewer rows than puzzle identifiers")
+            raise _bad(root / fmt.AUGMENTATIONS_FILE, "fewer rows than puzzle identifiers")
 
     @property
     def num_puzzles(self) -> int:
@@ -336,18 +353,17 @@ class PuzzleSplit:
         if self.layout == "materialized":
             x, y = np.asarray(self._inputs[idx]), np.asarray(self._labels[idx])
             if not self._checked_tokens:  # too big to scan at open: check what is read
-                for arr, name in ((x, F.INPUTS_FILE), (y, F.LABELS_FILE)):
+                for arr, name in ((x, fmt.INPUTS_FILE), (y, fmt.LABELS_FILE)):
                     if arr.size and (arr.max() >= self.vocab_size or arr.min() < 0):
                         row = int(idx[np.flatnonzero(((arr >= self.vocab_size) | (arr < 0)).any(axis=1))[0]])
                         raise _bad(self.path / name, f"example {row} holds a token outside [0, vocab_size = "
                                                      f"{self.vocab_size}) (dataset.json)")
             return x, y
-        from arc_data.kernels import encode_examples
-        from arc_data.plan import resolve_examples
+        from arc_data.compact import encode_examples
 
         pair, pid = resolve_examples(self.puzzle_identifiers, self.puzzle_indices, self.group_indices,
                                      self._group_pairs, self._gpi, idx)
-        out_in = np.empty((idx.size, F.SEQ_LEN), np.uint8)
+        out_in = np.empty((idx.size, fmt.SEQ_LEN), np.uint8)
         out_lab = np.empty_like(out_in)
         encode_examples(self._cells, self._goff, self._gshape, self._pair_grids, pair, pid,
                         self._dihedral, self._colour_map, np.ascontiguousarray(self._offsets[idx]),

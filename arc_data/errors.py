@@ -1,5 +1,39 @@
-"""Errors raised on bad ARC input. Messages name the file, the task and the problem, on one line."""
+"""Errors raised on bad dataset input: one line naming the file, the task and the problem.
+
+`DatasetError` is the base (the CLI catches it) and what the format root raises (reader, file
+rules, size checks); each task room raises its own subclass, so the class says which task an error
+came from. A task's build wraps its body in `raised_as(<its error>)`, so that what the shared code
+raises on its behalf (a bad output folder, a short disk, a bad CSV) carries the task's name too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
-class ArcDataError(ValueError):
-    """Invalid ARC source data, dataset or option."""
+class DatasetError(ValueError):
+    """Invalid dataset source, dataset on disk or option (any task)."""
+
+
+class ArcError(DatasetError):
+    """Invalid ARC-AGI source data, dataset or option."""
+
+
+class SudokuError(DatasetError):
+    """Invalid Sudoku CSV, dataset or option."""
+
+
+class MazeError(DatasetError):
+    """Invalid Maze CSV, dataset or option."""
+
+
+@contextmanager
+def raised_as(error: type[DatasetError]) -> Iterator[None]:
+    """Re-raise a DatasetError from the block as `error` (same one-line message, no chained traceback)."""
+    try:
+        yield
+    except DatasetError as e:
+        if isinstance(e, error):
+            raise
+        raise error(str(e)) from None

@@ -1,4 +1,5 @@
-"""The on-disk dataset format. arc_data owns it; every other package imports these constants.
+"""The on-disk dataset format. arc_data owns it; every other package imports these constants
+(one import name: `from arc_data import format as fmt`).
 
 HRM layout (readable by HRM's own loader), per split `<out>/<split>/`:
     all__inputs.npy               uint8 [E, 900]  encoded inputs
@@ -11,6 +12,7 @@ Top level `<out>/`:
     identifiers.json              list: id -> puzzle name (0 = "<blank>"), HRM naming
     augmentations.npz             the augmentation table (below); nothing downstream parses names
     manifest.json                 sources' content hashes, options, package version, counts
+Grid puzzles (build-puzzles) add `<split>/puzzle_augmentations.npz`, one row per puzzle (arc_data.puzzles.build).
 
 Augmentation table (`augmentations.npz`, indexed by puzzle identifier, row 0 = blank):
     base_task   int32 [num_ids]      index into `task_names` (-1 for the blank row)
@@ -58,6 +60,7 @@ META_FILE = "dataset.json"
 IDENTIFIERS_FILE = "identifiers.json"
 AUGMENTATIONS_FILE = "augmentations.npz"
 MANIFEST_FILE = "manifest.json"
+PUZZLE_AUGMENTATIONS_FILE = "puzzle_augmentations.npz"  # build-puzzles: per split (arc_data.puzzles.build)
 GRIDS_FILE = "grids.npz"
 PLAN_GROUP_PAIRS_FILE = "plan__group_pairs.npy"
 PLAN_GROUP_PAIR_INDICES_FILE = "plan__group_pair_indices.npy"
@@ -141,3 +144,9 @@ def crop(tokens: np.ndarray) -> np.ndarray:
         if area > best_area:
             best_area, best_r, best_w = area, r, w
     return (g[:best_r, :best_w] - COLOUR_OFFSET).astype(np.uint8)
+
+
+def square_side(num_cells: int) -> int:
+    """n when a board row of `num_cells` tokens is an n x n square (Sudoku, Maze), else 0."""
+    n = int(round(num_cells ** 0.5))
+    return n if n * n == num_cells else 0

@@ -51,7 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
-from arc_data.errors import ArcDataError
+from arc_data.errors import DatasetError
 
 
 def package_version() -> str:
@@ -71,7 +71,7 @@ def package_version() -> str:
 
 def parse_json(data: str | bytes, where: str) -> object:
     """json.loads for a user's file: anything it cannot parse (bad syntax, not UTF-8, an integer of
-    more than 4300 digits, nesting deeper than the parser's recursion allows) is one ArcDataError
+    more than 4300 digits, nesting deeper than the parser's recursion allows) is one DatasetError
     "<where>: invalid JSON (...)"."""
     try:
         return json.loads(data)
@@ -83,7 +83,7 @@ def parse_json(data: str | bytes, where: str) -> object:
         why = "nested too deeply"
     except ValueError as e:  # int() of more than sys.get_int_max_str_digits() digits
         why = "an integer too long to read" if "integer string conversion" in str(e) else str(e)
-    raise ArcDataError(f"{where}: invalid JSON ({why})")
+    raise DatasetError(f"{where}: invalid JSON ({why})")
 
 
 class _Stream:
@@ -161,7 +161,7 @@ _PLAIN = re.compile(r"^[A-Za-z0-9_\-+=,@][A-Za-z0-9_.\-+=,@]{0,199}$")
 def check_task_name(name: str, where: str) -> str:
     """A task name from a task file: refused (naming the file) unless plain; returned unchanged."""
     if not isinstance(name, str) or not _PLAIN.match(name) or ".." in name:
-        raise ArcDataError(f"{where}: task name {name!r} is not a plain name (letters, digits, _ - . + = , @; "
+        raise DatasetError(f"{where}: task name {name!r} is not a plain name (letters, digits, _ - . + = , @; "
                            "no path separators, no '..', no leading dot); rename the task")
     return name
 
@@ -175,7 +175,7 @@ def _resolved(p: str | os.PathLike, key: str = "path") -> Path:
     try:
         return Path(os.path.expanduser(str(p))).resolve()
     except (RuntimeError, OSError) as e:  # a loop of symbolic links (RuntimeError before Python 3.13)
-        raise ArcDataError(f"{key}={p}: {why_not_a_file(Path(os.path.expanduser(str(p))))}"
+        raise DatasetError(f"{key}={p}: {why_not_a_file(Path(os.path.expanduser(str(p))))}"
                            if "loop" in str(e).lower() or getattr(e, "errno", None) == errno.ELOOP
                            else f"{key}={p}: cannot resolve the path ({e})") from None
 
@@ -226,7 +226,7 @@ def check_output_dir(output_dir: str | os.PathLike, inputs: Iterable[str | os.Pa
     """Refuse an output folder that is, contains or lies inside an input, or whose parent is not a
     writable folder. Inputs that are not local paths (None, '', bundled names) are skipped."""
     if not str(output_dir).strip():
-        raise ArcDataError(f"{key} is empty")
+        raise DatasetError(f"{key} is empty")
 
     out = _resolved(output_dir, key)
     sources: list[tuple[str, Path]] = []
@@ -243,7 +243,7 @@ def check_output_dir(output_dir: str | os.PathLike, inputs: Iterable[str | os.Pa
             continue
         if _inside(out, src) or _inside(src, out):
             relation = "is" if out == src else ("lies inside" if _inside(out, src) else "contains")
-            raise ArcDataError(f"{key}={output_dir} {relation} the input {item}: writing there could destroy "
+            raise DatasetError(f"{key}={output_dir} {relation} the input {item}: writing there could destroy "
                                "the input; choose another folder")
     parent = out
     while not parent.exists():
@@ -252,9 +252,9 @@ def check_output_dir(output_dir: str | os.PathLike, inputs: Iterable[str | os.Pa
         parent = parent.parent
     if parent != out and not parent.is_dir() or parent == out and not out.is_dir():
         bad = parent if not parent.is_dir() else out
-        raise ArcDataError(f"{key}={output_dir}: {bad} is a file, not a folder")
+        raise DatasetError(f"{key}={output_dir}: {bad} is a file, not a folder")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise ArcDataError(f"{key}={output_dir}: {parent} is not writable")
+        raise DatasetError(f"{key}={output_dir}: {parent} is not writable")
     return out
 
 
@@ -271,7 +271,7 @@ def check_replaceable(output_dir: Path, marker: str, writer: str, key: str = "ou
     """With overwrite=true an existing output folder is replaced only if it is empty or holds
     `marker` (a file the writer leaves in every folder it writes): never an arbitrary folder."""
     if output_dir.is_dir() and any(output_dir.iterdir()) and not (output_dir / marker).is_file():
-        raise ArcDataError(f"{key}={output_dir} exists and was not written by {writer} (no {marker} in it); "
+        raise DatasetError(f"{key}={output_dir} exists and was not written by {writer} (no {marker} in it); "
                            "refusing to replace it with overwrite=true: choose another folder or remove it yourself")
 
 
@@ -301,7 +301,7 @@ def checked_output_dir(output_dir: str, overwrite: bool, inputs: Iterable[str | 
     folder found here is the only one `atomic_dir` will ever replace."""
     out = check_output_dir(output_dir, inputs, field)
     if os.path.lexists(out) and not overwrite:
-        raise ArcDataError(f"{out}: {field} already exists (pass overwrite=true to replace it)")
+        raise DatasetError(f"{out}: {field} already exists (pass overwrite=true to replace it)")
     if out.exists() and marker is not None:
         check_replaceable(out, marker, writer, field)
     return OutputDir(out, _identity(out), marker, writer)
@@ -370,12 +370,12 @@ def _publish_dir(tmp: Path, target: OutputDir) -> Path | None:
         rename_noreplace(out, old)  # set the checked folder aside, then make sure it is the one checked
         if _identity(old) != target.found or not _is_replaceable(old, target.marker):
             rename_noreplace(old, out)
-            raise ArcDataError(f"{out}: replaced by another folder while {target.writer} ran; left it untouched "
+            raise DatasetError(f"{out}: replaced by another folder while {target.writer} ran; left it untouched "
                                "and discarded this output (run again to replace it)")
         try:
             rename_noreplace(tmp, out)
         except FileExistsError:
-            raise ArcDataError(f"{out}: a folder appeared there while {target.writer} was publishing; left it "
+            raise DatasetError(f"{out}: a folder appeared there while {target.writer} was publishing; left it "
                                f"untouched, the earlier output is kept as {old}") from None
         return old
     try:
@@ -383,7 +383,7 @@ def _publish_dir(tmp: Path, target: OutputDir) -> Path | None:
     except OSError as e:
         if e.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
             raise
-        raise ArcDataError(f"{out}: appeared while {target.writer} ran (it was not there at the start); left it "
+        raise DatasetError(f"{out}: appeared while {target.writer} ran (it was not there at the start); left it "
                            "untouched and discarded this output: remove it or choose another output_dir") from None
     return None
 
@@ -409,7 +409,7 @@ def atomic_dirs(targets: list[OutputDir]) -> Iterator[list[Path]]:
                 shutil.rmtree(tmp, ignore_errors=True)
                 tmp.mkdir()
             except OSError as e:
-                raise ArcDataError(f"{writer}: cannot create a temp folder beside {out}: "
+                raise DatasetError(f"{writer}: cannot create a temp folder beside {out}: "
                                    f"{os_error_line(e, tmp)}") from None
             tmps.append(tmp)
         yield tmps
@@ -432,7 +432,7 @@ def atomic_dirs(targets: list[OutputDir]) -> Iterator[list[Path]]:
     except OSError as e:
         for tmp in tmps:
             shutil.rmtree(tmp, ignore_errors=True)
-        raise ArcDataError(f"{writer}: {os_error_line(e, tmps[-1] if tmps else shown)}; nothing was published, "
+        raise DatasetError(f"{writer}: {os_error_line(e, tmps[-1] if tmps else shown)}; nothing was published, "
                            f"{shown} {'is' if len(targets) == 1 else 'are'} as it was") from None
     except BaseException:
         for tmp in tmps:
@@ -466,7 +466,7 @@ def publish_files(stage: Path, out: Path, names: Iterable[str], overwrite: bool,
                 if not overwrite:
                     if n not in produced:
                         continue
-                    raise ArcDataError(f"{out / n}: appeared while {writer} ran (it was not there at the start); "
+                    raise DatasetError(f"{out / n}: appeared while {writer} ran (it was not there at the start); "
                                        "left it untouched and published nothing: remove it or pass overwrite=true")
                 os.rename(out / n, old / n)
                 aside.append(n)
@@ -479,10 +479,10 @@ def publish_files(stage: Path, out: Path, names: Iterable[str], overwrite: bool,
         for n in reversed(aside):
             rename_noreplace(old / n, out / n)
         if isinstance(e, FileExistsError):
-            raise ArcDataError(f"{e.filename}: appeared while {writer} ran; left it untouched and published "
+            raise DatasetError(f"{e.filename}: appeared while {writer} ran; left it untouched and published "
                                "nothing") from None
         if isinstance(e, OSError):
-            raise ArcDataError(f"{writer}: {os_error_line(e, out)}; published nothing") from None
+            raise DatasetError(f"{writer}: {os_error_line(e, out)}; published nothing") from None
         raise
     return moved
 
@@ -506,13 +506,13 @@ def staged_outputs(out: Path, names: Iterable[str], overwrite: bool, writer: str
         shutil.rmtree(stage, ignore_errors=True)
         stage.mkdir()
     except OSError as e:
-        raise ArcDataError(f"{writer}: cannot write into {out}: {os_error_line(e, out)}") from None
+        raise DatasetError(f"{writer}: cannot write into {out}: {os_error_line(e, out)}") from None
     try:
         yield stage
         publish_files(stage, out, names, overwrite, writer)
         published = True
     except OSError as e:
-        raise ArcDataError(f"{writer}: {os_error_line(e, stage)}; published nothing, {out} is as it was") from None
+        raise DatasetError(f"{writer}: {os_error_line(e, stage)}; published nothing, {out} is as it was") from None
     finally:
         shutil.rmtree(stage, ignore_errors=True)
         for d in made if not published else ():

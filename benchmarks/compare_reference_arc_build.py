@@ -40,9 +40,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from arc_data import format as fmt  # noqa: E402
-from arc_data.build import BuildConfig, build  # noqa: E402
-from arc_data.sources import load_sources  # noqa: E402
-from arc_data.viz import decode  # noqa: E402  (translated row -> grid: the bounding box of its colours)
+from arc_data.arc.build import BuildConfig, build  # noqa: E402
+from arc_data.arc.sources import load_sources  # noqa: E402
+from arc_data.arc.viz import decode  # noqa: E402  (translated row -> grid: the bounding box of its colours)
 from benchmarks.benchlib import stub_argdantic  # noqa: E402
 
 

@@ -102,8 +102,8 @@ def run_reference(ref_dir: Path, task: str, csv_dir: Path, out: Path, num_aug: i
 
 def run_ours(task: str, csv_dir: Path, out: Path, num_aug: int = 0, subsample_size: int | None = None,
              min_difficulty: int | None = None, seed: int = 0) -> None:
-    from arc_data.puzzle_config import BuildPuzzlesConfig
-    from arc_data.puzzles import build_puzzles
+    from arc_data.puzzles.build import build_puzzles
+    from arc_data.puzzles.config import BuildPuzzlesConfig
 
     with contextlib.redirect_stdout(io.StringIO()):
         build_puzzles(BuildPuzzlesConfig(task=task, source=str(csv_dir), output_dir=str(out), num_aug=num_aug,
@@ -116,8 +116,8 @@ def run_ours(task: str, csv_dir: Path, out: Path, num_aug: int = 0, subsample_si
 
 
 def generate_csvs(out: Path, task: str, size: int, train: int, test: int, seed: int, **knobs) -> None:
-    from arc_data.puzzle_config import GeneratePuzzlesConfig
-    from arc_data.puzzles import generate_puzzles
+    from arc_data.puzzles.config import GeneratePuzzlesConfig
+    from arc_data.puzzles.generate import generate_puzzles
 
     with contextlib.redirect_stdout(io.StringIO()):
         generate_puzzles(GeneratePuzzlesConfig(task=task, size=size, count_train=train, count_test=test,
@@ -140,7 +140,7 @@ def expand_sudoku_csv(base_dir: Path, out: Path, rows: dict[str, int], seed: int
     """CSVs of the given row counts: the generated puzzles of `base_dir`, repeated under random
     Sudoku symmetries (still valid, unique puzzles of the same difficulty)."""
     from arc_data import sudoku
-    from arc_data.puzzle_csv import read_puzzle_csv
+    from arc_data.puzzles.csvfile import read_puzzle_csv
 
     rng = np.random.Generator(np.random.PCG64(seed))
     out.mkdir(parents=True, exist_ok=True)
@@ -230,8 +230,8 @@ def check_augmented(task: str, csv_dir: Path, out: Path) -> list[tuple[str, bool
     """Every puzzle of `out`'s train split: valid, and equal to its CSV original under its table entry."""
     from arc_data import maze, sudoku
     from arc_data.dataset import open_split
-    from arc_data.puzzle_csv import read_puzzle_csv
-    from arc_data.puzzles import load_table, sudoku_augs
+    from arc_data.puzzles.build import load_table
+    from arc_data.puzzles.csvfile import read_puzzle_csv
 
     split = open_split(out, "train")
     table = load_table(out / "train")
@@ -255,7 +255,7 @@ def check_augmented(task: str, csv_dir: Path, out: Path) -> list[tuple[str, bool
         if task == "sudoku":
             q0, a0 = digit[src.questions[r]], digit[src.answers[r]]
             qd, ad = x.astype(np.int64) - 1, y.astype(np.int64) - 1  # tokens -> digits (blank 0)
-            augs = sudoku_augs(table, idx)
+            augs = sudoku.augs_of(table, idx)
             ok["valid"] &= sudoku.first_invalid_solution(ad, n) == -1
             ok["agree"] &= bool(((qd == 0) | (qd == ad)).all())
             ok["forward"] &= (np.array_equal(sudoku.apply_augs(q0, augs), qd)
@@ -358,7 +358,8 @@ def child_cmd(who: str, ref_dir: Path, task: str, csv_dir: Path, out: Path, num_
 
 def warm_numba_cache(csv_dir: Path, out: Path) -> None:
     """Compile (or load) the big-file kernels once here, so the timed children find them cached."""
-    from arc_data import puzzle_csv, puzzles
+    from arc_data.puzzles import build as puzzles
+    from arc_data.puzzles import csvfile as puzzle_csv
 
     saved = puzzle_csv.NUMBA_MIN_BYTES, puzzles.NUMBA_MIN_ROWS
     puzzle_csv.NUMBA_MIN_BYTES, puzzles.NUMBA_MIN_ROWS = -1, -1

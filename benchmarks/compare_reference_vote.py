@@ -8,7 +8,7 @@ Needs checkouts of the reference code, which this project does not ship:
         [--trm benchmarks/out/trm-reference]
 
 What it does:
-1. builds ARC-AGI-1 with our builder (`arc_data.build`, compact layout, `--num-aug` copies);
+1. builds ARC-AGI-1 with our builder (`arc_data.arc.build`, compact layout, `--num-aug` copies);
 2. makes predictions for every row of the test split (every augmented copy of every evaluation
    test input): each row predicts the right answer (in its augmented frame) with probability
    `--p-correct`, else one of two wrong answers that all its augmented copies share (all black,
@@ -43,7 +43,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from arc_data.build import BuildConfig, build  # noqa: E402
+from arc_data.arc.build import BuildConfig, build  # noqa: E402
 from arc_data.dataset import open_split  # noqa: E402
 from benchmarks.benchlib import print_table, stub_argdantic  # noqa: E402
 from eval.predictions import Predictions, validate  # noqa: E402

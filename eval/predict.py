@@ -305,12 +305,12 @@ def table_rows(loaded: LoadedModel, data_dir: str) -> torch.Tensor | None:
     if loaded.puzzle_names is None:
         return None
     from arc_data.dataset import load_identifiers
-    from arc_data.errors import ArcDataError
+    from arc_data.errors import DatasetError
     from hrm_deeploop.data.rows import row_map
 
     try:
         names = load_identifiers(data_dir)
-    except ArcDataError as e:
+    except DatasetError as e:
         raise UserError(f"checkpoint '{loaded.path}' names its puzzle rows, and {e}") from None
     return row_map(loaded.puzzle_names, names, f"checkpoint '{loaded.path}' on '{data_dir}'")
 

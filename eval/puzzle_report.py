@@ -95,7 +95,7 @@ def picture(task: str, s: Shown) -> bytes:
     """PNG: input | truth | prediction, the prediction framed green (solved) or red."""
     from PIL import Image, ImageDraw
 
-    from arc_data.puzzle_viz import render_puzzle
+    from arc_data.puzzles.viz import render_puzzle
 
     n = int(round(len(s.inputs) ** 0.5))
     cell = min(40, max(20, 252 // n)) if task == "sudoku" else min(24, max(6, 240 // n))  # boards of ~240 px

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from arc_data import format as F
+from arc_data import format as fmt
 from arc_data.dataset import read_meta, task_kind
-from arc_data.errors import ArcDataError
+from arc_data.errors import DatasetError
 from arc_data.fsio import why_not_a_folder
 from hrm_deeploop.errors import UserError
 
@@ -30,15 +30,15 @@ def evaluation_for(data_dir: str | Path, split: str, override: str = "auto") -> 
         raise UserError(f"data_dir '{root}' {why_not_a_folder(root)}")
     try:
         kind = task_kind(root)
-        meta = read_meta(root / split / F.META_FILE)
-    except ArcDataError as e:
+        meta = read_meta(root / split / fmt.META_FILE)
+    except DatasetError as e:
         raise UserError(str(e)) from None
     if override != "auto":
         if kind not in ("generic", override):
             raise UserError(f"task={override}: '{root}' is a {kind} dataset (manifest.json / dataset.json); "
                             "task= only names the task of a dataset that does not record one")
         return override
-    if kind == "generic" and meta["seq_len"] == F.SEQ_LEN and meta["vocab_size"] == F.VOCAB_SIZE:
+    if kind == "generic" and meta["seq_len"] == fmt.SEQ_LEN and meta["vocab_size"] == fmt.VOCAB_SIZE:
         return "arc"
     return kind
 
@@ -48,11 +48,11 @@ def require_arc(data_dir: str | Path, split: str, what: str = "the vote") -> dic
     the split's dataset.json. Cheap: reads manifest.json and dataset.json only."""
     root = Path(data_dir)
     try:
-        meta = read_meta(root / split / F.META_FILE)
-        kind = task_kind(root) if (root / F.MANIFEST_FILE).is_file() else None
-    except ArcDataError as e:
+        meta = read_meta(root / split / fmt.META_FILE)
+        kind = task_kind(root) if (root / fmt.MANIFEST_FILE).is_file() else None
+    except DatasetError as e:
         raise UserError(str(e)) from None
-    arc_tokens = meta["seq_len"] == F.SEQ_LEN and meta["vocab_size"] == F.VOCAB_SIZE
+    arc_tokens = meta["seq_len"] == fmt.SEQ_LEN and meta["vocab_size"] == fmt.VOCAB_SIZE
     if kind not in (None, "arc") or not arc_tokens:
         raise UserError(
             f"{what} is ARC's (dihedral + colour augmentations of 30x30 grids), but '{root}' is a "

@@ -28,8 +28,7 @@ import numpy as np
 
 from arc_data import maze, sudoku
 from arc_data.budget import check_fits
-from arc_data.errors import ArcDataError
-from arc_data.puzzles import sudoku_augs
+from arc_data.errors import DatasetError
 from hrm_deeploop.errors import UserError
 
 Table = dict[str, np.ndarray]
@@ -84,13 +83,13 @@ class Group:
         """Row p of tokens [P, n*n] under transform p of the table."""
         if self.task == "maze":
             return maze.apply_dihedral_rows(tokens, table["dihedral"], self.n)
-        return sudoku.apply_augs(tokens, sudoku_augs(table), offset=1)
+        return sudoku.apply_augs(tokens, sudoku.augs_of(table), offset=1)
 
     def invert(self, tokens: np.ndarray, table: Table) -> np.ndarray:
         """Undo `apply` row by row (a prediction in the augmented frame -> the original frame)."""
         if self.task == "maze":
             return maze.invert_dihedral_rows(tokens, table["dihedral"], self.n)
-        return sudoku.invert_augs(tokens, sudoku_augs(table), offset=1)
+        return sudoku.invert_augs(tokens, sudoku.augs_of(table), offset=1)
 
 
 def take(table: Table, rows: np.ndarray | slice) -> Table:
@@ -122,7 +121,7 @@ def group_for(task: str, seq_len: int, vocab_size: int) -> Group:
     if task == "sudoku":
         try:
             n = sudoku.size_of(seq_len)
-        except ArcDataError as e:
+        except DatasetError as e:
             raise UserError(f"task sudoku: {e}") from None
         if vocab_size != n + 2:
             raise UserError(f"task sudoku: a {n}x{n} dataset has vocab_size {n + 2} (PAD, blank, digits), "

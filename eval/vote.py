@@ -113,11 +113,11 @@ def load_table(data_dir: Path) -> AugTable:
     path = data_dir / fmt.AUGMENTATIONS_FILE
     if path.is_file():
         from arc_data.dataset import load_npz
-        from arc_data.errors import ArcDataError
+        from arc_data.errors import DatasetError
 
         try:
             z = load_npz(path, ("base_task", "dihedral", "colour_map", "task_names"))
-        except ArcDataError as e:
+        except DatasetError as e:
             raise UserError(str(e)) from None
         table = AugTable(
             z["base_task"].astype(np.int32),
@@ -129,12 +129,12 @@ def load_table(data_dir: Path) -> AugTable:
         ids = data_dir / fmt.IDENTIFIERS_FILE
         if not ids.is_file():
             raise UserError(f"{data_dir}: neither {fmt.AUGMENTATIONS_FILE} nor {fmt.IDENTIFIERS_FILE} found")
-        from arc_data.errors import ArcDataError
+        from arc_data.errors import DatasetError
         from arc_data.fsio import parse_json
 
         try:
             table = table_from_names(parse_json(ids.read_bytes(), str(ids)))
-        except ArcDataError as e:
+        except DatasetError as e:
             raise UserError(str(e)) from None
     m = len(table)
     if table.dihedral.shape != (m,) or table.colour_map.shape != (m, 10):
@@ -213,12 +213,12 @@ def _read_examples(data_dir: Path, split: str, ranges: list[tuple[int, int]]) ->
         if (d / fmt.INPUTS_FILE).exists():
             return read_rows(d / fmt.INPUTS_FILE, ranges), read_rows(d / fmt.LABELS_FILE, ranges)
         from arc_data.dataset import open_split
-        from arc_data.errors import ArcDataError
+        from arc_data.errors import DatasetError
 
         idx = np.concatenate([np.arange(a, b) for a, b in ranges]) if ranges else np.empty(0, np.int64)
         try:
             return open_split(data_dir, split).examples(idx)
-        except ArcDataError as e:
+        except DatasetError as e:
             raise UserError(str(e)) from None
     except OSError as e:
         raise UserError(f"{d}: cannot read the {split} split ({e})") from None

@@ -40,13 +40,13 @@ class Command:
 COMMANDS: dict[str, Command] = {
     "scales": Command("hrm_deeploop.models.scaling:run", "hrm_deeploop.models.scaling:ScalesConfig", "scales",
                       "print depth accounting (N, M, N_g, M_g) and alpha/beta per module"),
-    "build-arc": Command("arc_data.build:run", "arc_data.build:BuildConfig", "build_arc",
+    "build-arc": Command("arc_data.arc.build:run", "arc_data.arc.build:BuildConfig", "build_arc",
                          "build the augmented ARC-AGI dataset (HRM layout or compact)"),
-    "viz-arc": Command("arc_data.viz:run", "arc_data.viz:VizConfig", "viz_arc",
+    "viz-arc": Command("arc_data.arc.viz:run", "arc_data.arc.viz:VizConfig", "viz_arc",
                        "render ARC tasks / augmentations to PNG and an HTML gallery"),
-    "build-puzzles": Command("arc_data.puzzles:run_build", "arc_data.puzzle_config:BuildPuzzlesConfig",
+    "build-puzzles": Command("arc_data.puzzles.build:run_build", "arc_data.puzzles.config:BuildPuzzlesConfig",
                              "build_puzzles", "build a Sudoku / Maze dataset (HRM layout) from CSVs"),
-    "generate-puzzles": Command("arc_data.puzzles:run_generate", "arc_data.puzzle_config:GeneratePuzzlesConfig",
+    "generate-puzzles": Command("arc_data.puzzles.generate:run_generate", "arc_data.puzzles.config:GeneratePuzzlesConfig",
                                 "generate_puzzles", "generate Sudoku / Maze puzzles into CSVs, offline"),
     "train": Command("hrm_deeploop.training.reasoner:run", "hrm_deeploop.training.reasoner:TrainConfig", "train",
                      "train HRM or TRM (baseline or DeepLoop) on a built puzzle dataset"),
@@ -300,9 +300,9 @@ def close_progress_bars() -> None:
 
 
 def _data_errors() -> tuple[type[BaseException], ...]:
-    from arc_data.errors import ArcDataError
+    from arc_data.errors import DatasetError
 
-    return (ArcDataError,)
+    return (DatasetError,)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -278,14 +278,14 @@ def check_memory(what: str, est: MemoryEstimate, device: torch.device, fix: str)
     stderr (rank 0) before anything is allocated. Under torchrun every rank refuses if one does
     (none waits on a collective the others never reach)."""
     from arc_data.budget import check_fits
-    from arc_data.errors import ArcDataError
+    from arc_data.errors import DatasetError
 
     def say(line: str) -> None:
         print0(f"{line} ({est.describe()})", file=sys.stderr)
 
     ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if env().distributed else 1
     each = f" each, x {ranks_here} ranks on this node" if ranks_here > 1 else ""
-    error: ArcDataError | None = None
+    error: DatasetError | None = None
     try:
         if device.type == "cuda":
             free, _ = torch.cuda.mem_get_info(device)
@@ -293,7 +293,7 @@ def check_memory(what: str, est: MemoryEstimate, device: torch.device, fix: str)
             check_fits(what, memory=est.total, available=free, where=f"free on {device}", fix=fix, say=say)
         else:
             check_fits(what + each, memory=est.total * ranks_here, fix=fix, say=say)
-    except ArcDataError as e:
+    except DatasetError as e:
         error = e
     if max_over_ranks(int(error is not None)):
-        raise error or ArcDataError(f"{what}: another rank cannot hold it (its error says how much it needs)")
+        raise error or DatasetError(f"{what}: another rank cannot hold it (its error says how much it needs)")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from arc_data.build import BuildConfig, build
+from arc_data.arc.build import BuildConfig, build
 from eval.arcprize import arc_prize_score, load_solutions
 from eval.predict import load_model
 from hrm_deeploop import checkpoint as ckpt

@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arc_data import format as F
-from arc_data.build import BuildConfig, build
+from arc_data import format as fmt
+from arc_data.arc.build import BuildConfig, build
+from arc_data.arc.plan import TRIAL_FACTOR, make_plan, name_of
+from arc_data.arc.sources import load_sources
 from arc_data.dataset import load_augmentations, load_identifiers, open_split
-from arc_data.errors import ArcDataError
-from arc_data.plan import TRIAL_FACTOR, make_plan, name_of
-from arc_data.sources import load_sources
+from arc_data.errors import DatasetError
 from tests.arc_synth import synthetic_tasks, write_kaggle, write_layout
 
 NUM_AUG = 10
@@ -39,16 +39,16 @@ def built(src, tmp_path_factory) -> tuple[Path, Path]:
     return _build(src, root / "mat"), _build(src, root / "compact", materialize=False)
 
 
-def _files(root: Path, skip=(F.MANIFEST_FILE,)) -> dict[str, bytes]:
+def _files(root: Path, skip=(fmt.MANIFEST_FILE,)) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
             if p.is_file() and p.name not in skip}
 
 
 def test_layout_and_metadata(built):
     mat, _ = built
-    assert (mat / F.IDENTIFIERS_FILE).is_file() and (mat / F.AUGMENTATIONS_FILE).is_file()
+    assert (mat / fmt.IDENTIFIERS_FILE).is_file() and (mat / fmt.AUGMENTATIONS_FILE).is_file()
     ids = load_identifiers(mat)
-    for split in F.SPLITS:
+    for split in fmt.SPLITS:
         sp = open_split(mat, split)
         m = sp.meta
         assert m["num_puzzle_identifiers"] == len(ids)
@@ -60,12 +60,12 @@ def test_layout_and_metadata(built):
         assert pi.dtype == np.int32 and gi.dtype == np.int32 and sp.puzzle_identifiers.dtype == np.int32
         assert pi[0] == 0 and pi[-1] == sp.num_examples and (np.diff(pi) > 0).all()
         assert gi[0] == 0 and gi[-1] == sp.num_puzzles and (np.diff(gi) > 0).all()
-        x = np.load(mat / split / F.INPUTS_FILE)
+        x = np.load(mat / split / fmt.INPUTS_FILE)
         assert x.dtype == np.uint8 and x.shape == (sp.num_examples, 900) and x.max() <= 11
     train, test = open_split(mat, "train"), open_split(mat, "test")
     assert train.num_groups == 7 + 5 + 3 and test.num_groups == 5  # all tasks / evaluation tasks
     assert set(test.puzzle_identifiers) <= set(train.puzzle_identifiers)  # test ids are train ids
-    manifest = json.loads((mat / F.MANIFEST_FILE).read_text())
+    manifest = json.loads((mat / fmt.MANIFEST_FILE).read_text())
     assert manifest["layout"] == "materialized" and manifest["options"]["seed"] == 7
     assert len(manifest["sources"][0]["sha256"]) == 64 and manifest["package"]["version"]
 
@@ -76,7 +76,7 @@ def test_splits_hold_the_right_pairs(built, src):
     tasks, _ = load_sources([str(src)])
     by_name = {t.name: t for t in tasks}
     aug = load_augmentations(mat)
-    for split in F.SPLITS:
+    for split in fmt.SPLITS:
         sp = open_split(mat, split)
         inputs, labels = sp.examples(np.arange(sp.num_examples))
         for p, pid in enumerate(sp.puzzle_identifiers):
@@ -90,15 +90,15 @@ def test_splits_hold_the_right_pairs(built, src):
             tid, cmap = int(aug.dihedral[pid]), aug.colour_map[pid]
             n_origin = 0
             for k, (a, b) in enumerate(pairs):
-                ea, eb = F.augment_grid(a, tid, cmap), F.augment_grid(b, tid, cmap)
+                ea, eb = fmt.augment_grid(a, tid, cmap), fmt.augment_grid(b, tid, cmap)
                 row_in = inputs[lo + k].reshape(30, 30)
                 r, c = np.argwhere(row_in >= 2).min(axis=0)
                 n_origin += (r, c) == (0, 0)
                 if split == "test":
                     assert (r, c) == (0, 0)
-                    assert np.array_equal(F.crop(inputs[lo + k]), ea)
-                assert np.array_equal(inputs[lo + k], F.encode_grid(ea, r, c))
-                assert np.array_equal(labels[lo + k], F.encode_grid(eb, r, c))
+                    assert np.array_equal(fmt.crop(inputs[lo + k]), ea)
+                assert np.array_equal(inputs[lo + k], fmt.encode_grid(ea, r, c))
+                assert np.array_equal(labels[lo + k], fmt.encode_grid(eb, r, c))
             assert n_origin >= 1  # one example per puzzle stays untranslated
 
 
@@ -114,7 +114,7 @@ def test_augmentation_invariants(built, src):
     mat, _ = built
     ids = load_identifiers(mat)
     aug = load_augmentations(mat)
-    assert aug.base_task[0] == -1 and ids[0] == F.BLANK_NAME
+    assert aug.base_task[0] == -1 and ids[0] == fmt.BLANK_NAME
     assert (aug.colour_map[:, 0] == 0).all()
     assert (np.sort(aug.colour_map[:, 1:], axis=1) == np.arange(1, 10)).all()
     tasks, _ = load_sources([str(src)])
@@ -131,15 +131,15 @@ def test_augmentation_invariants(built, src):
         for pid in pids:
             if pid != pids[0]:
                 assert pattern.match(ids[pid]), ids[pid]
-                assert ids[pid] == F.aug_name(base, int(aug.dihedral[pid]), aug.colour_map[pid])
+                assert ids[pid] == fmt.aug_name(base, int(aug.dihedral[pid]), aug.colour_map[pid])
             tid, cmap = int(aug.dihedral[pid]), aug.colour_map[pid]
-            key = tuple(sorted(tuple((g.shape, g.tobytes()) for g in (F.augment_grid(a, tid, cmap),
-                                                                      F.augment_grid(b, tid, cmap)))
+            key = tuple(sorted(tuple((g.shape, g.tobytes()) for g in (fmt.augment_grid(a, tid, cmap),
+                                                                      fmt.augment_grid(b, tid, cmap)))
                                for a, b in task.train + task.test))
             keys.add(key)
         assert len(keys) == len(pids), f"duplicate augmentation in group {base}"
         assert len(pids) <= NUM_AUG + 1
-    short = json.loads((mat / F.MANIFEST_FILE).read_text())["short_groups"]
+    short = json.loads((mat / fmt.MANIFEST_FILE).read_text())["short_groups"]
     assert short["black1"] == 1  # a 1x1 black task has no distinct augmentation
     assert 1 < short["sym"] < NUM_AUG + 1
 
@@ -150,14 +150,14 @@ def test_trial_budget(src):
     assert (plan.trials_used <= TRIAL_FACTOR * NUM_AUG).all()
     black = [t.name for t in tasks].index("black1")
     assert plan.trials_used[black] == TRIAL_FACTOR * NUM_AUG  # a short group burns the whole budget
-    names = [F.BLANK_NAME] + [name_of(plan, i) for i in range(1, plan.num_ids)]
+    names = [fmt.BLANK_NAME] + [name_of(plan, i) for i in range(1, plan.num_ids)]
     assert plan.identifiers_json() == (json.dumps(names) + "\n").encode()
 
 
 def test_compact_equals_materialised(built):
     mat, compact = built
-    assert not (compact / "train" / F.INPUTS_FILE).exists()
-    for split in F.SPLITS:
+    assert not (compact / "train" / fmt.INPUTS_FILE).exists()
+    for split in fmt.SPLITS:
         a, b = open_split(mat, split), open_split(compact, split)
         assert b.layout == "compact" and a.layout == "materialized"
         for arr in ("puzzle_identifiers", "puzzle_indices", "group_indices"):
@@ -185,8 +185,8 @@ def test_deterministic_under_shuffled_listing(src, built, tmp_path, monkeypatch)
     monkeypatch.setattr(Path, "iterdir", shuffled)
     again = _build(other, tmp_path / "again")
     assert _files(again) == _files(mat)
-    m1 = json.loads((mat / F.MANIFEST_FILE).read_text())
-    m2 = json.loads((again / F.MANIFEST_FILE).read_text())
+    m1 = json.loads((mat / fmt.MANIFEST_FILE).read_text())
+    m2 = json.loads((again / fmt.MANIFEST_FILE).read_text())
     assert m1["sources"][0]["sha256"] == m2["sources"][0]["sha256"]
     assert m1["counts"] == m2["counts"]
 
@@ -196,12 +196,12 @@ def test_seed_changes_output(src, built, tmp_path):
     cfg = BuildConfig(sources=[str(src)], output_dir=str(tmp_path / "s8"), num_aug=NUM_AUG, seed=8,
                       progress=False, materialize=False)
     build(cfg)
-    assert (tmp_path / "s8" / F.IDENTIFIERS_FILE).read_bytes() != (mat / F.IDENTIFIERS_FILE).read_bytes()
+    assert (tmp_path / "s8" / fmt.IDENTIFIERS_FILE).read_bytes() != (mat / fmt.IDENTIFIERS_FILE).read_bytes()
 
 
 def test_independent_of_python_hash_seed(src, built, tmp_path):
     _, compact = built
-    code = ("import sys; from arc_data.build import BuildConfig, build; "
+    code = ("import sys; from arc_data.arc.build import BuildConfig, build; "
             f"build(BuildConfig(sources=[{str(src)!r}], output_dir=sys.argv[1], num_aug={NUM_AUG}, seed=7, "
             "progress=False, materialize=False))")
     env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONHASHSEED="12345")
@@ -227,22 +227,22 @@ def test_overwrite_and_atomic(src, tmp_path):
     out = tmp_path / "ds"
     out.mkdir()
     (out / "keep.txt").write_text("x")
-    with pytest.raises(ArcDataError, match="overwrite=true"):
+    with pytest.raises(DatasetError, match="overwrite=true"):
         _build(src, out)
     # overwrite=true replaces only a folder build-arc wrote: never an arbitrary one
-    with pytest.raises(ArcDataError, match="was not written by build-arc"):
+    with pytest.raises(DatasetError, match="was not written by build-arc"):
         _build(src, out, overwrite=True)
     assert (out / "keep.txt").exists()
     (out / "keep.txt").unlink()
     _build(src, out, materialize=True, overwrite=True)  # an empty folder may be written
     (out / "extra.txt").write_text("x")
     _build(src, out, overwrite=True, materialize=False)  # an earlier build is replaced, atomically
-    assert not (out / "extra.txt").exists() and (out / F.MANIFEST_FILE).exists()
+    assert not (out / "extra.txt").exists() and (out / fmt.MANIFEST_FILE).exists()
     assert [p.name for p in tmp_path.iterdir()] == ["ds"]  # no temp folders left
 
 
 def test_atomic_on_failure(src, tmp_path, monkeypatch):
-    import arc_data.build as B
+    import arc_data.arc.build as B
 
     def boom(*a, **k):
         raise KeyboardInterrupt
@@ -255,18 +255,18 @@ def test_atomic_on_failure(src, tmp_path, monkeypatch):
 
 def test_reader_errors(built, tmp_path):
     mat, _ = built
-    with pytest.raises(ArcDataError, match="no such dataset"):
+    with pytest.raises(DatasetError, match="no such dataset"):
         open_split(tmp_path / "nope", "train")
     import shutil
 
     broken = tmp_path / "broken"
     shutil.copytree(mat, broken)
-    (broken / "train" / F.LABELS_FILE).unlink()
-    with pytest.raises(ArcDataError, match=re.escape(F.LABELS_FILE)):
+    (broken / "train" / fmt.LABELS_FILE).unlink()
+    with pytest.raises(DatasetError, match=re.escape(fmt.LABELS_FILE)):
         open_split(broken, "train")
-    p = broken / "test" / F.INPUTS_FILE
+    p = broken / "test" / fmt.INPUTS_FILE
     p.write_bytes(p.read_bytes()[:1000])
-    with pytest.raises(ArcDataError, match=re.escape(F.INPUTS_FILE)):
+    with pytest.raises(DatasetError, match=re.escape(fmt.INPUTS_FILE)):
         open_split(broken, "test")
 
 
@@ -284,7 +284,7 @@ def test_stale_temp_of_killed_build_is_removed(src, tmp_path):
 
 
 def test_arc_data_imports_no_torch():
-    code = ("import sys, arc_data.build, arc_data.dataset, arc_data.viz, arc_data.sources; "
+    code = ("import sys, arc_data.arc.build, arc_data.dataset, arc_data.arc.viz, arc_data.arc.sources; "
             "bad = [m for m in ('torch', 'hrm_deeploop', 'eval') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(REPO)), check=True)
@@ -294,7 +294,7 @@ def _reference_augment(task, tids, perms, num_aug):
     """Pure-numpy reference of the trial loop (spec 1.3): content keys instead of hashes."""
     def key(tid, cmap):
         return tuple(sorted(
-            tuple((g.shape, g.tobytes()) for g in (F.augment_grid(a, tid, cmap), F.augment_grid(b, tid, cmap)))
+            tuple((g.shape, g.tobytes()) for g in (fmt.augment_grid(a, tid, cmap), fmt.augment_grid(b, tid, cmap)))
             for a, b in task.train + task.test))
 
     seen = {key(0, np.arange(10, dtype=np.uint8))}
@@ -311,7 +311,7 @@ def _reference_augment(task, tids, perms, num_aug):
 
 
 def test_augment_kernel_equals_reference(src):
-    from arc_data.plan import augment, draw_trials, pack_grids
+    from arc_data.arc.plan import augment, draw_trials, pack_grids
 
     tasks, _ = load_sources([str(src)])
     grids, task_pairs, _ = pack_grids(tasks)

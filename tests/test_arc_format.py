@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from arc_data import format as F
-from arc_data.kernels import encode_examples, puzzle_hashes
+from arc_data import format as fmt
+from arc_data.arc.kernels import puzzle_hashes
+from arc_data.compact import encode_examples
 
 
 def _spec_transform(x: np.ndarray, tid: int) -> np.ndarray:
@@ -32,10 +33,10 @@ def _spec_transform(x: np.ndarray, tid: int) -> np.ndarray:
 
 def test_encoding_3x4_at_origin():
     g = np.arange(12, dtype=np.uint8).reshape(3, 4) % 10
-    c = F.encode_grid(g).reshape(30, 30)
+    c = fmt.encode_grid(g).reshape(30, 30)
     assert (c[:3, :4] == g + 2).all()
-    assert (c[3, :4] == F.EOS).all() and (c[:3, 4] == F.EOS).all()
-    assert c[3, 4] == F.PAD
+    assert (c[3, :4] == fmt.EOS).all() and (c[:3, 4] == fmt.EOS).all()
+    assert c[3, 4] == fmt.PAD
     rest = c.copy()
     rest[:4, :5] = 0
     assert (rest == 0).all()
@@ -43,22 +44,22 @@ def test_encoding_3x4_at_origin():
 
 def test_encoding_full_side_has_no_eos_on_that_side():
     wide = np.ones((2, 30), np.uint8)
-    c = F.encode_grid(wide).reshape(30, 30)
-    assert (c[2, :] == F.EOS).all() and not (c[:2] == F.EOS).any()
+    c = fmt.encode_grid(wide).reshape(30, 30)
+    assert (c[2, :] == fmt.EOS).all() and not (c[:2] == fmt.EOS).any()
     tall = np.ones((30, 3), np.uint8)
-    c = F.encode_grid(tall).reshape(30, 30)
-    assert (c[:, 3] == F.EOS).all() and (c[:, :3] == 3).all() and (c == F.EOS).sum() == 30
+    c = fmt.encode_grid(tall).reshape(30, 30)
+    assert (c[:, 3] == fmt.EOS).all() and (c[:, :3] == 3).all() and (c == fmt.EOS).sum() == 30
     full = np.full((30, 30), 9, np.uint8)
-    assert (F.encode_grid(full) == 11).all()
+    assert (fmt.encode_grid(full) == 11).all()
 
 
 @pytest.mark.parametrize("tid", range(8))
 def test_dihedral_table_and_inverse(tid):
     x = np.random.default_rng(tid).integers(0, 10, size=(3, 5)).astype(np.uint8)
-    y = F.dihedral(x, tid)
+    y = fmt.dihedral(x, tid)
     assert np.array_equal(y, _spec_transform(x, tid))
-    assert np.array_equal(F.inverse_dihedral(y, tid), x)
-    assert F.DIHEDRAL_INVERSE.tolist() == [0, 3, 2, 1, 4, 5, 6, 7]
+    assert np.array_equal(fmt.inverse_dihedral(y, tid), x)
+    assert fmt.DIHEDRAL_INVERSE.tolist() == [0, 3, 2, 1, 4, 5, 6, 7]
 
 
 def test_augment_and_invert_roundtrip():
@@ -66,9 +67,9 @@ def test_augment_and_invert_roundtrip():
     x = rng.integers(0, 10, size=(4, 7)).astype(np.uint8)
     for tid in range(8):
         cmap = np.concatenate([[0], rng.permutation(9) + 1]).astype(np.uint8)
-        y = F.augment_grid(x, tid, cmap)
-        assert np.array_equal(F.invert_augmentation(y, tid, cmap), x)
-        assert ((x == 0) == (F.inverse_dihedral(y, tid) == 0)).all()  # black stays black
+        y = fmt.augment_grid(x, tid, cmap)
+        assert np.array_equal(fmt.invert_augmentation(y, tid, cmap), x)
+        assert ((x == 0) == (fmt.inverse_dihedral(y, tid) == 0)).all()  # black stays black
 
 
 def _pack(grids: list[np.ndarray]):
@@ -98,8 +99,8 @@ def test_encode_kernels_equal_reference():
     for e in range(40):
         a, b = grids[pair_grids[ex_pair[e], 0]], grids[pair_grids[ex_pair[e], 1]]
         tid = dihedral[ex_pid[e]]
-        h = max(F.dihedral(a, tid).shape[0], F.dihedral(b, tid).shape[0])
-        w = max(F.dihedral(a, tid).shape[1], F.dihedral(b, tid).shape[1])
+        h = max(fmt.dihedral(a, tid).shape[0], fmt.dihedral(b, tid).shape[0])
+        w = max(fmt.dihedral(a, tid).shape[1], fmt.dihedral(b, tid).shape[1])
         pads[e] = rng.integers(0, 31 - h), rng.integers(0, 31 - w)
     oi = np.full((40, 900), 77, np.uint8)  # garbage: the kernel must clear rows itself
     ol = np.full((40, 900), 77, np.uint8)
@@ -107,15 +108,15 @@ def test_encode_kernels_equal_reference():
     for e in range(40):
         tid, cmap = int(dihedral[ex_pid[e]]), colour_map[ex_pid[e]]
         gi, go = pair_grids[ex_pair[e]]
-        ref_in = F.encode_grid(F.augment_grid(grids[gi], tid, cmap), *pads[e])
-        ref_out = F.encode_grid(F.augment_grid(grids[go], tid, cmap), *pads[e])
+        ref_in = fmt.encode_grid(fmt.augment_grid(grids[gi], tid, cmap), *pads[e])
+        ref_out = fmt.encode_grid(fmt.augment_grid(grids[go], tid, cmap), *pads[e])
         assert np.array_equal(oi[e], ref_in) and np.array_equal(ol[e], ref_out)
 
 
 def _ref_puzzle_key(pairs, tid, cmap):
     """Reference for the puzzle hash: the sorted multiset of (input, output) contents."""
     return tuple(sorted(
-        tuple((g.shape, g.tobytes()) for g in (F.augment_grid(a, tid, cmap), F.augment_grid(b, tid, cmap)))
+        tuple((g.shape, g.tobytes()) for g in (fmt.augment_grid(a, tid, cmap), fmt.augment_grid(b, tid, cmap)))
         for a, b in pairs
     ))
 
@@ -145,4 +146,4 @@ def test_puzzle_hash_matches_content_equality_and_is_order_invariant():
 
 def test_crop_of_encoded_grid():
     g = np.random.default_rng(4).integers(0, 10, size=(5, 7)).astype(np.uint8)
-    assert np.array_equal(F.crop(F.encode_grid(g)), g)
+    assert np.array_equal(fmt.crop(fmt.encode_grid(g)), g)

@@ -1,4 +1,4 @@
-"""Every bad-input case of issue 3: one-line ArcDataError naming file and task, no output, CLI exit 2."""
+"""Every bad-input case of issue 3: one-line DatasetError naming file and task, no output, CLI exit 2."""
 
 import copy
 import json
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from arc_data.build import BuildConfig, build
-from arc_data.errors import ArcDataError
-from arc_data.sources import load_sources
+from arc_data.arc.build import BuildConfig, build
+from arc_data.arc.sources import load_sources
+from arc_data.errors import DatasetError
 from hrm_deeploop.cli import main
 from tests.arc_synth import synthetic_tasks, write_kaggle, write_layout
 
@@ -61,7 +61,7 @@ def _write_task_dir(root: Path, name: str, task) -> Path:
 
 
 def _assert_fails_cleanly(sources: list[str], out: Path, *fragments: str) -> str:
-    with pytest.raises(ArcDataError) as e:
+    with pytest.raises(DatasetError) as e:
         build(BuildConfig(sources=sources, output_dir=str(out), num_aug=2, progress=False))
     msg = str(e.value)
     assert "\n" not in msg
@@ -142,7 +142,7 @@ def test_cli_builds(tmp_path, capsys):
 
 def test_bundled_conceptarc_is_the_shared_kaggle_file():
     """`concept` reads the packaged copy: 160 training tasks, identical to reading the files directly."""
-    from arc_data.sources import BUNDLED_DIR, load_source
+    from arc_data.arc.sources import BUNDLED_DIR, load_source
 
     tasks, info = load_source("concept")
     assert len(tasks) == 160 and info.num_eval_tasks == 0 and info.kind == "bundled"
@@ -153,6 +153,6 @@ def test_bundled_conceptarc_is_the_shared_kaggle_file():
 
 
 def test_default_sources_are_the_papers_arc1_recipe():
-    from arc_data.build import BuildConfig
+    from arc_data.arc.build import BuildConfig
 
     assert BuildConfig().sources == ["arc1", "concept"] and BuildConfig().output_dir == "data/arc-aug-1000"

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from arc_data.build import BuildConfig, build
+from arc_data.arc.build import BuildConfig, build
 from arc_data.dataset import open_split
 from eval.arcprize import arc_prize_score, load_solutions
 from eval.predictions import Predictions

@@ -6,10 +6,10 @@ import json
 import numpy as np
 import pytest
 
-from arc_data import format as F
-from arc_data.build import BuildConfig, build
+from arc_data import format as fmt
+from arc_data.arc.build import BuildConfig, build
 from arc_data.dataset import load_augmentations, load_identifiers, open_split
-from arc_data.errors import ArcDataError
+from arc_data.errors import DatasetError
 from arc_data.format import encode_grid
 from tests.arc_synth import synthetic_tasks, write_kaggle, write_layout
 
@@ -29,29 +29,29 @@ def _build(**kw):
 
 def test_challenges_alone_is_an_error_unless_labels_are_optional(raw, tmp_path, capsys):
     _, tasks, kaggle = raw
-    with pytest.raises(ArcDataError, match="solutions file .* not found .*test_labels=optional"):
+    with pytest.raises(DatasetError, match="solutions file .* not found .*test_labels=optional"):
         _build(sources=[str(kaggle)], output_dir=str(tmp_path / "a"))
     assert not (tmp_path / "a").exists()
     s = _build(sources=[str(kaggle)], output_dir=str(tmp_path / "b"), test_labels="optional")
     assert "UNLABELLED build" in capsys.readouterr().out
     assert sorted(s.unlabelled_tasks) == sorted(tasks["evaluation"])
-    man = json.loads((tmp_path / "b" / F.MANIFEST_FILE).read_text())
+    man = json.loads((tmp_path / "b" / fmt.MANIFEST_FILE).read_text())
     assert man["test_labels"]["mode"] == "unlabelled"
     test = open_split(tmp_path / "b", "test")
     n_tests = sum(len(t["test"]) for t in tasks["evaluation"].values())
     assert test.num_examples == n_tests * 4  # every augmented copy of every test input
     inputs, labels = test.examples(np.arange(test.num_examples))
-    assert (labels == F.PAD).all() and (inputs != F.PAD).any()
+    assert (labels == fmt.PAD).all() and (inputs != fmt.PAD).any()
     train = open_split(tmp_path / "b", "train")
     _, train_labels = train.examples(np.arange(train.num_examples))
-    assert (train_labels != F.PAD).any(axis=1).all()  # demonstrations keep their outputs
+    assert (train_labels != fmt.PAD).any(axis=1).all()  # demonstrations keep their outputs
 
 
 def test_json_task_without_test_output(tmp_path, capsys):
     task = {"train": [{"input": [[1, 2]], "output": [[2, 1]]}], "test": [{"input": [[3, 4]]}]}
     (tmp_path / "raw").mkdir()
     (tmp_path / "raw" / "abcd1234.json").write_text(json.dumps(task))
-    with pytest.raises(ArcDataError, match=r"test\[0\] has no 'output'.*test_labels=optional"):
+    with pytest.raises(DatasetError, match=r"test\[0\] has no 'output'.*test_labels=optional"):
         _build(sources=[str(tmp_path / "raw" / "abcd1234.json")], output_dir=str(tmp_path / "a"))
     s = _build(sources=[str(tmp_path / "raw" / "abcd1234.json")], output_dir=str(tmp_path / "b"),
                test_labels="optional")
@@ -78,11 +78,11 @@ def test_holdout_leaves_nothing_of_a_held_out_task(raw, tmp_path):
     pre, unseen = tmp_path / "pre", tmp_path / "unseen"
     # no identifier, no augmentation of a held-out task in the pretraining set
     names = load_identifiers(pre)
-    assert not [n for n in names if any(n == h or n.startswith(h + F.AUG_SEPARATOR) for h in held)]
+    assert not [n for n in names if any(n == h or n.startswith(h + fmt.AUG_SEPARATOR) for h in held)]
     assert not set(held) & set(load_augmentations(pre).task_names.tolist())
     # no demonstration (or test input) of a held-out task among the pretraining examples' untranslated rows
     rows = set()
-    for split in F.SPLITS:
+    for split in fmt.SPLITS:
         sp = open_split(pre, split)
         x, _ = sp.examples(np.arange(sp.num_examples))
         rows |= {r.tobytes() for r in x}
@@ -92,7 +92,7 @@ def test_holdout_leaves_nothing_of_a_held_out_task(raw, tmp_path):
     assert _demo_rows(everything["ev00"]) & rows  # the check can see a task that is there
     # the unseen set holds exactly the held-out tasks, all as evaluation tasks
     assert sorted(load_augmentations(unseen).task_names.tolist()) == sorted(held)
-    man = json.loads((unseen / F.MANIFEST_FILE).read_text())
+    man = json.loads((unseen / fmt.MANIFEST_FILE).read_text())
     assert man["task_split"]["role"] == "unseen" and sorted(man["task_split"]["held_out_tasks"]) == sorted(held)
     assert open_split(unseen, "test").num_examples > 0
 
@@ -123,17 +123,17 @@ def test_holdout_fraction_is_seeded_and_drawn_from_its_pool(raw, tmp_path):
 def test_bad_options(raw, tmp_path, kw, match):
     root, _, _ = raw
     kw = {k: (str(tmp_path / v) if k.endswith("_dir") else v) for k, v in kw.items()}
-    with pytest.raises(ArcDataError, match=match):
+    with pytest.raises(DatasetError, match=match):
         _build(sources=[str(root / "raw")], output_dir=str(tmp_path / "a"), **kw)
     assert not (tmp_path / "a").exists()
 
 
 def test_holdout_unknown_task_or_everything_writes_nothing(raw, tmp_path):
     root, _, _ = raw
-    with pytest.raises(ArcDataError, match="task nope is in none of the sources"):
+    with pytest.raises(DatasetError, match="task nope is in none of the sources"):
         _build(sources=[str(root / "raw")], output_dir=str(tmp_path / "a"), holdout_tasks=["nope"],
                holdout_dir=str(tmp_path / "h"))
-    with pytest.raises(ArcDataError, match="every task is held out"):
+    with pytest.raises(DatasetError, match="every task is held out"):
         _build(sources=[str(root / "raw")], output_dir=str(tmp_path / "a"), holdout_fraction=1.0,
                holdout_dir=str(tmp_path / "h"))
     assert not (tmp_path / "a").exists() and not (tmp_path / "h").exists()

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from arc_data import format as F
-from arc_data.build import BuildConfig, build
-from arc_data.errors import ArcDataError
-from arc_data.viz import PALETTE, VizConfig, decode, grid_image, visualize
+from arc_data import format as fmt
+from arc_data.arc.build import BuildConfig, build
+from arc_data.arc.viz import PALETTE, VizConfig, decode, grid_image, visualize
+from arc_data.errors import DatasetError
 from tests.arc_synth import synthetic_tasks, write_kaggle, write_layout
 
 
@@ -20,7 +20,7 @@ def test_grid_image_uses_palette():
 
 def test_decode_translated_row():
     g = np.random.default_rng(0).integers(0, 10, size=(4, 6)).astype(np.uint8)
-    assert np.array_equal(decode(F.encode_grid(g, 7, 11)), g)
+    assert np.array_equal(decode(fmt.encode_grid(g, 7, 11)), g)
 
 
 def test_viz_from_sources_and_dataset(tmp_path):
@@ -45,8 +45,8 @@ def test_viz_from_sources_and_dataset(tmp_path):
 
 
 def test_viz_errors(tmp_path):
-    with pytest.raises(ArcDataError, match="exactly one of sources"):
+    with pytest.raises(DatasetError, match="exactly one of sources"):
         VizConfig(output_dir=str(tmp_path))
     src = write_layout(tmp_path / "data", {"training": synthetic_tasks()["training"]})
-    with pytest.raises(ArcDataError, match="task nope: not found"):
+    with pytest.raises(DatasetError, match="task nope: not found"):
         visualize(VizConfig(sources=[str(src)], tasks=["nope"], output_dir=str(tmp_path / "v")))

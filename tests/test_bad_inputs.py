@@ -172,7 +172,7 @@ def test_a_batch_the_sampler_can_never_fill_is_refused_up_front(tmp_path, capsys
 
 
 def test_ctrl_c_exits_130_with_one_line_and_no_temp_folder(tmp_path, capsys, raw, monkeypatch):
-    import arc_data.build as B
+    import arc_data.arc.build as B
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt

@@ -1,4 +1,4 @@
-"""HRM on datasets written by the real builder (`arc_data.build`), read by `arc_data.dataset`:
+"""HRM on datasets written by the real builder (`arc_data.arc.build`), read by `arc_data.dataset`:
 the same batches from the materialised and compact layouts, and build -> train -> evaluate -> vote."""
 
 import json
@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from arc_data.build import BuildConfig, build
+from arc_data.arc.build import BuildConfig, build
 from arc_data.dataset import open_split
 from hrm_deeploop.cli import run_subcommand
 from hrm_deeploop.data.puzzles import TrainSampler, sequential_batches

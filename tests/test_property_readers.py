@@ -1,5 +1,5 @@
 """Property-based tests (hypothesis) of every reader that takes a user's file: any generated input
-either loads or is refused with the project's own error type (ArcDataError / UserError), never
+either loads or is refused with the project's own error type (DatasetError / UserError), never
 another exception, and never a hang."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from arc_data.errors import ArcDataError
-from arc_data.sources import load_source
+from arc_data.arc.sources import load_source
+from arc_data.errors import DatasetError
 from eval.predictions import load_predictions
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.text.loader import TokenShards
@@ -43,7 +43,7 @@ def _only_ours(fn) -> None:
     exception propagates and fails the test."""
     try:
         fn()
-    except (ArcDataError, UserError):
+    except (DatasetError, UserError):
         return
 
 
@@ -124,7 +124,7 @@ meta_values = st.one_of(st.integers(-3, 40), st.none(), st.text(max_size=3), st.
        pidx=st.lists(st.integers(-1, 8), min_size=0, max_size=5), dtype=st.sampled_from(["uint8", "int32", "float32"]))
 def test_dataset_splits(seq_len, rows, top, fields, drop, pidx, dtype):
     """A dataset folder with random arrays and a dataset.json with random fields either opens and
-    reads its examples, or is refused with ArcDataError."""
+    reads its examples, or is refused with DatasetError."""
     from arc_data.dataset import open_split
 
     with tempfile.TemporaryDirectory() as d:

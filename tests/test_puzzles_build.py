@@ -7,12 +7,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arc_data import format as F
-from arc_data import puzzle_csv, puzzles
+from arc_data import format as fmt
+from arc_data import sudoku
 from arc_data.dataset import open_split, task_kind
-from arc_data.errors import ArcDataError
-from arc_data.puzzle_config import BuildPuzzlesConfig, GeneratePuzzlesConfig
-from arc_data.puzzles import build_puzzles, generate_puzzles, load_table, sudoku_augs
+from arc_data.errors import DatasetError
+from arc_data.puzzles import build as puzzles
+from arc_data.puzzles import csvfile
+from arc_data.puzzles.build import build_puzzles, load_table
+from arc_data.puzzles.config import BuildPuzzlesConfig, GeneratePuzzlesConfig
+from arc_data.puzzles.generate import generate_puzzles
 from arc_data.sudoku import apply_augs, invert_augs, is_solution_reference
 from hrm_deeploop.cli import main
 
@@ -46,7 +49,7 @@ MAZE_TOK = {"#": 1, " ": 2, "S": 3, "G": 4, "o": 5}
 @pytest.mark.parametrize("kernel", ["numpy", "numba"])
 def test_sudoku_layout_matches_hand_written(tmp_path, monkeypatch, kernel):
     if kernel == "numba":
-        monkeypatch.setattr(puzzle_csv, "NUMBA_MIN_BYTES", -1)
+        monkeypatch.setattr(csvfile, "NUMBA_MIN_BYTES", -1)
         monkeypatch.setattr(puzzles, "NUMBA_MIN_ROWS", -1)
     src = write_csvs(tmp_path / "csv", SUDOKU_TRAIN, SUDOKU_TEST)
     out = tmp_path / "ds"
@@ -83,7 +86,7 @@ def test_sudoku_augmented_groups(tmp_path):
     assert np.array_equal(x[[0, 4]], orig)  # the original first in each group
     table = load_table(out / "train")
     assert table["source_row"].tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
-    augs = sudoku_augs(table)
+    augs = sudoku.augs_of(table)
     assert np.array_equal(apply_augs(orig[table["source_row"]], augs, offset=1), x)
     assert np.array_equal(invert_augs(y, augs, offset=1), np.tile(tokens(SOL4, SUDOKU_TOK), (8, 1)))
     assert all(is_solution_reference(r - 1, 4) for r in y)
@@ -107,7 +110,7 @@ def test_maze_layout_and_dihedral_augmentation(tmp_path):
     x, _ = sp.examples(np.arange(16))
     assert sp.group_indices.tolist() == [0, 8, 16]
     for t in range(8):
-        want = F.dihedral(np.array(tokens("S  ## G  ", MAZE_TOK), np.uint8).reshape(3, 3), t).reshape(-1)
+        want = fmt.dihedral(np.array(tokens("S  ## G  ", MAZE_TOK), np.uint8).reshape(3, 3), t).reshape(-1)
         assert np.array_equal(x[8 + t], want)
     assert load_table(out7 / "train")["dihedral"].tolist() == list(range(8)) * 2
     assert task_kind(out7) == "maze" and sp.task == "maze"
@@ -124,7 +127,7 @@ def test_min_difficulty_and_subsample(tmp_path):
     assert len(set(rows_b.tolist())) == 4 and rows_b.max() < 10
     build(src, tmp_path / "c", subsample_size=10)  # exactly as many as there are: all rows, in order
     assert load_table(tmp_path / "c" / "train")["source_row"].tolist() == list(range(10))
-    with pytest.raises(ArcDataError, match="subsample_size=50: .* has only 10 puzzles"):  # more: refused
+    with pytest.raises(DatasetError, match="subsample_size=50: .* has only 10 puzzles"):  # more: refused
         build(src, tmp_path / "d", subsample_size=50)
     assert not (tmp_path / "d").exists()
 
@@ -179,9 +182,9 @@ def test_generated_csvs_are_disjoint_unique_and_build(tmp_path):
 
 
 def test_generator_refuses_impossible_knobs(tmp_path):
-    with pytest.raises(ArcDataError, match=r"only \d+ of 41 distinct 4x4 sudoku puzzles.*givens=3"):
+    with pytest.raises(DatasetError, match=r"only \d+ of 41 distinct 4x4 sudoku puzzles.*givens=3"):
         _gen(tmp_path / "g", count_train=40, count_test=1, givens=3)  # a 4x4 needs >= 4 givens
-    with pytest.raises(ArcDataError, match="min_path=31"):  # a 7x7 maze has 31 open cells: paths <= 30 steps
+    with pytest.raises(DatasetError, match="min_path=31"):  # a 7x7 maze has 31 open cells: paths <= 30 steps
         _gen(tmp_path / "m", task="maze", size=7, count_train=2, count_test=1, min_path=31)
     assert not (tmp_path / "g").exists() and not (tmp_path / "m").exists()
 
@@ -211,7 +214,7 @@ BAD_SUDOKU = [
 @pytest.mark.parametrize("case,train,pattern", BAD_SUDOKU, ids=[c[0] for c in BAD_SUDOKU])
 def test_bad_sudoku_csv(tmp_path, capsys, monkeypatch, case, train, pattern, kernel):
     if kernel == "numba":  # the big-file paths: one-pass CSV split and sudoku encode + check
-        monkeypatch.setattr(puzzle_csv, "NUMBA_MIN_BYTES", -1)
+        monkeypatch.setattr(csvfile, "NUMBA_MIN_BYTES", -1)
         monkeypatch.setattr(puzzles, "NUMBA_MIN_ROWS", -1)
     src = write_csvs(tmp_path / "csv", train, SUDOKU_TEST)
     _refused(tmp_path, capsys, ["task=sudoku", f"source={src}"], pattern, cli=kernel == "numpy")
@@ -312,7 +315,7 @@ def test_generate_cli_and_config_errors(tmp_path, capsys):
 def _refused(tmp_path: Path, capsys, args: list[str], pattern: str, cli: bool = True) -> None:
     out = tmp_path / "out"
     before = sorted(p.name for p in tmp_path.iterdir())
-    with pytest.raises(ArcDataError, match=pattern) as e:  # the library call
+    with pytest.raises(DatasetError, match=pattern) as e:  # the library call
         cfg = dict(a.split("=", 1) for a in args)
         for k in ("num_aug", "subsample_size", "min_difficulty"):
             if k in cfg:
@@ -329,7 +332,7 @@ def _refused(tmp_path: Path, capsys, args: list[str], pattern: str, cli: bool = 
 def test_numba_and_numpy_paths_write_the_same_bytes(tmp_path, monkeypatch):
     src = _gen(tmp_path / "g", task="sudoku", size=9, count_train=6, count_test=3, seed=2)
     build(src, tmp_path / "numpy", num_aug=20, subsample_size=5, seed=7)
-    monkeypatch.setattr(puzzle_csv, "NUMBA_MIN_BYTES", -1)  # CSV split, encode + check, augment: numba
+    monkeypatch.setattr(csvfile, "NUMBA_MIN_BYTES", -1)  # CSV split, encode + check, augment: numba
     monkeypatch.setattr(puzzles, "NUMBA_MIN_ROWS", -1)
     build(src, tmp_path / "numba", num_aug=20, subsample_size=5, seed=7)
     assert _arrays(tmp_path / "numpy") == _arrays(tmp_path / "numba")

@@ -9,24 +9,24 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from arc_data import puzzle_csv as P
+from arc_data.puzzles import csvfile
 
 HEADER = "source,question,answer,rating"
 
 
 def _both(path, parse_ratings=True):
     """(fast reader with numpy splitting, the same with the numba kernel, the csv module)."""
-    fast = P._read_fast(path, parse_ratings, None)
+    fast = csvfile._read_fast(path, parse_ratings, None)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(P, "NUMBA_MIN_BYTES", -1)
-        fast_numba = P._read_fast(path, parse_ratings, None)
+        mp.setattr(csvfile, "NUMBA_MIN_BYTES", -1)
+        fast_numba = csvfile._read_fast(path, parse_ratings, None)
     assert (fast is None) == (fast_numba is None)
     assert fast is None or _same(fast, fast_numba)
-    slow = P._read_csv_module(path, parse_ratings, None)
+    slow = csvfile._read_csv_module(path, parse_ratings, None)
     return fast, slow
 
 
-def _same(a: P.PuzzleCsv, b: P.PuzzleCsv) -> bool:
+def _same(a: csvfile.PuzzleCsv, b: csvfile.PuzzleCsv) -> bool:
     return (np.array_equal(a.questions, b.questions) and np.array_equal(a.answers, b.answers)
             and (a.ratings is None) == (b.ratings is None)
             and (a.ratings is None or np.array_equal(a.ratings, b.ratings)) and a.sha256 == b.sha256)
@@ -44,7 +44,7 @@ def test_fast_reader_equals_csv_module(tmp_path_factory, rows, crlf, bom, blank_
     text = eol.join(lines) + eol + (eol if blank_lines else "")
     path.write_bytes(("\ufeff" if bom else "").encode() + text.encode())
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(P, "BLOCK_BYTES", block)  # many blocks: lines cut across block ends
+        mp.setattr(csvfile, "BLOCK_BYTES", block)  # many blocks: lines cut across block ends
         fast, slow = _both(path)
     assert fast is not None, "a plain file must take the fast path"
     assert _same(fast, slow)
@@ -65,41 +65,41 @@ def test_unusual_rows_go_to_the_csv_module(tmp_path, body):
     path.write_text(f"{HEADER}\nok,1.2,3.4,1\n{body}\n", encoding="utf-8")
     fast, slow = _both(path)
     assert fast is None
-    got = P.read_puzzle_csv(path, parse_ratings=True)
+    got = csvfile.read_puzzle_csv(path, parse_ratings=True)
     assert _same(got, slow) and len(got) == 2
     want = list(csv.reader(path.read_text().splitlines()))[2]
     assert got.questions[1].tobytes().decode() == want[1] and got.ratings[1] == int(want[3])
 
 
 def test_progress_counts_once_when_the_fast_reader_gives_up(tmp_path, monkeypatch):
-    monkeypatch.setattr(P, "BLOCK_BYTES", 64)
+    monkeypatch.setattr(csvfile, "BLOCK_BYTES", 64)
     path = tmp_path / "t.csv"
     path.write_text(HEADER + "\n" + "".join(f"s,1.2,3.4,{i}\n" for i in range(30)) + '"q",1.2,3.4,9\n')
     total = []
-    got = P.read_puzzle_csv(path, progress=total.append)
+    got = csvfile.read_puzzle_csv(path, progress=total.append)
     assert len(got) == 31 and sum(total) == 31 and any(t < 0 for t in total)
 
 
 def test_errors_name_file_and_line(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text(HEADER + "\n\ns,1.2,3.4,1\ns,1.2,3.45,1\n")
-    with pytest.raises(P.ArcDataError, match=r"t\.csv:4: answer has 4 characters, expected 3"):
-        P.read_puzzle_csv(path)
+    with pytest.raises(csvfile.DatasetError, match=r"t\.csv:4: answer has 4 characters, expected 3"):
+        csvfile.read_puzzle_csv(path)
     path.write_text(HEADER + "\ns,1.2,3.4,1\ns,1.2,3.4\n")
-    with pytest.raises(P.ArcDataError, match=r"t\.csv:3: 3 fields, expected 4"):
-        P.read_puzzle_csv(path)
+    with pytest.raises(csvfile.DatasetError, match=r"t\.csv:3: 3 fields, expected 4"):
+        csvfile.read_puzzle_csv(path)
     path.write_bytes(HEADER.encode() + b"\ns,1.2,3.4,1\ns,1\xff2,3.4,1\n")
-    with pytest.raises(P.ArcDataError, match=r"t\.csv: not UTF-8 text"):
-        P.read_puzzle_csv(path)
-    with pytest.raises(P.ArcDataError, match=r"nope\.csv: missing"):
-        P.read_puzzle_csv(tmp_path / "nope.csv")
+    with pytest.raises(csvfile.DatasetError, match=r"t\.csv: not UTF-8 text"):
+        csvfile.read_puzzle_csv(path)
+    with pytest.raises(csvfile.DatasetError, match=r"nope\.csv: missing"):
+        csvfile.read_puzzle_csv(tmp_path / "nope.csv")
 
 
 def test_writer_round_trip(tmp_path):
     q = np.frombuffer(b"1.2.# S G", np.uint8).reshape(1, 9).repeat(3, 0)
     a = np.frombuffer(b"1o2o# SoG", np.uint8).reshape(1, 9).repeat(3, 0)
-    P.write_puzzle_csv(tmp_path / "w.csv", q, a, [3, 1, 4], "gen")
+    csvfile.write_puzzle_csv(tmp_path / "w.csv", q, a, [3, 1, 4], "gen")
     text = (tmp_path / "w.csv").read_text()
     assert text.splitlines()[:2] == [HEADER, "gen,1.2.# S G,1o2o# SoG,3"] and "\r" not in text
-    got = P.read_puzzle_csv(tmp_path / "w.csv", parse_ratings=True)
+    got = csvfile.read_puzzle_csv(tmp_path / "w.csv", parse_ratings=True)
     assert np.array_equal(got.questions, q) and np.array_equal(got.answers, a) and got.ratings.tolist() == [3, 1, 4]

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from arc_data import format as F
+from arc_data import format as fmt
 from arc_data import maze
 
 B = {ch: ord(ch) for ch in maze.CHARSET}
@@ -122,7 +122,7 @@ def test_batched_dihedral_matches_format_and_inverts(n, seed):
     tids = np.arange(16) % 8
     y = maze.apply_dihedral_rows(x, tids, n)
     for p in range(16):
-        assert np.array_equal(y[p].reshape(n, n), F.dihedral(x[p].reshape(n, n), int(tids[p])))
+        assert np.array_equal(y[p].reshape(n, n), fmt.dihedral(x[p].reshape(n, n), int(tids[p])))
     assert np.array_equal(maze.invert_dihedral_rows(y, tids, n), x)
 
 

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from arc_data import sudoku
-from arc_data.errors import ArcDataError
-from arc_data.puzzle_kernels import sudoku_search
+from arc_data.errors import DatasetError
+from arc_data.sudoku.kernels import sudoku_search
 
 
 def _all_4x4_grids() -> np.ndarray:
@@ -123,7 +123,7 @@ def test_first_invalid_solution_matches_reference():
 def test_size_checks():
     assert sudoku.size_of(81) == 9 and sudoku.size_of(36) == 6
     for bad in (80, 25, 100):
-        with pytest.raises(ArcDataError, match="sudoku row"):
+        with pytest.raises(DatasetError, match="sudoku row"):
             sudoku.size_of(bad)
 
 

@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 
 from arc_data import maze, sudoku
-from arc_data.puzzle_viz import render_maze, render_puzzle, render_sudoku, save_png
+from arc_data.maze.viz import render_maze
+from arc_data.puzzles.viz import render_puzzle, save_png
+from arc_data.sudoku.viz import render_sudoku
 
 
 def _sudoku_tokens(n: int, seed: int = 0):

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from arc_data.build import BuildConfig, build
+from arc_data.arc.build import BuildConfig, build
 from arc_data.dataset import open_split
 from eval.predictions import load_predictions, save_predictions
 from eval.vote import vote

@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 
-from arc_data.puzzle_csv import read_puzzle_csv
+from arc_data.puzzles.csvfile import read_puzzle_csv
 from arc_data.sudoku import box_shape
 
 n = int(sys.argv[2])

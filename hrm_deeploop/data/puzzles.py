@@ -45,7 +45,7 @@ def open_split(data_dir: str | Path, split: str) -> Any:
 
 def open_dataset(data_dir: str | None, split: str) -> Any:
     """`open_split` with one-line errors naming the folder (data_dir unset, missing, unreadable)."""
-    from arc_data.errors import ArcDataError
+    from arc_data.errors import DatasetError
     from arc_data.fsio import why_not_a_folder
 
     if not data_dir:
@@ -55,7 +55,7 @@ def open_dataset(data_dir: str | None, split: str) -> Any:
         raise UserError(f"data_dir '{path}' {why_not_a_folder(path)}")
     try:
         return open_split(path, split)
-    except (UserError, ArcDataError):
+    except (UserError, DatasetError):
         raise
     except (OSError, ValueError, KeyError) as e:
         raise UserError(f"cannot read dataset split '{path / split}': {e}") from None

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from arc_data.errors import ArcDataError
+from arc_data.errors import DatasetError
 from arc_data.fsio import parse_json
 from hrm_deeploop.errors import UserError
 
@@ -158,7 +158,7 @@ def read_meta(folder: PathLike) -> dict[str, Any]:
         ) from None
     except OSError as e:
         raise UserError(f"{path}: cannot read it ({e})") from None
-    except ArcDataError as e:
+    except DatasetError as e:
         raise UserError(str(e)) from None
     if meta.get("format") != META_FORMAT or "tokenizer_id" not in meta:
         raise UserError(f"{path}: not a token-shard metadata file (format '{meta.get('format')}')")

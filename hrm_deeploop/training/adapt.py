@@ -111,12 +111,12 @@ def _checkpoint_names(loaded: Any, explicit: str | None) -> list[str] | None:
     """The names of the checkpoint's table rows: adapt.identifiers, its own record, or the
     identifiers.json of the dataset its run trained on; None when none of them is there."""
     from arc_data.dataset import load_identifiers
-    from arc_data.errors import ArcDataError
+    from arc_data.errors import DatasetError
 
     if explicit:
         try:
             return load_identifiers(Path(explicit).parent if Path(explicit).is_file() else explicit)
-        except ArcDataError as e:
+        except DatasetError as e:
             raise UserError(f"adapt.identifiers: {e}") from None
     if loaded.puzzle_names is not None:
         return list(loaded.puzzle_names)
@@ -129,7 +129,7 @@ def _checkpoint_names(loaded: Any, explicit: str | None) -> list[str] | None:
 def prepare(init_from: str, cfg: Any, data_dir: str, train_split: Any) -> Start:
     """Read the checkpoint and build the starting point for a run on `data_dir`."""
     from arc_data.dataset import load_identifiers
-    from arc_data.errors import ArcDataError
+    from arc_data.errors import DatasetError
     from eval.predict import load_model
     from hrm_deeploop.data.puzzles import check_matches, meta_value
 
@@ -143,7 +143,7 @@ def prepare(init_from: str, cfg: Any, data_dir: str, train_split: Any) -> Start:
     if TABLE_KEY in weights:
         try:
             new_names = load_identifiers(data_dir)
-        except ArcDataError as e:
+        except DatasetError as e:
             raise UserError(f"init_from: the puzzle table is matched by name, and {e}") from None
         if len(new_names) != n_ids:
             raise UserError(f"{data_dir}: identifiers.json has {len(new_names)} names for {n_ids} puzzle identifiers")

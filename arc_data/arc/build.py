@@ -16,8 +16,20 @@ from pathlib import Path
 
 import numpy as np
 
-from arc_data import format as F
-from arc_data.errors import ArcDataError
+from arc_data import format as fmt
+from arc_data.arc.plan import Plan, SplitPlan, check_request, make_plan
+from arc_data.arc.sources import EVAL_SUBSET, SOURCE_NAMES, SourceInfo, load_sources
+from arc_data.arc.tasksplit import (
+    HOLDOUT_POOLS,
+    LABEL_MODES,
+    as_evaluation,
+    mode_line,
+    split_tasks,
+    unlabelled_tasks,
+    validation_tasks,
+)
+from arc_data.dataset import resolve_examples
+from arc_data.errors import ArcError
 from arc_data.fsio import (
     atomic_dirs,
     checked_output_dir,
@@ -26,17 +38,6 @@ from arc_data.fsio import (
     progress_bar,
     save_json,
     save_npy,
-)
-from arc_data.plan import Plan, SplitPlan, check_request, make_plan, resolve_examples
-from arc_data.sources import EVAL_SUBSET, SOURCE_NAMES, SourceInfo, load_sources
-from arc_data.tasksplit import (
-    HOLDOUT_POOLS,
-    LABEL_MODES,
-    as_evaluation,
-    mode_line,
-    split_tasks,
-    unlabelled_tasks,
-    validation_tasks,
 )
 
 ENCODE_CHUNK = 1 << 13  # examples per encoded block: 2 x 7.4 MB buffers, two slots (fresh pages cost system time)
@@ -71,24 +72,24 @@ class BuildConfig:
 
     def __post_init__(self) -> None:
         if not self.sources:
-            raise ArcDataError("sources=[]: give at least one source (arc1, arc2, a folder or a *_challenges.json)")
+            raise ArcError("sources=[]: give at least one source (arc1, arc2, a folder or a *_challenges.json)")
         if not isinstance(self.num_aug, int) or self.num_aug < 0:
-            raise ArcDataError(f"num_aug={self.num_aug!r}: must be >= 0")
+            raise ArcError(f"num_aug={self.num_aug!r}: must be >= 0")
         if not isinstance(self.seed, int) or self.seed < 0:
-            raise ArcDataError(f"seed={self.seed!r}: must be >= 0")
+            raise ArcError(f"seed={self.seed!r}: must be >= 0")
         if not self.output_dir:
-            raise ArcDataError("output_dir is empty: give output_dir=PATH for the dataset")
+            raise ArcError("output_dir is empty: give output_dir=PATH for the dataset")
         if self.test_labels not in LABEL_MODES:
-            raise ArcDataError(f"test_labels={self.test_labels!r}: must be one of {', '.join(LABEL_MODES)}")
+            raise ArcError(f"test_labels={self.test_labels!r}: must be one of {', '.join(LABEL_MODES)}")
         if self.holdout_pool not in HOLDOUT_POOLS:
-            raise ArcDataError(f"holdout_pool={self.holdout_pool!r}: must be one of {', '.join(HOLDOUT_POOLS)}")
+            raise ArcError(f"holdout_pool={self.holdout_pool!r}: must be one of {', '.join(HOLDOUT_POOLS)}")
         if not (isinstance(self.holdout_fraction, (int, float)) and 0.0 <= self.holdout_fraction <= 1.0):
-            raise ArcDataError(f"holdout_fraction={self.holdout_fraction!r}: must be in [0, 1]")
+            raise ArcError(f"holdout_fraction={self.holdout_fraction!r}: must be in [0, 1]")
         holds = bool(self.holdout_tasks) or self.holdout_fraction > 0
         if holds and not self.holdout_dir:
-            raise ArcDataError("holdout_tasks/holdout_fraction need holdout_dir=PATH for the held-out tasks' dataset")
+            raise ArcError("holdout_tasks/holdout_fraction need holdout_dir=PATH for the held-out tasks' dataset")
         if self.holdout_dir and not holds:
-            raise ArcDataError(f"holdout_dir={self.holdout_dir}: give holdout_tasks=[...] or holdout_fraction=F")
+            raise ArcError(f"holdout_dir={self.holdout_dir}: give holdout_tasks=[...] or holdout_fraction=F")
 
 
 @dataclass
@@ -115,16 +116,16 @@ def split_meta(sp: SplitPlan, num_ids: int) -> dict:
     """dataset.json (HRM spec 1.6, plus TRM's total_puzzles)."""
     num_puzzles = len(sp.puzzle_identifiers)
     return {
-        "pad_id": F.PAD,
-        "ignore_label_id": F.IGNORE_LABEL_ID,
-        "blank_identifier_id": F.BLANK_ID,
-        "vocab_size": F.VOCAB_SIZE,
-        "seq_len": F.SEQ_LEN,
+        "pad_id": fmt.PAD,
+        "ignore_label_id": fmt.IGNORE_LABEL_ID,
+        "blank_identifier_id": fmt.BLANK_ID,
+        "vocab_size": fmt.VOCAB_SIZE,
+        "seq_len": fmt.SEQ_LEN,
         "num_puzzle_identifiers": num_ids,
         "total_groups": len(sp.group_indices) - 1,
         "mean_puzzle_examples": sp.num_examples / num_puzzles if num_puzzles else 0.0,
         "total_puzzles": num_puzzles,
-        "sets": [F.SET_NAME],
+        "sets": [fmt.SET_NAME],
     }
 
 
@@ -154,15 +155,15 @@ def encode_split(plan: Plan, sp: SplitPlan, out_dir: Path, bar) -> None:
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from arc_data.kernels import encode_examples
+    from arc_data.compact import encode_examples
 
     e = sp.num_examples
     g = plan.grids
     rows = min(ENCODE_CHUNK, max(e, 1))
-    bufs = [(np.empty((rows, F.SEQ_LEN), np.uint8), np.empty((rows, F.SEQ_LEN), np.uint8)) for _ in range(2)]
+    bufs = [(np.empty((rows, fmt.SEQ_LEN), np.uint8), np.empty((rows, fmt.SEQ_LEN), np.uint8)) for _ in range(2)]
     pending: list[list] = [[], []]
-    with _open_npy(out_dir / F.INPUTS_FILE, (e, F.SEQ_LEN), np.uint8) as fi, \
-            _open_npy(out_dir / F.LABELS_FILE, (e, F.SEQ_LEN), np.uint8) as fl, \
+    with _open_npy(out_dir / fmt.INPUTS_FILE, (e, fmt.SEQ_LEN), np.uint8) as fi, \
+            _open_npy(out_dir / fmt.LABELS_FILE, (e, fmt.SEQ_LEN), np.uint8) as fl, \
             ThreadPoolExecutor(1, thread_name_prefix="arc-write-in") as wi, \
             ThreadPoolExecutor(1, thread_name_prefix="arc-write-lab") as wl:
         for k, lo in enumerate(range(0, e, ENCODE_CHUNK)):
@@ -187,33 +188,33 @@ def encode_split(plan: Plan, sp: SplitPlan, out_dir: Path, bar) -> None:
 
 def write_dataset(plan: Plan, tmp: Path, materialize: bool, manifest: dict, progress: bool) -> None:
     np.savez(
-        tmp / F.AUGMENTATIONS_FILE,
+        tmp / fmt.AUGMENTATIONS_FILE,
         base_task=plan.base_task,
         dihedral=plan.dihedral,
         colour_map=plan.colour_map,
         task_names=np.array([t.name for t in plan.tasks], dtype=str),
     )
-    (tmp / F.IDENTIFIERS_FILE).write_bytes(plan.identifiers_json())
+    (tmp / fmt.IDENTIFIERS_FILE).write_bytes(plan.identifiers_json())
     if not materialize:
         g = plan.grids
-        np.savez(tmp / F.GRIDS_FILE, cells=g.cells, grid_offset=g.offset, grid_shape=g.shape,
+        np.savez(tmp / fmt.GRIDS_FILE, cells=g.cells, grid_offset=g.offset, grid_shape=g.shape,
                  pair_grids=g.pair_grids)
     total = sum(sp.num_examples for sp in plan.splits.values())
     with progress_bar(progress and materialize, "build-arc")(total, "encode", "ex") as bar:
         for split, sp in plan.splits.items():
             d = tmp / split
             d.mkdir()
-            save_npy(d / F.PUZZLE_IDS_FILE, sp.puzzle_identifiers)
-            save_npy(d / F.PUZZLE_INDICES_FILE, sp.puzzle_indices)
-            save_npy(d / F.GROUP_INDICES_FILE, sp.group_indices)
+            save_npy(d / fmt.PUZZLE_IDS_FILE, sp.puzzle_identifiers)
+            save_npy(d / fmt.PUZZLE_INDICES_FILE, sp.puzzle_indices)
+            save_npy(d / fmt.GROUP_INDICES_FILE, sp.group_indices)
             if materialize:
                 encode_split(plan, sp, d, bar)
             else:
-                save_npy(d / F.PLAN_GROUP_PAIRS_FILE, sp.group_pairs)
-                save_npy(d / F.PLAN_GROUP_PAIR_INDICES_FILE, sp.group_pair_indices)
-                save_npy(d / F.PLAN_OFFSETS_FILE, sp.offsets)
-            save_json(d / F.META_FILE, split_meta(sp, plan.num_ids))
-    save_json(tmp / F.MANIFEST_FILE, manifest)  # last: its presence marks a complete build
+                save_npy(d / fmt.PLAN_GROUP_PAIRS_FILE, sp.group_pairs)
+                save_npy(d / fmt.PLAN_GROUP_PAIR_INDICES_FILE, sp.group_pair_indices)
+                save_npy(d / fmt.PLAN_OFFSETS_FILE, sp.offsets)
+            save_json(d / fmt.META_FILE, split_meta(sp, plan.num_ids))
+    save_json(tmp / fmt.MANIFEST_FILE, manifest)  # last: its presence marks a complete build
 
 
 def outputs_apart(cfg: BuildConfig) -> None:
@@ -223,22 +224,22 @@ def outputs_apart(cfg: BuildConfig) -> None:
     for i, (a, pa) in enumerate(outs):
         for b, pb in outs[i + 1:]:
             if pa == pb or pa in pb.parents or pb in pa.parents:
-                raise ArcDataError(f"{b}={pb}: must be a folder apart from {a}={pa} (not the same, not inside it)")
+                raise ArcError(f"{b}={pb}: must be a folder apart from {a}={pa} (not the same, not inside it)")
 
 
 def build(cfg: BuildConfig) -> BuildSummary:
     t0 = time.perf_counter()
     inputs = [s for s in cfg.sources if s not in SOURCE_NAMES]
     outputs_apart(cfg)
-    target = checked_output_dir(cfg.output_dir, cfg.overwrite, inputs, marker=F.MANIFEST_FILE, writer="build-arc")
+    target = checked_output_dir(cfg.output_dir, cfg.overwrite, inputs, marker=fmt.MANIFEST_FILE, writer="build-arc")
     held_target = val_target = None
     if cfg.holdout_dir:
         held_target = checked_output_dir(cfg.holdout_dir, cfg.overwrite, [*inputs, cfg.output_dir],
-                                         marker=F.MANIFEST_FILE, writer="build-arc", field="holdout_dir")
+                                         marker=fmt.MANIFEST_FILE, writer="build-arc", field="holdout_dir")
     if cfg.validation_dir:
         val_target = checked_output_dir(cfg.validation_dir, cfg.overwrite,
                                         [*inputs, cfg.output_dir, cfg.holdout_dir],
-                                        marker=F.MANIFEST_FILE, writer="build-arc", field="validation_dir")
+                                        marker=fmt.MANIFEST_FILE, writer="build-arc", field="validation_dir")
 
     tasks, infos = load_sources(list(cfg.sources), cfg.eval_name, require_outputs=cfg.test_labels == "required")
     for note in (n for info in infos for n in info.skipped):
@@ -254,7 +255,7 @@ def build(cfg: BuildConfig) -> BuildSummary:
     if val_target is not None:
         val, no_val = validation_tasks(held if held_target is not None else kept)
         if not val:
-            raise ArcDataError("validation_dir: no evaluation task with two or more demonstrations to hold one out of")
+            raise ArcError("validation_dir: no evaluation task with two or more demonstrations to hold one out of")
         if no_val:
             print(f"build-arc: validation_dir: {len(no_val)} task(s) with one demonstration left out: "
                   f"{', '.join(no_val[:5])}", file=sys.stderr)

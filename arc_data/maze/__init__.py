@@ -9,7 +9,7 @@ remaining wall between two cells is opened with that probability (cycles, so sev
 S is a random open cell; G a random open cell at least `min_path` steps away whose shortest path
 from S is unique (so the marked answer is the only right one). Rating = the path length in steps.
 
-Kernels (numba: BFS, generator) live in arc_data.puzzle_kernels, imported on first use. The
+Kernels (numba: BFS, generator) live in arc_data.maze.kernels, imported on first use. The
 builder's check (`first_bad_maze`, a batched level-by-level BFS) is numpy only: the answer equals
 the question except open cells marked 'o', and the marked cells form an S->G path as short as the
 BFS distance. Augmentation: the 8 dihedral transforms (`format.dihedral` numbering), batched;
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from arc_data import format as F
+from arc_data import format as fmt
 
 CHARSET = "# SGo"
 WALL, OPEN, START, GOAL, PATH = (ord(c) for c in CHARSET)
@@ -99,7 +99,7 @@ def shortest_path_length(board: np.ndarray, n: int) -> int:
     """BFS distance S->G on a board (CSV bytes [n*n]; walls '#'), -1 when unreachable."""
     b = np.asarray(board, dtype=np.uint8).reshape(-1)
     s, g = int(np.flatnonzero(b == START)[0]), int(np.flatnonzero(b == GOAL)[0])
-    from arc_data.puzzle_kernels import maze_bfs
+    from arc_data.maze.kernels import maze_bfs
 
     dist = np.empty(n * n, np.int64)
     maze_bfs((b != WALL).astype(np.uint8), n, s, dist, np.empty(n * n, np.int64))
@@ -141,7 +141,7 @@ def generate(rng: np.random.Generator, n: int, min_path: int = 1, openings: floa
     >= min_path steps (the caller retries)."""
     q = np.empty(n * n, np.uint8)
     a = np.empty(n * n, np.uint8)
-    from arc_data.puzzle_kernels import maze_generate_one
+    from arc_data.maze.kernels import maze_generate_one
 
     length = maze_generate_one(n, rng.random(uniforms_per_maze(n)), float(openings), int(min_path), q, a)
     if length < 0:
@@ -186,4 +186,4 @@ def apply_dihedral_rows(x: np.ndarray, tids: np.ndarray, n: int) -> np.ndarray:
 
 def invert_dihedral_rows(x: np.ndarray, tids: np.ndarray, n: int) -> np.ndarray:
     """Undo apply_dihedral_rows: row p under the inverse of tids[p]."""
-    return apply_dihedral_rows(x, F.DIHEDRAL_INVERSE[np.asarray(tids, dtype=np.int64)], n)
+    return apply_dihedral_rows(x, fmt.DIHEDRAL_INVERSE[np.asarray(tids, dtype=np.int64)], n)

@@ -9,7 +9,7 @@ backtracks of a solver; parsed only when a filter needs it). Sudoku blanks are '
 cells are '#', ' ', 'S', 'G', 'o'. The generators write the same format (`write_puzzle_csv`).
 
 `read_puzzle_csv` returns the boards as uint8 byte arrays [N, L], or raises a one-line
-ArcDataError naming the file and line. Two readers, one result:
+DatasetError naming the file and line. Two readers, one result:
 - fast: the file in 64 MB blocks, rows split at newlines and commas, with vectorised numpy searches
   (`_split_block`) or, for files over NUMBA_MIN_BYTES, one numba pass (`_split_block_numba`: on big
   files it is faster; on small ones numba's start-up does not pay). It takes
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from arc_data.errors import ArcDataError
+from arc_data.errors import DatasetError
 
 HEADER = ["source", "question", "answer", "rating"]
 CHUNK_ROWS = 1 << 16
@@ -81,8 +81,8 @@ def line_of(path: Path, row: int) -> int:
     return -1
 
 
-def _bad(path: Path, line: int | str, problem: str) -> ArcDataError:
-    return ArcDataError(f"{path}:{line}: {problem}")
+def _bad(path: Path, line: int | str, problem: str) -> DatasetError:
+    return DatasetError(f"{path}:{line}: {problem}")
 
 
 class _Rows:
@@ -152,7 +152,7 @@ def _split_block(buf: np.ndarray, ratings: bool) -> Split | None:
 
 def _split_block_numba(buf: np.ndarray, ratings: bool) -> Split | None:
     """_split_block in one pass (arc_data.puzzle_kernels.csv_scan): the same rows, or None."""
-    from arc_data.puzzle_kernels import csv_scan
+    from arc_data.puzzles.kernels import csv_scan
 
     rows, width, q_off, a_off, r = csv_scan(buf, ratings)
     if rows < 0:
@@ -163,7 +163,7 @@ def _split_block_numba(buf: np.ndarray, ratings: bool) -> Split | None:
 def _gather(buf: np.ndarray, offsets: np.ndarray, width: int, out: np.ndarray, numba: bool) -> None:
     """out[r] = buf[offsets[r] : offsets[r] + width]."""
     if numba:
-        from arc_data.puzzle_kernels import gather_rows
+        from arc_data.puzzles.kernels import gather_rows
 
         gather_rows(buf, offsets, width, out)
         return
@@ -303,7 +303,7 @@ def _read_csv_module(path: Path, parse_ratings: bool, progress: Callable[[int], 
             if qs:
                 flush()
     except UnicodeDecodeError as e:
-        raise ArcDataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+        raise DatasetError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except csv.Error as e:
         raise _bad(path, line + 1, f"malformed CSV ({e})") from None
     if rows is None:
@@ -316,7 +316,7 @@ def read_puzzle_csv(path: str | Path, parse_ratings: bool = False,
     """Read a puzzle CSV. `progress(n)` is called with the rows read since the last call."""
     path = Path(path)
     if not path.is_file():
-        raise ArcDataError(f"{path}: missing (expected a puzzle CSV with header {','.join(HEADER)})")
+        raise DatasetError(f"{path}: missing (expected a puzzle CSV with header {','.join(HEADER)})")
     counted = [0]
 
     def count(n: int) -> None:

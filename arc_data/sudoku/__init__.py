@@ -4,7 +4,7 @@ generator, answer checks, and the augmentation group with its inverse.
 Boards are flat rows of n*n digits (row-major), 0 = blank. Sizes and their boxes (rows x cols):
 4 (2x2), 6 (2x3), 8 (2x4), 9 (3x3).
 
-Solver (numba kernels in arc_data.puzzle_kernels, imported on first use): depth-first search that always branches on the blank cell with the fewest candidates
+Solver (numba kernels in arc_data.sudoku.kernels, imported on first use): depth-first search that always branches on the blank cell with the fewest candidates
 (row/column/box masks as bit sets), trying digits in a given order per cell. `count_solutions`
 stops at `limit` solutions (2 proves uniqueness). Its `backtracks` (dead ends met) over the
 *exhaustive* search of a unique puzzle does not depend on the digit order, so it is a
@@ -27,23 +27,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from arc_data.errors import ArcDataError
-from arc_data.puzzle_config import BOX_SHAPES
+from arc_data.errors import SudokuError
+
+BOX_SHAPES = {4: (2, 2), 6: (2, 3), 8: (2, 4), 9: (3, 3)}  # sudoku size -> (box rows, box cols)
 
 _POPCOUNT = np.array([bin(i).count("1") for i in range(1 << 10)], dtype=np.int64)
 
 
 def box_shape(n: int) -> tuple[int, int]:
     if n not in BOX_SHAPES:
-        raise ArcDataError(f"sudoku size {n}: supported sizes are {sorted(BOX_SHAPES)}")
+        raise SudokuError(f"sudoku size {n}: supported sizes are {sorted(BOX_SHAPES)}")
     return BOX_SHAPES[n]
 
 
 def size_of(seq_len: int) -> int:
-    """Board size n from a row length n*n (ArcDataError when it is not a supported square)."""
+    """Board size n from a row length n*n (SudokuError when it is not a supported square)."""
     n = int(round(seq_len ** 0.5))
     if n * n != seq_len or n not in BOX_SHAPES:
-        raise ArcDataError(f"a sudoku row has {seq_len} cells; expected n*n for n in {sorted(BOX_SHAPES)} "
+        raise SudokuError(f"a sudoku row has {seq_len} cells; expected n*n for n in {sorted(BOX_SHAPES)} "
                            f"(16, 36, 64 or 81)")
     return n
 
@@ -68,7 +69,7 @@ def count_solutions(board: np.ndarray, limit: int = 2) -> tuple[int, int, np.nda
     board = np.ascontiguousarray(board, dtype=np.int64).reshape(-1)
     n = size_of(board.size)
     sol = np.zeros(board.size, np.int64)
-    from arc_data.puzzle_kernels import sudoku_search
+    from arc_data.sudoku.kernels import sudoku_search
 
     cnt, bt = sudoku_search(board, n, box_index(n), _ascending(n), int(limit), sol, _POPCOUNT)
     return int(cnt), int(bt), sol
@@ -120,7 +121,7 @@ def generate(rng: np.random.Generator, n: int, givens: int = 0) -> tuple[np.ndar
     dig_order = rng.permutation(N).astype(np.int64)
     puzzle = np.zeros(N, np.int64)
     solution = np.zeros(N, np.int64)
-    from arc_data.puzzle_kernels import sudoku_generate_one
+    from arc_data.sudoku.kernels import sudoku_generate_one
 
     k, bt = sudoku_generate_one(n, box_index(n), fill_order, _ascending(n), dig_order, int(givens), _POPCOUNT,
                                 puzzle, solution)
@@ -281,3 +282,10 @@ def invert_augs(x: np.ndarray, augs: SudokuAugs, offset: int = 0) -> np.ndarray:
     out = np.empty_like(y)
     np.put_along_axis(out, _perm_for(x, augs), y, axis=1)
     return out
+
+
+def augs_of(table: dict[str, np.ndarray], rows: np.ndarray | slice = slice(None)) -> SudokuAugs:
+    """The SudokuAugs of the given puzzle rows of a built split's augmentation table
+    (arc_data.puzzles.build.load_table)."""
+    return SudokuAugs(table["digit_map"][rows], table["transpose"][rows], table["row_perm"][rows],
+                      table["col_perm"][rows])

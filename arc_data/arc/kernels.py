@@ -1,10 +1,11 @@
-"""Numba kernels for the hot paths (HRM spec 1.9): transform + hash trials, and encoding.
+"""Numba kernels of the ARC builder's hot path (HRM spec 1.9): transform + hash trials. The
+encoder of examples (`encode_examples`) is the compact layout's, in arc_data.compact.
 
 Grids live in one flat uint8 buffer `cells`; grid g is `cells[off[g] : off[g] + h*w]` (row-major)
 with `shape[g] = (h, w)`. A pair is `(input grid, output grid)`.
 
 A dihedral transform tid maps an H x W grid to `out[i, j] = in.flat[base + i*si + j*sj]` with the
-output shape and (base, si, sj) from `_dihedral_walk`; this equals `format.dihedral` (tested).
+output shape and (base, si, sj) from `dihedral_walk`; this equals `format.dihedral` (tested).
 
 Hash: two independent 64-bit lanes, so a puzzle hash is 128 bits: per grid a weighted sum of
 its cells (see `_W`), finished with a splitmix64 mixer together with the shape; per pair the two
@@ -24,7 +25,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from arc_data.format import COLOUR_OFFSET, EOS, MAX_SIDE
+from arc_data.compact import dihedral_walk
+from arc_data.format import MAX_SIDE
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -40,26 +42,6 @@ def _mix(x):
     x = (x ^ (x >> _S30)) * _M1
     x = (x ^ (x >> _S27)) * _M2
     return x ^ (x >> _S31)
-
-
-@njit(inline="always", cache=True)
-def _dihedral_walk(tid, h, w):
-    """(out_h, out_w, base, si, sj) such that out[i, j] = in.flat[base + i*si + j*sj]."""
-    if tid == 1:  # rot90 CCW: out[i,j] = in[j, W-1-i]
-        return w, h, w - 1, -1, w
-    if tid == 2:  # rot180
-        return h, w, h * w - 1, -w, -1
-    if tid == 3:  # rot270 CCW: out[i,j] = in[H-1-j, i]
-        return w, h, (h - 1) * w, 1, -w
-    if tid == 4:  # fliplr
-        return h, w, w - 1, w, -1
-    if tid == 5:  # flipud
-        return h, w, (h - 1) * w, -w, 1
-    if tid == 6:  # transpose
-        return w, h, 0, 1, w
-    if tid == 7:  # anti-diagonal: out[i,j] = in[H-1-j, W-1-i]
-        return w, h, h * w - 1, -1, -w
-    return h, w, 0, w, 1
 
 
 def _splitmix_table(shape: tuple[int, ...], seed: int) -> np.ndarray:
@@ -87,7 +69,7 @@ def _colour_sums(cells, goff, gshape, pair_grids, p_lo, p_hi):
         for k in range(p_hi - p_lo):
             for side in range(2):
                 g = pair_grids[p_lo + k, side]
-                oh, ow, base, si, sj = _dihedral_walk(tid, gshape[g, 0], gshape[g, 1])
+                oh, ow, base, si, sj = dihedral_walk(tid, gshape[g, 0], gshape[g, 1])
                 s = sums[tid, k, side]
                 pos = 0
                 for i in range(oh):
@@ -104,7 +86,7 @@ def _colour_sums(cells, goff, gshape, pair_grids, p_lo, p_hi):
 @njit(inline="always", cache=True)
 def _grid_hash(s, h, w, tid, cmap):
     """128-bit hash (two uint64) of one grid (h x w before the transform) under (tid, cmap), from its S."""
-    oh, ow, _, _, _ = _dihedral_walk(tid, h, w)
+    oh, ow, _, _, _ = dihedral_walk(tid, h, w)
     a = np.uint64(0)
     b = np.uint64(0)
     for c in range(10):
@@ -236,39 +218,3 @@ def augment_tasks(cells, goff, gshape, pair_grids, task_pairs, trial_tid, trial_
         n_acc[t] = a
         n_used[t] = u
     return accepted, n_acc, n_used
-
-
-@njit(inline="always", cache=True)
-def _draw(cells, off, h, w, tid, cmap, row, pr, pc):
-    """Write one recoloured, transformed grid into the 900-row at (pr, pc), with its EOS marks."""
-    oh, ow, base, si, sj = _dihedral_walk(tid, h, w)
-    for i in range(oh):
-        src = off + base + i * si
-        dst = (pr + i) * MAX_SIDE + pc
-        for j in range(ow):
-            row[dst + j] = cmap[cells[src]] + COLOUR_OFFSET
-            src += sj
-        if pc + ow < MAX_SIDE:
-            row[dst + ow] = EOS
-    if pr + oh < MAX_SIDE:
-        dst = (pr + oh) * MAX_SIDE + pc
-        for j in range(ow):
-            row[dst + j] = EOS
-
-
-@njit(cache=True)
-def encode_examples(cells, goff, gshape, pair_grids, ex_pair, ex_pid, dihedral, colour_map, pads, out_in, out_lab):
-    """Encode examples: pair ex_pair[e] under puzzle ex_pid[e]'s augmentation at pads[e] -> rows e."""
-    for e in range(ex_pair.shape[0]):
-        pair = ex_pair[e]
-        pid = ex_pid[e]
-        tid = dihedral[pid]
-        cmap = colour_map[pid]
-        pr = pads[e, 0]
-        pc = pads[e, 1]
-        out_in[e, :] = 0
-        out_lab[e, :] = 0
-        gi = pair_grids[pair, 0]
-        go = pair_grids[pair, 1]
-        _draw(cells, goff[gi], gshape[gi, 0], gshape[gi, 1], tid, cmap, out_in[e], pr, pc)
-        _draw(cells, goff[go], gshape[go, 0], gshape[go, 1], tid, cmap, out_lab[e], pr, pc)

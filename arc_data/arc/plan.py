@@ -24,9 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
+from arc_data.arc.sources import Task
 from arc_data.budget import check_count, check_fits
+from arc_data.dataset import resolve_examples
 from arc_data.format import BLANK_NAME, MAX_SIDE, SEQ_LEN, SPLITS, aug_name
-from arc_data.sources import Task
 
 TRIAL_FACTOR = 5  # HRM: at most 5 * num_aug trials per task
 # Distinct augmentations of one task: 8 dihedral transforms x 9! permutations of colours 1-9.
@@ -140,27 +141,10 @@ def augment(grids: Grids, task_pairs: np.ndarray, trial_tid: np.ndarray, trial_p
 
     One thread: a trial costs a few hundred nanoseconds (ARC-1 at num_aug=1000: 0.2 s), less than
     a thread pool's start-up and scheduling on two cores."""
-    from arc_data.kernels import augment_tasks
+    from arc_data.arc.kernels import augment_tasks
 
     return augment_tasks(grids.cells, grids.offset, grids.shape, grids.pair_grids, task_pairs, trial_tid,
                          trial_perm, np.int64(num_aug))
-
-
-def resolve_examples(
-    puzzle_identifiers: np.ndarray,
-    puzzle_indices: np.ndarray,
-    group_indices: np.ndarray,
-    group_pairs: np.ndarray,
-    group_pair_indices: np.ndarray,
-    idx: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Example indices -> (pair id int64, puzzle identifier int64), by the CSR arrays."""
-    idx = np.asarray(idx, dtype=np.int64)
-    p = np.searchsorted(puzzle_indices, idx, side="right") - 1
-    g = np.searchsorted(group_indices, p, side="right") - 1
-    k = idx - puzzle_indices[p]
-    pair = group_pairs[group_pair_indices[g] + k].astype(np.int64)
-    return pair, puzzle_identifiers[p].astype(np.int64)
 
 
 def _split_plan(groups: np.ndarray, pair_lo: np.ndarray, pair_n: np.ndarray, first_id: np.ndarray,

@@ -1,0 +1,11 @@
+"""ARC-AGI: sources (bundled ARC-AGI-1/2, ConceptARC, folders, Kaggle files), the augmentation plan,
+numba kernels (transform + hash, encode), `build-arc`, `viz-arc`, held-out task splits.
+
+    arc_data.arc.sources    load_sources(specs, eval_name, require_outputs) -> (tasks, source infos)
+    arc_data.arc.plan       make_plan: augmentations drawn, deduplicated and laid out per split
+    arc_data.arc.kernels    augment_tasks, puzzle_hashes, encode_examples (numba, serial)
+    arc_data.arc.build      BuildConfig, build(cfg)          (`hrm-deeploop build-arc`)
+    arc_data.arc.viz        VizConfig, visualize(cfg)        (`hrm-deeploop viz-arc`)
+    arc_data.arc.tasksplit  held-out tasks (unseen-task evaluation)
+    arc_data/arc/bundled/   ConceptARC, shipped
+"""
