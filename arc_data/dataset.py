@@ -1,7 +1,8 @@
 """Read a built dataset (ARC, Sudoku, Maze or any HRM-layout set), materialised or compact, through one API.
 
     split = open_split(data_dir, "train")
-    inputs, labels = split.examples(np.arange(16))     # uint8 [16, split.seq_len] each
+    inputs, labels = split.examples(np.arange(16))     # uint8 [16, split.meta.seq_len] each
+    split.meta                                          # DatasetMeta: dataset.json, typed
     split.task                                          # "arc" | "sudoku" | "maze" | "generic"
 
 Shapes and token ids come from each split's `dataset.json` (`seq_len`, `vocab_size`, `pad_id`,
@@ -138,7 +139,24 @@ def load_augmentations(data_dir: str | Path) -> Augmentations:
     return Augmentations(z["base_task"], z["dihedral"], z["colour_map"], z["task_names"])
 
 
-def read_meta(path: Path) -> dict:
+@dataclass(frozen=True)
+class DatasetMeta:
+    """A split's `dataset.json` (HRM's fields, plus TRM's `total_puzzles` where written), typed and
+    validated: the one place readers take a dataset's shapes and token ids from (`split.meta`)."""
+
+    pad_id: int
+    ignore_label_id: int | None  # HRM: Optional (None: no label is ignored)
+    blank_identifier_id: int
+    vocab_size: int
+    seq_len: int
+    num_puzzle_identifiers: int
+    total_groups: int
+    mean_puzzle_examples: float
+    sets: tuple[str, ...]
+    total_puzzles: int | None = None
+
+
+def read_meta(path: Path) -> DatasetMeta:
     """A split's dataset.json, validated (fields present, integers, non-negative, consistent)."""
     meta = _load_json(path)
     if not isinstance(meta, dict):
@@ -168,7 +186,8 @@ def read_meta(path: Path) -> dict:
     sets = meta["sets"]
     if not isinstance(sets, list) or fmt.SET_NAME not in sets:
         raise _bad(path, f"field sets = {sets!r}: expected a list holding {fmt.SET_NAME!r} (the only set read)")
-    return meta
+    return DatasetMeta(**{k: meta[k] for k in META_KEYS if k != "sets"}, sets=tuple(sets),
+                       total_puzzles=meta.get("total_puzzles"))
 
 
 def _first_out_of_range(arr: np.ndarray, vocab: int, lo: int = 0, hi: int | None = None) -> int:
@@ -183,8 +202,8 @@ def _first_out_of_range(arr: np.ndarray, vocab: int, lo: int = 0, hi: int | None
     return -1
 
 
-def _looks_like_arc(root: Path, meta: dict) -> bool:
-    if meta["seq_len"] != fmt.SEQ_LEN or meta["vocab_size"] != fmt.VOCAB_SIZE or meta["num_puzzle_identifiers"] < 2:
+def _looks_like_arc(root: Path, meta: DatasetMeta) -> bool:
+    if meta.seq_len != fmt.SEQ_LEN or meta.vocab_size != fmt.VOCAB_SIZE or meta.num_puzzle_identifiers < 2:
         return False
     path = root / fmt.IDENTIFIERS_FILE
     if not path.is_file():
@@ -252,13 +271,7 @@ class PuzzleSplit:
         self.split = split
         meta_path = d / fmt.META_FILE
         meta = read_meta(meta_path)
-        self.meta: dict = meta
-        self.seq_len: int = meta["seq_len"]
-        self.vocab_size: int = meta["vocab_size"]
-        self.pad_id: int = meta["pad_id"]
-        self.ignore_label_id: int | None = meta["ignore_label_id"]
-        self.blank_identifier_id: int = meta["blank_identifier_id"]
-        self.num_puzzle_identifiers: int = meta["num_puzzle_identifiers"]
+        self.meta: DatasetMeta = meta
         self.puzzle_identifiers = _load_npy(d / fmt.PUZZLE_IDS_FILE, ndim=1).astype(np.int32, copy=False)
         self.puzzle_indices = _load_npy(d / fmt.PUZZLE_INDICES_FILE, ndim=1).astype(np.int32, copy=False)
         self.group_indices = _load_npy(d / fmt.GROUP_INDICES_FILE, ndim=1).astype(np.int32, copy=False)
@@ -268,11 +281,11 @@ class PuzzleSplit:
             raise _bad(d / fmt.PUZZLE_INDICES_FILE, f"not a CSR index over {p} puzzles")
         if len(gi) < 1 or gi[0] != 0 or gi[-1] != p or np.any(np.diff(gi) < 0):
             raise _bad(d / fmt.GROUP_INDICES_FILE, f"not a CSR index over {p} puzzles")
-        if meta["total_groups"] != len(gi) - 1:
-            raise _bad(meta_path, f"field total_groups = {meta['total_groups']}, but {fmt.GROUP_INDICES_FILE} "
+        if meta.total_groups != len(gi) - 1:
+            raise _bad(meta_path, f"field total_groups = {meta.total_groups}, but {fmt.GROUP_INDICES_FILE} "
                                   f"holds {len(gi) - 1} groups")
-        if p and (self.puzzle_identifiers.min() < 0 or self.puzzle_identifiers.max() >= self.num_puzzle_identifiers):
-            raise _bad(meta_path, f"field num_puzzle_identifiers = {self.num_puzzle_identifiers}, but "
+        if p and (self.puzzle_identifiers.min() < 0 or self.puzzle_identifiers.max() >= self.meta.num_puzzle_identifiers):
+            raise _bad(meta_path, f"field num_puzzle_identifiers = {self.meta.num_puzzle_identifiers}, but "
                                   f"{fmt.PUZZLE_IDS_FILE} uses ids {self.puzzle_identifiers.min()}.."
                                   f"{self.puzzle_identifiers.max()}")
         self.num_examples = int(pi[-1])
@@ -283,8 +296,8 @@ class PuzzleSplit:
             for arr, name in ((self._inputs, fmt.INPUTS_FILE), (self._labels, fmt.LABELS_FILE)):
                 if arr.dtype.kind not in "ui":
                     raise _bad(d / name, f"dtype {arr.dtype}: expected integer tokens")
-                if arr.shape[1] != self.seq_len:
-                    raise _bad(meta_path, f"field seq_len = {self.seq_len}, but {name} rows hold {arr.shape[1]} tokens")
+                if arr.shape[1] != self.meta.seq_len:
+                    raise _bad(meta_path, f"field seq_len = {self.meta.seq_len}, but {name} rows hold {arr.shape[1]} tokens")
                 if arr.shape[0] != self.num_examples:
                     raise _bad(d / name, f"{arr.shape[0]} rows, but {fmt.PUZZLE_INDICES_FILE} indexes "
                                          f"{self.num_examples} examples")
@@ -296,17 +309,17 @@ class PuzzleSplit:
                 for lo, hi in ((0, min(TOKEN_CHECK_CHUNK, e)), (max(e - TOKEN_CHECK_CHUNK, 0), e)):
                     self._check_range(lo, hi)
         else:
-            if self.seq_len != fmt.SEQ_LEN or self.vocab_size != fmt.VOCAB_SIZE:
+            if self.meta.seq_len != fmt.SEQ_LEN or self.meta.vocab_size != fmt.VOCAB_SIZE:
                 raise _bad(meta_path, f"the compact layout is ARC's (seq_len {fmt.SEQ_LEN}, vocab_size {fmt.VOCAB_SIZE}); "
-                                      f"got seq_len {self.seq_len}, vocab_size {self.vocab_size}")
+                                      f"got seq_len {self.meta.seq_len}, vocab_size {self.meta.vocab_size}")
             self._open_compact(root, d)
 
     def _check_range(self, lo: int, hi: int) -> None:
         for arr, name in ((self._inputs, fmt.INPUTS_FILE), (self._labels, fmt.LABELS_FILE)):
-            row = _first_out_of_range(arr, self.vocab_size, lo, hi)
+            row = _first_out_of_range(arr, self.meta.vocab_size, lo, hi)
             if row >= 0:
                 raise _bad(self.path / name, f"example {row} holds a token outside [0, vocab_size = "
-                                             f"{self.vocab_size}) (dataset.json)")
+                                             f"{self.meta.vocab_size}) (dataset.json)")
 
     def verify_tokens(self) -> None:
         """Scan every token of a materialised split (chunked): all must be < vocab_size."""
@@ -354,10 +367,10 @@ class PuzzleSplit:
             x, y = np.asarray(self._inputs[idx]), np.asarray(self._labels[idx])
             if not self._checked_tokens:  # too big to scan at open: check what is read
                 for arr, name in ((x, fmt.INPUTS_FILE), (y, fmt.LABELS_FILE)):
-                    if arr.size and (arr.max() >= self.vocab_size or arr.min() < 0):
-                        row = int(idx[np.flatnonzero(((arr >= self.vocab_size) | (arr < 0)).any(axis=1))[0]])
+                    if arr.size and (arr.max() >= self.meta.vocab_size or arr.min() < 0):
+                        row = int(idx[np.flatnonzero(((arr >= self.meta.vocab_size) | (arr < 0)).any(axis=1))[0]])
                         raise _bad(self.path / name, f"example {row} holds a token outside [0, vocab_size = "
-                                                     f"{self.vocab_size}) (dataset.json)")
+                                                     f"{self.meta.vocab_size}) (dataset.json)")
             return x, y
         from arc_data.compact import encode_examples
 
@@ -371,7 +384,7 @@ class PuzzleSplit:
         return out_in, out_lab
 
     def __repr__(self) -> str:
-        return (f"PuzzleSplit({str(self.path)!r}, {self.layout}, seq_len={self.seq_len}, groups={self.num_groups}, "
+        return (f"PuzzleSplit({str(self.path)!r}, {self.layout}, seq_len={self.meta.seq_len}, groups={self.num_groups}, "
                 f"puzzles={self.num_puzzles}, examples={self.num_examples})")
 
 

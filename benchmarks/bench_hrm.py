@@ -108,7 +108,7 @@ def fake_split(num_ids: int, examples: int = 1) -> SimpleNamespace:
     one puzzle with `examples` examples."""
     return SimpleNamespace(group_indices=np.array([0, 1]), puzzle_indices=np.array([0, examples]),
                            puzzle_identifiers=np.array([0], dtype=np.int32), num_examples=examples,
-                           meta={"total_groups": 1, "mean_puzzle_examples": examples})
+                           meta=SimpleNamespace(total_groups=1, mean_puzzle_examples=examples))
 
 
 def random_batches(cfg: HRMConfig | TRMConfig, batch: int, n: int, device: torch.device, seed: int = 0) -> list[dict]:

@@ -237,7 +237,7 @@ def check_augmented(task: str, csv_dir: Path, out: Path) -> list[tuple[str, bool
     table = load_table(out / "train")
     src = read_puzzle_csv(csv_dir / "train.csv")
     rows = table["source_row"]
-    n = int(round(split.seq_len ** 0.5))
+    n = int(round(split.meta.seq_len ** 0.5))
     k = int(np.diff(split.group_indices)[0])
     groups = rows.reshape(-1, k)
     checks = [(f"{task} {n}x{n}: groups of 1 + {k - 1} augmentations of one distinct CSV puzzle each",

@@ -230,7 +230,7 @@ def predict_split(model: ACTReasoner, split: Any, env: D.Env, global_batch_size:
 
 def run(c: EvaluateConfig) -> int:
     from eval.report import check_outputs
-    from hrm_deeploop.data.puzzles import check_matches, meta_value, open_dataset
+    from hrm_deeploop.data.puzzles import check_matches, open_dataset
 
     for key in ("checkpoint", "data_dir", "output_dir"):
         if not getattr(c, key):
@@ -267,16 +267,16 @@ def run(c: EvaluateConfig) -> int:
             from eval.tta import check_request, group_for
 
             if c.tta:
-                group_for(task, int(meta_value(split, "seq_len")), int(meta_value(split, "vocab_size")))
-            check_request(c.tta, int(split.num_examples), int(meta_value(split, "seq_len")), out,
+                group_for(task, int(split.meta.seq_len), int(split.meta.vocab_size))
+            check_request(c.tta, int(split.num_examples), int(split.meta.seq_len), out,
                           segments=c.halt_max_steps or 1)
         G = c.global_batch_size or (768 if env.device.type == "cuda" else 16 * env.world_size)
-        loaded = load_model(c.checkpoint, env.device, c.dtype, seq_len=int(meta_value(split, "seq_len")), ema=c.ema,
+        loaded = load_model(c.checkpoint, env.device, c.dtype, seq_len=int(split.meta.seq_len), ema=c.ema,
                             batch=max(1, G // env.world_size if task == "arc"  # ARC's batches are padded to G
                                       else min(G // env.world_size, int(split.num_examples))))  # rows per forward
         rows = table_rows(loaded, c.data_dir)
         check_matches(loaded.config if rows is None else replace(loaded.config, num_puzzle_identifiers=int(
-            meta_value(split, "num_puzzle_identifiers"))), split, str(Path(c.data_dir) / c.split),
+            split.meta.num_puzzle_identifiers)), split, str(Path(c.data_dir) / c.split),
             what=f"checkpoint '{loaded.path}'")
         trained = loaded.config.halt_max_steps
         D.print0(f"evaluate: {loaded.kind} {loaded.config.name.upper()} checkpoint {loaded.path} (step {loaded.step}, "

@@ -42,7 +42,7 @@ from eval.puzzles import (
     supervised_mask,
 )
 from hrm_deeploop import runtime as D
-from hrm_deeploop.data.puzzles import IGNORE_LABEL, meta_value
+from hrm_deeploop.data.puzzles import IGNORE_LABEL
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.models.hrm import ACTReasoner
 
@@ -62,7 +62,7 @@ class Plan:
 
 def make_plan(task: str, split: Any, tta: int, tta_seed: int, segments: int, local_batch: int,
               world_size: int, max_batches: int | None) -> Plan:
-    seq_len, vocab = int(meta_value(split, "seq_len")), int(meta_value(split, "vocab_size"))
+    seq_len, vocab = int(split.meta.seq_len), int(split.meta.vocab_size)
     group = T.group_for(task, seq_len, vocab) if tta or task in ("sudoku", "maze") else None
     copies = 1 + tta
     chunk = max(1, local_batch // copies)
@@ -106,7 +106,7 @@ def run_chunk(model: ACTReasoner, split: Any, plan: Plan, idx: np.ndarray, devic
     C, S = plan.copies, plan.segments
     x, y = split.examples(idx)  # original frame, [k, L]
     x, y = np.asarray(x, np.uint8), np.asarray(y, np.uint8)
-    ignore = meta_value(split, "ignore_label_id")
+    ignore = split.meta.ignore_label_id
     sup = supervised_mask(y, ignore)
     solve = solve_mask(plan.task, x, y, sup)
     rows = (idx[:, None] * C + np.arange(C)[None, :]).reshape(-1)  # rows of the plan's table
@@ -208,7 +208,7 @@ def _shown(split: Any, plan: Plan, res: Chunk, count: int) -> list[Shown]:
         if plan.table is not None:
             pred = plan.group.invert(pred, T.take(plan.table, np.array([e * plan.copies + copy])))
         pred = pred[0]
-        sup = supervised_mask(y[None], meta_value(split, "ignore_label_id"))[0]
+        sup = supervised_mask(y[None], split.meta.ignore_label_id)[0]
         solve = solve_mask(plan.task, x[None], y[None], sup[None])[0]
         wrong = sup & (pred != y)
         what = "blank cells" if plan.task == "sudoku" else "path cells"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from arc_data import format as fmt
-from arc_data.dataset import read_meta, task_kind
+from arc_data.dataset import DatasetMeta, read_meta, task_kind
 from arc_data.errors import DatasetError
 from arc_data.fsio import why_not_a_folder
 from hrm_deeploop.errors import UserError
@@ -38,12 +38,12 @@ def evaluation_for(data_dir: str | Path, split: str, override: str = "auto") -> 
             raise UserError(f"task={override}: '{root}' is a {kind} dataset (manifest.json / dataset.json); "
                             "task= only names the task of a dataset that does not record one")
         return override
-    if kind == "generic" and meta["seq_len"] == fmt.SEQ_LEN and meta["vocab_size"] == fmt.VOCAB_SIZE:
+    if kind == "generic" and meta.seq_len == fmt.SEQ_LEN and meta.vocab_size == fmt.VOCAB_SIZE:
         return "arc"
     return kind
 
 
-def require_arc(data_dir: str | Path, split: str, what: str = "the vote") -> dict:
+def require_arc(data_dir: str | Path, split: str, what: str = "the vote") -> DatasetMeta:
     """Raise a one-line UserError unless `data_dir` is an ARC dataset in ARC's token format; returns
     the split's dataset.json. Cheap: reads manifest.json and dataset.json only."""
     root = Path(data_dir)
@@ -52,10 +52,10 @@ def require_arc(data_dir: str | Path, split: str, what: str = "the vote") -> dic
         kind = task_kind(root) if (root / fmt.MANIFEST_FILE).is_file() else None
     except DatasetError as e:
         raise UserError(str(e)) from None
-    arc_tokens = meta["seq_len"] == fmt.SEQ_LEN and meta["vocab_size"] == fmt.VOCAB_SIZE
+    arc_tokens = meta.seq_len == fmt.SEQ_LEN and meta.vocab_size == fmt.VOCAB_SIZE
     if kind not in (None, "arc") or not arc_tokens:
         raise UserError(
             f"{what} is ARC's (dihedral + colour augmentations of 30x30 grids), but '{root}' is a "
-            f"{kind or 'non-ARC'} dataset (seq_len {meta['seq_len']}, vocab_size {meta['vocab_size']}): score it with "
+            f"{kind or 'non-ARC'} dataset (seq_len {meta.seq_len}, vocab_size {meta.vocab_size}): score it with "
             f"`hrm-deeploop evaluate` (exact and token accuracy, tta=N voting; docs/evaluation.md)")
     return meta

@@ -393,7 +393,7 @@ def vote(
     if not ks or ks[0] < 1:
         raise UserError(f"ks must be positive integers, got {ks}")
     meta = require_arc(data_dir, split, "hrm-deeploop vote")
-    check_dataset(preds, meta["seq_len"], meta["vocab_size"])
+    check_dataset(preds, meta.seq_len, meta.vocab_size)
     table = table if table is not None else load_table(data_dir)
     truth = truth if truth is not None else load_ground_truth(data_dir, split, table)
     warnings: list[str] = []

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from arc_data.dataset import DatasetMeta, read_meta
 from arc_data.format import (
     GROUP_INDICES_FILE,
     INPUTS_FILE,
@@ -39,7 +40,7 @@ def encode(grid: np.ndarray, canvas: int) -> np.ndarray:
 
 @dataclass
 class StandInSplit:
-    meta: dict
+    meta: DatasetMeta
     puzzle_identifiers: np.ndarray
     puzzle_indices: np.ndarray
     group_indices: np.ndarray
@@ -59,7 +60,7 @@ def stand_in_open_split(data_dir, split):
     d = Path(data_dir) / split
     if not (d / META_FILE).is_file():
         raise FileNotFoundError(f"{d / META_FILE} is missing")
-    meta = json.loads((d / META_FILE).read_text())
+    meta = read_meta(d / META_FILE)
     load = lambda name, mm=None: np.load(d / name, mmap_mode=mm)
     return StandInSplit(meta=meta, puzzle_identifiers=load(PUZZLE_IDS_FILE), puzzle_indices=load(PUZZLE_INDICES_FILE),
                         group_indices=load(GROUP_INDICES_FILE), inputs=load(INPUTS_FILE, "r"),

@@ -51,11 +51,11 @@ def test_layout_and_metadata(built):
     for split in fmt.SPLITS:
         sp = open_split(mat, split)
         m = sp.meta
-        assert m["num_puzzle_identifiers"] == len(ids)
-        assert (m["pad_id"], m["ignore_label_id"], m["blank_identifier_id"]) == (0, 0, 0)
-        assert (m["vocab_size"], m["seq_len"], m["sets"]) == (12, 900, ["all"])
-        assert m["total_groups"] == sp.num_groups and m["total_puzzles"] == sp.num_puzzles
-        assert m["mean_puzzle_examples"] == pytest.approx(sp.num_examples / sp.num_puzzles)
+        assert m.num_puzzle_identifiers == len(ids)
+        assert (m.pad_id, m.ignore_label_id, m.blank_identifier_id) == (0, 0, 0)
+        assert (m.vocab_size, m.seq_len, m.sets) == (12, 900, ("all",))
+        assert m.total_groups == sp.num_groups and m.total_puzzles == sp.num_puzzles
+        assert m.mean_puzzle_examples == pytest.approx(sp.num_examples / sp.num_puzzles)
         pi, gi = sp.puzzle_indices, sp.group_indices
         assert pi.dtype == np.int32 and gi.dtype == np.int32 and sp.puzzle_identifiers.dtype == np.int32
         assert pi[0] == 0 and pi[-1] == sp.num_examples and (np.diff(pi) > 0).all()

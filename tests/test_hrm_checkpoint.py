@@ -108,7 +108,7 @@ def test_evaluate_cli_on_official_checkpoint(monkeypatch, tmp_path, capsys):
 
     data = make_dataset(tmp_path / "data", num_tasks=3, num_aug=1, test_per_puzzle=1, canvas=30)
     split = stand_in_open_split(data, "test")
-    num_ids = split.meta["num_puzzle_identifiers"]
+    num_ids = split.meta.num_puzzle_identifiers
     path, ref = write_official(tmp_path, seq_len=900, num_ids=num_ids)
     use_stand_in(monkeypatch)
     out = tmp_path / "out"

@@ -246,7 +246,7 @@ def test_arc_path_runs_more_segments_with_halt_max_steps(monkeypatch, tmp_path, 
 
     data = make_dataset(tmp_path / "data", num_tasks=2, num_aug=1, test_per_puzzle=1, canvas=30)
     split = stand_in_open_split(data, "test")
-    path, ref = write_official(tmp_path, seq_len=900, num_ids=split.meta["num_puzzle_identifiers"])
+    path, ref = write_official(tmp_path, seq_len=900, num_ids=split.meta.num_puzzle_identifiers)
     use_stand_in(monkeypatch)
     deeper = ref.cfg.halt_max_steps + 2
     _ok(capsys, "evaluate", f"checkpoint={path}", f"data_dir={data}", f"output_dir={tmp_path / 'out'}", "vote=false",

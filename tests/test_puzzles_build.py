@@ -80,7 +80,7 @@ def test_sudoku_augmented_groups(tmp_path):
     build(src, out, num_aug=3, seed=1)
     sp = open_split(out, "train")
     assert sp.group_indices.tolist() == [0, 4, 8] and sp.puzzle_indices.tolist() == list(range(9))
-    assert sp.meta["total_groups"] == 2 and sp.num_examples == 8
+    assert sp.meta.total_groups == 2 and sp.num_examples == 8
     x, y = sp.examples(np.arange(8))
     orig = np.array([tokens("1.3.....2...4..1", SUDOKU_TOK), tokens("0000341200000000", SUDOKU_TOK)], np.uint8)
     assert np.array_equal(x[[0, 4]], orig)  # the original first in each group
@@ -172,7 +172,7 @@ def test_generated_csvs_are_disjoint_unique_and_build(tmp_path):
     assert info["counts"]["train"]["rows"] == 30 and info["options"]["givens"] == 6
     build(src, tmp_path / "ds", num_aug=2)
     sp = open_split(tmp_path / "ds", "train")
-    assert (sp.seq_len, sp.vocab_size, sp.num_groups) == (16, 6, 30)
+    assert (sp.meta.seq_len, sp.meta.vocab_size, sp.num_groups) == (16, 6, 30)
 
     msrc = _gen(tmp_path / "m", task="maze", size=11, count_train=8, count_test=3, min_path=12, openings=0.1)
     ratings = [int(line.rsplit(",", 1)[1]) for line in (msrc / "train.csv").read_text().splitlines()[1:]]

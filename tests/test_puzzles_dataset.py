@@ -43,7 +43,7 @@ def test_every_task_opens_through_one_api(built):
             sp = open_split(built[name], split)
             x, y = sp.examples(np.arange(min(3, sp.num_examples)))
             assert x.shape == y.shape == (min(3, sp.num_examples), seq_len) and x.max() < vocab
-            assert (sp.seq_len, sp.vocab_size, sp.pad_id, sp.ignore_label_id) == (seq_len, vocab, 0, 0)
+            assert (sp.meta.seq_len, sp.meta.vocab_size, sp.meta.pad_id, sp.meta.ignore_label_id) == (seq_len, vocab, 0, 0)
             assert sp.task == task == task_kind(built[name])
 
 
@@ -107,7 +107,7 @@ def test_null_ignore_label_and_larger_vocab_are_fine(built, tmp_path):
     root = _copy(built, "sudoku4", tmp_path)
     _edit_meta(root, ignore_label_id=None, vocab_size=40)
     sp = open_split(root, "train")
-    assert sp.ignore_label_id is None and sp.vocab_size == 40
+    assert sp.meta.ignore_label_id is None and sp.meta.vocab_size == 40
 
 
 def test_identifier_beyond_num_puzzle_identifiers(built, tmp_path):
@@ -119,7 +119,7 @@ def test_identifier_beyond_num_puzzle_identifiers(built, tmp_path):
                                            r"uses ids 0\.\.2"):
         open_split(root, "train")
     _edit_meta(root, num_puzzle_identifiers=3)
-    assert open_split(root, "train").num_puzzle_identifiers == 3
+    assert open_split(root, "train").meta.num_puzzle_identifiers == 3
 
 
 @pytest.mark.parametrize("name,mutate,pattern", [

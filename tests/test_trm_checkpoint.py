@@ -123,7 +123,7 @@ def test_evaluate_cli_on_official_trm_checkpoint(monkeypatch, tmp_path):
 
     data = make_dataset(tmp_path / "data", num_tasks=3, num_aug=1, test_per_puzzle=1, canvas=30)
     split = stand_in_open_split(data, "test")
-    path, ref = write_official(tmp_path, seq_len=900, num_ids=split.meta["num_puzzle_identifiers"])
+    path, ref = write_official(tmp_path, seq_len=900, num_ids=split.meta.num_puzzle_identifiers)
     use_stand_in(monkeypatch)
     out = tmp_path / "out"
     assert run_subcommand("evaluate", [f"checkpoint={path}", f"data_dir={data}", f"output_dir={out}", "vote=false",

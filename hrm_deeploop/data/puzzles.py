@@ -25,12 +25,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from hrm_deeploop.errors import ConfigError, UserError, os_error
+
+if TYPE_CHECKING:
+    from arc_data.dataset import PuzzleSplit
 
 IGNORE_LABEL = -100
 DATASET_KEYS = ("vocab_size", "seq_len", "num_puzzle_identifiers")  # what a model takes from its dataset
@@ -103,35 +106,30 @@ def _file_identity(path: Path) -> dict[str, Any]:
     return {"bytes": size, "sha256": h.hexdigest()}
 
 
-def fit_to_dataset(model: Any, split: Any, where: str) -> Any:
+def fit_to_dataset(model: Any, split: PuzzleSplit, where: str) -> Any:
     """Fill vocab_size / seq_len / num_puzzle_identifiers of a model config from the dataset; a value
     the user set explicitly (not the default) that disagrees with the dataset is an error."""
     defaults = type(model)()
     values = {}
     for key in DATASET_KEYS:
-        want, have = int(meta_value(split, key)), getattr(model, key)
+        want, have = int(getattr(split.meta, key)), getattr(model, key)
         if have != getattr(defaults, key) and have != want:
             raise UserError(f"model.{key}={have} does not match the dataset '{where}' ({key}={want})")
         values[key] = want
     return replace(model, **values)
 
 
-def check_matches(model: Any, split: Any, where: str, what: str = "model") -> None:
+def check_matches(model: Any, split: PuzzleSplit, where: str, what: str = "model") -> None:
     """The dataset must agree with a fixed model (a checkpoint's) on vocab, length and ids."""
     for key in DATASET_KEYS:
-        want, have = int(meta_value(split, key)), getattr(model, key)
+        want, have = int(getattr(split.meta, key)), getattr(model, key)
         if have != want:
             raise UserError(f"dataset '{where}' has {key}={want} but the {what} has {key}={have}")
 
 
-def meta_value(split: Any, key: str) -> Any:
-    meta = split.meta
-    return meta[key] if isinstance(meta, dict) else getattr(meta, key)
-
-
-def steps_per_epoch(split: Any, global_batch_size: int) -> float:
+def steps_per_epoch(split: PuzzleSplit, global_batch_size: int) -> float:
     """HRM's epoch: one visit per group, total_groups * mean_puzzle_examples examples."""
-    return meta_value(split, "total_groups") * meta_value(split, "mean_puzzle_examples") / global_batch_size
+    return split.meta.total_groups * split.meta.mean_puzzle_examples / global_batch_size
 
 
 @dataclass
@@ -143,19 +141,19 @@ class Batch:
     num_valid: int  # rows that are not padding
 
 
-def collate(split: Any, idx: np.ndarray, puzzle_ids: np.ndarray, local_batch_size: int) -> Batch:
+def collate(split: PuzzleSplit, idx: np.ndarray, puzzle_ids: np.ndarray, local_batch_size: int) -> Batch:
     """Load examples `idx` (with their puzzle ids) into int32 tensors; labels 0 -> -100; pad to B rows."""
     n = len(idx)
-    seq_len = int(meta_value(split, "seq_len"))
-    inputs = np.full((local_batch_size, seq_len), meta_value(split, "pad_id"), dtype=np.int32)
+    seq_len = int(split.meta.seq_len)
+    inputs = np.full((local_batch_size, seq_len), split.meta.pad_id, dtype=np.int32)
     labels = np.full((local_batch_size, seq_len), IGNORE_LABEL, dtype=np.int32)
-    ids = np.full((local_batch_size,), meta_value(split, "blank_identifier_id"), dtype=np.int32)
+    ids = np.full((local_batch_size,), split.meta.blank_identifier_id, dtype=np.int32)
     index = np.full((local_batch_size,), -1, dtype=np.int64)
     if n:
         x, y = split.examples(np.asarray(idx, dtype=np.int64))
         inputs[:n] = x
         y = np.asarray(y).astype(np.int32)
-        y[y == meta_value(split, "ignore_label_id")] = IGNORE_LABEL
+        y[y == split.meta.ignore_label_id] = IGNORE_LABEL
         labels[:n] = y
         ids[:n] = puzzle_ids
         index[:n] = idx

@@ -131,12 +131,12 @@ def prepare(init_from: str, cfg: Any, data_dir: str, train_split: Any) -> Start:
     from arc_data.dataset import load_identifiers
     from arc_data.errors import DatasetError
     from eval.predict import load_model
-    from hrm_deeploop.data.puzzles import check_matches, meta_value
+    from hrm_deeploop.data.puzzles import check_matches
 
-    loaded = load_model(init_from, "cpu", "float32", seq_len=int(meta_value(train_split, "seq_len")), ema=True)
+    loaded = load_model(init_from, "cpu", "float32", seq_len=int(train_split.meta.seq_len), ema=True)
     where = str(loaded.path)
     weights = {k: v.clone() for k, v in loaded.model.state_dict().items()}
-    n_ids = int(meta_value(train_split, "num_puzzle_identifiers"))
+    n_ids = int(train_split.meta.num_puzzle_identifiers)
     check_matches(replace(loaded.config, num_puzzle_identifiers=n_ids), train_split, f"{data_dir}/train",
                   what=f"checkpoint '{where}'")
     names, row_map, kept = None, None, 0

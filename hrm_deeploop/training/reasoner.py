@@ -38,7 +38,6 @@ from hrm_deeploop.data.puzzles import (
     check_matches,
     dataset_identity,
     fit_to_dataset,
-    meta_value,
     open_dataset,
     sequential_batches,
     steps_per_epoch,
@@ -498,7 +497,7 @@ def build(cfg: TrainConfig, env: D.Env) -> Trainer:
         cfg.model = fit_to_dataset(cfg.model, train_split, where)
     test_split = open_dataset(cfg.data_dir, "test") if cfg.evaluates else None
     if test_split is not None:
-        ids = int(meta_value(train_split, "num_puzzle_identifiers"))
+        ids = int(train_split.meta.num_puzzle_identifiers)
         check_matches(replace(cfg.model, num_puzzle_identifiers=ids), test_split, str(Path(cfg.data_dir) / "test"),
                       what="train split")
     return Trainer(cfg, env, train_split, test_split, start=start)
