@@ -30,10 +30,11 @@ class MazeError(DatasetError):
 
 @contextmanager
 def raised_as(error: type[DatasetError]) -> Iterator[None]:
-    """Re-raise a DatasetError from the block as `error` (same one-line message, no chained traceback)."""
+    """Re-raise a neutral DatasetError from the block as `error` (same one-line message, no chained
+    traceback); a task's own error passes as it is."""
     try:
         yield
     except DatasetError as e:
-        if isinstance(e, error):
+        if type(e) is not DatasetError:
             raise
         raise error(str(e)) from None

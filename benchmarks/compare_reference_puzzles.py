@@ -358,15 +358,16 @@ def child_cmd(who: str, ref_dir: Path, task: str, csv_dir: Path, out: Path, num_
 
 def warm_numba_cache(csv_dir: Path, out: Path) -> None:
     """Compile (or load) the big-file kernels once here, so the timed children find them cached."""
-    from arc_data.puzzles import build as puzzles
-    from arc_data.puzzles import csvfile as puzzle_csv
+    import arc_data.puzzles.build
+    from arc_data.puzzles import csvfile
 
-    saved = puzzle_csv.NUMBA_MIN_BYTES, puzzles.NUMBA_MIN_ROWS
-    puzzle_csv.NUMBA_MIN_BYTES, puzzles.NUMBA_MIN_ROWS = -1, -1
+    pipeline = arc_data.puzzles.build
+    saved = csvfile.NUMBA_MIN_BYTES, pipeline.NUMBA_MIN_ROWS
+    csvfile.NUMBA_MIN_BYTES, pipeline.NUMBA_MIN_ROWS = -1, -1
     try:
         run_ours("sudoku", csv_dir, out)
     finally:
-        puzzle_csv.NUMBA_MIN_BYTES, puzzles.NUMBA_MIN_ROWS = saved
+        csvfile.NUMBA_MIN_BYTES, pipeline.NUMBA_MIN_ROWS = saved
     shutil.rmtree(out)
 
 

@@ -11,7 +11,6 @@ from arc_data import format as fmt
 from arc_data import sudoku
 from arc_data.dataset import open_split, task_kind
 from arc_data.errors import DatasetError
-from arc_data.puzzles import build as puzzles
 from arc_data.puzzles import csvfile
 from arc_data.puzzles.build import build_puzzles, load_table
 from arc_data.puzzles.config import BuildPuzzlesConfig, GeneratePuzzlesConfig
@@ -50,7 +49,7 @@ MAZE_TOK = {"#": 1, " ": 2, "S": 3, "G": 4, "o": 5}
 def test_sudoku_layout_matches_hand_written(tmp_path, monkeypatch, kernel):
     if kernel == "numba":
         monkeypatch.setattr(csvfile, "NUMBA_MIN_BYTES", -1)
-        monkeypatch.setattr(puzzles, "NUMBA_MIN_ROWS", -1)
+        monkeypatch.setattr("arc_data.puzzles.build.NUMBA_MIN_ROWS", -1)
     src = write_csvs(tmp_path / "csv", SUDOKU_TRAIN, SUDOKU_TEST)
     out = tmp_path / "ds"
     build(src, out)
@@ -215,7 +214,7 @@ BAD_SUDOKU = [
 def test_bad_sudoku_csv(tmp_path, capsys, monkeypatch, case, train, pattern, kernel):
     if kernel == "numba":  # the big-file paths: one-pass CSV split and sudoku encode + check
         monkeypatch.setattr(csvfile, "NUMBA_MIN_BYTES", -1)
-        monkeypatch.setattr(puzzles, "NUMBA_MIN_ROWS", -1)
+        monkeypatch.setattr("arc_data.puzzles.build.NUMBA_MIN_ROWS", -1)
     src = write_csvs(tmp_path / "csv", train, SUDOKU_TEST)
     _refused(tmp_path, capsys, ["task=sudoku", f"source={src}"], pattern, cli=kernel == "numpy")
 
@@ -333,7 +332,7 @@ def test_numba_and_numpy_paths_write_the_same_bytes(tmp_path, monkeypatch):
     src = _gen(tmp_path / "g", task="sudoku", size=9, count_train=6, count_test=3, seed=2)
     build(src, tmp_path / "numpy", num_aug=20, subsample_size=5, seed=7)
     monkeypatch.setattr(csvfile, "NUMBA_MIN_BYTES", -1)  # CSV split, encode + check, augment: numba
-    monkeypatch.setattr(puzzles, "NUMBA_MIN_ROWS", -1)
+    monkeypatch.setattr("arc_data.puzzles.build.NUMBA_MIN_ROWS", -1)
     build(src, tmp_path / "numba", num_aug=20, subsample_size=5, seed=7)
     assert _arrays(tmp_path / "numpy") == _arrays(tmp_path / "numba")
 

@@ -29,7 +29,7 @@ from arc_data.arc.tasksplit import (
     validation_tasks,
 )
 from arc_data.dataset import resolve_examples
-from arc_data.errors import ArcError
+from arc_data.errors import ArcError, raised_as
 from arc_data.fsio import (
     atomic_dirs,
     checked_output_dir,
@@ -62,7 +62,7 @@ class BuildConfig:
     eval_name: str = EVAL_SUBSET  # a Kaggle *_challenges.json whose name contains this is evaluation
     progress: bool = True
     # required: every test input needs its solution (a labelled evaluation); optional: test pairs
-    # without an output (a Kaggle *_challenges.json alone) go to test/ unlabelled (arc_data/tasksplit.py)
+    # without an output (a Kaggle *_challenges.json alone) go to test/ unlabelled (arc_data/arc/tasksplit.py)
     test_labels: str = "required"
     holdout_tasks: list[str] = field(default_factory=list)  # whole tasks moved to holdout_dir
     holdout_fraction: float = 0.0  # and/or this fraction of holdout_pool's tasks, drawn with `seed`
@@ -228,6 +228,12 @@ def outputs_apart(cfg: BuildConfig) -> None:
 
 
 def build(cfg: BuildConfig) -> BuildSummary:
+    """Build the dataset (and any held-out folders); every error is an ArcError."""
+    with raised_as(ArcError):
+        return _build(cfg)
+
+
+def _build(cfg: BuildConfig) -> BuildSummary:
     t0 = time.perf_counter()
     inputs = [s for s in cfg.sources if s not in SOURCE_NAMES]
     outputs_apart(cfg)

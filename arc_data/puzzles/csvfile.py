@@ -151,7 +151,7 @@ def _split_block(buf: np.ndarray, ratings: bool) -> Split | None:
 
 
 def _split_block_numba(buf: np.ndarray, ratings: bool) -> Split | None:
-    """_split_block in one pass (arc_data.puzzle_kernels.csv_scan): the same rows, or None."""
+    """_split_block in one pass (arc_data.puzzles.kernels.csv_scan): the same rows, or None."""
     from arc_data.puzzles.kernels import csv_scan
 
     rows, width, q_off, a_off, r = csv_scan(buf, ratings)
