@@ -1,20 +1,34 @@
-"""Puzzle data: ARC-AGI, Sudoku and Maze sources, validation, augmentation, dataset build, pictures.
-numpy + numba only (no torch).
+"""Datasets of grid puzzles (ARC-AGI, Sudoku, Maze, ...): one on-disk format and one room per task.
+numpy + numba only (no torch), and nothing else of ours.
 
-Public API:
-    arc_data.format         on-disk format constants and numpy references (dihedral, encode_grid, crop, ...)
-    arc_data.arc.sources        load_sources(specs, eval_name, require_outputs) -> (tasks, source infos)
-    arc_data.arc.build          BuildConfig, build(cfg)                          (`hrm-deeploop build-arc`)
-    arc_data.dataset        open_split(dir, split) -> PuzzleSplit (any task, shapes from dataset.json),
-                            task_kind(dir), load_identifiers, load_augmentations
-    arc_data.arc.viz            VizConfig, visualize(cfg)                        (`hrm-deeploop viz-arc`)
-    arc_data.puzzles.config  BuildPuzzlesConfig, GeneratePuzzlesConfig
-    arc_data.puzzles        build_puzzles / run_build, generate_puzzles / run_generate
-                            (`hrm-deeploop build-puzzles`, `generate-puzzles`), load_table, sudoku_augs
-    arc_data.puzzles.csvfile     read_puzzle_csv, write_puzzle_csv (the official CSV format)
-    arc_data.sudoku         solver, generator, answer check, SudokuAugs + apply_augs / invert_augs
-    arc_data.maze           generator, BFS, answer check, dihedral rows + their inverse
-    arc_data.puzzle_viz     render_sudoku, render_maze, render_puzzle, save_png
-    arc_data.fsio           atomic dataset writes shared by the builders
-    arc_data.errors         DatasetError
+The format (these root modules own it; no task room is imported by them):
+    arc_data.format     layout constants (file names, encoding), numpy references (dihedral,
+                        encode_grid, crop); imported as `from arc_data import format as fmt`
+    arc_data.dataset    the reader: open_split(dir, split) -> PuzzleSplit (any task, either
+                        layout), DatasetMeta (split.meta: dataset.json, typed), task_kind,
+                        load_identifiers, load_augmentations, load_npz, resolve_examples
+    arc_data.compact    the compact layout's encoder (numba), shared by the reader and build-arc
+    arc_data.fsio       the writing rules: atomic dataset writes, output-folder checks, JSON/npy
+    arc_data.budget     memory and disk estimates checked before any work
+    arc_data.errors     DatasetError (the base the CLI catches); ArcError, SudokuError, MazeError
+                        (one per task: the class says where an error came from); raised_as
+
+The task rooms (each imports the root, never another room):
+    arc_data.arc        ARC-AGI: sources, plan, kernels, build (`build-arc`), viz (`viz-arc`),
+                        tasksplit, bundled/ (ConceptARC)
+    arc_data.sudoku     rules (solver, generator, checks, augmentations), kernels, viz, task
+    arc_data.maze       rules (generator, BFS, checks, dihedral rows), kernels, viz, task
+    arc_data.puzzles    what the grid puzzles share: the official CSV format (csvfile), config,
+                        build (`build-puzzles`), generate (`generate-puzzles`), viz (render_puzzle),
+                        and the registry (TASKS) through which alone it reaches sudoku/ and maze/
+
+Adding a fourth grid-puzzle task (say `nonogram`): a folder arc_data/nonogram/ with the rules in
+`__init__.py` (numpy; numba kernels in `kernels.py`, imported lazily), pictures in `viz.py`, and a
+`task.py` whose object has the hooks of `arc_data.puzzles.registry.GridTask`, raising its own
+`NonogramError(DatasetError)` from errors.py; then one line in `registry.TASKS` and the room in
+pyproject.toml (packages, the two arc_data contracts). It reuses the CSV reader/writer, the
+build-puzzles / generate-puzzles pipeline (checks, subsampling, augmentation groups, the HRM layout,
+manifest, atomic writes) and the reader; nothing in the format root changes. docs/puzzles.md has
+the details; a task that is not a square board of tokens gets a room like arc/ with its own builder
+on the same format instead.
 """
