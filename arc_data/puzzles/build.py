@@ -21,7 +21,8 @@ Token ids: PAD 0, the rest each task's (`<task>/task.py`: Sudoku blank 1, digit 
 ' ' 2, 'S' 3, 'G' 4, 'o' 5). One group per CSV puzzle: the original first, then its `num_aug`
 augmentations (train split only). Every puzzle has the blank identifier 0 and one example. What
 differs by task (tokens, answer check, augmentation, manifest fields) comes from its registry
-entry (arc_data.puzzles.registry); the task's error class names every error of its build.
+entry (arc_data.puzzles.registry). Errors here are raised as DatasetError and leave build_puzzles
+as the task's class (errors.raised_as), like those of the shared code it calls.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def board_of(task: str, csv: PuzzleCsv) -> Board:
     try:
         n = spec.size_of(csv.row_len)
     except DatasetError as e:
-        raise spec.error(f"{csv.path}:2: {e}") from None
+        raise DatasetError(f"{csv.path}:2: {e}") from None
     return Board(task, n)
 
 
@@ -127,8 +128,8 @@ def encode(csv: PuzzleCsv, rows: np.ndarray, board: Board, check_answers: bool) 
 
 
 def _charset_error(csv: PuzzleCsv, row: int, board: Board, field: str, cell: int, byte: int) -> DatasetError:
-    return board.spec.error(f"{csv.path}:{csv.line_of(row)}: {field} cell {cell} is {chr(byte)!r}, outside the "
-                            f"{board.task} charset {board.spec.charset(board.n)!r}")
+    return DatasetError(f"{csv.path}:{csv.line_of(row)}: {field} cell {cell} is {chr(byte)!r}, outside the "
+                        f"{board.task} charset {board.spec.charset(board.n)!r}")
 
 
 def _answer_error(csv: PuzzleCsv, row: int, problem: str) -> DatasetError:
