@@ -1,4 +1,4 @@
-"""Every relative link in README.md and docs/*.md points at a file that exists, and every
+"""Every relative link in README.md and the pages under docs/ points at a file that exists, and every
 `#anchor` at a heading of that file (GitHub's slug rules: lower case, punctuation dropped,
 spaces to hyphens)."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
@@ -28,7 +28,7 @@ def test_slug_follows_github():
         "45-the-papers-hrm-prediction-c_l-x-p-and-kappa-along-c_l"
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_relative_links_resolve(page):
     text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
     bad = []
