@@ -1,0 +1,264 @@
+"""The documented commands cannot rot.
+
+1. Every `hrm-deeploop SUB key=value ...` line (also `python -m hrm_deeploop.cli`, `torchrun ... -m
+   hrm_deeploop.cli`) in a ```bash block of README.md and docs/*.md names a real subcommand and
+   composes to its typed config, as the CLI would compose it before running: a renamed key, a
+   removed choice or an out-of-range value fails here, naming the page and line. Placeholder values
+   (`...`, `$VAR`, `<host>`, upper-case words such as `R` or `DATA`) become `1`, or are left out for
+   config groups (`scaling=SCHEME`).
+2. The workflow blocks, a ```bash block right after a `<!-- workflow: NAME STEP -->` line, run as
+   they are written, in bash, in a fresh folder, the blocks of one NAME in STEP order, at tiny sizes:
+   only the keys of `TINY` below are rewritten (or added where a command leaves them at their
+   default). A command that fails makes the test fail with the page and line it came from.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]  # docs/notebook/ holds dated logs of older code
+MARKER = re.compile(r"^<!-- workflow: (\S+) (\d+)\b.*-->$")
+
+# The size keys the workflow test rewrites, per subcommand: the tiny value replaces the documented
+# one, or is added where the command leaves the key at its default. Nothing else is changed.
+TINY: dict[str, dict[str, str]] = {
+    "generate-puzzles": {"count_train": "12", "count_test": "4"},
+    "build-puzzles": {"num_aug": "1"},
+    "build-arc": {"num_aug": "1"},
+    "viz-arc": {"num_aug": "1", "max_tasks": "2"},
+    "train": {"train.max_steps": "4", "train.global_batch_size": "8", "eval.every": "2", "train.progress": "false"},
+    "evaluate": {"tta": "2", "halt_max_steps": "4", "progress": "false"},
+    "prepare-text": {"demo_docs": "300", "val_tokens": "4096"},
+    "train-gpt": {"train.max_steps": "4", "eval.every": "2", "checkpoint.every": "4", "train.progress": "false"},
+    "generate": {"max_new_tokens": "8"},
+    "sweep": {"train.max_steps": "2", "eval.every": "2", "checkpoint.every": "2"},
+}
+SLOW = {"arc-data", "gpt", "unseen"}  # workflows over ~20 s on the 2-core machine: `-m slow`
+
+GROUPS = {"model", "scaling", "experiment", "preset", "launcher", "trainer", "kind"}
+PLACEHOLDER = re.compile(r"\.\.\.|\$|<|^\[?[A-Z][A-Z0-9_]*\]?$")
+SEPARATORS = {";", "&&", "||", "|", "&", "do", "then", "done", "else", "fi"}
+
+
+@dataclass
+class Line:
+    page: Path
+    number: int  # 1-based, of the first physical line
+    text: str  # continuation lines joined
+
+    @property
+    def where(self) -> str:
+        page = self.page.relative_to(ROOT) if self.page.is_relative_to(ROOT) else self.page.name
+        return f"{page}:{self.number}"
+
+
+@dataclass
+class Block:
+    page: Path
+    workflow: tuple[str, int] | None
+    lines: list[Line]
+
+
+def bash_blocks(page: Path) -> list[Block]:
+    """The ```bash blocks of a page, each with its logical lines and its workflow marker."""
+    raw = page.read_text().splitlines()
+    blocks, i = [], 0
+    while i < len(raw):
+        if raw[i].strip() == "```bash":
+            m = MARKER.match(raw[i - 1].strip()) if i else None
+            j, lines = i + 1, []
+            while raw[j].strip() != "```":
+                start, text = j, raw[j]
+                while text.endswith("\\") and raw[j + 1].strip() != "```":
+                    j += 1
+                    text = text[:-1] + " " + raw[j].strip()
+                lines.append(Line(page, start + 1, text))
+                j += 1
+            blocks.append(Block(page, (m[1], int(m[2])) if m else None, lines))
+            i = j
+        i += 1
+    return blocks
+
+
+def commands(line: Line) -> list[tuple[str, list[str]]]:
+    """(subcommand, arguments) of every hrm-deeploop call on a logical line."""
+    try:
+        tokens = shlex.split(line.text, comments=True)
+    except ValueError:  # an unterminated quote: a multi-line shell string, not a command line
+        return []
+    segments, cur = [], []
+    for tok in tokens:
+        parts = re.split(r"(;|&&|\|\|)$", tok)
+        word = parts[0]
+        if word in SEPARATORS:
+            segments.append(cur)
+            cur = []
+            continue
+        if word:
+            cur.append(word)
+        if len(parts) > 1:
+            segments.append(cur)
+            cur = []
+    segments.append(cur)
+    out = []
+    for seg in segments:
+        for k, tok in enumerate(seg):
+            if tok == "hrm-deeploop" or (tok == "-m" and seg[k + 1:k + 2] == ["hrm_deeploop.cli"]):
+                rest = seg[k + 1:] if tok == "hrm-deeploop" else seg[k + 2:]
+                if rest:
+                    out.append((rest[0], rest[1:]))
+                break
+    return out
+
+
+def documented_commands() -> list[tuple[Line, str, list[str]]]:
+    return [(line, sub, args) for page in PAGES for block in bash_blocks(page) for line in block.lines
+            for sub, args in commands(line)]
+
+
+def compose_check(sub: str, args: list[str]) -> str | None:
+    """None if the documented arguments compose to `sub`'s typed config, else the one-line error."""
+    from hrm_deeploop import cli
+    from hrm_deeploop.errors import ConfigError, UserError
+
+    if sub in ("-h", "--help", "help") or re.fullmatch(r"[A-Z]+", sub):  # the usage, or `SUB` itself
+        return None
+    if sub not in cli.COMMANDS:
+        return f"unknown subcommand '{sub}'"
+    overrides = []
+    for arg in args:
+        if arg in ("-h", "--help") or arg.startswith("$"):
+            continue
+        key, eq, value = arg.partition("=")
+        if not eq:
+            if PLACEHOLDER.search(arg):  # `<base>`: a stand-in for several key=value words
+                continue
+            return f"'{arg}' is not key=value"
+        if PLACEHOLDER.search(value):
+            if key in GROUPS:
+                continue
+            value = "[1]" if value.startswith("[") else "1"
+        overrides.append(f"{key}={value}")
+    try:
+        cli.compose(sub, overrides)
+    except (ConfigError, UserError) as e:
+        return str(e)
+    return None
+
+
+COMMANDS = documented_commands()
+
+
+def test_the_extractor_finds_the_documented_commands():
+    found = {(line.page.name, sub) for line, sub, _ in COMMANDS}
+    assert {("README.md", "demo"), ("evaluation.md", "evaluate"), ("looped-gpt.md", "train-gpt"),
+            ("reproduce.md", "train")} <= found
+    line = Line(ROOT / "x.md", 1, "for s in a b; do OMP_NUM_THREADS=1 hrm-deeploop train x=$s y=2; done  # c=3")
+    assert commands(line) == [("train", ["x=$s", "y=2"])]
+    assert commands(Line(ROOT / "x.md", 1, "pip install -e . && hrm-deeploop demo")) == [("demo", [])]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_documented_commands_compose(page):
+    bad = [f"{line.where}: hrm-deeploop {sub}: {err}" for line, sub, args in COMMANDS if line.page == page
+           for err in [compose_check(sub, args)] if err]
+    assert not bad, "\n".join(bad)
+
+
+def tiny(line: str) -> str:
+    """The line with `TINY`'s size keys rewritten in (or added to) each hrm-deeploop call."""
+    def call(m: re.Match) -> str:
+        head, sub, tail = m[1], m[2], m[3]
+        sizes = TINY.get(sub, {})
+        for key, value in sizes.items():
+            pattern = re.compile(rf"(?<=\s)(['\"]?){re.escape(key)}=[^\s'\"]*(['\"]?)")
+            if pattern.search(tail):
+                tail = pattern.sub(lambda t: f"{t[1]}{key}={value}{t[2]}", tail)
+            else:
+                tail = tail.rstrip() + f" {key}={value}"
+        return head + sub + tail
+    code, hash_, comment = line.partition(" #")
+    arg = r"""(?:'[^']*'|"[^"]*"|[^\s;&|'"])+"""  # one shell word, quotes kept whole
+    code = re.sub(rf"((?:hrm-deeploop|-m hrm_deeploop\.cli)\s+)([a-z-]+)((?:\s+(?![;&|]|do\b|done\b){arg})*)", call, code)
+    return code + hash_ + comment
+
+
+def workflows() -> dict[str, list[Block]]:
+    out: dict[str, list[Block]] = {}
+    for page in PAGES:
+        for block in bash_blocks(page):
+            if block.workflow:
+                out.setdefault(block.workflow[0], []).append(block)
+    return {name: sorted(blocks, key=lambda b: b.workflow[1]) for name, blocks in sorted(out.items())}
+
+
+WORKFLOWS = workflows()
+
+
+def script(blocks: list[Block]) -> str:
+    """The blocks as one bash script; each line first records where it came from."""
+    out = ["set -eE -o pipefail",
+           "trap 'echo \"docs workflow failed at $DOCLINE: $BASH_COMMAND\" >&2; exit 1' ERR",
+           'hrm-deeploop() { PYTHONPATH="$ROOT" "$PY" -m hrm_deeploop.cli "$@"; }',
+           'python() { PYTHONPATH="$ROOT" "$PY" "$@"; }']
+    for block in blocks:
+        for line in block.lines:
+            out += [f"DOCLINE={shlex.quote(line.where)}", tiny(line.text)]
+    return "\n".join(out) + "\n"
+
+
+def run_workflow(name: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    (tmp_path / "benchmarks").symlink_to(ROOT / "benchmarks")
+    env = {**os.environ, "ROOT": str(ROOT), "PY": sys.executable, "OMP_NUM_THREADS": "1",
+           "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT)}
+    return subprocess.run(["bash", "-c", script(WORKFLOWS[name])], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=900)
+
+
+def test_tiny_rewrites_only_size_keys():
+    assert tiny("hrm-deeploop train experiment=x 'train.max_steps=1500' eval.every=500  # 3 steps") == \
+        "hrm-deeploop train experiment=x 'train.max_steps=4' eval.every=2 train.global_batch_size=8 " \
+        "train.progress=false  # 3 steps"
+    assert tiny("hrm-deeploop build-arc   # = sources=[arc1]") == "hrm-deeploop build-arc num_aug=1   # = sources=[arc1]"
+    assert tiny("for s in a b; do hrm-deeploop build-arc x=$s; done") == \
+        "for s in a b; do hrm-deeploop build-arc x=$s num_aug=1; done"
+    assert tiny("hrm-deeploop generate prompt=\"a b\" seed=0") == "hrm-deeploop generate prompt=\"a b\" seed=0 max_new_tokens=8"
+    assert tiny("ls data; echo num_aug=5") == "ls data; echo num_aug=5"
+
+
+def test_every_workflow_is_listed():
+    assert set(WORKFLOWS) >= {"puzzles", "evaluation", "arc-data", "gpt", "unseen", "text"}
+    for name, blocks in WORKFLOWS.items():
+        steps = [b.workflow[1] for b in blocks]
+        assert steps == list(range(1, len(steps) + 1)), f"workflow {name}: steps {steps}, expected 1..{len(steps)}"
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.slow] if n in SLOW else [])
+                                  for n in WORKFLOWS])
+def test_documented_workflow_runs(name, tmp_path):
+    r = run_workflow(name, tmp_path)
+    assert r.returncode == 0, f"workflow {name}:\n{r.stderr[-3000:]}"
+
+
+def test_a_broken_documented_command_fails_naming_its_line(tmp_path):
+    """The runner itself: a page whose second command is broken fails at that line."""
+    page = tmp_path / "page.md"
+    page.write_text("<!-- workflow: broken 1 -->\n```bash\nhrm-deeploop scales\n"
+                    "hrm-deeploop scales scaling.pp=0.5\n```\n")
+    blocks = bash_blocks(page)
+    assert blocks[0].workflow == ("broken", 1)
+    env = {**os.environ, "ROOT": str(ROOT), "PY": sys.executable, "PYTHONPATH": str(ROOT)}
+    text = script(blocks).replace(str(tmp_path) + "/", "")
+    r = subprocess.run(["bash", "-c", text], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert "page.md:4" in r.stderr and "scaling.pp" in r.stderr
+    assert compose_check("scales", ["scaling.pp=0.5"])
