@@ -42,3 +42,17 @@ def test_relative_links_resolve(page):
         elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
             bad.append(f"{target}: no heading '#{anchor}' in {dest.name}")
     assert not bad, f"{page.name}: " + "; ".join(bad)
+
+
+REPO_PATH = re.compile(r"`((?:hrm_deeploop|arc_data|eval|tests|benchmarks|configs|docs)/[\w./-]+\.(?:py|yaml|md|sh|png|gz|txt))"
+                       r"(?:::[\w\[\]-]+)?`")
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if p.parent.name != "notebook"],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_named_repository_files_exist(page):
+    """A file of this repository named in backticks (`eval/predict.py`, `tests/test_x.py::test_y`)
+    on a current page exists: a page cannot keep pointing at a file that moved. (docs/notebook/
+    is a dated log: it names the files of its day.)"""
+    missing = sorted({m[1] for m in REPO_PATH.finditer(page.read_text()) if not (ROOT / m[1]).exists()})
+    assert not missing, f"{page.name}: no such file: " + ", ".join(missing)
