@@ -68,7 +68,7 @@ from benchmarks.benchlib import (  # noqa: E402
     time_steps,
 )
 from hrm_deeploop import runtime as D  # noqa: E402
-from hrm_deeploop.checkpoint import official_key_map, official_state_dict  # noqa: E402
+from hrm_deeploop.official import official_key_map, official_state_dict  # noqa: E402
 from hrm_deeploop.config import to_dict, typed  # noqa: E402
 from hrm_deeploop.errors import ConfigError  # noqa: E402
 from hrm_deeploop.models.config import HRMConfig  # noqa: E402

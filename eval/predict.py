@@ -35,6 +35,7 @@ from arc_data.fsio import check_output_dir, staged_outputs
 from eval.predictions import save_predictions
 from eval.tasks import TASK_CHOICES, evaluation_for
 from hrm_deeploop import checkpoint as ckpt
+from hrm_deeploop import official
 from hrm_deeploop import runtime as D
 from hrm_deeploop.config import at_least, device_name, one_of, optional_at_least
 from hrm_deeploop.errors import ConfigError, UserError
@@ -115,20 +116,20 @@ def load_model(path: str | Path, device: torch.device | str = "cpu", dtype: str 
     if not isinstance(state, dict):
         raise UserError(f"checkpoint '{p}' is not a state dict or a train-state file")
     which = (state.get("exported") or {}).get("weights") or "raw"  # an exported folder says what it holds
-    if ckpt.is_official(state):
-        arch = ckpt.read_official_arch(p)
-        name = ckpt.official_kind(arch, str(p))
+    if official.is_official(state):
+        arch = official.read_official_arch(p)
+        name = official.official_kind(arch, str(p))
         if name == "trm":
-            values = ckpt.official_trm_model_fields(arch, state, str(p))
+            values = official.official_trm_model_fields(arch, state, str(p))
         else:
-            values = ckpt.official_model_fields(arch, state, str(p))
+            values = official.official_model_fields(arch, state, str(p))
         values.setdefault("seq_len", seq_len or 900)
         cfg = _model_config(name, values, str(p))
         if name == "trm":
-            key_map = ckpt.official_trm_key_map(cfg.num_layers, cfg.pos_encodings, cfg.puzzle_dim > 0, cfg.mixer)
+            key_map = official.official_trm_key_map(cfg.num_layers, cfg.pos_encodings, cfg.puzzle_dim > 0, cfg.mixer)
         else:
-            key_map = ckpt.official_key_map(cfg.num_h_layers, cfg.num_l_layers, cfg.pos_encodings, cfg.puzzle_dim > 0)
-        weights = ckpt.official_state_dict(state, key_map, str(p))
+            key_map = official.official_key_map(cfg.num_h_layers, cfg.num_l_layers, cfg.pos_encodings, cfg.puzzle_dim > 0)
+        weights = official.official_state_dict(state, key_map, str(p))
         scaling, kind, which = ScalingConfig(), "official", "official"
         step = int(p.name.split("_")[-1]) if p.name.startswith("step_") and p.name.split("_")[-1].isdigit() else None
     elif state.get("format") == ckpt.FORMAT:

@@ -38,7 +38,7 @@ class Command:
 
 
 COMMANDS: dict[str, Command] = {
-    "scales": Command("hrm_deeploop.models.scaling:run", "hrm_deeploop.models.scaling:ScalesConfig", "scales",
+    "scales": Command("hrm_deeploop.scales:run", "hrm_deeploop.scales:ScalesConfig", "scales",
                       "print depth accounting (N, M, N_g, M_g) and alpha/beta per module"),
     "build-arc": Command("arc_data.arc.build:run", "arc_data.arc.build:BuildConfig", "build_arc",
                          "build the augmented ARC-AGI dataset (HRM layout or compact)"),

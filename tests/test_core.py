@@ -19,7 +19,8 @@ from hrm_deeploop.models.core import (
 from hrm_deeploop.models.core import (
     make_blocks as _make_blocks,
 )
-from hrm_deeploop.models.scaling import Residual, ScalingConfig, alpha_beta, loop_depth, module_residuals
+from hrm_deeploop.models.config import GPTConfig
+from hrm_deeploop.models.scaling import Residual, ScalingConfig, alpha_beta, model_depth, module_residuals
 from hrm_deeploop.models.transitions import rms_norm
 
 torch.set_grad_enabled(True)
@@ -226,7 +227,7 @@ def test_looped_core_injection_and_rounds():
 
 def test_deeploop_residuals_land_in_every_block():
     cfg = ScalingConfig(scheme="deeploop")
-    d = loop_depth(3, 4)
+    d = model_depth(GPTConfig(num_blocks=3, num_rounds=4))
     res = module_residuals(cfg, d)["core"]
     blocks = make_blocks(3, 32, 2, 2.0, True, res, mlp_multiple=16)
     a, b = alpha_beta("deeploop", 12)

@@ -5,16 +5,24 @@ import math
 import pytest
 
 from hrm_deeploop.errors import ConfigError
+from hrm_deeploop.models.config import GPTConfig, HRMConfig, TRMConfig
 from hrm_deeploop.models.scaling import (
     ScalingConfig,
     alpha_beta,
-    hrm_depth,
-    loop_depth,
     model_depth,
     module_residuals,
     residual_for,
-    trm_depth,
+    tape_layers,
 )
+
+
+def hrm_depth(k_h, k_l, c, c_l, convention="paper", per_module=False):
+    cfg = HRMConfig(num_h_layers=k_h, num_l_layers=k_l, num_h_cycles=c, num_l_cycles=c_l)
+    return model_depth(cfg, ScalingConfig(hrm_depth=convention, per_module=per_module))
+
+
+def trm_depth(k, t, n, convention="gradient"):
+    return model_depth(TRMConfig(num_layers=k, num_h_cycles=t, num_l_cycles=n), ScalingConfig(trm_depth=convention))
 
 
 @pytest.mark.parametrize("n", [1, 3, 12, 36, 100])
@@ -65,7 +73,7 @@ def test_per_module_assignment():
 
 
 def test_loop_depth_and_looped_eps():
-    d = loop_depth(12, 3)
+    d = model_depth(GPTConfig(num_blocks=12, num_rounds=3))
     assert (d.N, d.M, d.N_g, d.M_g) == (36, 72, None, None)
     r = residual_for(ScalingConfig(scheme="looped_eps", eps_lambda=2.0), 36, 12, 3)
     assert r.norm == "pre" and r.eps == pytest.approx(2.0 / (3 * math.sqrt(12)))
@@ -79,7 +87,7 @@ def test_config_errors_name_the_key():
     with pytest.raises(ConfigError, match="beta_targets"):
         ScalingConfig(beta_targets=["q"])
     with pytest.raises(ConfigError, match="num_rounds"):
-        loop_depth(2, 0)
+        GPTConfig(num_blocks=2, num_rounds=0)
 
 
 @pytest.mark.parametrize("n, N, M, N_g, M_g", [(4, 30, 60, 10, 20),  # TRM on ARC and Maze: T=3, n=4, K=2
@@ -100,7 +108,11 @@ def test_trm_depth_conventions():
     assert d.M == t * d.M_g and d.N_g == (n + 1) * k  # forward = T x the gradient window
     with pytest.raises(ConfigError, match="trm_depth"):
         ScalingConfig(trm_depth="paper")
-    from hrm_deeploop.models.config import TRMConfig
-
     with pytest.raises(ConfigError, match="per_module"):
         model_depth(TRMConfig(), ScalingConfig(per_module=True))
+
+
+def test_tape_layers_are_the_gradient_windows():
+    assert tape_layers(HRMConfig(num_h_layers=3, num_l_layers=5, num_l_cycles=4)) == 3 + 5  # one-step gradient
+    assert tape_layers(TRMConfig(num_layers=2, num_l_cycles=6)) == 14  # the last recursion, (n+1) K
+    assert tape_layers(GPTConfig(num_blocks=4, num_rounds=3)) == 12 and tape_layers(GPTConfig(num_blocks=4), 2) == 8

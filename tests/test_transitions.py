@@ -13,7 +13,8 @@ from hrm_deeploop.models.config import GPTConfig, HRMConfig, TRMConfig
 from hrm_deeploop.models.core import LoopedCore, init_block_, make_blocks
 from hrm_deeploop.models.gpt import GPT
 from hrm_deeploop.models.hrm import HRM
-from hrm_deeploop.models.scaling import Residual, ScalingConfig, describe, residual_for
+from hrm_deeploop.models.scaling import Residual, ScalingConfig, residual_for
+from hrm_deeploop.scales import describe
 from hrm_deeploop.models.transitions import (
     TRANSITIONS,
     OperLoop,

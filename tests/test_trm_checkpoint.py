@@ -10,7 +10,7 @@ import yaml
 
 from eval.predict import load_model
 from hrm_deeploop import checkpoint as ckpt
-from hrm_deeploop.checkpoint import official_trm_key_map
+from hrm_deeploop.official import official_trm_key_map
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.models.config import TRMConfig
 from hrm_deeploop.models.trm import TRM

@@ -99,7 +99,7 @@ class TRMConfig:
     `config/arch/trm.yaml` (ARC experiments set num_l_cycles=4). One network of `num_layers`
     blocks updates both latents; the reference's arch keys map as H_cycles -> num_h_cycles (T),
     L_cycles -> num_l_cycles (n), L_layers -> num_layers, mlp_t -> mixer=mlp,
-    no_ACT_continue -> act_continue=False (see checkpoint.OFFICIAL_TRM_ARCH_FIELDS)."""
+    no_ACT_continue -> act_continue=False (see official.OFFICIAL_TRM_ARCH_FIELDS)."""
 
     name: str = "trm"
     hidden_size: int = 512

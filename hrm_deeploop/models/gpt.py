@@ -34,7 +34,7 @@ from hrm_deeploop.models.core import (
     trunc_normal_,
 )
 from hrm_deeploop.models.kvcache import KVCache
-from hrm_deeploop.models.scaling import ScalingConfig, loop_depth, module_residuals, residual_for
+from hrm_deeploop.models.scaling import ScalingConfig, model_depth, module_residuals, residual_for
 from hrm_deeploop.models.transitions import RMSNorm
 
 EXIT_CRITERIA = ("kl", "hidden")
@@ -79,7 +79,7 @@ class GPT(nn.Module):
         self.cfg = cfg
         self.scaling = scaling or ScalingConfig()
         if scaling_rounds is None or scaling_rounds == cfg.num_rounds:
-            self.residual = module_residuals(self.scaling, loop_depth(cfg.num_blocks, cfg.num_rounds))["core"]
+            self.residual = module_residuals(self.scaling, model_depth(cfg, self.scaling))["core"]
         else:
             self.residual = residual_for(self.scaling, cfg.num_blocks * scaling_rounds, cfg.num_blocks,
                                          scaling_rounds)

@@ -12,7 +12,7 @@ scaling (alpha in the forward, beta at init) comes from `scaling.module_residual
 baseline` is exactly HRM's Post-LN block. Module and buffer names equal HRM's
 (`H_level.layers.0.self_attn.qkv_proj.weight`, `embed_tokens.embedding_weight`,
 `puzzle_emb.weights`, ...), so an official checkpoint maps onto this model by removing the
-`_orig_mod.model.inner.` prefix (see `checkpoint.official_key_map`).
+`_orig_mod.model.inner.` prefix (see `official.official_key_map`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from hrm_deeploop.models.config import HRMConfig
 from hrm_deeploop.models.core import Linear, LoopedCore, Rotary, init_block_, make_blocks, trunc_normal_
-from hrm_deeploop.models.scaling import ScalingConfig, hrm_depth, module_residuals
+from hrm_deeploop.models.scaling import ScalingConfig, model_depth, module_residuals
 
 IGNORE_LABEL = -100
 DATA_KEYS = ("inputs", "labels", "puzzle_identifiers")
@@ -330,8 +330,7 @@ class HRM(ACTReasoner):
         D = cfg.hidden_size
         self._build_io(cfg)
 
-        self.depth = hrm_depth(cfg.num_h_layers, cfg.num_l_layers, cfg.num_h_cycles, cfg.num_l_cycles,
-                               self.scaling.hrm_depth, self.scaling.per_module)
+        self.depth = model_depth(cfg, self.scaling)
         res = module_residuals(self.scaling, self.depth)
 
         def blocks(n: int, name: str):

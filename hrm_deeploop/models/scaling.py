@@ -46,7 +46,6 @@ derived in docs/urm.md): `gradient` (default) N_g = C_L*K, R = C_L (24 at the pu
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +55,7 @@ from hrm_deeploop.errors import ConfigError
 
 SCHEMES = ("baseline", "deepnorm", "deeploop", "power", "looped_eps", "operloop")
 POST_LN = ("baseline", "deepnorm", "deeploop", "power")
+EXPONENTS = {"baseline": 0.0, "deepnorm": 0.25, "deeploop": 0.5}  # and `power`: scaling.p
 # Residual-branch matrices that receive the beta init gain. "gate" (SwiGLU gate) is excluded by
 # default: with both the up and the down projections scaled, each branch carries beta^2, the same
 # for attention (v, o) and MLP (up, down). Add "gate" to scale all three MLP matrices.
@@ -98,7 +98,7 @@ class ScalingConfig:
 
     @property
     def exponent(self) -> float | None:
-        return {"baseline": 0.0, "deepnorm": 0.25, "deeploop": 0.5, "power": self.p}.get(self.scheme)
+        return exponent(self.scheme, self.p)
 
 
 @dataclass(frozen=True)
@@ -125,19 +125,49 @@ class Depth:
     modules: dict[str, dict[str, int]]  # per module: the loop geometry (K, R) and the N used for scaling
 
 
-def loop_depth(num_blocks: int, num_rounds: int) -> Depth:
-    """Single looped core: K blocks applied for R rounds."""
-    _positive(num_blocks=num_blocks, num_rounds=num_rounds)
-    n = num_blocks * num_rounds
-    return Depth(N=n, M=2 * n, N_g=None, M_g=None, modules={"core": {"K": num_blocks, "R": num_rounds, "N": n}})
+def model_depth(model_cfg: Any, scaling: ScalingConfig | None = None) -> Depth:
+    """The one depth function: N, M, N_g, M_g and each module's (K, R, N used for scaling) of a model
+    config under `scaling`'s conventions (hrm_depth / trm_depth / urm_depth, per_module). Refuses
+    the options a model has no use for (per-module settings on one-network models)."""
+    scaling = scaling or ScalingConfig()
+    name = model_cfg.name
+    if name != "hrm" and (scaling.p_h is not None or scaling.p_l is not None):
+        raise ConfigError(f"scaling.p_h / scaling.p_l are HRM's per-module exponents; model={name} "
+                          "has one looped network (TRM's two roles share its blocks, so one beta per matrix)")
+    if name in ("trm", "urm") and scaling.per_module:
+        raise ConfigError(f"scaling.per_module=true applies to HRM's two modules; {name.upper()} has one network")
+    if name == "hrm":
+        return _hrm_depth(model_cfg.num_h_layers, model_cfg.num_l_layers, model_cfg.num_h_cycles,
+                          model_cfg.num_l_cycles, scaling.hrm_depth, scaling.per_module)
+    if name in ("trm", "urm"):
+        _positive(num_layers=model_cfg.num_layers, num_h_cycles=model_cfg.num_h_cycles,
+                  num_l_cycles=model_cfg.num_l_cycles)
+    if name == "trm":  # n latent updates + one answer update per step, T steps per segment
+        return _one_network_depth(model_cfg.num_layers, passes=model_cfg.num_h_cycles,
+                                  visits=model_cfg.num_l_cycles + 1, convention=scaling.trm_depth, key="trm_depth")
+    if name == "urm":  # C_L rounds per pass, H passes per ACT step
+        return _one_network_depth(model_cfg.num_layers, passes=model_cfg.num_h_cycles,
+                                  visits=model_cfg.num_l_cycles, convention=scaling.urm_depth, key="urm_depth")
+    if name == "gpt":  # one loop of K blocks for R rounds
+        k, r = model_cfg.num_blocks, model_cfg.num_rounds
+        _positive(num_blocks=k, num_rounds=r)
+        return Depth(N=k * r, M=2 * k * r, N_g=None, M_g=None, modules={"core": {"K": k, "R": r, "N": k * r}})
+    raise ConfigError(f"model.name='{name}' is not 'hrm', 'trm', 'urm' or 'gpt'")
 
 
-def hrm_depth(num_h_layers: int, num_l_layers: int, num_h_cycles: int, num_l_cycles: int,
-              convention: str = "paper", per_module: bool = False) -> Depth:
-    """HRM's two-module loop (paper eq. 15-16), with the chosen gradient-visible convention."""
-    _positive(num_h_layers=num_h_layers, num_l_layers=num_l_layers,
-              num_h_cycles=num_h_cycles, num_l_cycles=num_l_cycles)
-    k_h, k_l, c, c_l = num_h_layers, num_l_layers, num_h_cycles, num_l_cycles
+def tape_layers(model_cfg: Any, tape_rounds: int | None = None) -> int:
+    """Block applications one backward keeps activations for (the memory estimate's depth): HRM's
+    one-step gradient K_H + K_L (the last H and L updates; N_g under `hrm_depth=autograd`), TRM's
+    last recursion (n+1)K, URM's last pass C_L K (their N_g), the looped GPT's K x (rounds on the
+    tape; `tape_rounds`, default R)."""
+    if model_cfg.name == "gpt":
+        return model_cfg.num_blocks * (tape_rounds or model_cfg.num_rounds)
+    return model_depth(model_cfg, ScalingConfig(hrm_depth="autograd")).N_g
+
+
+def _hrm_depth(k_h: int, k_l: int, c: int, c_l: int, convention: str, per_module: bool) -> Depth:
+    """HRM's two-module loop (paper eq. 15-16): K_H, K_L blocks, C cycles of C_L L calls and one H call."""
+    _positive(num_h_layers=k_h, num_l_layers=k_l, num_h_cycles=c, num_l_cycles=c_l)
     m = 2 * c * (k_h + c_l * k_l)
     if convention == "paper":
         m_g = 2 * (k_h + c_l * k_l)
@@ -156,39 +186,31 @@ def hrm_depth(num_h_layers: int, num_l_layers: int, num_h_cycles: int, num_l_cyc
     )
 
 
-def trm_depth(num_layers: int, num_h_cycles: int, num_l_cycles: int, convention: str = "gradient") -> Depth:
-    """TRM's one network of K blocks: per deep-recursion step n+1 calls of the network (n latent
-    updates, one answer update), T steps per segment, the last one on the tape (docs/trm.md)."""
-    _positive(num_layers=num_layers, num_h_cycles=num_h_cycles, num_l_cycles=num_l_cycles)
-    k, t, n = num_layers, num_h_cycles, num_l_cycles
-    visits = {"gradient": n + 1, "forward": t * (n + 1), "physical": 1}  # R: visits of each block counted
-    if convention not in visits:
-        raise ConfigError(f"scaling.trm_depth='{convention}' must be one of {', '.join(TRM_DEPTHS)}")
-    n_fwd, n_g = t * (n + 1) * k, (n + 1) * k
-    r = visits[convention]
-    return Depth(N=n_fwd, M=2 * n_fwd, N_g=n_g, M_g=2 * n_g, modules={"net": {"K": k, "R": r, "N": k * r}})
+def _one_network_depth(k: int, passes: int, visits: int, convention: str, key: str) -> Depth:
+    """One network of K blocks (TRM, URM): `visits` calls of each block per pass, `passes` passes per
+    segment, the last on the tape. R counted: gradient = visits, forward = passes x visits, physical 1."""
+    rounds = {"gradient": visits, "forward": passes * visits, "physical": 1}
+    if convention not in rounds:
+        raise ConfigError(f"scaling.{key}='{convention}' must be one of {', '.join(TRM_DEPTHS)}")
+    r = rounds[convention]
+    return Depth(N=passes * visits * k, M=2 * passes * visits * k, N_g=visits * k, M_g=2 * visits * k,
+                 modules={"net": {"K": k, "R": r, "N": k * r}})
 
 
-def urm_depth(num_layers: int, num_h_cycles: int, num_l_cycles: int, convention: str = "gradient") -> Depth:
-    """URM's one stack of K blocks: C_L rounds per pass, H passes per ACT step, the last pass on
-    the tape (truncated back-propagation; docs/urm.md)."""
-    _positive(num_layers=num_layers, num_h_cycles=num_h_cycles, num_l_cycles=num_l_cycles)
-    k, h, c = num_layers, num_h_cycles, num_l_cycles
-    visits = {"gradient": c, "forward": h * c, "physical": 1}  # R: visits of each block counted
-    if convention not in visits:
-        raise ConfigError(f"scaling.urm_depth='{convention}' must be one of {', '.join(TRM_DEPTHS)}")
-    r = visits[convention]
-    return Depth(N=h * c * k, M=2 * h * c * k, N_g=c * k, M_g=2 * c * k, modules={"net": {"K": k, "R": r, "N": k * r}})
+def exponent(scheme: str, p: float | None = None) -> float | None:
+    """The Post-LN schemes' exponent: alpha = (2N)^p, beta = (8N)^-p (None: not a Post-LN scheme, or
+    `power` without p)."""
+    return p if scheme == "power" else EXPONENTS.get(scheme)
 
 
-def alpha_beta(scheme: str, n: int, p: float | None = None) -> tuple[float, float]:
+def alpha_beta(scheme: str, n: float, p: float | None = None) -> tuple[float, float]:
     """(alpha, beta) of a Post-LN scheme for unrolled depth n."""
-    exponent = {"baseline": 0.0, "deepnorm": 0.25, "deeploop": 0.5, "power": p}.get(scheme)
-    if exponent is None:
+    e = exponent(scheme, p)
+    if e is None:
         raise ConfigError(f"no (alpha, beta) for scheme '{scheme}'" + (" without p" if scheme == "power" else ""))
-    if exponent == 0.0:
+    if e == 0.0:
         return 1.0, 1.0
-    return (2 * n) ** exponent, (8 * n) ** (-exponent)
+    return (2 * n) ** e, (8 * n) ** (-e)
 
 
 def residual_for(cfg: ScalingConfig, n: int, num_blocks: int, num_rounds: int,
@@ -221,112 +243,3 @@ def _positive(**values: int) -> None:
     for k, v in values.items():
         if int(v) < 1:
             raise ConfigError(f"model.{k} must be >= 1, got {v}")
-
-
-# ---- `hrm-deeploop scales` -------------------------------------------------------------------
-
-def describe(model_cfg: Any, scaling: ScalingConfig) -> dict:
-    """JSON-able report: N, M, N_g, M_g and {alpha, beta} (or eps) per module."""
-    depth = model_depth(model_cfg, scaling)
-    res = module_residuals(scaling, depth)
-    modules = {}
-    for name, r in res.items():
-        entry: dict[str, Any] = dict(depth.modules[name])
-        entry.update(alpha=r.alpha, beta=r.beta, norm=r.norm,
-                     p=module_exponents(scaling).get(name) if module_exponents(scaling).get(name) is not None
-                     else scaling.exponent)
-        if r.norm == "pre":
-            entry["eps"] = r.eps
-        modules[name] = entry
-    return {
-        "model": model_cfg.name,
-        "scheme": scaling.scheme,
-        "exponent": scaling.exponent,
-        "hrm_depth": scaling.hrm_depth if model_cfg.name == "hrm" else None,
-        "trm_depth": scaling.trm_depth if model_cfg.name == "trm" else None,
-        "urm_depth": scaling.urm_depth if model_cfg.name == "urm" else None,
-        "N": depth.N, "M": depth.M, "N_g": depth.N_g, "M_g": depth.M_g,
-        "modules": modules,
-    }
-
-
-def model_depth(model_cfg: Any, scaling: ScalingConfig) -> Depth:
-    if model_cfg.name == "hrm":
-        return hrm_depth(model_cfg.num_h_layers, model_cfg.num_l_layers, model_cfg.num_h_cycles,
-                         model_cfg.num_l_cycles, scaling.hrm_depth, scaling.per_module)
-    if model_cfg.name != "hrm" and (scaling.p_h is not None or scaling.p_l is not None):
-        raise ConfigError(f"scaling.p_h / scaling.p_l are HRM's per-module exponents; model={model_cfg.name} "
-                          "has one looped network (TRM's two roles share its blocks, so one beta per matrix)")
-    if model_cfg.name in ("trm", "urm") and scaling.per_module:
-        raise ConfigError(f"scaling.per_module=true applies to HRM's two modules; {model_cfg.name.upper()} has one "
-                          "network")
-    if model_cfg.name == "trm":
-        return trm_depth(model_cfg.num_layers, model_cfg.num_h_cycles, model_cfg.num_l_cycles, scaling.trm_depth)
-    if model_cfg.name == "urm":
-        return urm_depth(model_cfg.num_layers, model_cfg.num_h_cycles, model_cfg.num_l_cycles, scaling.urm_depth)
-    if model_cfg.name == "gpt":
-        return loop_depth(model_cfg.num_blocks, model_cfg.num_rounds)
-    raise ConfigError(f"model.name='{model_cfg.name}' is not 'hrm', 'trm', 'urm' or 'gpt'")
-
-
-def tape_layers(model_cfg: Any, tape_rounds: int | None = None) -> int:
-    """Block applications one backward keeps activations for (the memory estimate's depth): HRM's
-    one-step gradient K_H + K_L (the last H and L updates), TRM's last recursion (n+1)K, URM's
-    last pass C_L K, the looped GPT's K x (rounds on the tape; `tape_rounds`, default R)."""
-    name = model_cfg.name
-    if name == "hrm":
-        return hrm_depth(model_cfg.num_h_layers, model_cfg.num_l_layers, model_cfg.num_h_cycles,
-                         model_cfg.num_l_cycles, "autograd").N_g
-    if name == "trm":
-        return trm_depth(model_cfg.num_layers, model_cfg.num_h_cycles, model_cfg.num_l_cycles).N_g
-    if name == "urm":
-        return urm_depth(model_cfg.num_layers, model_cfg.num_h_cycles, model_cfg.num_l_cycles).N_g
-    if name == "gpt":
-        return model_cfg.num_blocks * (tape_rounds or model_cfg.num_rounds)
-    raise ConfigError(f"model.name='{name}' is not 'hrm', 'trm', 'urm' or 'gpt'")
-
-
-def format_table(report: dict) -> str:
-    def fmt(v: Any) -> str:
-        if v is None:
-            return "-"
-        return f"{v:.6f}" if isinstance(v, float) else str(v)
-
-    head = [f"model={report['model']}  scheme={report['scheme']}"
-            + (f"  p={report['exponent']}" if report["exponent"] is not None else "")
-            + (f"  hrm_depth={report['hrm_depth']}" if report["hrm_depth"] else "")
-            + (f"  trm_depth={report['trm_depth']}" if report.get("trm_depth") else "")
-            + (f"  urm_depth={report['urm_depth']}" if report.get("urm_depth") else "")]
-    head.append("  ".join(f"{k}={fmt(report[k])}" for k in ("N", "M", "N_g", "M_g")))
-    cols = ["module", "K", "R", "N used", "norm", "p", "alpha", "beta", "eps"]
-    rows = [[name, m["K"], m["R"], m["N"], m["norm"], m.get("p"), m["alpha"], m["beta"], m.get("eps")]
-            for name, m in report["modules"].items()]
-    cells = [cols] + [[fmt(v) for v in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(cols))]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(head + [""] + lines)
-
-
-@dataclass
-class ScalesConfig:
-    """`hrm-deeploop scales`: depth accounting and alpha/beta per module for a model and scheme."""
-
-    model: Any = None
-    scaling: ScalingConfig = field(default_factory=ScalingConfig)
-    format: str = "table"  # table | json
-
-    def __post_init__(self) -> None:
-        from hrm_deeploop.config import typed
-        from hrm_deeploop.models.config import model_config
-
-        self.model = model_config(self.model)
-        if not isinstance(self.scaling, ScalingConfig):
-            self.scaling = typed(self.scaling, ScalingConfig, "scaling.")
-        one_of("format", self.format, ("table", "json"))
-
-
-def run(cfg: ScalesConfig) -> int:
-    report = describe(cfg.model, cfg.scaling)
-    print(json.dumps(report, indent=2) if cfg.format == "json" else format_table(report))
-    return 0

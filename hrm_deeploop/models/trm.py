@@ -21,7 +21,7 @@
   exactly the reference's Post-LN block.
 
 Names: the reference keeps the one network as `L_level` (which also updates z_H); here it is
-`net`, and `checkpoint.official_trm_key_map` spells out the renaming. Everything else keeps the
+`net`, and `official.official_trm_key_map` spells out the renaming. Everything else keeps the
 reference's names (`embed_tokens.embedding_weight`, `puzzle_emb.weights`, `q_head`, `H_init`, ...).
 Architecture only: no process group, no config files, no environment variables.
 """
