@@ -405,8 +405,8 @@ def _check_reference(ref, cfg, batch: int, device: torch.device, steps: int, o, 
 
     # imported here, not at the top: bench_hrm imports this module
     from benchmarks.bench_hrm import make_trainer, random_batches
-    from hrm_deeploop.official import official_state_dict
     from hrm_deeploop.models.scaling import ScalingConfig
+    from hrm_deeploop.official import official_state_dict
     from hrm_deeploop.training.ema import EMA
     from hrm_deeploop.training.optim import set_lr
 

@@ -68,13 +68,13 @@ from benchmarks.benchlib import (  # noqa: E402
     time_steps,
 )
 from hrm_deeploop import runtime as D  # noqa: E402
-from hrm_deeploop.official import official_key_map, official_state_dict  # noqa: E402
 from hrm_deeploop.config import to_dict, typed  # noqa: E402
 from hrm_deeploop.errors import ConfigError  # noqa: E402
 from hrm_deeploop.models.config import HRMConfig  # noqa: E402
 from hrm_deeploop.models.hrm import HRM  # noqa: E402
 from hrm_deeploop.models.losses import act_loss  # noqa: E402
 from hrm_deeploop.models.scaling import ScalingConfig  # noqa: E402
+from hrm_deeploop.official import official_key_map, official_state_dict  # noqa: E402
 from hrm_deeploop.training.lm import TrainGPTConfig  # noqa: E402
 from hrm_deeploop.training.optim import SparseSignSGD, lr_at, make_adam_atan2, set_lr  # noqa: E402
 from hrm_deeploop.training.reasoner import ReasonerOptim as OptimConfig  # noqa: E402

@@ -59,10 +59,10 @@ from benchmarks.benchlib import (  # noqa: E402
     stub_pretrain_modules,
 )
 from hrm_deeploop import runtime as D  # noqa: E402
-from hrm_deeploop.official import OFFICIAL_PREFIX  # noqa: E402
 from hrm_deeploop.config import to_dict, typed  # noqa: E402
 from hrm_deeploop.errors import ConfigError  # noqa: E402
 from hrm_deeploop.models.config import URMConfig  # noqa: E402
+from hrm_deeploop.official import OFFICIAL_PREFIX  # noqa: E402
 
 REFERENCE_MLP_MULTIPLE = 256  # URM's ConvSwiGLU rounds its width up to a multiple of 256, fixed
 REFERENCE_EXPLORATION = 0.1  # hard-coded in its ACT wrapper

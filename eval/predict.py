@@ -39,8 +39,8 @@ from hrm_deeploop import official
 from hrm_deeploop import runtime as D
 from hrm_deeploop.config import at_least, device_name, one_of, optional_at_least
 from hrm_deeploop.errors import ConfigError, UserError
+from hrm_deeploop.models.act import ACTReasoner
 from hrm_deeploop.models.config import HRMConfig, TRMConfig, URMConfig
-from hrm_deeploop.models.hrm import ACTReasoner
 from hrm_deeploop.models.reasoners import build_reasoner
 from hrm_deeploop.models.scaling import ScalingConfig
 

@@ -44,7 +44,7 @@ from eval.puzzles import (
 from hrm_deeploop import runtime as D
 from hrm_deeploop.data.puzzles import IGNORE_LABEL
 from hrm_deeploop.errors import UserError
-from hrm_deeploop.models.hrm import ACTReasoner
+from hrm_deeploop.models.act import ACTReasoner
 
 
 @dataclass

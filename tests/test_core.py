@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from hrm_deeploop.models.config import GPTConfig
 from hrm_deeploop.models.core import (
     Attention,
     Block,
@@ -19,7 +20,6 @@ from hrm_deeploop.models.core import (
 from hrm_deeploop.models.core import (
     make_blocks as _make_blocks,
 )
-from hrm_deeploop.models.config import GPTConfig
 from hrm_deeploop.models.scaling import Residual, ScalingConfig, alpha_beta, model_depth, module_residuals
 from hrm_deeploop.models.transitions import rms_norm
 

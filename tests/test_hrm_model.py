@@ -281,7 +281,7 @@ def test_puzzle_embedding_eval_untracked_and_learned_pos():
 def test_token_embedding_backward_is_deterministic():
     """Duplicate ids must sum in a fixed order (weight[ids]'s backward did not, across threads),
     or a resumed run in a new process drifts from the uninterrupted one."""
-    from hrm_deeploop.models.hrm import Embedding
+    from hrm_deeploop.models.act import Embedding
 
     torch.manual_seed(0)
     emb = Embedding(12, 32)

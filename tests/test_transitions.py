@@ -14,7 +14,6 @@ from hrm_deeploop.models.core import LoopedCore, init_block_, make_blocks
 from hrm_deeploop.models.gpt import GPT
 from hrm_deeploop.models.hrm import HRM
 from hrm_deeploop.models.scaling import Residual, ScalingConfig, residual_for
-from hrm_deeploop.scales import describe
 from hrm_deeploop.models.transitions import (
     TRANSITIONS,
     OperLoop,
@@ -24,6 +23,7 @@ from hrm_deeploop.models.transitions import (
     Transition,
     rms_norm,
 )
+from hrm_deeploop.scales import describe
 
 
 def test_each_scheme_selects_its_transition():

@@ -10,12 +10,14 @@ range-checked once, in `__post_init__`, so a bad value is a one-line error namin
 | trm  | TRMConfig | hrm_deeploop.models.trm.TRM          |
 | urm  | URMConfig | hrm_deeploop.models.urm.URM          |
 | gpt  | GPTConfig | hrm_deeploop.models.gpt.GPT          |
+
+HRMConfig, TRMConfig and URMConfig extend `ReasonerConfig`, the fields and checks the three share.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from hrm_deeploop.config import at_least, check, in_range, one_of, positive, typed
 from hrm_deeploop.errors import ConfigError
@@ -31,57 +33,53 @@ def check_heads(hidden_size: int, num_heads: int, rope: bool) -> None:
               f"such that the head size hidden_size / num_heads = {hidden_size // num_heads} is even (RoPE)")
 
 
-def check_reasoner_fields(cfg: Any, depth_keys: tuple[str, ...], pos_encodings: tuple[str, ...]) -> None:
-    """The range checks HRM, TRM and URM share (one place per field); `depth_keys` are the model's own
-    layer and cycle counts, `pos_encodings` the position schemes it supports."""
-    for key in ("hidden_size", "num_heads", *depth_keys, "halt_max_steps", "mlp_multiple", "vocab_size", "seq_len",
-                "num_puzzle_identifiers"):
-        at_least(f"model.{key}", getattr(cfg, key), 1)
-    positive("model.expansion", cfg.expansion)
-    positive("model.rope_theta", cfg.rope_theta)
-    positive("model.rms_norm_eps", cfg.rms_norm_eps)
-    in_range("model.halt_exploration_prob", cfg.halt_exploration_prob, 0.0, 1.0)
-    if cfg.puzzle_emb_ndim is not None:
-        at_least("model.puzzle_emb_ndim", cfg.puzzle_emb_ndim, 0)
-    one_of("model.pos_encodings", cfg.pos_encodings, pos_encodings)
-    one_of("model.loss_type", cfg.loss_type, ("stablemax_cross_entropy", "softmax_cross_entropy"))
-    one_of("model.stablemax_dtype", cfg.stablemax_dtype, ("float64", "float32"))
-    one_of("model.forward_dtype", cfg.forward_dtype, COMPUTE_DTYPES)
-
-
 @dataclass
-class HRMConfig:
-    """HRM architecture (reference spec 3.1 defaults). Keys mirror HRM's `arch` section."""
+class ReasonerConfig:
+    """What HRM, TRM and URM share: width, heads, ACT, the puzzle embedding, positions, norms, MLP,
+    dtypes, loss and the three fields filled in from the dataset. Each model's dataclass adds its
+    own layer counts (and redeclares a default where the references differ); `depth_keys` names them
+    for the range checks, `pos_encoding_choices` the position schemes the model supports."""
 
-    name: str = "hrm"
+    depth_keys: ClassVar[tuple[str, ...]] = ("num_h_cycles", "num_l_cycles")
+    pos_encoding_choices: ClassVar[tuple[str, ...]] = ("rope", "learned")
+
+    name: str = ""
     hidden_size: int = 512
     num_heads: int = 8
     expansion: float = 4.0
-    num_h_layers: int = 4  # K_H
-    num_l_layers: int = 4  # K_L
-    num_h_cycles: int = 2  # C
-    num_l_cycles: int = 2  # C_L
+    num_h_cycles: int = 2  # outer cycles (the model's docstring says what one is)
+    num_l_cycles: int = 2  # inner cycles
     halt_max_steps: int = 16
     halt_exploration_prob: float = 0.1
     puzzle_emb_ndim: int | None = None  # None -> hidden_size; 0 disables the puzzle embedding
-    pos_encodings: str = "rope"  # rope | learned
+    pos_encodings: str = "rope"  # rope | learned (TRM also none)
     rope_theta: float = 10000.0
     rms_norm_eps: float = 1e-5
-    norm_weight: bool = False  # HRM's RMSNorm has no gain
+    norm_weight: bool = False  # the references' RMSNorm has no gain
     mlp_multiple: int = 256
-    mlp: str = "swiglu"  # swiglu (HRM's) | convswiglu (URM's MLP, width-2 convolution)
+    mlp: str = "swiglu"  # swiglu (HRM's, TRM's) | convswiglu (URM's MLP, a width-`conv_kernel` convolution)
     forward_dtype: str = "bfloat16"  # compute dtype on CUDA; CPU runs use float32
     loss_type: str = "stablemax_cross_entropy"  # or softmax_cross_entropy
-    stablemax_dtype: str = "float64"  # float64 as the reference; float32 is faster on consumer GPUs
+    stablemax_dtype: str = "float64"  # float64 as the references; float32 is faster on consumer GPUs
     vocab_size: int = 12  # these three are filled in from the dataset
     seq_len: int = 900
     num_puzzle_identifiers: int = 1
 
     def __post_init__(self) -> None:
-        check_reasoner_fields(self, ("num_h_layers", "num_l_layers", "num_h_cycles", "num_l_cycles"),
-                              pos_encodings=("rope", "learned"))
+        for key in ("hidden_size", "num_heads", *self.depth_keys, "halt_max_steps", "mlp_multiple", "vocab_size",
+                    "seq_len", "num_puzzle_identifiers"):
+            at_least(f"model.{key}", getattr(self, key), 1)
+        positive("model.expansion", self.expansion)
+        positive("model.rope_theta", self.rope_theta)
+        positive("model.rms_norm_eps", self.rms_norm_eps)
+        in_range("model.halt_exploration_prob", self.halt_exploration_prob, 0.0, 1.0)
+        if self.puzzle_emb_ndim is not None:
+            at_least("model.puzzle_emb_ndim", self.puzzle_emb_ndim, 0)
+        one_of("model.pos_encodings", self.pos_encodings, self.pos_encoding_choices)
         one_of("model.mlp", self.mlp, ("swiglu", "convswiglu"))
-        check_heads(self.hidden_size, self.num_heads, rope=self.pos_encodings == "rope")
+        one_of("model.loss_type", self.loss_type, ("stablemax_cross_entropy", "softmax_cross_entropy"))
+        one_of("model.stablemax_dtype", self.stablemax_dtype, ("float64", "float32"))
+        one_of("model.forward_dtype", self.forward_dtype, COMPUTE_DTYPES)
 
     @property
     def puzzle_dim(self) -> int:
@@ -94,45 +92,45 @@ class HRMConfig:
 
 
 @dataclass
-class TRMConfig:
+class HRMConfig(ReasonerConfig):
+    """HRM architecture (reference spec 3.1 defaults). Keys mirror HRM's `arch` section."""
+
+    depth_keys: ClassVar[tuple[str, ...]] = ("num_h_layers", "num_l_layers", "num_h_cycles", "num_l_cycles")
+
+    name: str = "hrm"
+    num_h_cycles: int = 2  # C
+    num_l_cycles: int = 2  # C_L
+    num_h_layers: int = 4  # K_H
+    num_l_layers: int = 4  # K_L
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_heads(self.hidden_size, self.num_heads, rope=self.pos_encodings == "rope")
+
+
+@dataclass
+class TRMConfig(ReasonerConfig):
     """Tiny Recursive Model (TRM, Jolicoeur-Martineau 2025). Defaults: the reference's
     `config/arch/trm.yaml` (ARC experiments set num_l_cycles=4). One network of `num_layers`
     blocks updates both latents; the reference's arch keys map as H_cycles -> num_h_cycles (T),
     L_cycles -> num_l_cycles (n), L_layers -> num_layers, mlp_t -> mixer=mlp,
     no_ACT_continue -> act_continue=False (see official.OFFICIAL_TRM_ARCH_FIELDS)."""
 
+    depth_keys: ClassVar[tuple[str, ...]] = ("num_layers", "num_h_cycles", "num_l_cycles")
+    pos_encoding_choices: ClassVar[tuple[str, ...]] = ("rope", "learned", "none")
+
     name: str = "trm"
-    hidden_size: int = 512
-    num_heads: int = 8
-    expansion: float = 4.0
-    num_layers: int = 2  # K: physical blocks of the one network (the reference's L_layers; H_layers unused)
     num_h_cycles: int = 3  # T: deep-recursion steps per segment; the first T-1 run without grad
     num_l_cycles: int = 6  # n: latent updates z_L <- net(z_L, z_H + x) per step, then one z_H <- net(z_H, z_L)
+    num_layers: int = 2  # K: physical blocks of the one network (the reference's L_layers; H_layers unused)
     mixer: str = "attention"  # attention | mlp (the reference's mlp_t: a SwiGLU across the sequence axis)
-    halt_max_steps: int = 16
-    halt_exploration_prob: float = 0.1
     act_continue: bool = False  # learn Q(continue) (HRM's rule and its extra target forward); False: halt when Q(halt) > 0
-    puzzle_emb_ndim: int | None = None  # None -> hidden_size; 0 disables the puzzle embedding
     puzzle_emb_len: int = 16  # prefix positions for the puzzle embedding; 0 -> ceil(puzzle_emb_ndim / hidden_size)
-    pos_encodings: str = "rope"  # rope | learned | none
-    rope_theta: float = 10000.0
-    rms_norm_eps: float = 1e-5
-    norm_weight: bool = False  # TRM's RMSNorm has no gain
-    mlp_multiple: int = 256
-    mlp: str = "swiglu"  # channel MLP of the attention blocks: swiglu (TRM's) | convswiglu (URM's)
-    forward_dtype: str = "bfloat16"  # compute dtype on CUDA; CPU runs use float32
-    loss_type: str = "stablemax_cross_entropy"  # or softmax_cross_entropy
-    stablemax_dtype: str = "float64"
-    vocab_size: int = 12  # these three are filled in from the dataset
-    seq_len: int = 900
-    num_puzzle_identifiers: int = 1
 
     def __post_init__(self) -> None:
-        check_reasoner_fields(self, ("num_layers", "num_h_cycles", "num_l_cycles"),
-                              pos_encodings=("rope", "learned", "none"))
+        super().__post_init__()
         at_least("model.puzzle_emb_len", self.puzzle_emb_len, 0)
         one_of("model.mixer", self.mixer, ("attention", "mlp"))
-        one_of("model.mlp", self.mlp, ("swiglu", "convswiglu"))
         check(self.mixer == "attention" or self.mlp == "swiglu", "model.mlp", self.mlp,
               "swiglu with model.mixer=mlp (the token-mixing block has TRM's own SwiGLUs)")
         if self.puzzle_emb_len:
@@ -141,10 +139,6 @@ class TRMConfig:
                   f"(>= {-(self.puzzle_dim // -self.hidden_size)} positions of {self.hidden_size})")
         if self.mixer == "attention":
             check_heads(self.hidden_size, self.num_heads, rope=self.pos_encodings == "rope")
-
-    @property
-    def puzzle_dim(self) -> int:
-        return self.hidden_size if self.puzzle_emb_ndim is None else self.puzzle_emb_ndim
 
     @property
     def puzzle_len(self) -> int:
@@ -157,51 +151,27 @@ class TRMConfig:
 
 
 @dataclass
-class URMConfig:
+class URMConfig(ReasonerConfig):
     """Universal Reasoning Model (URM, Gao et al. 2025, arXiv 2512.14693). Defaults: the reference's
     published setups (its scripts/URM_*.sh: loops 16, H_cycles 2, L_cycles 6, 4 layers; the rest
     from config/arch/urm.yaml, whose own 8 layers / H 4 / L 3 no script uses). One stack of
     `num_layers` Post-LN blocks (ConvSwiGLU MLP) recurs on one latent. The reference's arch keys map
-    as loops -> halt_max_steps, H_cycles -> num_h_cycles, L_cycles -> num_l_cycles."""
+    as loops -> halt_max_steps (its exploration probability is a hard-coded 0.1), H_cycles ->
+    num_h_cycles, L_cycles -> num_l_cycles; it always uses RoPE."""
+
+    depth_keys: ClassVar[tuple[str, ...]] = ("num_layers", "num_h_cycles", "num_l_cycles", "conv_kernel")
+    pos_encoding_choices: ClassVar[tuple[str, ...]] = ("rope",)
 
     name: str = "urm"
-    hidden_size: int = 512
-    num_heads: int = 8
-    expansion: float = 4.0
-    num_layers: int = 4  # K physical blocks
     num_h_cycles: int = 2  # outer passes per ACT step; the first H-1 run without grad (truncated backprop)
     num_l_cycles: int = 6  # rounds per pass: z <- blocks(z + x)
     mlp: str = "convswiglu"  # convswiglu (the reference) | swiglu (its ablation without the convolution)
+    num_layers: int = 4  # K physical blocks
     conv_kernel: int = 2  # the depthwise convolution's width (causal over positions; the reference's 2)
-    halt_max_steps: int = 16  # the reference's `loops`
-    halt_exploration_prob: float = 0.1  # hard-coded 0.1 in the reference
-    puzzle_emb_ndim: int | None = None  # None -> hidden_size; 0 disables the puzzle embedding
-    pos_encodings: str = "rope"  # the reference always uses RoPE
-    rope_theta: float = 10000.0
-    rms_norm_eps: float = 1e-5
-    norm_weight: bool = False  # URM's RMSNorm has no gain
-    mlp_multiple: int = 256
-    forward_dtype: str = "bfloat16"  # compute dtype on CUDA; CPU runs use float32
-    loss_type: str = "stablemax_cross_entropy"  # or softmax_cross_entropy
-    stablemax_dtype: str = "float64"
-    vocab_size: int = 12  # these three are filled in from the dataset
-    seq_len: int = 900
-    num_puzzle_identifiers: int = 1
 
     def __post_init__(self) -> None:
-        check_reasoner_fields(self, ("num_layers", "num_h_cycles", "num_l_cycles", "conv_kernel"),
-                              pos_encodings=("rope",))
-        one_of("model.mlp", self.mlp, ("convswiglu", "swiglu"))
+        super().__post_init__()
         check_heads(self.hidden_size, self.num_heads, rope=True)
-
-    @property
-    def puzzle_dim(self) -> int:
-        return self.hidden_size if self.puzzle_emb_ndim is None else self.puzzle_emb_ndim
-
-    @property
-    def puzzle_len(self) -> int:
-        """P: prefix positions the puzzle embedding occupies (ceil(ndim / hidden), as HRM)."""
-        return -(self.puzzle_dim // -self.hidden_size)
 
 
 @dataclass

@@ -6,7 +6,7 @@
 | trm  | TRMConfig              | hrm_deeploop.models.trm.TRM     |
 | urm  | URMConfig              | hrm_deeploop.models.urm.URM     |
 
-All are `hrm.ACTReasoner`s: the same carry, ACT step, `predict` and outputs, so one trainer
+All are `act.ACTReasoner`s: the same carry, ACT step, `predict` and outputs, so one trainer
 (`training.reasoner`) and one evaluator (`eval.predict`) serve them all.
 """
 
@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import torch
 
-from hrm_deeploop.models.config import HRMConfig, TRMConfig, URMConfig
-from hrm_deeploop.models.hrm import HRM, ACTReasoner
+from hrm_deeploop.models.act import ACTReasoner
+from hrm_deeploop.models.config import ReasonerConfig
+from hrm_deeploop.models.hrm import HRM
 from hrm_deeploop.models.scaling import ScalingConfig
 from hrm_deeploop.models.trm import TRM
 from hrm_deeploop.models.urm import URM
 
 REASONERS: dict[str, type[ACTReasoner]] = {"hrm": HRM, "trm": TRM, "urm": URM}
-ReasonerConfig = HRMConfig | TRMConfig | URMConfig
 
 
 def build_reasoner(cfg: ReasonerConfig, scaling: ScalingConfig | None = None,

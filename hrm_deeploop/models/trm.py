@@ -9,7 +9,7 @@
   detached.
 - Puzzle prefix: `puzzle_emb_len` = 16 positions; the puzzle embedding (puzzle_emb_ndim = D
   values) fills the first and the other 15 are zeros, as the reference pads it (seq 916 on ARC).
-- ACT (`hrm.ACTReasoner`, shared with HRM): Q head on the first prefix position; by default
+- ACT (`act.ACTReasoner`, shared with HRM and URM): Q head on the first prefix position; by default
   (`act_continue=false`, the reference's no_ACT_continue) a slot halts when Q(halt) > 0 and no
   second forward is run; `act_continue=true` is HRM's rule with the target-Q forward (the
   reference crashes there: it unpacks five values from its inner model's three). Exploration as
@@ -31,14 +31,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from hrm_deeploop.models.act import ACTReasoner
 from hrm_deeploop.models.config import TRMConfig
 from hrm_deeploop.models.core import LoopedCore, make_blocks
-from hrm_deeploop.models.hrm import ACTReasoner
 from hrm_deeploop.models.scaling import ScalingConfig, model_depth, module_residuals
 
 
 class TRM(ACTReasoner):
-    """TRM with ACT. `forward(carry, batch, generator) -> (carry, outputs)` as `hrm.ACTReasoner`."""
+    """TRM with ACT. `forward(carry, batch, generator) -> (carry, outputs)` as `act.ACTReasoner`."""
 
     def __init__(self, cfg: TRMConfig, scaling: ScalingConfig | None = None,
                  dtype: torch.dtype = torch.float32):

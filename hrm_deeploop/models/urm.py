@@ -8,7 +8,7 @@
   block visits with gradient). The carry leaves a step detached.
 - MLP: `core.ConvSwiGLU` (a width-2 depthwise convolution over the positions after the gated
   product); `mlp=swiglu` is the paper's ablation without it.
-- ACT (`hrm.ACTReasoner`, shared with HRM and TRM): Q head on the first prefix position,
+- ACT (`act.ACTReasoner`, shared with HRM and TRM): Q head on the first prefix position,
   initialised to weight 0, bias -5; in training a slot halts after `halt_max_steps` (the
   reference's `loops`) steps or when Q(halt) > 0, with exploration (probability 0.1: a uniform
   minimum in [2, loops]); Q(continue) is output but never learned (the reference computes no
@@ -30,14 +30,14 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
+from hrm_deeploop.models.act import ACTReasoner, Carry
 from hrm_deeploop.models.config import URMConfig
 from hrm_deeploop.models.core import LoopedCore, make_blocks
-from hrm_deeploop.models.hrm import ACTReasoner, Carry
 from hrm_deeploop.models.scaling import ScalingConfig, model_depth, module_residuals
 
 
 class URM(ACTReasoner):
-    """URM with ACT. `forward(carry, batch, generator) -> (carry, outputs)` as `hrm.ACTReasoner`."""
+    """URM with ACT. `forward(carry, batch, generator) -> (carry, outputs)` as `act.ACTReasoner`."""
 
     q_continue = False  # halt when Q(halt) > 0; no target-Q forward
 
