@@ -12,7 +12,7 @@ slots) = examples x 901 for ARC.
     python benchmarks/bench_hrm.py --preset tiny --device cpu --steps 1 --warmup 0   # smoke test
 
 Variants: eager and torch.compile, each with the fused Triton residual-norm kernel on and off
-(`transitions.USE_FUSED_RESIDUAL_NORM`; on CUDA only: on CPU the kernel path is never taken, so only
+(the models' `fused` choice, `runtime.Env.fused_kernel`; on CUDA only: on CPU the kernel path is never taken, so only
 eager and compile are run). Speedup is against eager without the kernel. Warm-up steps (which
 include compilation) are not timed. Memory: CUDA max allocated during the variant's steps (CPU:
 the process's peak RSS, which only grows), and the bytes of the activations autograd saves in one
@@ -53,7 +53,6 @@ from benchmarks.benchlib import (  # noqa: E402
     time_steps,
 )
 from hrm_deeploop import runtime as D  # noqa: E402
-from hrm_deeploop.models import transitions  # noqa: E402
 from hrm_deeploop.models.config import HRMConfig, TRMConfig  # noqa: E402
 from hrm_deeploop.models.core import swiglu_width  # noqa: E402
 from hrm_deeploop.models.scaling import ScalingConfig  # noqa: E402
@@ -127,20 +126,20 @@ def random_batches(cfg: HRMConfig | TRMConfig, batch: int, n: int, device: torch
 
 
 def make_trainer(model_cfg: HRMConfig | TRMConfig, scaling: ScalingConfig, device: torch.device, batch: int,
-                 compile_: bool = False, optim: ReasonerOptim | None = None, ema: bool = False) -> Trainer:
+                 compile_: bool = False, optim: ReasonerOptim | None = None, ema: bool = False,
+                 fused: bool = True) -> Trainer:
     """The real `training.reasoner.Trainer` (one process, no logger) around a stub dataset split,
     for random batches given to `train_step(tensors=...)` (benchmarks, reference comparisons, tests)."""
     tcfg = TrainConfig(model=model_cfg, scaling=scaling, logger="none", device=device.type,
                        optim=optim or ReasonerOptim(),
                        train=ReasonerLoop(global_batch_size=batch, compile=compile_, progress=False, ema=ema))
-    env = D.Env(rank=0, local_rank=0, world_size=1, device=device)
+    env = D.Env(rank=0, local_rank=0, world_size=1, device=device, fused_kernel=fused)
     return Trainer(tcfg, env, fake_split(model_cfg.num_puzzle_identifiers, batch), total_steps=10**6)
 
 
 def run_variant(v: Variant, model_cfg: HRMConfig, scaling: ScalingConfig, device: torch.device, batch: int,
                 warmup: int, steps: int) -> dict:
-    transitions.USE_FUSED_RESIDUAL_NORM = v.fused
-    trainer = make_trainer(model_cfg, scaling, device, batch, v.compile)
+    trainer = make_trainer(model_cfg, scaling, device, batch, v.compile, fused=v.fused)
     batches = random_batches(model_cfg, batch, 4, device)
     i = 0
 
@@ -212,7 +211,6 @@ def main(argv: list[str] | None = None) -> int:
     header = ["variant", "examples/s", "tokens/s", "ms/step", "TFLOP/s", "MFU", memory_label(device),
               "saved act MB", "speedup"]
     rows, failed, base_ms, info = [], False, None, None
-    saved_fused = transitions.USE_FUSED_RESIDUAL_NORM
     for v in variants:
         try:
             r = run_variant(v, model_cfg, scaling, device, batch, warmup, steps)
@@ -224,7 +222,6 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc(limit=3, file=sys.stderr)
             continue
         finally:
-            transitions.USE_FUSED_RESIDUAL_NORM = saved_fused
             torch._dynamo.reset()
             gc.collect()
             if device.type == "cuda":

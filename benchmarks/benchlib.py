@@ -505,7 +505,7 @@ def _check_reference(ref, cfg, batch: int, device: torch.device, steps: int, o, 
     deep.model.load_state_dict(initial)
     cap = Capture(deep)
     deep.train_step(tensors=first[0])
-    alpha = deep.model.reasoning_cores()[0].layers[0].residual.alpha
+    alpha = deep.model.reasoning_cores()[0].layers[0].cfg.residual.alpha
     sens = [["1", f"loss, ours deeploop (alpha {alpha:.3f})", f"{rel_diff(cap.values['loss'], first[1]):.2e}"],
             ["1", "logits, ours deeploop", f"{rel_diff(cap.values['out']['logits'], first[2]):.2e}"]]
     return rows, sens

@@ -74,17 +74,17 @@ def what_if(parts: list[str]):
     """Our model with parts made as cheap as they could get (an upper bound, not our model): 'norm'
     swaps the fp32 RMSNorm for ATen's fused LayerNorm kernel (the cost of a perfectly fused norm),
     'rope' makes RoPE free (the identity)."""
-    from hrm_deeploop.models import core, transitions
+    from hrm_deeploop.models import core
 
-    saved = transitions.rms_norm, core.apply_rope
+    saved = core.rms_norm, core.apply_rope
     if "norm" in parts:
-        transitions.rms_norm = lambda x, weight=None, eps=1e-5: F.layer_norm(x, x.shape[-1:], weight, None, eps)
+        core.rms_norm = lambda x, weight=None, eps=1e-5: F.layer_norm(x, x.shape[-1:], weight, None, eps)
     if "rope" in parts:
         core.apply_rope = lambda q, k, cos, sin: (q, k)
     try:
         yield
     finally:
-        transitions.rms_norm, core.apply_rope = saved
+        core.rms_norm, core.apply_rope = saved
 
 
 def load_nanogpt(ref_dir: Path):

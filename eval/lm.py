@@ -97,7 +97,7 @@ def load_model(path: str | Path, device: torch.device | str = "cpu", num_rounds:
     dist_.check_memory(f"checkpoint '{path}' holds a looped GPT of hidden_size={model_cfg.hidden_size} "
                        f"({est.parameters:,} parameters){per_forward}", est, device,
                        fix=("lower batch_size, or " if batch else "") + "load it on a machine with more memory")
-    model = GPT(model_cfg, scaling, scaling_rounds=scaling_rounds)
+    model = GPT(model_cfg, scaling, scaling_rounds=scaling_rounds, fused=dist_.env().fused_kernel)
     model.load_state_dict(ckpt.strip_prefixes(state["model"]))
     return model.to(device).eval(), state
 

@@ -152,7 +152,7 @@ def load_model(path: str | Path, device: torch.device | str = "cpu", dtype: str 
     D.check_memory(f"checkpoint '{p}' holds model={cfg.name} hidden_size={cfg.hidden_size} ({est.parameters:,} "
                    f"parameters){per_forward}", est, device,
                    fix=("lower global_batch_size, or " if batch else "") + "load it on a machine with more memory")
-    model = build_reasoner(cfg, scaling, run_dtype)
+    model = build_reasoner(cfg, scaling, run_dtype, D.env().fused_kernel)
     try:
         model.load_state_dict(weights)
     except RuntimeError as e:

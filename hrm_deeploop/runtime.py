@@ -24,7 +24,6 @@ from tqdm.auto import tqdm
 
 from hrm_deeploop.config import device_name
 from hrm_deeploop.errors import ConfigError
-from hrm_deeploop.models import transitions
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
 
@@ -35,6 +34,7 @@ class Env:
     local_rank: int
     world_size: int
     device: torch.device
+    fused_kernel: bool = True  # the fused Triton residual-norm kernel on CUDA (models take it as `fused`)
 
     @property
     def is_main(self) -> bool:
@@ -67,8 +67,7 @@ def setup(device: str = "auto") -> Env:
         device_name("device", device)
     if world > 1 and not dist.is_initialized():
         dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
-    _ENV = Env(rank=rank, local_rank=local_rank, world_size=world, device=dev)
-    transitions.USE_FUSED_RESIDUAL_NORM = fused_kernel_enabled()
+    _ENV = Env(rank=rank, local_rank=local_rank, world_size=world, device=dev, fused_kernel=fused_kernel_enabled())
     return _ENV
 
 

@@ -194,14 +194,14 @@ def test_compare_nanogpt_runs(capsys):
     params = {m[1]: int(m[2].replace(",", "")) for m in re.finditer(r"^(ours \(.*?\))\s+([\d,]+)", out, re.M)}
     assert params["ours (K = 1, R = 2, swiglu)"] < params["ours (looped GPT, R = 1, swiglu)"]  # one block fewer
 
-    from hrm_deeploop.models import core, transitions
+    from hrm_deeploop.models import core
 
-    norm, rope = transitions.rms_norm, core.apply_rope
+    norm, rope = core.rms_norm, core.apply_rope
     rc = compare_nanogpt.main(["--reference", str(NANOGPT), "--preset", "tiny", "--device", "cpu", "--warmup", "0",
                                "--steps", "2", "--block", "1", "--what-if", "norm", "rope"])
     out = capsys.readouterr().out
     assert rc == 0 and "# WHAT-IF, not our model" in out and "here: norm rope" in out
-    assert transitions.rms_norm is norm and core.apply_rope is rope  # restored
+    assert core.rms_norm is norm and core.apply_rope is rope  # restored
 
 
 def test_compare_nanogpt_rejects_rounds_that_do_not_divide_the_depth(tmp_path, capsys):
@@ -228,13 +228,11 @@ def test_setup_device_gives_set_device_an_index(monkeypatch):
         calls.append(dev)
 
     from hrm_deeploop import runtime
-    from hrm_deeploop.models import transitions
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "set_device", strict_set_device)
     monkeypatch.setattr(runtime, "_ENV", runtime._ENV)  # setup_device records the environment: restored after
-    monkeypatch.setattr(transitions, "USE_FUSED_RESIDUAL_NORM", transitions.USE_FUSED_RESIDUAL_NORM)
     threads = torch.get_num_threads()
     try:
         assert setup_device("cuda", threads) == torch.device("cuda", 0)

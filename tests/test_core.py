@@ -10,29 +10,36 @@ from hrm_deeploop.models.config import GPTConfig
 from hrm_deeploop.models.core import (
     Attention,
     Block,
+    BlockConfig,
     LoopedCore,
     Rotary,
     apply_rope,
     init_block_,
+    make_block,
+    rms_norm,
     swiglu_width,
     trunc_normal_,
 )
-from hrm_deeploop.models.core import (
-    make_blocks as _make_blocks,
-)
 from hrm_deeploop.models.scaling import Residual, ScalingConfig, alpha_beta, model_depth, module_residuals
-from hrm_deeploop.models.transitions import rms_norm
 
 torch.set_grad_enabled(True)
 
 
 
-def make_blocks(*args, **kwargs):
-    """Blocks initialised as a model's init_weights does it (init_block_ on each)."""
-    blocks = _make_blocks(*args, **kwargs)
+def make_blocks(n, *args, **kwargs):
+    """n blocks of BlockConfig(*args, **kwargs), initialised as a model's init_weights does it."""
+    blocks = [make_block(BlockConfig(*args, **kwargs)) for _ in range(n)]
     for b in blocks:
         init_block_(b)
     return blocks
+
+
+def looped(n, *args, num_rounds=1, checkpoint_rounds=False, **kwargs):
+    """A LoopedCore of n blocks of BlockConfig(*args, **kwargs), each initialised by init_block_."""
+    core = LoopedCore(BlockConfig(*args, **kwargs), n, num_rounds, checkpoint_rounds)
+    for b in core.layers:
+        init_block_(b)
+    return core
 
 
 def naive_rms(x, w=None, eps=1e-5):
@@ -146,7 +153,7 @@ def test_alpha_is_used_in_forward():
     dim = 32
     (block,) = make_blocks(1, dim, 4, 2.0, False, Residual(alpha=3.0), mlp_multiple=16)
     (plain,) = make_blocks(1, dim, 4, 2.0, False, Residual(alpha=1.0), mlp_multiple=16)
-    plain.load_state_dict(block.state_dict())  # the same weights; alpha lives in the transitions
+    plain.load_state_dict(block.state_dict())  # the same weights; alpha lives in the config
     x = torch.randn(1, 4, dim)
     y3 = block(x)
     y1 = plain(x)
@@ -190,12 +197,12 @@ def test_looped_core_params_independent_of_R_and_grads_accumulate():
     counts = []
     for R in (1, 3, 5):
         torch.manual_seed(0)
-        core = LoopedCore(make_blocks(2, dim, 2, 2.0, True, res, mlp_multiple=16), num_rounds=R)
+        core = looped(2, dim, 2, 2.0, True, res, mlp_multiple=16, num_rounds=R)
         counts.append(sum(p.numel() for p in core.parameters()))
     assert len(set(counts)) == 1
     # gradient of the shared tensor == sum of the gradients of R untied copies
     torch.manual_seed(0)
-    core = LoopedCore(make_blocks(1, dim, 2, 2.0, False, res, mlp_multiple=16), num_rounds=3).double()
+    core = looped(1, dim, 2, 2.0, False, res, mlp_multiple=16, num_rounds=3).double()
     x = torch.randn(1, 5, dim, dtype=torch.float64)
     u = torch.randn(1, 5, dim, dtype=torch.float64)
     core(x, injection=u).square().sum().backward()
@@ -215,7 +222,7 @@ def test_looped_core_params_independent_of_R_and_grads_accumulate():
 
 def test_looped_core_injection_and_rounds():
     torch.manual_seed(0)
-    core = LoopedCore(make_blocks(2, 16, 2, 2.0, False, Residual(), mlp_multiple=16), num_rounds=2)
+    core = looped(2, 16, 2, 2.0, False, Residual(), mlp_multiple=16, num_rounds=2)
     x, u = torch.randn(1, 3, 16), torch.randn(1, 3, 16)
     h = x
     for _ in range(2):
@@ -231,13 +238,13 @@ def test_deeploop_residuals_land_in_every_block():
     res = module_residuals(cfg, d)["core"]
     blocks = make_blocks(3, 32, 2, 2.0, True, res, mlp_multiple=16)
     a, b = alpha_beta("deeploop", 12)
-    assert all(bl.residual.alpha == pytest.approx(a) and bl.residual.beta == pytest.approx(b) for bl in blocks)
+    assert all(bl.cfg.residual.alpha == pytest.approx(a) and bl.cfg.residual.beta == pytest.approx(b) for bl in blocks)
 
 
 def test_pre_ln_looped_eps_block():
     torch.manual_seed(0)
     res = Residual(norm="pre", eps=0.25)
-    core = LoopedCore(make_blocks(1, 16, 2, 2.0, True, res, mlp_multiple=16), num_rounds=2)
+    core = looped(1, 16, 2, 2.0, True, res, mlp_multiple=16, num_rounds=2)
     x = torch.randn(1, 4, 16)
     blk = core.layers[0]
     h = x
@@ -249,10 +256,10 @@ def test_pre_ln_looped_eps_block():
 
 def test_activation_checkpointing_same_grads():
     torch.manual_seed(0)
-    blocks = make_blocks(2, 16, 2, 2.0, True, Residual(alpha=2.0, beta=0.5), mlp_multiple=16)
-    import copy
-    a = LoopedCore(blocks, num_rounds=3)
-    b = LoopedCore(copy.deepcopy(blocks), num_rounds=3, checkpoint_rounds=True)
+    a = looped(2, 16, 2, 2.0, True, Residual(alpha=2.0, beta=0.5), mlp_multiple=16, num_rounds=3)
+    b = looped(2, 16, 2, 2.0, True, Residual(alpha=2.0, beta=0.5), mlp_multiple=16, num_rounds=3,
+               checkpoint_rounds=True)
+    b.load_state_dict(a.state_dict())
     x = torch.randn(2, 5, 16)
     a(x).sum().backward()
     b(x).sum().backward()

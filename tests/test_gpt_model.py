@@ -77,7 +77,7 @@ def test_deeploop_alpha_beta_in_every_block():
     # beta is an init gain on the residual-branch matrices; the tied embedding is untouched
     torch.testing.assert_close(deep.embed_tokens.weight, base.embed_tokens.weight)
     for bb, bd in zip(base.core.layers, deep.core.layers):
-        assert bd.residual.alpha == pytest.approx(alpha) and bd.residual.beta == pytest.approx(beta)
+        assert bd.cfg.residual.alpha == pytest.approx(alpha) and bd.cfg.residual.beta == pytest.approx(beta)
         hd = 32
         qkv_b, qkv_d = bb.self_attn.qkv_proj.weight, bd.self_attn.qkv_proj.weight
         torch.testing.assert_close(qkv_d[: 2 * hd], qkv_b[: 2 * hd])  # q, k rows: never scaled
@@ -97,7 +97,7 @@ def test_alpha_used_in_forward():
     b = m.core.layers[0]
     x = torch.randn(1, 8, 32)
     rope = m.rotary(8)
-    a = b.residual.alpha
+    a = b.cfg.residual.alpha
     assert a == pytest.approx(math.sqrt(2 * 4))
     h = F.rms_norm(a * x + b.self_attn(x, rope), (32,), b.attn_norm.weight, eps=1e-5)
     h = F.rms_norm(a * h + b.mlp(h), (32,), b.mlp_norm.weight, eps=1e-5)

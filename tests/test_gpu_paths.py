@@ -20,12 +20,10 @@ pytestmark = pytest.mark.gpu
 
 def _hrm_trainer(compile_: bool, fused: bool, monkeypatch):
     from benchmarks.bench_hrm import PRESETS, make_trainer
-    from hrm_deeploop.models import transitions
     from hrm_deeploop.models.scaling import ScalingConfig
 
-    monkeypatch.setattr(transitions, "USE_FUSED_RESIDUAL_NORM", fused)
     cfg = replace(PRESETS["tiny"]["model"], num_puzzle_identifiers=8, seq_len=64, forward_dtype="bfloat16")
-    return make_trainer(cfg, ScalingConfig(scheme="deeploop"), torch.device("cuda"), 8, compile_), cfg
+    return make_trainer(cfg, ScalingConfig(scheme="deeploop"), torch.device("cuda"), 8, compile_, fused=fused), cfg
 
 
 @pytest.mark.parametrize("compile_,fused", [(False, True), (True, True)], ids=["eager+fused", "compile+fused"])
@@ -64,7 +62,6 @@ def test_trm_cuda_bf16_step_matches_eager_plain(compile_, fused, mixer, monkeypa
     """bf16 TRM train steps (weight average on) with the fused kernel and/or torch.compile match
     eager plain PyTorch; the model computes in bf16 and the average stays fp32."""
     from benchmarks.bench_hrm import make_trainer, random_batches
-    from hrm_deeploop.models import transitions
     from hrm_deeploop.models.config import TRMConfig
     from hrm_deeploop.models.scaling import ScalingConfig
 
@@ -73,8 +70,7 @@ def test_trm_cuda_bf16_step_matches_eager_plain(compile_, fused, mixer, monkeypa
                     pos_encodings="none" if mixer == "mlp" else "rope")
     runs = {}
     for name, (c, f) in {"ref": (False, False), "test": (compile_, fused)}.items():
-        monkeypatch.setattr(transitions, "USE_FUSED_RESIDUAL_NORM", f)
-        trainer = make_trainer(cfg, ScalingConfig(scheme="deeploop"), torch.device("cuda"), 8, c, ema=True)
+        trainer = make_trainer(cfg, ScalingConfig(scheme="deeploop"), torch.device("cuda"), 8, c, ema=True, fused=f)
         assert trainer.model.dtype == torch.bfloat16
         batches = random_batches(cfg, 8, 3, torch.device("cuda"), seed=1)
         runs[name] = [trainer.train_step(tensors=b) for b in batches]

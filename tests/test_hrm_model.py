@@ -128,7 +128,7 @@ def test_deeploop_alpha_beta_in_every_block():
     assert len(blocks) == 4
     D = cfg.hidden_size
     for blk in blocks:
-        assert blk.residual.alpha == pytest.approx(alpha) and blk.residual.beta == pytest.approx(beta)
+        assert blk.cfg.residual.alpha == pytest.approx(alpha) and blk.cfg.residual.beta == pytest.approx(beta)
         qkv = blk.self_attn.qkv_proj.weight
         q_std, k_std, v_std = (qkv[i * D:(i + 1) * D].std().item() for i in range(3))
         lecun = 1 / math.sqrt(D)
@@ -142,11 +142,11 @@ def test_deeploop_alpha_beta_in_every_block():
         assert blk.mlp.down_proj.weight.std().item() == pytest.approx(beta / math.sqrt(inner), rel=0.05)
     # baseline: alpha = beta = 1
     base = HRM(cfg, ScalingConfig(scheme="baseline"))
-    assert all(b.residual.alpha == 1.0 and b.residual.beta == 1.0
+    assert all(b.cfg.residual.alpha == 1.0 and b.cfg.residual.beta == 1.0
                for b in list(base.H_level.layers) + list(base.L_level.layers))
     # autograd convention: N = K_H + K_L
     auto = HRM(cfg, ScalingConfig(scheme="deeploop", hrm_depth="autograd"))
-    assert auto.H_level.layers[0].residual.alpha == pytest.approx(math.sqrt(2 * 4))
+    assert auto.H_level.layers[0].cfg.residual.alpha == pytest.approx(math.sqrt(2 * 4))
 
 
 def test_one_step_gradient_reach():

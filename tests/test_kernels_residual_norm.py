@@ -189,11 +189,25 @@ def test_env_var_switches_the_fused_path(value, expected):
     if value is not None:
         env["HRM_DEEPLOOP_FUSED_RESIDUAL_NORM"] = value
     env["PYTHONPATH"] = str(REPO)
-    code = ("from hrm_deeploop import runtime; from hrm_deeploop.models import transitions; runtime.setup('cpu'); "
-            "print(transitions.USE_FUSED_RESIDUAL_NORM)")
+    code = "from hrm_deeploop import runtime; print(runtime.setup('cpu').fused_kernel)"
     proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(expected)
+
+
+def test_fused_is_a_constructor_choice(monkeypatch):
+    """A block's Post-LN step calls the kernel module only when built with fused=True, for CUDA
+    tensors; CPU tensors always take the plain path (so the CPU figures cannot depend on it)."""
+    from hrm_deeploop.models.core import Block, BlockConfig
+
+    calls = []
+    monkeypatch.setattr(rn, "residual_rms_norm", lambda *a: calls.append(a) or a[0])
+    x = torch.randn(1, 3, 16)
+    for fused in (True, False):
+        block = Block(BlockConfig(16, 2, 2.0, False, mlp_multiple=16, fused=fused))
+        assert block.attn_norm.fused is fused and block.mlp_norm.fused is fused
+        block(x)
+    assert calls == []
 
 
 # ---- GPU ----------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Loop transitions (models/transitions.py): the registry, OperLoop's update rule and behaviour,
-and per-module exponents for HRM."""
+the Post-LN step core.Block writes out, and per-module exponents for HRM."""
 
 from __future__ import annotations
 
@@ -10,28 +10,28 @@ import torch
 
 from hrm_deeploop.errors import ConfigError
 from hrm_deeploop.models.config import GPTConfig, HRMConfig, TRMConfig
-from hrm_deeploop.models.core import LoopedCore, init_block_, make_blocks
+from hrm_deeploop.models.core import BlockConfig, LoopedCore, RMSNorm, init_block_, make_block, rms_norm
 from hrm_deeploop.models.gpt import GPT
 from hrm_deeploop.models.hrm import HRM
 from hrm_deeploop.models.scaling import Residual, ScalingConfig, residual_for
-from hrm_deeploop.models.transitions import (
-    TRANSITIONS,
-    OperLoop,
-    PostNorm,
-    PreNorm,
-    RMSNorm,
-    Transition,
-    rms_norm,
-)
+from hrm_deeploop.models.transitions import TRANSITIONS, OperLoop, PreNorm, Transition
 from hrm_deeploop.scales import describe
 
 
+def make_blocks(n, *args, **kwargs):
+    return [make_block(BlockConfig(*args, **kwargs)) for _ in range(n)]
+
+
 def test_each_scheme_selects_its_transition():
-    kinds = {"baseline": PostNorm, "deeploop": PostNorm, "looped_eps": PreNorm, "operloop": OperLoop}
+    kinds = {"looped_eps": PreNorm, "operloop": OperLoop}
     for scheme, cls in kinds.items():
         (block,) = make_blocks(1, 16, 2, 2.0, False, residual_for(ScalingConfig(scheme=scheme), 4, 2, 2),
                                mlp_multiple=16)
-        assert type(block.attn_step) is cls and type(block.mlp_step) is cls
+        assert not block.post and type(block.attn_step) is cls and type(block.mlp_step) is cls
+    for scheme in ("baseline", "deeploop"):  # the Post-LN step is the block's own forward
+        (block,) = make_blocks(1, 16, 2, 2.0, False, residual_for(ScalingConfig(scheme=scheme), 4, 2, 2),
+                               mlp_multiple=16)
+        assert block.post and not hasattr(block, "attn_step")
     # post and pre own no parameters: checkpoints and the official key maps are unchanged
     (post,) = make_blocks(1, 16, 2, 2.0, False, Residual(), mlp_multiple=16)
     assert not any("_step" in n for n, _ in post.named_parameters())
@@ -72,10 +72,10 @@ def test_operloop_update_by_hand():
 def test_operloop_stays_finite_over_many_rounds_and_learns_its_step():
     torch.manual_seed(0)
     res = residual_for(ScalingConfig(scheme="operloop"), 32, 2, 16)
-    blocks = make_blocks(2, 16, 2, 2.0, True, res, mlp_multiple=16)
+    core = LoopedCore(BlockConfig(16, 2, 2.0, True, res, mlp_multiple=16), 2, num_rounds=16)
+    blocks = list(core.layers)
     for b in blocks:
         init_block_(b)
-    core = LoopedCore(blocks, num_rounds=16)
     assert core.final_norm is not None  # the stream leaves unnormalised
     x = torch.randn(2, 6, 16, requires_grad=True)
     y = core(x)
@@ -111,8 +111,8 @@ def test_per_module_exponents_for_hrm():
                     seq_len=8, vocab_size=12)
     m = HRM(cfg, ScalingConfig(scheme="power", p=0.5, p_h=0.25))
     n_g = 1 + 2 * 1  # K_H + C_L K_L
-    assert m.H_level.layers[0].attn_step.alpha == pytest.approx((2 * n_g) ** 0.25)
-    assert m.L_level.layers[0].attn_step.alpha == pytest.approx((2 * n_g) ** 0.5)
+    assert m.H_level.layers[0].cfg.residual.alpha == pytest.approx((2 * n_g) ** 0.25)
+    assert m.L_level.layers[0].cfg.residual.alpha == pytest.approx((2 * n_g) ** 0.5)
     rep = describe(cfg, ScalingConfig(scheme="deeploop", p_l=0.75))
     assert rep["modules"]["L"]["p"] == 0.75 and rep["modules"]["H"]["p"] == 0.5
     with pytest.raises(ConfigError, match="p_h / scaling.p_l are HRM's"):
@@ -122,8 +122,11 @@ def test_per_module_exponents_for_hrm():
 
 
 def test_post_norm_x_first_keeps_the_stream_layout():
-    """A transposed stream (TRM's token mixing) sums as x + f: the same values as f + x."""
+    """The Post-LN step sums x + f, so a transposed stream (TRM's token mixing) keeps its layout;
+    the reduction then runs in the reference's order."""
     xt = torch.randn(2, 8, 5).transpose(1, 2)
-    f = lambda h: torch.tanh(h)  # noqa: E731
-    a = PostNorm(1.0, x_first=True)(xt, f, RMSNorm(8))
-    torch.testing.assert_close(a, rms_norm(xt + torch.tanh(xt)))
+    f = torch.tanh(xt).contiguous()
+    a = RMSNorm(8)(xt, f)
+    assert a.stride() == xt.stride()
+    assert torch.equal(a, rms_norm(xt + f))
+    assert torch.equal(RMSNorm(8)(xt, f, 3.0), rms_norm(3.0 * xt + f))

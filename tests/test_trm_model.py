@@ -169,7 +169,7 @@ def test_mlp_mixer_block_by_hand(scheme):
     m = TRM(tiny_cfg(mixer="mlp", pos_encodings="none"), ScalingConfig(scheme=scheme))
     blk = m.net.layers[0]
     assert isinstance(blk, SeqMLPBlock) and blk.mlp_t.gate_up_proj.weight.shape[1] == 20  # P + S
-    a = blk.residual.alpha
+    a = blk.cfg.residual.alpha
     assert a == (1.0 if scheme == "baseline" else pytest.approx(math.sqrt(2 * 3 * 2)))  # N_g = (n+1)K = 6
     x = torch.randn(3, 20, 32)
     h = _rms(a * x.transpose(1, 2) + _swiglu(x.transpose(1, 2), blk.mlp_t)).transpose(1, 2)
@@ -192,7 +192,7 @@ def test_every_residual_scheme_applies(scheme, p, mixer):
     n_g = (4 + 1) * 2  # (n+1) K
     exp = {"baseline": 0.0, "deepnorm": 0.25, "deeploop": 0.5, "power": p}.get(scheme)
     for blk in m.net.layers:
-        r = blk.residual
+        r = blk.cfg.residual
         if scheme == "looped_eps":
             assert r.norm == "pre" and r.eps == pytest.approx(1.0 / (5 * math.sqrt(2)))
             continue

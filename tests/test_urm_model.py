@@ -164,7 +164,7 @@ def test_deeploop_gains():
     torch.manual_seed(0)
     deep = URM(cfg, ScalingConfig(scheme="deeploop"))
     n_g = 3 * 2  # C_L * K
-    res = deep.net.layers[0].residual
+    res = deep.net.layers[0].cfg.residual
     assert (deep.depth.N, deep.depth.N_g) == (3 * 3 * 2, n_g)
     assert res.alpha == pytest.approx(math.sqrt(2 * n_g)) and res.beta == pytest.approx((8 * n_g) ** -0.5)
     for bb, bd in zip(base.net.layers, deep.net.layers):

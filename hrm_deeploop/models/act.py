@@ -24,9 +24,18 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hrm_deeploop.models.config import ReasonerConfig
-from hrm_deeploop.models.core import Linear, LoopedCore, Rotary, init_block_, trunc_normal_
+from hrm_deeploop.models.core import BlockConfig, Linear, LoopedCore, Rotary, init_block_, trunc_normal_
+from hrm_deeploop.models.scaling import Residual
 
 DATA_KEYS = ("inputs", "labels", "puzzle_identifiers")
+
+
+def block_config(cfg: ReasonerConfig, residual: Residual, fused: bool, **fields) -> BlockConfig:
+    """The blocks of a reasoner's looped network: non-causal, at the config's width, heads, norms
+    and MLP; `fields` set the rest (TRM's mixer, URM's convolution width)."""
+    return BlockConfig(cfg.hidden_size, cfg.num_heads, cfg.expansion, causal=False, residual=residual,
+                       norm_eps=cfg.rms_norm_eps, norm_weight=cfg.norm_weight, mlp_multiple=cfg.mlp_multiple,
+                       mlp=cfg.mlp, fused=fused, **fields)
 
 
 # ---- embeddings ---------------------------------------------------------------------------------

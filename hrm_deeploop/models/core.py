@@ -1,19 +1,27 @@
-"""The looped-block core shared by HRM, TRM and the looped GPT.
+"""The looped-block core shared by HRM, TRM, URM and the looped GPT.
 
-RMSNorm, rotary embedding, multi-head attention on SDPA, SwiGLU, a two-sublayer block with a
-residual policy (alpha in the forward pass, beta once at init), its token-mixing-MLP variant
-(`SeqMLPBlock`, TRM's mlp_t), and `LoopedCore`: K physical blocks applied for R rounds with
-optional input injection. Architecture only: no process group, no config files, no environment
-variables (the fused-kernel switch below is set by `runtime`).
+- `Block`: attention and an MLP, each a residual sublayer. Its forward is the paper's equation,
+  x <- RMSNorm(alpha * x + f(x)) twice (alpha = 1: HRM's Post-LN block); the Pre-LN and OperLoop
+  alternatives are transitions (`models/transitions.py`). beta is a gain on the residual-branch
+  matrices, applied once by `init_block_`.
+- `BlockConfig`: everything a block is built from, alpha and beta included (`residual`, from
+  `scaling.module_residuals`), and the explicit choice of the fused Triton residual-norm kernel
+  (`fused`, used for CUDA tensors; the CPU path is plain PyTorch).
+- `SeqMLPBlock`: TRM's token-mixing variant (mlp_t), a SwiGLU across positions in place of attention.
+- `LoopedCore`: K blocks built from one `BlockConfig`, applied for R rounds with optional input
+  injection (unrolled depth N = K*R).
+- The parts: `Linear` (fp32 master weight cast at use), `RMSNorm`, `Rotary` / `apply_rope`,
+  `Attention` (SDPA), `SwiGLU`, `GeluMLP`, `ConvSwiGLU`, `trunc_normal_`.
 
-Module and parameter names follow HRM (`layers.N.self_attn.qkv_proj`, `mlp.gate_up_proj`, ...)
-so official checkpoints map onto this code by stripping prefixes only.
+Architecture only: no process group, no config files, no environment variables. Module and
+parameter names follow HRM (`layers.N.self_attn.qkv_proj`, `mlp.gate_up_proj`, ...) so official
+checkpoints map onto this code by stripping prefixes only.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -21,7 +29,7 @@ from torch import Tensor, nn
 
 from hrm_deeploop.models.kvcache import KVSlot
 from hrm_deeploop.models.scaling import Residual
-from hrm_deeploop.models.transitions import RMSNorm, Transition, make_transition
+from hrm_deeploop.models.transitions import Transition, make_transition
 
 # ---- init ------------------------------------------------------------------------------------
 
@@ -69,6 +77,38 @@ class Linear(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         bias = self.bias.to(x.dtype) if self.bias is not None else None
         return F.linear(x, self.weight.to(x.dtype), bias)
+
+
+def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+    """RMSNorm over the last dim, computed in (at least) fp32 and cast back to x's dtype."""
+    x32 = x.to(torch.promote_types(x.dtype, torch.float32))
+    y = x32 * torch.rsqrt(x32.square().mean(-1, keepdim=True) + eps)
+    if weight is not None:
+        y = y * weight.to(x32.dtype)
+    return y.to(x.dtype)
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm with an optional learnable gain (HRM's is weightless, eps 1e-5). Called with a
+    sublayer output f, it is the Post-LN residual step RMSNorm(alpha * x + f): with `fused`, the
+    fused Triton kernel for CUDA tensors (models/kernels/residual_norm.py), else plain PyTorch."""
+
+    def __init__(self, dim: int, eps: float = 1e-5, weight: bool = False, fused: bool = False):
+        super().__init__()
+        self.eps = eps
+        self.fused = fused
+        self.weight = nn.Parameter(torch.ones(dim)) if weight else None
+
+    def forward(self, x: Tensor, f: Tensor | None = None, alpha: float = 1.0) -> Tensor:
+        if f is None:
+            return rms_norm(x, self.weight, self.eps)
+        if self.fused and x.is_cuda:
+            from hrm_deeploop.models.kernels.residual_norm import residual_rms_norm
+
+            return residual_rms_norm(x, f, alpha, self.weight, self.eps)
+        # x first: the sum keeps x's memory layout (TRM's transposed stream), so the norm reduces in
+        # the reference's order; alpha = 1 skips the multiply, as the references do
+        return rms_norm(x + f if alpha == 1.0 else alpha * x + f, self.weight, self.eps)
 
 
 class Rotary(nn.Module):
@@ -195,16 +235,13 @@ class ConvSwiGLU(SwiGLU):
         return self.down_proj(F.silu(h[..., :T]).transpose(1, 2).contiguous())  # (B, T, D)
 
 
-MLPS = {"swiglu": SwiGLU, "gelu": GeluMLP, "convswiglu": ConvSwiGLU}
-
-
 def make_mlp(kind: str, dim: int, expansion: float, multiple: int = 256, conv_kernel: int = 2) -> nn.Module:
-    """The channel MLP `kind` names (MLPS), at the reference widths."""
+    """The channel MLP `kind` names (swiglu | gelu | convswiglu), at the reference widths."""
     if kind == "gelu":
         return GeluMLP(dim, expansion)
     if kind == "convswiglu":
         return ConvSwiGLU(dim, expansion, multiple, conv_kernel)
-    assert kind == "swiglu", f"unknown mlp {kind!r}; known: {sorted(MLPS)}"
+    assert kind == "swiglu", f"unknown mlp {kind!r}; known: swiglu, gelu, convswiglu"
     return SwiGLU(dim, expansion, multiple)
 
 
@@ -213,27 +250,57 @@ def mlp_width(kind: str, dim: int, expansion: float, multiple: int = 256) -> int
     return swiglu_width(dim, expansion, multiple) if kind in ("swiglu", "convswiglu") else int(round(expansion * dim))
 
 
-class Block(nn.Module):
-    """Attention and SwiGLU sublayers, each updating the stream through its loop transition
-    (`models/transitions.py`: post x <- RMSNorm(alpha x + f(x)), the baseline alpha = 1 being HRM's
-    block; pre x <- x + eps f(RMSNorm(x)); operloop)."""
+# ---- blocks ------------------------------------------------------------------------------------
 
-    def __init__(self, dim: int, num_heads: int, expansion: float, causal: bool, residual: Residual,
-                 norm_eps: float = 1e-5, norm_weight: bool = False, mlp_multiple: int = 256, mlp: str = "swiglu",
-                 conv_kernel: int = 2):
+@dataclass(frozen=True)
+class BlockConfig:
+    """What one block is built from; a `LoopedCore` builds its K blocks from one of these."""
+
+    dim: int
+    num_heads: int
+    expansion: float
+    causal: bool
+    residual: Residual = Residual()  # the transition and its alpha / beta / eps (scaling.module_residuals)
+    norm_eps: float = 1e-5
+    norm_weight: bool = False
+    mlp_multiple: int = 256
+    mlp: str = "swiglu"  # swiglu | gelu | convswiglu
+    conv_kernel: int = 2  # convswiglu's convolution width
+    mixer: str = "attention"  # attention | mlp (TRM's token-mixing SwiGLU over `seq_len` positions)
+    seq_len: int | None = None  # the mlp mixer's width
+    fused: bool = True  # the fused Triton residual-norm kernel for the Post-LN step on CUDA tensors
+
+
+class Block(nn.Module):
+    """Attention, then the MLP, each updating the stream x by the paper's Post-LN step
+    x <- RMSNorm(alpha * x + f(x)) (alpha = 1: HRM's block). `residual.norm` pre / operloop
+    replaces the step by a transition (`models/transitions.py`; OperLoop's step size is a parameter
+    of `attn_step` / `mlp_step`)."""
+
+    def __init__(self, cfg: BlockConfig):
         super().__init__()
-        self.residual = residual
-        self.norm_eps = norm_eps
-        self.self_attn = Attention(dim, num_heads, causal)
-        self.mlp = make_mlp(mlp, dim, expansion, mlp_multiple, conv_kernel)
-        self.attn_norm = RMSNorm(dim, norm_eps, weight=norm_weight)
-        self.mlp_norm = RMSNorm(dim, norm_eps, weight=norm_weight)
-        self.attn_step = make_transition(residual)
-        self.mlp_step = make_transition(residual)
+        self.cfg = cfg
+        self.self_attn = Attention(cfg.dim, cfg.num_heads, cfg.causal)
+        self.mlp = make_mlp(cfg.mlp, cfg.dim, cfg.expansion, cfg.mlp_multiple, cfg.conv_kernel)
+        self.attn_norm = RMSNorm(cfg.dim, cfg.norm_eps, weight=cfg.norm_weight, fused=cfg.fused)
+        self.mlp_norm = RMSNorm(cfg.dim, cfg.norm_eps, weight=cfg.norm_weight, fused=cfg.fused)
+        self.post = cfg.residual.norm == "post"
+        if not self.post:
+            self.attn_step = make_transition(cfg.residual)
+            self.mlp_step = make_transition(cfg.residual)
 
     def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None = None, kv: KVSlot | None = None) -> Tensor:
+        if self.post:
+            alpha = self.cfg.residual.alpha
+            x = self.attn_norm(x, self.self_attn(x, rope, kv), alpha)  # x <- RMSNorm(alpha * x + Attn(x))
+            return self.mlp_norm(x, self.mlp(x), alpha)  # x <- RMSNorm(alpha * x + MLP(x))
         x = self.attn_step(x, lambda h: self.self_attn(h, rope, kv), self.attn_norm)
         return self.mlp_step(x, self.mlp, self.mlp_norm)
+
+    @property
+    def unnormalised_output(self) -> bool:
+        """The stream leaves the block unnormalised (Pre-LN, OperLoop): `LoopedCore` closes with an RMSNorm."""
+        return not self.post and self.attn_step.final_norm
 
     def beta_matrices(self) -> dict[str, list[tuple[Tensor, slice]]]:
         """The residual-branch matrices (and row ranges) that take the beta gain, by target name."""
@@ -245,51 +312,55 @@ class Block(nn.Module):
         }
 
 
-def _swiglu_beta_matrices(mlps: list[SwiGLU]) -> dict[str, list[tuple[Tensor, slice]]]:
-    out: dict[str, list[tuple[Tensor, slice]]] = {"gate": [], "up": [], "down": []}
-    for mlp in mlps:
-        for target, mats in mlp.beta_matrices().items():
-            out[target] += mats
-    return out
-
-
 class SeqMLPBlock(nn.Module):
     """TRM's `mlp_t` block: a SwiGLU across the sequence axis (token mixing, in place of attention)
-    and the channel SwiGLU, both under the residual policy.
+    and the channel SwiGLU, both under the block's residual step.
 
     The token-mixing sublayer runs on the transposed stream (B, D, T), so its RMSNorm normalises
-    across the T positions of each channel, as the reference's does. Its SwiGLU's up and down
-    matrices are residual-branch matrices like the channel MLP's: `scaling.beta_targets` up / down /
-    gate apply to both MLPs (v and o have no counterpart here).
+    across the T positions of each channel, as the reference's does (never the fused kernel). Its
+    SwiGLU's up and down matrices are residual-branch matrices like the channel MLP's:
+    `scaling.beta_targets` up / down / gate apply to both MLPs (v and o have no counterpart here).
     """
 
-    def __init__(self, dim: int, seq_len: int, expansion: float, residual: Residual, norm_eps: float = 1e-5,
-                 norm_weight: bool = False, mlp_multiple: int = 256):
+    def __init__(self, cfg: BlockConfig):
         super().__init__()
-        self.residual = residual
-        self.norm_eps = norm_eps
-        self.mlp_t = SwiGLU(seq_len, expansion, mlp_multiple)
-        self.mlp = SwiGLU(dim, expansion, mlp_multiple)
-        self.mix_norm = RMSNorm(seq_len, norm_eps, weight=norm_weight)
-        self.mlp_norm = RMSNorm(dim, norm_eps, weight=norm_weight)
-        self.mix_step = make_transition(residual, transposed=True)
-        self.mlp_step = make_transition(residual)
+        assert cfg.seq_len is not None, "the mlp mixer needs seq_len (its width is the sequence length)"
+        self.cfg = cfg
+        self.mlp_t = SwiGLU(cfg.seq_len, cfg.expansion, cfg.mlp_multiple)
+        self.mlp = SwiGLU(cfg.dim, cfg.expansion, cfg.mlp_multiple)
+        self.mix_norm = RMSNorm(cfg.seq_len, cfg.norm_eps, weight=cfg.norm_weight)
+        self.mlp_norm = RMSNorm(cfg.dim, cfg.norm_eps, weight=cfg.norm_weight, fused=cfg.fused)
+        self.post = cfg.residual.norm == "post"
+        if not self.post:
+            self.mix_step = make_transition(cfg.residual)
+            self.mlp_step = make_transition(cfg.residual)
+
+    @property
+    def unnormalised_output(self) -> bool:
+        return not self.post and self.mix_step.final_norm
 
     def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None = None) -> Tensor:
         xt = x.transpose(1, 2)  # (B, D, T): mix along the sequence axis
+        if self.post:
+            alpha = self.cfg.residual.alpha
+            x = self.mix_norm(xt, self.mlp_t(xt), alpha).transpose(1, 2)  # (B, T, D)
+            return self.mlp_norm(x, self.mlp(x), alpha)
         x = self.mix_step(xt, self.mlp_t, self.mix_norm).transpose(1, 2)  # (B, T, D)
         return self.mlp_step(x, self.mlp, self.mlp_norm)
 
     def beta_matrices(self) -> dict[str, list[tuple[Tensor, slice]]]:
-        return {"v": [], "o": [], **_swiglu_beta_matrices([self.mlp_t, self.mlp])}  # no attention here
+        out: dict[str, list[tuple[Tensor, slice]]] = {"v": [], "o": [], "gate": [], "up": [], "down": []}
+        for mlp in (self.mlp_t, self.mlp):  # no attention here
+            for target, mats in mlp.beta_matrices().items():
+                out[target] += mats
+        return out
 
 
 def init_block_(block: Block | SeqMLPBlock, std: float | None = None, proj_std: float | None = None) -> None:
     """(Re)initialise one block: truncated LeCun normal on every matrix (or, with `std`, GPT-2's
     N(0, std^2) and N(0, proj_std^2) on the residual projections o_proj and the MLP's down_proj),
     torch's default on a ConvSwiGLU's convolution, unit norm gains, then the beta gain on the
-    residual-branch matrices named in `block.residual.beta_targets` (query and key rows are never
-    scaled)."""
+    residual-branch matrices named in `residual.beta_targets` (query and key rows are never scaled)."""
     seen = set()
     for name, module in block.named_modules():
         if isinstance(module, Linear):
@@ -312,36 +383,39 @@ def init_block_(block: Block | SeqMLPBlock, std: float | None = None, proj_std: 
             seen.update(id(p) for p in module.parameters())
     missing = [n for n, p in block.named_parameters() if id(p) not in seen]
     assert not missing, f"init_block_ does not initialise {missing}"
-    beta = block.residual.beta
-    if beta != 1.0:
+    residual = block.cfg.residual
+    if residual.beta != 1.0:
         with torch.no_grad():
             mats = block.beta_matrices()
-            for target in block.residual.beta_targets:
+            for target in residual.beta_targets:
                 for w, rows in mats[target]:
-                    w[rows].mul_(beta)
+                    w[rows].mul_(residual.beta)
+
+
+def make_block(cfg: BlockConfig) -> Block | SeqMLPBlock:
+    """The block `cfg.mixer` names, with its modules' default init (a model's `init_weights` then
+    initialises it the model's way, `init_block_`, once)."""
+    assert cfg.mixer in ("attention", "mlp"), f"unknown mixer {cfg.mixer!r}"
+    return SeqMLPBlock(cfg) if cfg.mixer == "mlp" else Block(cfg)
 
 
 class LoopedCore(nn.Module):
     """K physical blocks applied for R rounds (unrolled depth N = K*R).
 
-    The blocks are stored once and reused every round, so gradients from all R visits accumulate
-    into the same tensors. `injection`, if given, is added to the stream at the start of every
-    round (HRM's input injection: module(z, u) = blocks(z + u)). When the blocks' transition leaves
-    the stream unnormalised (pre-LN, OperLoop), a final RMSNorm closes the stack.
+    The blocks are built once from `block` and reused every round, so gradients from all R visits
+    accumulate into the same tensors. `injection`, if given, is added to the stream at the start of
+    every round (HRM's input injection: module(z, u) = blocks(z + u)). When the blocks leave the
+    stream unnormalised (pre-LN, OperLoop), a final RMSNorm closes the stack.
     """
 
-    def __init__(self, blocks: Iterable[Block | SeqMLPBlock], num_rounds: int = 1, checkpoint_rounds: bool = False):
+    def __init__(self, block: BlockConfig, num_blocks: int, num_rounds: int = 1, checkpoint_rounds: bool = False):
         super().__init__()
-        self.layers = nn.ModuleList(blocks)
-        assert len(self.layers) > 0, "LoopedCore needs at least one block"
+        assert num_blocks > 0, "LoopedCore needs at least one block"
+        self.layers = nn.ModuleList(make_block(block) for _ in range(num_blocks))
         self.num_rounds = num_rounds
         self.checkpoint_rounds = checkpoint_rounds
-        first = self.layers[0]
-        dim = first.mlp.down_proj.weight.shape[0]
-        self.final_norm = (
-            RMSNorm(dim, first.norm_eps, weight=first.mlp_norm.weight is not None)
-            if first.mlp_step.final_norm else None
-        )
+        self.final_norm = (RMSNorm(block.dim, block.norm_eps, weight=block.norm_weight)
+                           if self.layers[0].unnormalised_output else None)
 
     def _round(self, x: Tensor, rope: tuple[Tensor, Tensor] | None) -> Tensor:
         for block in self.layers:
@@ -367,19 +441,3 @@ class LoopedCore(nn.Module):
         if self.final_norm is not None:
             x = self.final_norm(x)
         return x
-
-
-def make_blocks(num_blocks: int, dim: int, num_heads: int, expansion: float, causal: bool,
-                residual: Residual, norm_eps: float = 1e-5, norm_weight: bool = False,
-                mlp_multiple: int = 256, mixer: str = "attention", seq_len: int | None = None,
-                mlp: str = "swiglu", conv_kernel: int = 2) -> list[Block] | list[SeqMLPBlock]:
-    """`num_blocks` blocks with their modules' default init; the model's `init_weights` then
-    initialises each one the model's way (`init_block_`, with the beta gain), once.
-    mixer="mlp": `SeqMLPBlock`s over `seq_len` positions instead of attention."""
-    if mixer == "mlp":
-        assert seq_len is not None, "the mlp mixer needs seq_len (its width is the sequence length)"
-        return [SeqMLPBlock(dim, seq_len, expansion, residual, norm_eps, norm_weight, mlp_multiple)
-                for _ in range(num_blocks)]
-    assert mixer == "attention", f"unknown mixer {mixer!r}"
-    return [Block(dim, num_heads, expansion, causal, residual, norm_eps, norm_weight, mlp_multiple, mlp, conv_kernel)
-            for _ in range(num_blocks)]

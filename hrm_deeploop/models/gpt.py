@@ -25,17 +25,17 @@ from torch import Tensor, nn
 
 from hrm_deeploop.models.config import GPTConfig
 from hrm_deeploop.models.core import (
+    BlockConfig,
     Linear,
     LoopedCore,
+    RMSNorm,
     Rotary,
     init_block_,
-    make_blocks,
     mlp_width,
     trunc_normal_,
 )
 from hrm_deeploop.models.kvcache import KVCache
 from hrm_deeploop.models.scaling import ScalingConfig, model_depth, module_residuals, residual_for
-from hrm_deeploop.models.transitions import RMSNorm
 
 EXIT_CRITERIA = ("kl", "hidden")
 
@@ -72,9 +72,11 @@ class GPT(nn.Module):
     Parameters are stored once: `num_rounds` changes compute, not the parameter count.
     """
 
-    def __init__(self, cfg: GPTConfig, scaling: ScalingConfig | None = None, scaling_rounds: float | None = None):
+    def __init__(self, cfg: GPTConfig, scaling: ScalingConfig | None = None, scaling_rounds: float | None = None,
+                 fused: bool = True):
         """scaling_rounds: the R in N = K*R for alpha and beta when training draws R per step
-        (`depth.scaling_n`, docs/generation.md); None: model.num_rounds."""
+        (`depth.scaling_n`, docs/generation.md); None: model.num_rounds. fused: the fused Triton
+        residual-norm kernel for the Post-LN steps on CUDA (`core.BlockConfig`)."""
         super().__init__()
         self.cfg = cfg
         self.scaling = scaling or ScalingConfig()
@@ -87,10 +89,10 @@ class GPT(nn.Module):
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)  # (V, D)
         self.embed_norm = RMSNorm(cfg.hidden_size, cfg.norm_eps, weight=cfg.norm_weight) if cfg.embed_norm else None
         self.rotary = Rotary(cfg.hidden_size // cfg.num_heads, cfg.seq_len, cfg.rope_theta)
-        blocks = make_blocks(cfg.num_blocks, cfg.hidden_size, cfg.num_heads, cfg.expansion, causal=True,
-                             residual=self.residual, norm_eps=cfg.norm_eps, norm_weight=cfg.norm_weight,
-                             mlp_multiple=cfg.mlp_multiple, mlp=cfg.mlp)
-        self.core = LoopedCore(blocks, cfg.num_rounds, checkpoint_rounds=cfg.activation_checkpointing)
+        block = BlockConfig(cfg.hidden_size, cfg.num_heads, cfg.expansion, causal=True, residual=self.residual,
+                            norm_eps=cfg.norm_eps, norm_weight=cfg.norm_weight, mlp_multiple=cfg.mlp_multiple,
+                            mlp=cfg.mlp, fused=fused)
+        self.core = LoopedCore(block, cfg.num_blocks, cfg.num_rounds, checkpoint_rounds=cfg.activation_checkpointing)
         self.lm_head = None if cfg.tie_embeddings else Linear(cfg.hidden_size, cfg.vocab_size)
         self.init_weights()
 

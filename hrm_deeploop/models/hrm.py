@@ -20,9 +20,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from hrm_deeploop.models.act import ACTReasoner
+from hrm_deeploop.models.act import ACTReasoner, block_config
 from hrm_deeploop.models.config import HRMConfig
-from hrm_deeploop.models.core import LoopedCore, make_blocks
+from hrm_deeploop.models.core import LoopedCore
 from hrm_deeploop.models.scaling import ScalingConfig, model_depth, module_residuals
 
 
@@ -30,7 +30,8 @@ class HRM(ACTReasoner):
     """HRM with ACT (`ACTReasoner`): two LoopedCores, H and L, and the one-step gradient."""
 
     def __init__(self, cfg: HRMConfig, scaling: ScalingConfig | None = None,
-                 dtype: torch.dtype = torch.float32):
+                 dtype: torch.dtype = torch.float32, fused: bool = True):
+        """fused: the fused Triton residual-norm kernel for the Post-LN steps on CUDA (`core.BlockConfig`)."""
         super().__init__()
         self.cfg = cfg
         self.scaling = scaling or ScalingConfig()
@@ -41,13 +42,8 @@ class HRM(ACTReasoner):
         self.depth = model_depth(cfg, self.scaling)
         res = module_residuals(self.scaling, self.depth)
 
-        def blocks(n: int, name: str):
-            return make_blocks(n, D, cfg.num_heads, cfg.expansion, causal=False, residual=res[name],
-                               norm_eps=cfg.rms_norm_eps, norm_weight=cfg.norm_weight,
-                               mlp_multiple=cfg.mlp_multiple, mlp=cfg.mlp)
-
-        self.H_level = LoopedCore(blocks(cfg.num_h_layers, "H"), num_rounds=1)
-        self.L_level = LoopedCore(blocks(cfg.num_l_layers, "L"), num_rounds=1)
+        self.H_level = LoopedCore(block_config(cfg, res["H"], fused), cfg.num_h_layers)
+        self.L_level = LoopedCore(block_config(cfg, res["L"], fused), cfg.num_l_layers)
         self.register_buffer("H_init", torch.empty(D), persistent=True)
         self.register_buffer("L_init", torch.empty(D), persistent=True)
         self.init_weights()

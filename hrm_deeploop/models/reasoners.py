@@ -25,6 +25,7 @@ REASONERS: dict[str, type[ACTReasoner]] = {"hrm": HRM, "trm": TRM, "urm": URM}
 
 
 def build_reasoner(cfg: ReasonerConfig, scaling: ScalingConfig | None = None,
-                   dtype: torch.dtype = torch.float32) -> ACTReasoner:
-    """The model `cfg.name` names, initialised (call under torch.manual_seed for a fixed init)."""
-    return REASONERS[cfg.name](cfg, scaling, dtype)
+                   dtype: torch.dtype = torch.float32, fused: bool = True) -> ACTReasoner:
+    """The model `cfg.name` names, initialised (call under torch.manual_seed for a fixed init);
+    `fused`: the fused residual-norm kernel on CUDA (the trainers pass `runtime.Env.fused_kernel`)."""
+    return REASONERS[cfg.name](cfg, scaling, dtype, fused)

@@ -31,9 +31,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from hrm_deeploop.models.act import ACTReasoner
+from hrm_deeploop.models.act import ACTReasoner, block_config
 from hrm_deeploop.models.config import TRMConfig
-from hrm_deeploop.models.core import LoopedCore, make_blocks
+from hrm_deeploop.models.core import LoopedCore
 from hrm_deeploop.models.scaling import ScalingConfig, model_depth, module_residuals
 
 
@@ -41,7 +41,8 @@ class TRM(ACTReasoner):
     """TRM with ACT. `forward(carry, batch, generator) -> (carry, outputs)` as `act.ACTReasoner`."""
 
     def __init__(self, cfg: TRMConfig, scaling: ScalingConfig | None = None,
-                 dtype: torch.dtype = torch.float32):
+                 dtype: torch.dtype = torch.float32, fused: bool = True):
+        """fused: the fused Triton residual-norm kernel for the Post-LN steps on CUDA (`core.BlockConfig`)."""
         super().__init__()
         self.cfg = cfg
         self.scaling = scaling or ScalingConfig()
@@ -52,10 +53,7 @@ class TRM(ACTReasoner):
 
         self.depth = model_depth(cfg, self.scaling)  # scaling.trm_depth; refuses per_module
         res = module_residuals(self.scaling, self.depth)["net"]
-        self.net = LoopedCore(make_blocks(cfg.num_layers, D, cfg.num_heads, cfg.expansion, causal=False,
-                                          residual=res, norm_eps=cfg.rms_norm_eps, norm_weight=cfg.norm_weight,
-                                          mlp_multiple=cfg.mlp_multiple, mixer=cfg.mixer,
-                                          seq_len=self.total_len, mlp=cfg.mlp), num_rounds=1)
+        self.net = LoopedCore(block_config(cfg, res, fused, mixer=cfg.mixer, seq_len=self.total_len), cfg.num_layers)
         self.register_buffer("H_init", torch.empty(D), persistent=True)
         self.register_buffer("L_init", torch.empty(D), persistent=True)
         self.init_weights()

@@ -30,9 +30,9 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
-from hrm_deeploop.models.act import ACTReasoner, Carry
+from hrm_deeploop.models.act import ACTReasoner, Carry, block_config
 from hrm_deeploop.models.config import URMConfig
-from hrm_deeploop.models.core import LoopedCore, make_blocks
+from hrm_deeploop.models.core import LoopedCore
 from hrm_deeploop.models.scaling import ScalingConfig, model_depth, module_residuals
 
 
@@ -42,7 +42,8 @@ class URM(ACTReasoner):
     q_continue = False  # halt when Q(halt) > 0; no target-Q forward
 
     def __init__(self, cfg: URMConfig, scaling: ScalingConfig | None = None,
-                 dtype: torch.dtype = torch.float32):
+                 dtype: torch.dtype = torch.float32, fused: bool = True):
+        """fused: the fused Triton residual-norm kernel for the Post-LN steps on CUDA (`core.BlockConfig`)."""
         super().__init__()
         self.cfg = cfg
         self.scaling = scaling or ScalingConfig()
@@ -51,10 +52,7 @@ class URM(ACTReasoner):
 
         self.depth = model_depth(cfg, self.scaling)  # scaling.urm_depth; refuses per_module
         res = module_residuals(self.scaling, self.depth)["net"]
-        self.net = LoopedCore(make_blocks(cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.expansion,
-                                          causal=False, residual=res, norm_eps=cfg.rms_norm_eps,
-                                          norm_weight=cfg.norm_weight, mlp_multiple=cfg.mlp_multiple,
-                                          mlp=cfg.mlp, conv_kernel=cfg.conv_kernel),
+        self.net = LoopedCore(block_config(cfg, res, fused, conv_kernel=cfg.conv_kernel), cfg.num_layers,
                               num_rounds=cfg.num_l_cycles)
         self.register_buffer("init_hidden", torch.empty(cfg.hidden_size), persistent=True)
         self.init_weights()

@@ -299,8 +299,8 @@ class LMTrainer(Task):
         self.config = run_config_dict(cfg)
         check_training_memory(cfg, env, self.dtype)  # before the model exists: refused or announced in one line
         dist_.seed_all(cfg.seed)
-        self.model = GPT(m, cfg.scaling, scaling_rounds=cfg.depth.scaling_rounds(m.num_rounds, self.total_steps)
-                         ).to(env.device)
+        self.model = GPT(m, cfg.scaling, scaling_rounds=cfg.depth.scaling_rounds(m.num_rounds, self.total_steps),
+                         fused=env.fused_kernel).to(env.device)
         # The default (fixed R, every round on the tape) calls the model exactly as before.
         self.depth_varies = cfg.depth.varies or cfg.depth.backprop_rounds is not None
         self.sharded = cfg.train.fsdp and env.distributed

@@ -216,7 +216,7 @@ class Trainer(Task):
         check_grad_accum(G // env.world_size, cfg.train.grad_accum)  # before the run folder, not at the first step
         check_training_memory(cfg, env, self.dtype)  # before the model exists: refused or announced in one line
         torch.manual_seed(cfg.seed)  # the same init on every rank (DDP also syncs at construction)
-        self.model = build_reasoner(cfg.model, cfg.scaling, self.dtype).to(env.device)
+        self.model = build_reasoner(cfg.model, cfg.scaling, self.dtype, env.fused_kernel).to(env.device)
         self.start = start
         self.rows = start.row_map if start is not None else None  # dataset id -> table row (adapt old_rows=keep)
         if start is not None:
