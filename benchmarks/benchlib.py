@@ -511,9 +511,12 @@ def _check_reference(ref, cfg, batch: int, device: torch.device, steps: int, o, 
     return rows, sens
 
 
-def reference_step_fn(ref, cfg, batch: int, dtype: torch.dtype, device: torch.device, compile_: bool, o):
+def reference_step_fn(ref, cfg, batch: int, dtype: torch.dtype, device: torch.device, compile_: bool, o,
+                      ema: bool = True):
     """A closure running one step as the reference's pretrain.train_batch does (world size 1),
-    followed by its EMA update (ema=True in every TRM and URM setup)."""
+    followed by its EMA update with `ema` (ema=True in every TRM and URM setup; HRM has none).
+    `ref` is the reference's namespace: `build(cfg, batch, dtype, device)` -> its ACTLossHead,
+    `SignSGD`, `lr(...)` (its schedule), and with `ema` its `EMAHelper`."""
     from benchmarks.bench_hrm import random_batches
     from hrm_deeploop.training.optim import set_lr
 
@@ -521,8 +524,9 @@ def reference_step_fn(ref, cfg, batch: int, dtype: torch.dtype, device: torch.de
     head = ref.build(cfg, batch, dtype, device)
     model = torch.compile(head, dynamic=False) if compile_ else head
     opts, base_lrs = reference_optimizers(ref, head, o, device)
-    ema = ref.EMAHelper(mu=EMA_RATE)
-    ema.register(model)
+    average = ref.EMAHelper(mu=EMA_RATE) if ema else None
+    if average is not None:
+        average.register(model)
     batches = random_batches(cfg, batch, 4, device)
     state = {"step": 0, "carry": None}
 
@@ -539,16 +543,18 @@ def reference_step_fn(ref, cfg, batch: int, dtype: torch.dtype, device: torch.de
             opt.step()
             opt.zero_grad()
         torch.stack([metrics[k] for k in sorted(metrics)]).cpu()  # the host copy its logging makes
-        ema.update(model)
+        if average is not None:
+            average.update(model)
 
     return step
 
 
-def our_step_fn(cfg, scheme: str, batch: int, device: torch.device, compile_: bool, o):
+def our_step_fn(cfg, scheme: str, batch: int, device: torch.device, compile_: bool, o, ema: bool = True):
+    """A closure running one step of our Trainer (with the weight average with `ema`)."""
     from benchmarks.bench_hrm import make_trainer, random_batches
     from hrm_deeploop.models.scaling import ScalingConfig
 
-    trainer = make_trainer(cfg, ScalingConfig(scheme=scheme), device, batch, compile_, o, ema=True)
+    trainer = make_trainer(cfg, ScalingConfig(scheme=scheme), device, batch, compile_, o, ema=ema)
     batches = random_batches(cfg, batch, 4, device)
     return lambda: trainer.train_step(tensors=batches[trainer.step % len(batches)])
 

@@ -53,15 +53,18 @@ from omegaconf import OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from benchmarks.bench_hrm import PRESETS, make_trainer, random_batches  # noqa: E402
+from benchmarks.bench_hrm import PRESETS, random_batches  # noqa: E402
 from benchmarks.benchlib import (  # noqa: E402
     add_common_args,
     describe,
     eval_rows,
     fmt_diff,
     judge,
+    our_step_fn,
     perturbed,
     print_table,
+    reference_optimizers,
+    reference_step_fn,
     rel_diff,
     setup_device,
     strict_numerics,
@@ -116,9 +119,15 @@ def import_reference(ref_dir: Path) -> tuple[types.SimpleNamespace, str]:
         sparse = importlib.import_module("models.sparse_embedding")
     except ImportError as e:
         raise SystemExit(f"cannot import the reference from {ref_dir}: {e} (it needs pydantic)") from None
-    return types.SimpleNamespace(Model=act.HierarchicalReasoningModel_ACTV1, LossHead=losses.ACTLossHead,
-                                 SignSGD=sparse.CastedSparseEmbeddingSignSGD_Distributed,
-                                 layers=importlib.import_module("models.layers")), attention
+    ref = types.SimpleNamespace(Model=act.HierarchicalReasoningModel_ACTV1, LossHead=losses.ACTLossHead,
+                                SignSGD=sparse.CastedSparseEmbeddingSignSGD_Distributed,
+                                layers=importlib.import_module("models.layers"))
+    # what benchlib's shared reference step reads: the loss head as pretrain builds it, and the
+    # schedule (HRM's pretrain's cosine with warm-up, written as training.optim.lr_at)
+    ref.build = lambda cfg, batch, dtype, device: build_reference(ref, cfg, batch, dtype, device)
+    ref.lr = lambda current_step, base_lr, num_warmup_steps, num_training_steps, min_ratio: lr_at(
+        current_step, base_lr, num_warmup_steps, num_training_steps, min_ratio)
+    return ref, attention
 
 
 def reference_config(cfg: HRMConfig, batch: int, dtype: torch.dtype) -> dict:
@@ -137,13 +146,6 @@ def build_reference(ref, cfg: HRMConfig, batch: int, dtype: torch.dtype, device:
     """ACTLossHead(model) built on `device` as HRM's pretrain builds it (inside torch.device)."""
     with torch.device(device):
         return ref.LossHead(ref.Model(reference_config(cfg, batch, dtype)), loss_type=cfg.loss_type)
-
-
-def reference_optimizers(ref, head, o: OptimConfig, device: torch.device) -> list:
-    """[sparse SignSGD on the puzzle buffers, AdamATan2 on the parameters], lr set per step."""
-    return [ref.SignSGD(head.model.puzzle_emb.buffers(), lr=0, weight_decay=o.puzzle_emb_weight_decay, world_size=1),
-            make_adam_atan2(head.parameters(), lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay,
-                            device=device)]
 
 
 def key_map(cfg: HRMConfig) -> dict[str, str]:
@@ -178,7 +180,7 @@ def _check(ref, cfg: HRMConfig, batch: int, device: torch.device, steps: int, o:
     ours.train()
     head.train()
     names = {kmap["model.inner." + n]: p for n, p in head.model.inner.named_parameters()}
-    ref_opts = reference_optimizers(ref, head, o, device)
+    ref_opts, _ = reference_optimizers(ref, head, o, device)
     sparse = SparseSignSGD(ours.puzzle_emb.weights, o.puzzle_emb_lr, o.puzzle_emb_weight_decay)
     adam = make_adam_atan2(ours.parameters(), lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay,
                            device=device)
@@ -244,41 +246,6 @@ def _check(ref, cfg: HRMConfig, batch: int, device: torch.device, steps: int, o:
         with perturbed(ours):  # the rollout's own sensitivity: ours against ours
             _, twin = ours.predict(b)
     return rows + eval_rows(f" ({segments} segments)", out, ref_out, twin)
-
-
-# ---- 2. throughput ----------------------------------------------------------------------------------
-
-def reference_step_fn(ref, cfg: HRMConfig, batch: int, dtype: torch.dtype, device: torch.device, compile_: bool,
-                      o: OptimConfig):
-    """A closure running one step as HRM's pretrain.train_batch does (world size 1)."""
-    torch.manual_seed(0)
-    head = build_reference(ref, cfg, batch, dtype, device)
-    model = torch.compile(head, dynamic=False) if compile_ else head
-    opts, base_lrs = reference_optimizers(ref, head, o, device), (o.puzzle_emb_lr, o.lr)
-    batches = random_batches(cfg, batch, 4, device)
-    state = {"step": 0, "carry": None}
-
-    def step() -> None:
-        state["step"] += 1
-        b = batches[state["step"] % len(batches)]
-        if state["carry"] is None:
-            with torch.device(device):
-                state["carry"] = head.initial_carry(b)
-        state["carry"], loss, metrics, _, _ = model(carry=state["carry"], batch=b, return_keys=[])
-        ((1 / batch) * loss).backward()
-        for opt, base in zip(opts, base_lrs):
-            set_lr(opt, lr_at(state["step"], base, o.warmup_steps, 10**6, o.min_lr_ratio))
-            opt.step()
-            opt.zero_grad()
-        torch.stack([metrics[k] for k in sorted(metrics)]).cpu()  # the host copy its logging makes
-
-    return step
-
-
-def our_step_fn(cfg: HRMConfig, scheme: str, batch: int, device: torch.device, compile_: bool, o: OptimConfig):
-    trainer = make_trainer(cfg, ScalingConfig(scheme=scheme), device, batch, compile_, o)
-    batches = random_batches(cfg, batch, 4, device)
-    return lambda: trainer.train_step(tensors=batches[trainer.step % len(batches)])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -347,8 +314,9 @@ def main(argv: list[str] | None = None) -> int:
         for name, comp in variants:
             row = [name]
             ref_ex = None
-            sides = [("reference", lambda c=comp: reference_step_fn(ref, cfg, batch, dtype, device, c, o))]
-            sides += [(s, lambda s=s, c=comp: our_step_fn(cfg, s, batch, device, c, o)) for s in args.schemes]
+            sides = [("reference", lambda c=comp: reference_step_fn(ref, cfg, batch, dtype, device, c, o, ema=False))]
+            sides += [(s, lambda s=s, c=comp: our_step_fn(cfg, s, batch, device, c, o, ema=False))
+                      for s in args.schemes]
             for label, make in sides:
                 try:
                     ms = time_steps(make(), device, warmup, steps).ms_per_step
