@@ -15,7 +15,8 @@ two differ by rounding (the kernel being the closer to an fp64 computation); in 
 about 1e-7.
 
 ``residual_rms_norm_reference`` is the plain-PyTorch definition and the CPU fallback; the model's
-own ``rms_norm`` in ``hrm_deeploop/core.py`` computes the same thing.
+own ``RMSNorm`` in ``hrm_deeploop/models/core.py`` computes the same thing (and calls this kernel
+for CUDA tensors when the model was built with ``fused=True``).
 """
 
 from __future__ import annotations
