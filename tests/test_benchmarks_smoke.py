@@ -265,7 +265,7 @@ def test_perturbed_moves_weights_and_restores_them_bit_for_bit():
     before = [p.detach().clone() for p in model.parameters()]
     with perturbed(model, rel=1e-3) as m:
         assert m is model
-        changes = [float(((p - b).abs() / b.abs().clamp_min(1e-12)).max()) for p, b in zip(model.parameters(), before)]
+        changes = [float(((p.detach() - b).abs() / b.abs().clamp_min(1e-12)).max()) for p, b in zip(model.parameters(), before)]
         assert all(1e-5 < c < 1e-2 for c in changes), changes
     assert all(torch.equal(p, b) for p, b in zip(model.parameters(), before))
 
