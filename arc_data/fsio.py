@@ -45,9 +45,10 @@ import signal
 import stat
 import sys
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -105,6 +106,27 @@ def save_json(path: Path, obj: object, indent: int | None = 2) -> None:
     with open(path, "w") as f:
         json.dump(obj, f, indent=indent)
         f.write("\n")
+
+
+@contextmanager
+def atomic_file(path: str | os.PathLike) -> Iterator[BinaryIO]:
+    """Write one file atomically, the one way every single-file writer does (checkpoints, run
+    files, predictions.npz): yield `<path>.tmp`; when the block ends it is flushed, fsynced and
+    renamed over `path`; on any exception (Ctrl-C too) it is removed and `path` is left as it was.
+    The file is created as open() creates one (0666 less the umask, so 0644 usually), like every
+    other output: mkstemp's 0600 would make it the odd one out."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with suppress(OSError):  # a folder that refuses the unlink refused the file too
+            tmp.unlink(missing_ok=True)
+        raise
 
 
 def dir_size(path: Path) -> int:

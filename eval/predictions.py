@@ -24,16 +24,14 @@ Stored with `np.savez` (uncompressed, no pickle). `save_predictions` writes atom
 
 from __future__ import annotations
 
-import os
 import struct
-import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from arc_data.fsio import why_not_a_file
+from arc_data.fsio import atomic_file, why_not_a_file
 from hrm_deeploop.errors import UserError
 
 FIELDS: dict[str, tuple[np.dtype, int]] = {
@@ -147,14 +145,8 @@ def save_predictions(path: str | Path, puzzle_identifiers, inputs, predictions, 
     path = Path(path)
     validate(p, where=str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **{name: getattr(p, name) for name in FIELDS}, **p.extra)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(path) as f:
+        np.savez(f, **{name: getattr(p, name) for name in FIELDS}, **p.extra)
     return path
 
 

@@ -46,7 +46,7 @@ except ImportError:  # numpy 1.x
     from numpy.core.multiarray import _reconstruct as _np_reconstruct
 
 from arc_data.budget import check_fits
-from arc_data.fsio import why_not_a_file
+from arc_data.fsio import atomic_file, why_not_a_file
 from hrm_deeploop import __version__, hub
 from hrm_deeploop.errors import UserError, os_error
 
@@ -66,24 +66,16 @@ def code_version() -> str:
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write `<path>.tmp`, fsync, rename over `path`. On any failure (a full disk, a file-size
+    """Write `<path>.tmp`, fsync, rename over `path` (arc_data.fsio.atomic_file). On any failure (a full disk, a file-size
     limit, a read-only folder, Ctrl-C) the temp file is removed and `path` is left as it was; an
     OSError becomes one line naming the path and the errno."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
+        with atomic_file(path) as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as e:
-        with contextlib.suppress(OSError):  # a folder that refuses the unlink refused the file too
-            tmp.unlink(missing_ok=True)
-        if isinstance(e, OSError):
-            raise UserError(f"cannot write '{path}': {os_error(e)}") from None
-        raise
+    except OSError as e:
+        raise UserError(f"cannot write '{path}': {os_error(e)}") from None
 
 
 def save(path: str | Path, state: dict[str, Any]) -> Path:
