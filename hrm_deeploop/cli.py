@@ -175,9 +175,10 @@ def quote_non_ascii(value: str) -> str:
     return _NON_ASCII_RUN.sub(lambda m: f"{m[1]}'{m[2]}'{m[3]}", value)
 
 
-def compose(name: str, overrides: list[str], convert: bool = True) -> Any:
+def compose(name: str, overrides: list[str], convert: bool = True, choices: bool = False) -> Any:
     """The subcommand's config as its typed dataclass (or the composed DictConfig with
-    convert=False). Raises ConfigError (one line) on any mistake."""
+    convert=False; with choices=True also the config-group choices it was composed from, as
+    `(cfg, {group: choice})`). Raises ConfigError (one line) on any mistake."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -192,7 +193,14 @@ def compose(name: str, overrides: list[str], convert: bool = True) -> Any:
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
-            cfg = hydra_compose(config_name=COMMANDS[name].config, overrides=overrides)
+            cfg = hydra_compose(config_name=COMMANDS[name].config, overrides=overrides, return_hydra_config=choices)
+        if choices:
+            from omegaconf import open_dict
+
+            picked = {g: c for g, c in cfg.hydra.runtime.choices.items() if not g.startswith("hydra/")}
+            with open_dict(cfg):
+                del cfg["hydra"]
+            return cfg, picked
         if convert:
             check_int64(OmegaConf.to_container(cfg))  # one rule for every int field, before any __post_init__
         return OmegaConf.to_object(cfg) if convert else cfg
@@ -259,14 +267,103 @@ def _known_keys(name: str) -> list[str]:
     return keys
 
 
+# Keys a subcommand refuses to run without although their default is None (an unset path): its
+# --help shows them as ??? like the schema's MISSING fields. tests/test_cli_help.py runs each
+# subcommand without each of these keys and checks the refusal names it, so this table cannot drift.
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "train": ("data_dir", "output_dir"),
+    "evaluate": ("checkpoint", "data_dir", "output_dir"),
+    "eval-gpt": ("checkpoint",),
+    "generate": ("checkpoint",),
+    "export": ("checkpoint", "output_dir"),
+    "build-puzzles": ("source", "output_dir"),
+    "generate-puzzles": ("output_dir",),
+}
+
+
+def group_choices(group: str) -> list[str]:
+    """The names a config group offers: configs/<group>/*.yaml, without the `_schema` entries."""
+    return sorted(p.stem for p in (config_dir() / group).glob("*.yaml") if not p.stem.startswith("_"))
+
+
+def _read_group_file(group: str, choice: str) -> tuple[str | None, set[str]]:
+    """A `model=` / `experiment=` file read without composing it: the model it selects (a model
+    file's `name:`, an experiment's `override /model: X`, followed through the experiments it
+    extends; None where it keeps the command's) and the dotted keys it sets."""
+    import yaml
+
+    data = yaml.safe_load((config_dir() / group / f"{choice}.yaml").read_text()) or {}
+    if group == "model":
+        return str(data.get("name", "")), set()
+    model, keys = None, set()
+    for entry in data.pop("defaults", None) or []:
+        if isinstance(entry, str):  # another experiment this one extends
+            parent_model, parent_keys = _read_group_file(group, entry)
+            model, keys = parent_model or model, keys | parent_keys
+        elif isinstance(entry, dict) and "override /model" in entry:
+            model = _read_group_file("model", entry["override /model"])[0]
+
+    def walk(node: Any, prefix: str) -> None:
+        for k, v in node.items():
+            if isinstance(v, dict) and v:
+                walk(v, f"{prefix}{k}.")
+            else:
+                keys.add(f"{prefix}{k}")
+
+    walk(data, "")
+    return model, keys
+
+
+def describe_groups(cfg: Any, picked: dict[str, str | None]) -> list[str]:
+    """`SUB --help`'s config-group lines: every choice on disk, the one in use starred; models
+    grouped by the model they are (hrm, trm, urm, gpt), experiments likewise, listing only those
+    whose keys all exist in this command's config (train's paper setups, not train-gpt's)."""
+    import textwrap
+
+    from omegaconf import OmegaConf
+
+    from hrm_deeploop.models.config import MODEL_CONFIGS
+
+    def fits(keys: set[str]) -> bool:
+        return all(k.startswith("model.") or OmegaConf.select(cfg, k, default=_ABSENT) is not _ABSENT for k in keys)
+
+    lines = []
+    for group, current in picked.items():
+        names = group_choices(group)
+        if group in ("model", "experiment"):
+            default_model = OmegaConf.select(cfg, "model.name") if group == "experiment" else None
+            by: dict[str, list[str]] = {fam: [] for fam in MODEL_CONFIGS}
+            for n in names:
+                model, keys = _read_group_file(group, n)
+                if group == "model" or n == current or fits(keys):
+                    by.setdefault(model or default_model or "other", []).append(n)
+            parts = [f"{fam}: " + ", ".join(n + "*" * (n == current) for n in ns) for fam, ns in by.items() if ns]
+        else:
+            parts = [", ".join(n + "*" * (n == current) for n in names)]
+        if current is None:
+            parts.insert(0, "none*")
+        lines += textwrap.wrap("; ".join(parts), width=100, initial_indent=f"  {group + '=':<12} ",
+                               subsequent_indent=" " * 15, break_on_hyphens=False)
+    return lines
+
+
+_ABSENT = object()
+
+
 def describe(name: str, overrides: list[str]) -> str:
-    """`SUB --help`: the help line, the schema's docstring and the composed settings as YAML."""
+    """`SUB --help`: the help line, the schema's docstring, the config groups' choices and the
+    composed settings as YAML (??? for a required key still unset)."""
     from omegaconf import OmegaConf
 
     cmd = COMMANDS[name]
-    cfg = compose(name, overrides, convert=False)  # shown as composed, even where values are still missing
+    cfg, picked = compose(name, overrides, convert=False, choices=True)  # shown as composed, even unfinished
+    groups = (["", "config groups (GROUP=NAME picks configs/GROUP/NAME.yaml; * = in use):", *describe_groups(cfg, picked)]
+              if picked else [])
+    for key in REQUIRED.get(name, ()):
+        if OmegaConf.select(cfg, key) is None:
+            OmegaConf.update(cfg, key, "???")
     doc = (resolve(cmd.schema).__doc__ or "").strip()
-    return "\n".join([f"hrm-deeploop {name}: {cmd.help}", "", doc, "",
+    return "\n".join([f"hrm-deeploop {name}: {cmd.help}", "", doc, *groups, "",
                       f"settings (defaults: {cmd.schema.replace(':', '.')}; configs/{cmd.config}.yaml; "
                       "override with key=value; ??? = required):", "", OmegaConf.to_yaml(cfg).rstrip()])
 

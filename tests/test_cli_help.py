@@ -1,0 +1,130 @@
+"""`SUB --help` against the configs on disk, and docs/cli.md against the live CLI: the page's
+group table, its examples and their output are checked here, so the page cannot go stale."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hrm_deeploop.cli import COMMANDS, REQUIRED, _usage, compose, group_choices, main
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
+
+
+def help_of(capsys, *args: str) -> str:
+    assert main([*args, "--help"]) == 0
+    return capsys.readouterr().out
+
+
+def group_line(out: str, group: str) -> str:
+    """The `group=` entry of a --help's config-group block, its wrapped lines joined."""
+    m = re.search(rf"^  {group}=\s+(.*?)(?=^  \S|^\S|\Z)", out, re.M | re.S)
+    assert m, f"no {group}= line in:\n{out}"
+    return " ".join(m[1].split())
+
+
+def names_in(line: str) -> set[str]:
+    return {n.rstrip("*") for part in line.split(";") for n in part.split(":")[-1].replace(",", " ").split()}
+
+
+@pytest.mark.parametrize("name", [n for n, keys in REQUIRED.items() for _ in keys])
+def test_required_keys_are_refused_when_unset(capsys, tmp_path, name):
+    """REQUIRED (what --help shows as ???) says what the command itself refuses: run it with each
+    required key unset in turn (the others given) and the one-line error names that key."""
+    for key in REQUIRED[name]:
+        others = [f"{k}={tmp_path / k}" for k in REQUIRED[name] if k != key]
+        assert main([name, *others]) == 2, (name, key)
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and key in err, (name, key, err)
+        assert sorted(p.name for p in tmp_path.iterdir()) == [], "nothing written"
+
+
+def test_help_marks_required_keys_and_shows_given_ones(capsys):
+    out = help_of(capsys, "train")
+    assert "\noutput_dir: ???\n" in out and "\ndata_dir: ???\n" in out
+    out = help_of(capsys, "train", "data_dir=data/x")
+    assert "\ndata_dir: data/x\n" in out and "\noutput_dir: ???\n" in out
+    assert "\ncheckpoint: ???\n" in help_of(capsys, "evaluate")
+
+
+@pytest.mark.parametrize("name", ["train", "train-gpt", "sweep", "scales"])
+def test_help_lists_every_model_and_scaling_choice_on_disk(capsys, name):
+    out = help_of(capsys, name)
+    assert names_in(group_line(out, "model")) == set(group_choices("model"))
+    assert names_in(group_line(out, "scaling")) == set(group_choices("scaling"))
+    assert "operloop" in group_choices("scaling") and {"trm", "trm_tiny"} <= set(group_choices("model"))
+    default = compose(name, [], convert=False).scaling.scheme
+    assert f"{default}*" in group_line(out, "scaling")
+
+
+def test_help_lists_each_trainers_experiments_and_they_compose(capsys):
+    """train lists the reasoner setups, train-gpt the GPT ones: together every file on disk, and
+    each one listed composes for the command that lists it."""
+    listed = {}
+    for name in ("train", "train-gpt"):
+        line = group_line(help_of(capsys, name), "experiment")
+        assert line.startswith("none*;"), line
+        listed[name] = names_in(line) - {"none"}
+        for experiment in sorted(listed[name]):
+            compose(name, [f"experiment={experiment}"])
+    assert listed["train"] | listed["train-gpt"] == set(group_choices("experiment"))
+    assert not listed["train"] & listed["train-gpt"]
+    assert {"gpt2_small_fineweb", "gpt2_medium_fineweb"} == listed["train-gpt"]
+    out = help_of(capsys, "train", "experiment=trm_arc1_deeploop")
+    assert "trm_arc1_deeploop*" in group_line(out, "experiment") and "deeploop*" in group_line(out, "scaling")
+
+
+def test_help_starts_without_torch_where_the_schema_is_torch_free():
+    code = ("import sys; from hrm_deeploop.cli import main; main(['--help']); "
+            + "".join(f"main([{n!r}, '--help']); " for n in
+                      ("scales", "build-arc", "viz-arc", "build-puzzles", "generate-puzzles", "vote",
+                       "prepare-text", "study", "demo"))
+            + "assert 'torch' not in sys.modules, 'torch imported'")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+
+
+# ---- docs/cli.md against the live CLI --------------------------------------------------------------
+
+def doc_text() -> str:
+    return DOC.read_text()
+
+
+def test_docs_group_table_lists_what_is_on_disk():
+    rows = dict(re.findall(r"^\| `(\w+)=` \| [^|]+ \| (.+) \|$", doc_text(), re.M))
+    assert set(rows) == {"model", "scaling", "experiment", "preset"}, rows.keys()
+    for group, cell in rows.items():
+        assert set(re.findall(r"`(\w+)`", cell)) == set(group_choices(group)), group
+
+
+def test_docs_subcommand_list_is_the_cli_usage():
+    block = re.search(r"```console\n\$ hrm-deeploop --help\n(.*?)```", doc_text(), re.S)
+    assert block, "docs/cli.md has no `$ hrm-deeploop --help` block"
+    assert block[1].rstrip("\n") == _usage()
+    assert set(re.findall(r"^  (\S+)  ", block[1], re.M)) == set(COMMANDS)
+
+
+def doc_examples() -> list[tuple[list[str], str]]:
+    """Each `$ hrm-deeploop ARGS` line of the page's console blocks (other than --help) and the
+    lines shown under it."""
+    out = []
+    for block in re.findall(r"```console\n(.*?)```", doc_text(), re.S):
+        for m in re.finditer(r"^\$ hrm-deeploop (.+)\n((?:(?!\$ ).*\n)*)", block, re.M):
+            if m[1] != "--help":
+                out.append((m[1].split(), m[2].rstrip("\n")))
+    return out
+
+
+def test_docs_examples_print_what_the_page_shows(capsys):
+    examples = doc_examples()
+    assert len(examples) >= 4, examples
+    for args, shown in examples:
+        code = main(args)
+        got = capsys.readouterr()
+        text = (got.out + got.err).rstrip("\n")
+        if "--help" in args:  # a help example shows the start of the output
+            assert code == 0 and text.startswith(shown), (args, shown)
+        else:
+            assert code == 2 and text == shown, (args, text)
