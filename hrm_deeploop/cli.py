@@ -49,7 +49,7 @@ COMMANDS: dict[str, Command] = {
     "generate-puzzles": Command("arc_data.puzzles.generate:run_generate", "arc_data.puzzles.config:GeneratePuzzlesConfig",
                                 "generate_puzzles", "generate Sudoku / Maze puzzles into CSVs, offline"),
     "train": Command("hrm_deeploop.training.reasoner:run", "hrm_deeploop.training.reasoner:TrainConfig", "train",
-                     "train HRM or TRM (baseline or DeepLoop) on a built puzzle dataset"),
+                     "train HRM, TRM or URM (baseline or DeepLoop) on a built puzzle dataset"),
     "evaluate": Command("eval.predict:run", "eval.predict:EvaluateConfig", "evaluate",
                         "predict with a checkpoint, then vote (ARC) or score (Sudoku, Maze, other tasks)"),
     "vote": Command("eval.report:run", "eval.vote:VoteConfig", "vote",
