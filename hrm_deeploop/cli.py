@@ -314,6 +314,10 @@ def _read_group_file(group: str, choice: str) -> tuple[str | None, set[str]]:
     return model, keys
 
 
+_ABSENT = object()
+_GROUP_ORDER = ("model", "scaling", "experiment", "preset")
+
+
 def describe_groups(cfg: Any, picked: dict[str, str | None]) -> list[str]:
     """`SUB --help`'s config-group lines: every choice on disk, the one in use starred; models
     grouped by the model they are (hrm, trm, urm, gpt), experiments likewise, listing only those
@@ -328,11 +332,13 @@ def describe_groups(cfg: Any, picked: dict[str, str | None]) -> list[str]:
         return all(k.startswith("model.") or OmegaConf.select(cfg, k, default=_ABSENT) is not _ABSENT for k in keys)
 
     lines = []
-    for group, current in picked.items():
-        names = group_choices(group)
+    order = sorted(picked, key=lambda g: (_GROUP_ORDER.index(g) if g in _GROUP_ORDER else len(_GROUP_ORDER), g))
+    for group in order:
+        current, names = picked[group], group_choices(group)
         if group in ("model", "experiment"):
             default_model = OmegaConf.select(cfg, "model.name") if group == "experiment" else None
-            by: dict[str, list[str]] = {fam: [] for fam in MODEL_CONFIGS}
+            in_use = OmegaConf.select(cfg, "model.name")  # its family first: what this command trains
+            by: dict[str, list[str]] = {fam: [] for fam in sorted(MODEL_CONFIGS, key=lambda f: f != in_use)}
             for n in names:
                 model, keys = _read_group_file(group, n)
                 if group == "model" or n == current or fits(keys):
@@ -345,9 +351,6 @@ def describe_groups(cfg: Any, picked: dict[str, str | None]) -> list[str]:
         lines += textwrap.wrap("; ".join(parts), width=100, initial_indent=f"  {group + '=':<12} ",
                                subsequent_indent=" " * 15, break_on_hyphens=False)
     return lines
-
-
-_ABSENT = object()
 
 
 def describe(name: str, overrides: list[str]) -> str:
