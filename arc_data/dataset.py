@@ -84,7 +84,8 @@ def load_npz(path: Path, keys: tuple[str, ...] | None = None) -> dict[str, np.nd
     if not path.is_file():
         raise _not_a_file(path)
     try:
-        with np.load(path, allow_pickle=False) as z:
+        # np.load(path) leaks its open file when the zip is unreadable; given a file, it leaves closing to us
+        with open(path, "rb") as f, np.load(f, allow_pickle=False) as z:
             keys = tuple(z.files) if keys is None else keys
             missing = [k for k in keys if k not in z.files]
             if missing:

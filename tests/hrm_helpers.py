@@ -195,7 +195,7 @@ def ddp_grads_worker(rank: int, world: int, port: int, data_dir: str, out_file: 
 
 
 def read_metrics(run_dir) -> list[dict]:
-    return [json.loads(line) for line in open(Path(run_dir) / "metrics.jsonl")]
+    return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
 
 
 def random_batch(B=4, S=16, seed=0, V=12, num_ids=5) -> dict:

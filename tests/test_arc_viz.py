@@ -31,7 +31,8 @@ def test_viz_from_sources_and_dataset(tmp_path):
     text = page.read_text()
     assert text.count("data:image/png;base64,") == 3 and "ev00" in text
     pngs = sorted(out.glob("*.png"))
-    assert len(pngs) == 3 and Image.open(pngs[0]).size[0] > 10
+    with Image.open(pngs[0]) as im:
+        assert len(pngs) == 3 and im.size[0] > 10
 
     ds = tmp_path / "ds"
     build(BuildConfig(sources=[str(src)], output_dir=str(ds), num_aug=2, progress=False, materialize=False))

@@ -34,7 +34,7 @@ def test_micro_sweep_tables_plots_and_skip(tmp_path, monkeypatch):
         assert (tmp_path / "sw" / name).stat().st_size > 0, name
     md = (tmp_path / "sw/table.md").read_text()
     assert "| Method | R=1 | R=2 |" in md and "Δ (deeploop − baseline)" in md and "| 0.30 | 2 |" in md
-    rows = list(csv.DictReader(open(tmp_path / "sw/table.csv")))
+    rows = list(csv.DictReader((tmp_path / "sw/table.csv").read_text().splitlines()))
     assert len(rows) == 8
     s = json.loads((tmp_path / "sw/p/p0.30_s1/summary.json").read_text())
     assert s["scaling"] == {"scheme": "power", "p": 0.3} and s["model"]["num_rounds"] == 2 and s["seed"] == 1
