@@ -44,7 +44,7 @@ sys.path.insert(0, str(REPO))
 
 from arc_data import format as fmt  # noqa: E402
 from eval.predictions import save_predictions  # noqa: E402
-from eval.synthetic import encode_augmented, random_colour_map, write_split  # noqa: E402
+from tests.vote_synthetic import encode_augmented, random_colour_map, write_split  # noqa: E402
 
 
 def make(workdir: Path, num_tasks: int, copies: int, two_test: int, seed: int) -> Path:

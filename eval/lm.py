@@ -14,13 +14,11 @@ is replaced only with overwrite=true.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
 
 from arc_data.fsio import check_output_dir
 from hrm_deeploop import checkpoint as ckpt
@@ -31,6 +29,7 @@ from hrm_deeploop.models.config import GPTConfig
 from hrm_deeploop.models.depth import scaling_rounds_of
 from hrm_deeploop.models.gpt import EXIT_CRITERIA, GPT, ExitRule
 from hrm_deeploop.models.scaling import ScalingConfig
+from hrm_deeploop.text.loss import evaluate_loss, evaluate_loss_exit
 
 PAPER_TASKS = ["arc_challenge", "arc_easy", "hellaswag", "openbookqa", "piqa", "sciq", "social_iqa", "winogrande"]
 
@@ -100,46 +99,6 @@ def load_model(path: str | Path, device: torch.device | str = "cpu", num_rounds:
     model = GPT(model_cfg, scaling, scaling_rounds=scaling_rounds, fused=dist_.env().fused_kernel)
     model.load_state_dict(ckpt.strip_prefixes(state["model"]))
     return model.to(device).eval(), state
-
-
-@torch.no_grad()
-def evaluate_loss(model: torch.nn.Module, batches: Iterable[tuple[Tensor, Tensor]], device: torch.device,
-                  dtype: torch.dtype) -> float:
-    """Token-weighted mean cross-entropy over `batches`, summed over all ranks."""
-    was_training = model.training
-    model.eval()
-    total = torch.zeros(2, dtype=torch.float64, device=device)  # (sum of losses, tokens)
-    for x, y in batches:
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        with dist_.autocast(device, dtype):
-            loss = model(x, y)[1]  # drop the (B, T, V) logits now, not after backward
-        n = (y != -1).sum()
-        total += torch.stack([loss.double() * n, n.double()])
-    model.train(was_training)
-    dist_.all_reduce_(total)
-    if total[1] == 0:
-        raise UserError("validation produced no batches")
-    return float(total[0] / total[1])
-
-
-@torch.no_grad()
-def evaluate_loss_exit(model: GPT, batches: Iterable[tuple[Tensor, Tensor]], device: torch.device,
-                       dtype: torch.dtype, exit: ExitRule) -> tuple[float, float]:
-    """(token-weighted mean cross-entropy, mean rounds per position) with adaptive exit
-    (`GPT.decode`), summed over all ranks."""
-    total = torch.zeros(3, dtype=torch.float64, device=device)  # (sum of losses, tokens, rounds)
-    for x, y in batches:
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        with dist_.autocast(device, dtype):
-            logits, used = model.decode(x, exit=exit)
-        keep = y != -1
-        loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), y.flatten(), ignore_index=-1,
-                                                 reduction="sum")
-        total += torch.stack([loss.double(), keep.sum().double(), used[keep].sum().double()])
-    dist_.all_reduce_(total)
-    if total[1] == 0:
-        raise UserError("validation produced no batches")
-    return float(total[0] / total[1]), float(total[2] / total[1])
 
 
 def run(cfg: EvalGPTConfig) -> int:
