@@ -117,8 +117,8 @@ def time_notebook(ref_dir: Path, workdir: Path, plain_python: bool) -> None:
     import torch
 
     from benchmarks.compare_reference_vote import notebook_scope, notebook_scores
+    from eval.arc.results import DEFAULT_KS
     from eval.predictions import load_predictions
-    from eval.vote import DEFAULT_KS
 
     class Argmaxed:  # stands for the logits: their argmax(-1) is the predicted tokens
         def __init__(self, tokens: torch.Tensor):
