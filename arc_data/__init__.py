@@ -10,6 +10,9 @@ The format (these root modules own it; no task room is imported by them):
     arc_data.compact    the compact layout's encoder (numba), shared by the reader and build-arc
     arc_data.fsio       the writing rules: atomic dataset writes, output-folder checks, JSON/npy
     arc_data.budget     memory and disk estimates checked before any work
+    arc_data.grid_key   grid_key, row_keys: the one 128-bit key of a grid (every vote groups by it)
+    arc_data.originals  ARC's augmentation table (AugTable) and each task's un-augmented test
+                        examples, read row by row: what the ARC vote reads
     arc_data.errors     DatasetError (the base the CLI catches); ArcError, SudokuError, MazeError
                         (one per task: the class says where an error came from); raised_as
 

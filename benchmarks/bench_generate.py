@@ -123,12 +123,13 @@ def main(argv: list[str] | None = None) -> int:
     args.batches = args.batches or preset["batches"]
     args.repeats = args.repeats or preset["repeats"]
     device = setup_device(args.device, args.threads)
-    state = None
+    run_config = None
     if args.checkpoint:
-        from eval.lm import load_model
+        from eval.checkpoints import load_model
         from hrm_deeploop import checkpoint as ckpt
 
-        model, state = load_model(ckpt.resolve(args.checkpoint), device, args.num_rounds)
+        loaded = load_model(ckpt.resolve(args.checkpoint), device, num_rounds=args.num_rounds, gpt=True)
+        model, run_config = loaded.model, loaded.run_config or {}
     else:
         cfg = preset["model"]
         if args.num_rounds:
@@ -147,9 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n## 2. KV cache memory at the full context ({m.seq_len} positions)\n")
     print_table(["cache", "slots", "MB"], [r for b in args.batches for r in memory_rows(model, b, device)])
     if args.data:
-        if state is None:
+        if run_config is None:
             raise SystemExit("--data needs --checkpoint (the quality of a random model says nothing)")
-        tokenizer_id = ((state.get("config") or {}).get("data") or {}).get("tokenizer_id")
+        tokenizer_id = (run_config.get("data") or {}).get("tokenizer_id")
         windows = load_windows(args.data, m.seq_len, args.windows, tokenizer_id, m.vocab_size)
         print(f"\n## 3. quality: teacher-forced loss on {len(windows)} held-out windows of {m.seq_len} tokens\n")
         print_table(["decoding", "loss (nats/token)", "vs full", "argmax agrees"], quality_rows(model, windows, device))

@@ -44,7 +44,7 @@ sys.path.insert(0, str(REPO))
 
 from arc_data import format as fmt  # noqa: E402
 from eval.predictions import save_predictions  # noqa: E402
-from eval.synthetic import encode_augmented, random_colour_map, write_split  # noqa: E402
+from tests.vote_synthetic import encode_augmented, random_colour_map, write_split  # noqa: E402
 
 
 def make(workdir: Path, num_tasks: int, copies: int, two_test: int, seed: int) -> Path:
@@ -117,8 +117,8 @@ def time_notebook(ref_dir: Path, workdir: Path, plain_python: bool) -> None:
     import torch
 
     from benchmarks.compare_reference_vote import notebook_scope, notebook_scores
+    from eval.arc.results import DEFAULT_KS
     from eval.predictions import load_predictions
-    from eval.vote import DEFAULT_KS
 
     class Argmaxed:  # stands for the logits: their argmax(-1) is the predicted tokens
         def __init__(self, tokens: torch.Tensor):

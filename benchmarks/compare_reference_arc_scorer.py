@@ -1,4 +1,4 @@
-"""Our ARC Prize scorer (`eval.arcprize.arc_prize_score`) against the official one, on the same submissions.
+"""Our ARC Prize scorer (`eval.arc.arcprize.arc_prize_score`) against the official one, on the same submissions.
 
 Needs a checkout of the official scorer, which this project does not ship:
 
@@ -44,7 +44,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from benchmarks.benchlib import print_table  # noqa: E402
-from eval.arcprize import arc_prize_score, load_solutions, read_json  # noqa: E402
+from eval.arc.arcprize import arc_prize_score, load_solutions, read_json  # noqa: E402
 
 META = {"model": "hrm-deeploop", "provider": "local", "start_timestamp": "2026-01-01T00:00:00",
         "end_timestamp": "2026-01-01T00:00:00", "choices": [{"index": 0, "message": {"role": "a", "content": ""}}],
@@ -152,7 +152,7 @@ def compare(label: str, scorer_cls, tasks: dict, solutions: dict, sub: dict) -> 
     n = len(solutions)
     print(f"\n# {label}: {len(sub)} submitted task entries, {n} tasks with solutions")
     print_table(["scorer", "tasks averaged", "total (%)", "on the other's denominator (%)"], [
-        ["ours (eval.arcprize)", str(n), f"{ours.percent:.2f}", f"{100 * ours_on_theirs:.2f} over {len(submitted)}"],
+        ["ours (eval.arc.arcprize)", str(n), f"{ours.percent:.2f}", f"{100 * ours_on_theirs:.2f} over {len(submitted)}"],
         ["official (ARCScorer)", str(counted), f"{100 * ref_total / max(counted, 1):.2f}",
          f"{100 * ref_total / n:.2f} over {n}"],
     ])

@@ -14,7 +14,7 @@ What it does:
    `--p-correct`, else one of two wrong answers that all its augmented copies share (all black,
    or a copy of the input: both commute with the augmentations) or a one-cell corruption of its
    own; Q logits are drawn from a few values so that count and mean-Q ties happen;
-3. scores them with our `eval.vote` (HRM protocol: a task counts when all its test inputs are
+3. scores them with our `eval.arc.vote` (HRM protocol: a task counts when all its test inputs are
    right) and with HRM's scorer, run from the notebook's own cells on a predictions file in the
    layout HRM's evaluate writes (`<checkpoint>_all_preds.0`: puzzle_identifiers, inputs, labels,
    logits, q_halt_logits);
@@ -46,8 +46,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from arc_data.arc.build import BuildConfig, build  # noqa: E402
 from arc_data.dataset import open_split  # noqa: E402
 from benchmarks.benchlib import print_table, stub_argdantic  # noqa: E402
+from eval.arc.results import DEFAULT_KS  # noqa: E402
+from eval.arc.vote import vote  # noqa: E402
 from eval.predictions import Predictions, validate  # noqa: E402
-from eval.vote import DEFAULT_KS, vote  # noqa: E402
 
 VOCAB = 12
 
@@ -134,9 +135,9 @@ def trm(trm_dir: Path, data_dir: Path, arrays: dict[str, np.ndarray], ks: list[i
     """TRM's evaluators/arc.py `ARC` on these predictions: pass@K in % (fractional protocol)."""
     import torch.distributed as dist
 
-    from eval.vote import load_ground_truth, load_table
+    from eval.arc.vote import load_ground_truth, read_table
 
-    table = load_table(data_dir)
+    table = read_table(data_dir)
     names = json.loads((data_dir / "identifiers.json").read_text())
     trm_data = work / "trm_data"
     trm_data.mkdir(exist_ok=True)

@@ -19,10 +19,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from eval.lm import evaluate_loss, evaluate_loss_exit, load_model  # noqa: E402
+from eval.checkpoints import load_model  # noqa: E402
 from hrm_deeploop import checkpoint as ckpt  # noqa: E402
 from hrm_deeploop.models.gpt import ExitRule  # noqa: E402
 from hrm_deeploop.text.loader import iter_eval_batches  # noqa: E402
+from hrm_deeploop.text.loss import evaluate_loss, evaluate_loss_exit  # noqa: E402
 
 CPU, FP32 = torch.device("cpu"), torch.float32
 
@@ -60,9 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     for run in args.runs:
         path = ckpt.resolve(run)
         for r in args.rounds:
-            model, _ = load_model(path, CPU, r)
+            model = load_model(path, CPU, num_rounds=r).model
             by_r[group_of(run)][r].append(evaluate_loss(model, batches(args, model), CPU, FP32))
-        model, _ = load_model(path, CPU, args.exit_rounds)
+        model = load_model(path, CPU, num_rounds=args.exit_rounds).model
         for crit in args.criteria:
             for th in args.thresholds:
                 loss, rounds = evaluate_loss_exit(model, batches(args, model), CPU, FP32, ExitRule(crit, th))

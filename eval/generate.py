@@ -85,7 +85,7 @@ def run(cfg: GenerateConfig) -> int:
 
 def generate(opts: GenerateConfig) -> str:
     """Stream a continuation of opts.prompt to stdout; return it."""
-    from eval.lm import load_model
+    from eval.checkpoints import load_model
     from hrm_deeploop.text.generate import GenerationStats, Sampling, generate_tokens
     from hrm_deeploop.text.tokenizer import get_tokenizer
 
@@ -93,8 +93,9 @@ def generate(opts: GenerateConfig) -> str:
         raise ConfigError("checkpoint= is required (a step_N.pt file or a train-gpt run folder)")
     device = dist_.setup(opts.device).device
     path = ckpt.resolve(opts.checkpoint)
-    model, state = load_model(path, device, opts.num_rounds)
-    tokenizer_id = ((state.get("config") or {}).get("data") or {}).get("tokenizer_id") or "gpt2"
+    loaded = load_model(path, device, num_rounds=opts.num_rounds, gpt=True)
+    model = loaded.model
+    tokenizer_id = ((loaded.run_config or {}).get("data") or {}).get("tokenizer_id") or "gpt2"
     tokenizer = get_tokenizer(tokenizer_id)
     if tokenizer.n_vocab > model.cfg.vocab_size:
         raise UserError(f"checkpoint '{path}': tokenizer '{tokenizer_id}' has {tokenizer.n_vocab} ids, the model "

@@ -14,23 +14,18 @@ is replaced only with overwrite=true.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch import Tensor
-
 from arc_data.fsio import check_output_dir
+from eval.checkpoints import load_model
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop import runtime as dist_
 from hrm_deeploop.config import at_least, device_name, one_of, optional_at_least, positive, typed
 from hrm_deeploop.errors import ConfigError, UserError
-from hrm_deeploop.models.config import GPTConfig
-from hrm_deeploop.models.depth import scaling_rounds_of
-from hrm_deeploop.models.gpt import EXIT_CRITERIA, GPT, ExitRule
-from hrm_deeploop.models.scaling import ScalingConfig
+from hrm_deeploop.models.gpt import EXIT_CRITERIA, ExitRule
+from hrm_deeploop.text.loss import evaluate_loss, evaluate_loss_exit
 
 PAPER_TASKS = ["arc_challenge", "arc_easy", "hellaswag", "openbookqa", "piqa", "sciq", "social_iqa", "winogrande"]
 
@@ -74,74 +69,6 @@ class EvalGPTConfig:
         at_least("lm_eval_batch_size", self.lm_eval_batch_size, 1)
 
 
-def load_model(path: str | Path, device: torch.device | str = "cpu", num_rounds: int | None = None,
-               batch: int = 0) -> tuple[GPT, dict[str, Any]]:
-    """Rebuild the looped GPT a train-gpt checkpoint describes and load its weights (eval mode).
-    `num_rounds` sets the R the model runs by default (parameters do not depend on R); alpha and
-    beta stay those it was trained with (N from the trained R, or `depth.scaling_n`'s). A model
-    this machine cannot hold (with `batch` rows of seq_len tokens per forward, if given) is refused
-    in one line before it is built (runtime.estimate_memory)."""
-    state = ckpt.load(path, map_location="cpu")
-    config = state.get("config") or {}
-    if "model" not in config or config["model"].get("name") != "gpt":
-        raise UserError(f"checkpoint '{path}' is not a looped-GPT train-gpt checkpoint (no model.name=gpt config)")
-    model_cfg = typed(config["model"], GPTConfig, "model.")
-    scaling = typed(config.get("scaling"), ScalingConfig, "scaling.")
-    scaling_rounds = scaling_rounds_of(config, model_cfg.num_rounds)
-    if num_rounds is not None:
-        model_cfg.num_rounds = num_rounds
-    device = torch.device(device)
-    est = dist_.estimate_memory(lambda c: GPT(c, scaling, scaling_rounds=scaling_rounds), model_cfg, copies=1,
-                                batch=batch, layers=1, dtype=torch.float32, head_values=model_cfg.vocab_size)
-    per_forward = f"; at {batch} x {model_cfg.seq_len} tokens per forward" if batch else ""
-    dist_.check_memory(f"checkpoint '{path}' holds a looped GPT of hidden_size={model_cfg.hidden_size} "
-                       f"({est.parameters:,} parameters){per_forward}", est, device,
-                       fix=("lower batch_size, or " if batch else "") + "load it on a machine with more memory")
-    model = GPT(model_cfg, scaling, scaling_rounds=scaling_rounds, fused=dist_.env().fused_kernel)
-    model.load_state_dict(ckpt.strip_prefixes(state["model"]))
-    return model.to(device).eval(), state
-
-
-@torch.no_grad()
-def evaluate_loss(model: torch.nn.Module, batches: Iterable[tuple[Tensor, Tensor]], device: torch.device,
-                  dtype: torch.dtype) -> float:
-    """Token-weighted mean cross-entropy over `batches`, summed over all ranks."""
-    was_training = model.training
-    model.eval()
-    total = torch.zeros(2, dtype=torch.float64, device=device)  # (sum of losses, tokens)
-    for x, y in batches:
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        with dist_.autocast(device, dtype):
-            loss = model(x, y)[1]  # drop the (B, T, V) logits now, not after backward
-        n = (y != -1).sum()
-        total += torch.stack([loss.double() * n, n.double()])
-    model.train(was_training)
-    dist_.all_reduce_(total)
-    if total[1] == 0:
-        raise UserError("validation produced no batches")
-    return float(total[0] / total[1])
-
-
-@torch.no_grad()
-def evaluate_loss_exit(model: GPT, batches: Iterable[tuple[Tensor, Tensor]], device: torch.device,
-                       dtype: torch.dtype, exit: ExitRule) -> tuple[float, float]:
-    """(token-weighted mean cross-entropy, mean rounds per position) with adaptive exit
-    (`GPT.decode`), summed over all ranks."""
-    total = torch.zeros(3, dtype=torch.float64, device=device)  # (sum of losses, tokens, rounds)
-    for x, y in batches:
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        with dist_.autocast(device, dtype):
-            logits, used = model.decode(x, exit=exit)
-        keep = y != -1
-        loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), y.flatten(), ignore_index=-1,
-                                                 reduction="sum")
-        total += torch.stack([loss.double(), keep.sum().double(), used[keep].sum().double()])
-    dist_.all_reduce_(total)
-    if total[1] == 0:
-        raise UserError("validation produced no batches")
-    return float(total[0] / total[1]), float(total[2] / total[1])
-
-
 def run(cfg: EvalGPTConfig) -> int:
     evaluate(typed(cfg, EvalGPTConfig))
     return 0
@@ -174,16 +101,17 @@ def evaluate(opts: EvalGPTConfig) -> dict[str, Any]:
     try:
         path = ckpt.resolve(opts.checkpoint)
         out_dir = output_dir_for(opts, path)
-        model, state = load_model(path, e.device, opts.num_rounds, batch=opts.batch_size)
+        loaded = load_model(path, e.device, num_rounds=opts.num_rounds, batch=opts.batch_size, gpt=True)
+        model = loaded.model
         dtype = dist_.compute_dtype(opts.dtype, e.device)
-        result: dict[str, Any] = {"checkpoint": str(path), "step": state.get("step"),
+        result: dict[str, Any] = {"checkpoint": str(path), "step": loaded.step,
                                   "num_rounds": model.cfg.num_rounds, "scheme": model.scaling.scheme}
         if opts.data:
             from hrm_deeploop.text.loader import iter_eval_batches
 
             tokenizer_id = opts.tokenizer_id
             if tokenizer_id == "auto":  # what the checkpoint was trained with (gpt2 for older checkpoints)
-                tokenizer_id = ((state.get("config") or {}).get("data") or {}).get("tokenizer_id", "gpt2")
+                tokenizer_id = ((loaded.run_config or {}).get("data") or {}).get("tokenizer_id", "gpt2")
             batches = iter_eval_batches(opts.data, model.cfg.seq_len, opts.batch_size, e.rank, e.world_size,
                                         max_batches=opts.max_batches, tokenizer_id=tokenizer_id,
                                         vocab_size=model.cfg.vocab_size)
@@ -200,7 +128,7 @@ def evaluate(opts: EvalGPTConfig) -> dict[str, Any]:
             from hrm_deeploop.text.lm_eval import run_lm_eval
             from hrm_deeploop.text.tokenizer import get_tokenizer
 
-            trained_with = ((state.get("config") or {}).get("data") or {}).get("tokenizer_id") or "gpt2"
+            trained_with = ((loaded.run_config or {}).get("data") or {}).get("tokenizer_id") or "gpt2"
             table = run_lm_eval(model, opts.tasks, opts.num_fewshot, opts.limit, opts.lm_eval_batch_size,
                                 tokenizer=get_tokenizer(trained_with),
                                 output_path=out_dir if e.is_main else None, include_path=opts.include_path,

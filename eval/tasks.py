@@ -1,21 +1,53 @@
-"""Which evaluation a dataset gets: ARC's vote, or the puzzle evaluation (Sudoku, Maze, generic).
+"""Which evaluation a dataset gets, and what `evaluate` asks of a task's room.
 
 `arc_data.dataset.task_kind` says what a dataset holds ("arc", "sudoku", "maze", "generic");
-`evaluate` sends ARC datasets to the ARC vote and every other task to `eval.puzzle_eval`, and the
-ARC vote refuses anything that is not ARC with one line (`require_arc`).
+`evaluation_for` resolves it (with the `task=` override). `eval.evaluate` runs the task-neutral
+steps (checkpoint, split, memory, the predictions layer of `eval.predict`) and hands the rest to the
+task's `TaskEvaluation`: ARC's vote (`eval.arc.evaluate`) or the puzzle scoring
+(`eval.puzzles.evaluate`, every other task). The ARC vote itself refuses anything that is not ARC
+with one line (`eval.arc.vote.require_arc`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from arc_data import format as fmt
-from arc_data.dataset import DatasetMeta, read_meta, task_kind
+from arc_data.dataset import read_meta, task_kind
 from arc_data.errors import DatasetError
 from arc_data.fsio import why_not_a_folder
 from hrm_deeploop.errors import UserError
 
+if TYPE_CHECKING:  # annotations only: the command's config and the loaded model sit above the rooms
+    from arc_data.dataset import PuzzleSplit
+    from eval.checkpoints import LoadedModel
+    from eval.evaluate import EvaluateConfig
+    from hrm_deeploop.runtime import Env
+
 TASK_CHOICES = ("auto", "sudoku", "maze", "generic")  # `evaluate task=...`
+
+
+class TaskEvaluation(Protocol):
+    """A task's part of `hrm-deeploop evaluate`, called in this order (eval.evaluate.run)."""
+
+    task: str
+
+    def check(self, c: EvaluateConfig, out: Path) -> None:
+        """Before anything is read: refuse a request this task cannot serve and outputs that exist."""
+
+    def check_split(self, c: EvaluateConfig, split: PuzzleSplit, out: Path) -> None:
+        """Before the checkpoint is read: refuse what this split cannot serve (memory, sizes)."""
+
+    def rows_per_forward(self, local_batch: int, split: PuzzleSplit) -> int:
+        """Rows of one forward pass on one rank (the checkpoint's memory check)."""
+
+    def predict(self, loaded: LoadedModel, split: PuzzleSplit, env: Env, c: EvaluateConfig, global_batch_size: int,
+                rows: Any) -> Any:
+        """Run the model on every rank; the result on rank 0, None on the others."""
+
+    def publish(self, result: Any, c: EvaluateConfig, out: Path) -> None:
+        """Rank 0, after the process group is gone: score and write every output, print one summary."""
 
 
 def evaluation_for(data_dir: str | Path, split: str, override: str = "auto") -> str:
@@ -41,21 +73,3 @@ def evaluation_for(data_dir: str | Path, split: str, override: str = "auto") -> 
     if kind == "generic" and meta.seq_len == fmt.SEQ_LEN and meta.vocab_size == fmt.VOCAB_SIZE:
         return "arc"
     return kind
-
-
-def require_arc(data_dir: str | Path, split: str, what: str = "the vote") -> DatasetMeta:
-    """Raise a one-line UserError unless `data_dir` is an ARC dataset in ARC's token format; returns
-    the split's dataset.json. Cheap: reads manifest.json and dataset.json only."""
-    root = Path(data_dir)
-    try:
-        meta = read_meta(root / split / fmt.META_FILE)
-        kind = task_kind(root) if (root / fmt.MANIFEST_FILE).is_file() else None
-    except DatasetError as e:
-        raise UserError(str(e)) from None
-    arc_tokens = meta.seq_len == fmt.SEQ_LEN and meta.vocab_size == fmt.VOCAB_SIZE
-    if kind not in (None, "arc") or not arc_tokens:
-        raise UserError(
-            f"{what} is ARC's (dihedral + colour augmentations of 30x30 grids), but '{root}' is a "
-            f"{kind or 'non-ARC'} dataset (seq_len {meta.seq_len}, vocab_size {meta.vocab_size}): score it with "
-            f"`hrm-deeploop evaluate` (exact and token accuracy, tta=N voting; docs/evaluation.md)")
-    return meta

@@ -48,17 +48,10 @@ def _load(path: Path, ema: bool) -> tuple[Any, dict[str, Any], str, dict[str, An
     if not isinstance(state, dict) or state.get("format") != ckpt.FORMAT or "config" not in state:
         raise UserError(f"checkpoint '{path}' is not an hrm-deeploop train state (official HRM/TRM checkpoints "
                         "are loaded as they are; export is for our own runs)")
-    name = ((state["config"] or {}).get("model") or {}).get("name")
-    if name == "gpt":
-        from eval.lm import load_model
+    from eval.checkpoints import load_model
 
-        model, _ = load_model(path, "cpu")
-        which = "raw"
-    else:
-        from eval.predict import load_model
-
-        loaded = load_model(path, "cpu", ema=ema)
-        model, which = loaded.model, loaded.weights
+    loaded = load_model(path, "cpu", ema=ema)
+    model, which = loaded.model, loaded.weights
     run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
     summary: dict[str, Any] = {}
     if run_dir is not None and (run_dir / "summary.json").is_file():

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from arc_data.arc.build import BuildConfig, build
-from eval.arcprize import arc_prize_score, load_solutions
-from eval.predict import load_model
+from eval.arc.arcprize import arc_prize_score, load_solutions
+from eval.checkpoints import load_model
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop.cli import run_subcommand
 from hrm_deeploop.training.adapt import grow_table

@@ -9,10 +9,11 @@ import pytest
 
 from arc_data.arc.build import BuildConfig, build
 from arc_data.dataset import open_split
-from eval.arcprize import arc_prize_score, load_solutions
+from eval.arc.arcprize import arc_prize_score, load_solutions
+from eval.arc.results import ARC_PRIZE
+from eval.arc.vote import VoteConfig, vote
+from eval.arc.vote import run as vote_run
 from eval.predictions import Predictions
-from eval.report import run as vote_run
-from eval.vote import ARC_PRIZE, VoteConfig, vote
 from tests.arc_synth import write_kaggle
 
 

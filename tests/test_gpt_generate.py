@@ -250,11 +250,11 @@ def test_generate_cli_streams_seeded_text(byte_run, capsys):
 def test_random_depth_checkpoint_keeps_its_alpha_and_eval_gpt_exit(byte_run, capsys):
     import json
 
-    from eval.lm import load_model
+    from eval.checkpoints import load_model
     from hrm_deeploop.cli import main
 
     root, run = byte_run
-    model, _ = load_model(run / "checkpoints/step_6.pt", num_rounds=5)
+    model = load_model(run / "checkpoints/step_6.pt", num_rounds=5).model
     assert model.residual.alpha == pytest.approx((2 * 2 * 3) ** 0.5)  # scaling_n=max: N = K * 3, whatever R runs
     assert main(["eval-gpt", f"checkpoint={run}", f"data={root}/val_000000.bin", "device=cpu", "exit=kl",
                  "exit_threshold=1e9", f"output_dir={root / 'ev'}"]) == 0

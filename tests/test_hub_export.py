@@ -53,16 +53,16 @@ def world(tmp_path_factory):
 
 
 def _gpt_logits(checkpoint: Path) -> torch.Tensor:
-    from eval.lm import load_model
+    from eval.checkpoints import load_model
 
-    model, _ = load_model(ckpt.resolve(checkpoint))
+    model = load_model(ckpt.resolve(checkpoint)).model
     x = torch.arange(32).remainder(50257).view(1, 32) * 7
     with torch.no_grad():
         return model(x)[0]
 
 
 def _reasoner_outputs(checkpoint: Path, data_dir: Path) -> dict[str, torch.Tensor]:
-    from eval.predict import load_model
+    from eval.checkpoints import load_model
     from hrm_deeploop.data.puzzles import open_dataset, sequential_batches
 
     loaded = load_model(checkpoint)

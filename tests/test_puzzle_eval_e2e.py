@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from arc_data.dataset import open_split
-from eval import tta as T
-from eval.predict import load_model
-from eval.vote import Candidate, rank, sigmoid
+from eval.arc.results import Candidate, rank
+from eval.checkpoints import load_model
+from eval.puzzles import tta as T
+from eval.ranking import sigmoid
 from hrm_deeploop import runtime as D
 from hrm_deeploop.cli import run_subcommand
 from hrm_deeploop.models.config import HRMConfig, TRMConfig
@@ -101,7 +102,7 @@ def test_sudoku_hrm_tta_depth_and_report(world, tmp_path, capsys):
          "puzzle_identifiers": torch.zeros(12, dtype=torch.int32)}
     _, o = loaded.model.predict(b)
     assert np.array_equal(z["predictions"][::4], o["logits"].argmax(-1).numpy().astype(np.uint8))
-    # the TTA vote recomputed from the files with eval.vote's ranking: same top-1 and pass@2
+    # the TTA vote recomputed from the files with eval.arc.vote's ranking: same top-1 and pass@2
     back = g.invert(z["predictions"], table)
     top1 = pass2 = tokens = candidates = 0
     for e in range(12):

@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 
 from arc_data import sudoku
-from eval import tta as T
-from eval.puzzles import (
+from arc_data.grid_key import row_keys
+from eval.arc.results import Candidate, rank
+from eval.puzzles import tta as T
+from eval.puzzles.scoring import (
     RowSteps,
     first_halt,
-    row_keys,
     row_scores,
     score_examples,
     solve_mask,
@@ -19,7 +20,7 @@ from eval.puzzles import (
     supervised_mask,
     vote_copies,
 )
-from eval.vote import Candidate, rank, sigmoid
+from eval.ranking import sigmoid
 from hrm_deeploop.errors import UserError
 
 # ---------------------------------------------------------------- TTA groups

@@ -8,7 +8,7 @@ import pytest
 import torch
 import yaml
 
-from eval.predict import load_model
+from eval.checkpoints import load_model
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.models.config import TRMConfig

@@ -101,7 +101,7 @@ def test_resume_after_crash_is_bit_exact_with_the_average(monkeypatch, tmp_path,
 
 
 def test_evaluate_cli_predicts_with_the_average(monkeypatch, tmp_path):
-    from eval.predict import load_model
+    from eval.checkpoints import load_model
     from hrm_deeploop.cli import run_subcommand
 
     data = make_dataset(tmp_path / "data", num_tasks=3, num_aug=1, canvas=30)  # predictions.npz is the ARC format

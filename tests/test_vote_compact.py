@@ -4,8 +4,8 @@ import numpy as np
 
 from arc_data.arc.build import BuildConfig, build
 from arc_data.dataset import open_split
+from eval.arc.vote import vote
 from eval.predictions import load_predictions, save_predictions
-from eval.vote import vote
 from tests.arc_synth import synthetic_tasks, write_layout
 
 

@@ -4,9 +4,11 @@ import numpy as np
 import pytest
 
 from arc_data import format as fmt
-from eval.decode import decode_grid, decode_keys, grid_key, grid_of_shape, inverse_colour_table
-from eval.synthetic import random_colour_map
+from arc_data.grid_key import grid_key
+from arc_data.originals import inverse_colour_table
+from eval.arc.decode import decode_grid, decode_keys, grid_of_shape
 from tests.vote_helpers import random_grid
+from tests.vote_synthetic import random_colour_map
 
 IDENTITY = np.arange(10, dtype=np.uint8)
 

@@ -9,9 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from eval.arc.report import output_names, submission
+from eval.arc.vote import vote, write_vote
+from eval.outputs import check_outputs
 from eval.predictions import Predictions, check_dataset, load_predictions, save_predictions
-from eval.report import check_outputs, submission, write_outputs
-from eval.vote import vote
 from hrm_deeploop.errors import UserError
 from tests.vote_helpers import make_split, predict, random_grid
 
@@ -66,7 +67,7 @@ def test_end_to_end_scores_and_files(scenario):
     assert result.warnings == []
     assert [t.name for t in result.tasks] == list(tasks)
     out = root / "out"
-    write_outputs(result, out)
+    write_vote(result, out)
     saved = json.loads((out / "pass_at_k.json").read_text())
     for proto in EXPECTED:
         assert saved[proto] == pytest.approx(EXPECTED[proto])
@@ -103,10 +104,10 @@ def test_submission_schema(scenario):
 def test_outputs_refuse_to_clobber(scenario, tmp_path):
     root, _, _, path = scenario
     result = vote(load_predictions(path), root / "data")
-    write_outputs(result, tmp_path)
+    write_vote(result, tmp_path)
     with pytest.raises(UserError, match="overwrite=true"):
-        check_outputs(tmp_path, overwrite=False)
-    write_outputs(result, tmp_path, overwrite=True)
+        check_outputs(tmp_path, output_names(True), False, "vote")
+    write_vote(result, tmp_path, overwrite=True)
     assert (tmp_path / "report" / "aaaa.png").exists()
 
 

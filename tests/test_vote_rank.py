@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from eval.vote import Candidate, pass_at_k, rank, vote
+from eval.arc.results import Candidate, pass_at_k, rank
+from eval.arc.vote import vote
 from tests.vote_helpers import grid, make_split, predict
 
 INPUT = grid([[1, 2, 3], [4, 5, 6]])

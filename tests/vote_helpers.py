@@ -8,7 +8,7 @@ import numpy as np
 
 from arc_data import format as fmt
 from eval.predictions import Predictions
-from eval.synthetic import SyntheticSplit, encode_augmented, random_colour_map, write_split
+from tests.vote_synthetic import SyntheticSplit, encode_augmented, random_colour_map, write_split
 
 
 def grid(rows: list[list[int]]) -> np.ndarray:

@@ -22,8 +22,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from eval.arc.vote import vote  # noqa: E402
 from eval.predictions import load_predictions  # noqa: E402
-from eval.vote import vote  # noqa: E402
 
 FIG = Path(__file__).resolve().parent
 SCHEMES = ("baseline", "deeploop")

@@ -7,7 +7,7 @@
 | urm  | URMConfig              | hrm_deeploop.models.urm.URM     |
 
 All are `act.ACTReasoner`s: the same carry, ACT step, `predict` and outputs, so one trainer
-(`training.reasoner`) and one evaluator (`eval.predict`) serve them all.
+(`training.reasoner`) and one evaluator (`eval.evaluate`) serve them all.
 """
 
 from __future__ import annotations

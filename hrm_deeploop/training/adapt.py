@@ -6,7 +6,7 @@ torchrun, checkpoints, `train.time_budget`) and every `train.*` / `optim.*` key,
 keep in sync between two commands.
 
 What it does, before the first step (`prepare`, then `Trainer` applies it):
-- the checkpoint is read by `eval.predict.load_model` (ours, HRM's or TRM's, official layouts too;
+- the checkpoint is read by `eval.checkpoints.load_model` (ours, HRM's or TRM's, official layouts too;
   with its weight average when it has one); the model and scaling configs are the checkpoint's;
 - the puzzle-embedding table is rebuilt for the new dataset's identifiers, matched **by name**
   (the checkpoint's names: its `puzzle_names`, or the identifiers.json of the dataset it was trained
@@ -130,10 +130,10 @@ def prepare(init_from: str, cfg: Any, data_dir: str, train_split: Any) -> Start:
     """Read the checkpoint and build the starting point for a run on `data_dir`."""
     from arc_data.dataset import load_identifiers
     from arc_data.errors import DatasetError
-    from eval.predict import load_model
+    from eval.checkpoints import load_model
     from hrm_deeploop.data.puzzles import check_matches
 
-    loaded = load_model(init_from, "cpu", "float32", seq_len=int(train_split.meta.seq_len), ema=True)
+    loaded = load_model(init_from, "cpu", "float32", seq_len=int(train_split.meta.seq_len), ema=True, gpt=False)
     where = str(loaded.path)
     weights = {k: v.clone() for k, v in loaded.model.state_dict().items()}
     n_ids = int(train_split.meta.num_puzzle_identifiers)

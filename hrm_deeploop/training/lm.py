@@ -31,7 +31,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from eval.lm import evaluate_loss
 from hrm_deeploop import runtime as dist_
 from hrm_deeploop.config import at_least, check, one_of, positive
 from hrm_deeploop.errors import ConfigError, UserError
@@ -39,6 +38,7 @@ from hrm_deeploop.models.config import GPTConfig, model_config
 from hrm_deeploop.models.depth import DepthConfig
 from hrm_deeploop.models.gpt import GPT, flops_per_token
 from hrm_deeploop.models.scaling import tape_layers
+from hrm_deeploop.text.loss import evaluate_loss
 from hrm_deeploop.training import fsdp
 from hrm_deeploop.training.loop import (
     CheckpointConfig,

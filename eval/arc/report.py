@@ -1,7 +1,7 @@
 """Vote outputs: pass@K (json, md, csv), tasks.json, submission.json, report.html + report/*.png.
 
-All files are staged in a hidden folder inside output_dir and renamed into place at the end, so
-a crash never leaves half-written outputs; existing outputs are replaced only with overwrite.
+`write_vote_files` writes them into a stage that `eval.outputs.write_outputs` publishes together
+(a crash never leaves half-written outputs; existing outputs are replaced only with overwrite).
 """
 
 from __future__ import annotations
@@ -18,11 +18,10 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from arc_data.fsio import file_stem, staged_outputs
-from eval.arcprize import LABEL as PRIZE_LABEL
-from eval.arcprize import submission as arc_submission
-from eval.vote import ARC_PRIZE, Candidate, TaskResult, VoteConfig, VoteResult
-from hrm_deeploop.errors import UserError
+from arc_data.fsio import file_stem
+from eval.arc.arcprize import LABEL as PRIZE_LABEL
+from eval.arc.arcprize import submission as arc_submission
+from eval.arc.results import ARC_PRIZE, TaskResult, VoteResult
 
 # The standard ARC palette (colours 0..9).
 ARC_PALETTE = np.array(
@@ -50,16 +49,6 @@ def output_names(report: bool) -> tuple[str, ...]:
     return FILES + (REPORT_FILES if report else ())
 
 
-def check_outputs(output_dir: Path, overwrite: bool, report: bool = True) -> None:
-    """Raise UserError before any work if outputs exist and overwrite is off."""
-    output_dir = Path(output_dir)
-    if output_dir.exists() and not output_dir.is_dir():
-        raise UserError(f"output_dir {output_dir} exists and is not a folder")
-    existing = [n for n in output_names(report) if (output_dir / n).exists()]
-    if existing and not overwrite:
-        raise UserError(f"{output_dir} already holds vote outputs {existing}; pass overwrite=true to replace them")
-
-
 def _pct(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.2f}"
 
@@ -85,7 +74,7 @@ def _grid_list(grid: np.ndarray | None) -> list[list[int]] | None:
 
 
 def submission(result: VoteResult) -> dict[str, list[dict[str, list[list[int]]]]]:
-    """ARC Prize / Kaggle format (`eval.arcprize.submission`, covering `challenges=` when given)."""
+    """ARC Prize / Kaggle format (`eval.arc.arcprize.submission`, covering `challenges=` when given)."""
     return result.submission or arc_submission(result.tasks)
 
 
@@ -231,7 +220,7 @@ def _md_table_html(scores: dict[str, dict[str, float]]) -> str:
 
 def write_vote_files(result: VoteResult, folder: Path, max_candidates: int = 10, report: bool = True,
                      report_candidates: int = 3) -> None:
-    """Every vote output, written into `folder` (a stage that `write_outputs` or evaluate publishes)."""
+    """Every vote output, written into `folder` (a stage that `eval.outputs.write_outputs` publishes)."""
     (folder / "pass_at_k.json").write_text(json.dumps(result.scores, indent=2) + "\n")
     (folder / "pass_at_k.md").write_text(format_table(result.scores) + "\n")
     with open(folder / "pass_at_k.csv", "w", newline="") as f:
@@ -248,70 +237,4 @@ def write_vote_files(result: VoteResult, folder: Path, max_candidates: int = 10,
         write_report(result, folder, report_candidates)
 
 
-def write_outputs(
-    result: VoteResult,
-    output_dir: str | Path,
-    overwrite: bool = False,
-    max_candidates: int = 10,
-    report: bool = True,
-    report_candidates: int = 3,
-) -> list[Path]:
-    """Write every output into output_dir, published together (`fsio.staged_outputs`); returns the paths."""
-    output_dir = Path(output_dir)
-    check_outputs(output_dir, overwrite, report)
-    names = output_names(report)
-    with staged_outputs(output_dir, names, overwrite, "vote") as stage:
-        write_vote_files(result, stage, max_candidates, report, report_candidates)
-    return [output_dir / n for n in names]
-
-
-__all__ = ["ARC_PALETTE", "Candidate", "check_outputs", "format_table", "submission", "write_outputs"]
-
-
-# ---------------------------------------------------------------- CLI
-
-
-def run(c: VoteConfig) -> int:
-    """`hrm-deeploop vote predictions=FILE data_dir=DIR output_dir=OUT [ks=[1,2]] [overwrite=true]`."""
-    from arc_data.fsio import check_output_dir
-
-    out = check_output_dir(c.output_dir, [c.data_dir])
-    check_outputs(out, c.overwrite, c.report)
-    result = vote_file(c, Path(c.predictions))
-    write_outputs(result, out, overwrite=c.overwrite, max_candidates=c.max_candidates, report=c.report,
-                  report_candidates=c.report_candidates)
-    print_summary(result, out)
-    return 0
-
-
-def vote_file(c: VoteConfig, path: Path) -> VoteResult:
-    """Vote over the predictions in `path` (c.predictions, or evaluate's staged copy); warnings on stderr."""
-    import sys
-    import time
-    from dataclasses import asdict
-
-    from eval.predictions import load_predictions
-    from eval.vote import vote
-
-    t0 = time.perf_counter()
-    preds = load_predictions(path)
-    t_read = time.perf_counter() - t0
-    result = vote(preds, c.data_dir, split=c.split, ks=c.ks, keep_grids=max(c.max_candidates, c.report_candidates, 2),
-                  challenges=c.challenges)
-    result.stats["seconds_read_predictions"] = round(t_read, 3)
-    result.config = asdict(c)
-    for w in result.warnings[:20]:
-        print(f"warning: {w}", file=sys.stderr)
-    if len(result.warnings) > 20:
-        print(f"warning: ... and {len(result.warnings) - 20} more (see tasks.json)", file=sys.stderr)
-    return result
-
-
-def print_summary(result: VoteResult, out: Path) -> None:
-    print(format_table(result.scores))
-    s = result.stats
-    print(
-        f"{s['num_votes']} votes, {s['num_candidates']} candidates, {s['num_tasks']} tasks, "
-        f"{s['num_test_inputs']} test inputs; read {s['seconds_read_predictions']:.1f}s, "
-        f"vote {s['seconds_total']:.1f}s -> {out}"
-    )
+__all__ = ["ARC_PALETTE", "format_table", "output_names", "submission", "write_vote_files"]

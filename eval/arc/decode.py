@@ -3,12 +3,9 @@
 The numba kernel `decode_keys` never materialises a grid: for each row it finds the crop shape
 in the augmented frame, then walks the original frame cell by cell, reading the augmented cell
 that the dihedral transform sent there and mapping its colour back. The numpy reference is
-`decode_grid` (arc_data.format's `crop` + `invert_augmentation`) followed by `grid_key`; the tests
+`decode_grid` (arc_data.format's `crop` + `invert_augmentation`) followed by
+`arc_data.grid_key.grid_key`, the one grid key, whose numba steps the kernel inlines; the tests
 check that both agree.
-
-A candidate's identity is a 128-bit key: two independent 64-bit hashes (FNV-1a and a
-multiply-xorshift) over (rows, cols, cells in row-major order). 420k distinct grids collide with
-probability ~1e-28.
 """
 
 from __future__ import annotations
@@ -17,30 +14,13 @@ import numba as nb
 import numpy as np
 
 from arc_data.format import COLOUR_OFFSET, MAX_SIDE, crop, inverse_dihedral, invert_augmentation
-
-FNV_OFFSET = np.uint64(0xCBF29CE484222325)
-FNV_PRIME = np.uint64(0x100000001B3)
-MIX_SEED = np.uint64(0x9E3779B97F4A7C15)
-MIX_MUL = np.uint64(0xBF58476D1CE4E5B9)
-MIX_SHIFT = np.uint64(29)
-_M64 = (1 << 64) - 1
+from arc_data.grid_key import mix, start
 
 # Dihedral ids whose output swaps rows and columns.
 _TRANSPOSING = (1, 3, 6, 7)
 
 
 # ---------------------------------------------------------------- numpy reference
-
-
-def grid_key(grid: np.ndarray) -> tuple[int, int]:
-    """Reference 128-bit key of a grid (colours 0..9), as two Python ints."""
-    h, w = grid.shape
-    k1, k2 = int(FNV_OFFSET), int(MIX_SEED)
-    for v in [h, w, *np.asarray(grid, dtype=np.int64).ravel().tolist()]:
-        k1 = ((k1 ^ v) * int(FNV_PRIME)) & _M64
-        k2 = ((k2 ^ v) * int(MIX_MUL)) & _M64
-        k2 ^= k2 >> int(MIX_SHIFT)
-    return k1, k2
 
 
 def decode_grid(tokens: np.ndarray, tid: int, colour_map: np.ndarray) -> np.ndarray:
@@ -55,11 +35,6 @@ def grid_of_shape(tokens: np.ndarray, tid: int, inv_colour: np.ndarray, shape: t
     h, w = (nc, nr) if tid in _TRANSPOSING else (nr, nc)  # the crop, in the augmented frame
     crop = tokens[: h * MAX_SIDE].reshape(h, MAX_SIDE)[:, :w] - COLOUR_OFFSET
     return inv_colour[inverse_dihedral(crop, int(tid))]
-
-
-def inverse_colour_table(colour_map: np.ndarray) -> np.ndarray:
-    """colour_map [m, 10] (original -> augmented) -> inverse [m, 10] uint8 (augmented -> original)."""
-    return np.argsort(colour_map, axis=1, kind="stable").astype(np.uint8)
 
 
 # ---------------------------------------------------------------- numba kernels
@@ -105,14 +80,6 @@ def _source(tid, a, b, nr, nc):
     return a, b
 
 
-@nb.njit(cache=True, inline="always")
-def _mix(k1, k2, v):
-    k1 = (k1 ^ v) * FNV_PRIME
-    k2 = (k2 ^ v) * MIX_MUL
-    k2 ^= k2 >> MIX_SHIFT
-    return k1, k2
-
-
 @nb.njit(cache=True)
 def _decode_keys(tokens, rows, table_row, dihedral, inv_colour, keys, shapes):
     # One thread: a row takes about 0.4 us (ARC-1 at num_aug 300: 252k rows in 0.1 s); numba's
@@ -126,13 +93,12 @@ def _decode_keys(tokens, rows, table_row, dihedral, inv_colour, keys, shapes):
             nr, nc = w, h
         else:
             nr, nc = h, w
-        k1, k2 = _mix(FNV_OFFSET, MIX_SEED, np.uint64(nr))
-        k1, k2 = _mix(k1, k2, np.uint64(nc))
+        k1, k2 = start(nr, nc)
         for a in range(nr):
             for b in range(nc):
                 r, c = _source(tid, a, b, nr, nc)
                 v = inv_colour[aug, tokens[row, r * MAX_SIDE + c] - COLOUR_OFFSET]
-                k1, k2 = _mix(k1, k2, np.uint64(v))
+                k1, k2 = mix(k1, k2, np.uint64(v))
         keys[i, 0] = k1
         keys[i, 1] = k2
         shapes[i, 0] = nr
@@ -152,8 +118,8 @@ def decode_keys(
     table_row   int64 [n]       augmentation-table row (puzzle identifier) of each selected row
     rows        int64 [n]       which rows of tokens to decode
     dihedral    uint8 [m]       the table's dihedral ids
-    inv_colour  uint8 [m, 10]   inverse colour maps (`inverse_colour_table`)
-    Returns keys uint64 [n, 2] (== grid_key(decode_grid(row))) and shapes uint8 [n, 2] (original
+    inv_colour  uint8 [m, 10]   inverse colour maps (`arc_data.originals.inverse_colour_table`)
+    Returns keys uint64 [n, 2] (== arc_data.grid_key.grid_key(decode_grid(row))) and shapes uint8 [n, 2] (original
     frame rows, cols; (0, 0) when the row decodes to no grid).
     """
     assert tokens.ndim == 2 and tokens.shape[1] == MAX_SIDE * MAX_SIDE, tokens.shape
@@ -175,4 +141,4 @@ def decode_keys(
     return keys, shapes
 
 
-__all__ = ["decode_grid", "decode_keys", "grid_key", "grid_of_shape", "inverse_colour_table"]
+__all__ = ["decode_grid", "decode_keys", "grid_of_shape"]

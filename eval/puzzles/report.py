@@ -1,8 +1,8 @@
 """Puzzle evaluation outputs: metrics.json, metrics.md, report.html + report/<id>.png, tta_augmentations.npz.
 
-Everything is staged in a hidden folder inside output_dir and renamed into place at the end (as the
-ARC vote's outputs, `eval.report`), so a crash never leaves half-written outputs; existing outputs are
-replaced only with overwrite=true.
+`write_files` writes them into a stage that `eval.outputs.write_outputs` publishes together (as the
+ARC vote's outputs), so a crash never leaves half-written outputs; existing outputs are replaced only
+with overwrite=true.
 """
 
 from __future__ import annotations
@@ -11,25 +11,15 @@ import base64
 import html
 import io
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from arc_data.fsio import file_stem, staged_outputs
-from hrm_deeploop.errors import UserError
+from arc_data.fsio import file_stem
 
 PREDICTIONS_FILE = "predictions.npz"
 FILES = ("metrics.json", "metrics.md", "tta_augmentations.npz", "report.html", "report")
-
-
-def check_outputs(output_dir: Path, overwrite: bool) -> None:
-    """Raise UserError before any work if outputs exist and overwrite is off."""
-    output_dir = Path(output_dir)
-    existing = [n for n in FILES if (output_dir / n).exists()]
-    if existing and not overwrite:
-        raise UserError(f"{output_dir} already holds evaluation outputs {existing}; pass overwrite=true to replace them")
 
 
 # ---------------------------------------------------------------- tables
@@ -136,30 +126,19 @@ def _html(m: dict, md: str, shown: list[tuple[Shown, bytes]]) -> str:
 # ---------------------------------------------------------------- writing
 
 
-def write_outputs(output_dir: Path, metrics: dict, task: str, shown: list[Shown], tta_table: dict | None,
-                  overwrite: bool, report: bool = True,
-                  predictions: Callable[[Path], object] | None = None) -> list[Path]:
-    """Stage every output (and, through `predictions(path)`, predictions.npz) in a hidden folder and
-    publish them together (`fsio.staged_outputs`); an existing output this run does not produce
-    (tta_augmentations.npz of an earlier tta run, the report with report=false) is removed with
-    overwrite, so the folder never mixes two runs."""
-    output_dir = Path(output_dir)
-    check_outputs(output_dir, overwrite)
-    names = (PREDICTIONS_FILE, *FILES) if predictions is not None else FILES
-    with staged_outputs(output_dir, names, overwrite, "evaluate") as stage:
-        if predictions is not None:
-            predictions(stage / PREDICTIONS_FILE)
-        md = markdown(metrics)
-        (stage / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-        (stage / "metrics.md").write_text(md)
-        if tta_table is not None:
-            with open(stage / "tta_augmentations.npz", "wb") as f:
-                np.savez(f, **tta_table)
-        if report:
-            (stage / "report").mkdir()
-            pictures = [(s, picture(task, s)) for s in shown]
-            for s, png in pictures:
-                (stage / "report" / f"{file_stem(f'example_{s.example}')}.png").write_bytes(png)
-            (stage / "report.html").write_text(_html(metrics, md, pictures))
-        written = [n for n in names if (stage / n).exists()]
-    return [output_dir / n for n in written]
+def write_files(stage: Path, metrics: dict, task: str, shown: list[Shown], tta_table: dict | None,
+                report: bool = True) -> None:
+    """metrics.json, metrics.md, tta_augmentations.npz (with a TTA table) and the report, into the
+    stage that `eval.outputs.write_outputs` publishes (with predictions.npz) together."""
+    md = markdown(metrics)
+    (stage / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    (stage / "metrics.md").write_text(md)
+    if tta_table is not None:
+        with open(stage / "tta_augmentations.npz", "wb") as f:
+            np.savez(f, **tta_table)
+    if report:
+        (stage / "report").mkdir()
+        pictures = [(s, picture(task, s)) for s in shown]
+        for s, png in pictures:
+            (stage / "report" / f"{file_stem(f'example_{s.example}')}.png").write_bytes(png)
+        (stage / "report.html").write_text(_html(metrics, md, pictures))

@@ -1,10 +1,10 @@
 """`hrm-deeploop evaluate` on a Sudoku, Maze or generic dataset: predict, score, report.
 
 For each test example: copy 0 is the input as stored; with tta=N, copies 1..N are seeded
-augmentations of it from the task's group (`eval.tta`). Every copy runs `segments` ACT segments from
+augmentations of it from the task's group (`eval.puzzles.tta`). Every copy runs `segments` ACT segments from
 a fresh carry (`ACTReasoner.predict_steps`: halt_max_steps by default, more with the
 halt_max_steps= override); after each segment its argmax prediction is mapped back to the original
-frame and scored (`eval.puzzles`), and the copies of an example vote (count-first, ARC's rule).
+frame and scored (`eval.puzzles.scoring`), and the copies of an example vote (count-first, `eval.ranking`).
 Nothing per segment is kept beyond the scores, so memory grows with the examples, not the segments.
 
 Batches hold whole examples (all their copies), so each vote happens where its copies were
@@ -14,8 +14,8 @@ per-example results gathered on rank 0, which writes:
     predictions.npz          the last segment's predictions of every copy, in the frame the model saw
                              (eval.predictions; rows example-major, with `example` and `tta_copy`)
     tta_augmentations.npz    (tta > 0) the transform of every row: example, tta_copy and the task's
-                             table fields (eval.tta)
-    metrics.json, metrics.md, report.html, report/example_<i>.png   (eval.puzzle_report)
+                             table fields (eval.puzzles.tta)
+    metrics.json, metrics.md, report.html, report/example_<i>.png   (eval.puzzles.report)
 """
 
 from __future__ import annotations
@@ -23,28 +23,35 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from eval import tta as T
+from arc_data.grid_key import row_keys
+from eval.outputs import check_outputs, write_outputs
 from eval.predictions import save_predictions
-from eval.puzzle_report import Shown, write_outputs
-from eval.puzzles import (
+from eval.puzzles import tta as T
+from eval.puzzles.report import FILES, PREDICTIONS_FILE, Shown, write_files
+from eval.puzzles.scoring import (
     SOLVE_CELLS,
     RowSteps,
-    row_keys,
     row_scores,
     score_examples,
     solve_mask,
     summarize,
     supervised_mask,
 )
+from eval.ranking import RULE
 from hrm_deeploop import runtime as D
 from hrm_deeploop.data.puzzles import IGNORE_LABEL
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.models.act import ACTReasoner
+
+if TYPE_CHECKING:
+    from arc_data.dataset import PuzzleSplit
+    from eval.checkpoints import LoadedModel
+    from eval.evaluate import EvaluateConfig
 
 
 @dataclass
@@ -85,7 +92,7 @@ def make_plan(task: str, split: Any, tta: int, tta_seed: int, segments: int, loc
 @dataclass
 class Chunk:
     examples: np.ndarray  # int64 [k]
-    scores: dict[str, np.ndarray]  # eval.puzzles.score_examples output, [k, ...]
+    scores: dict[str, np.ndarray]  # eval.puzzles.scoring.score_examples output, [k, ...]
     num_supervised: np.ndarray  # int64 [k]
     num_solve: np.ndarray | None  # int64 [k]
     puzzle_identifiers: np.ndarray  # int32 [k * copies]
@@ -220,38 +227,77 @@ def _shown(split: Any, plan: Plan, res: Chunk, count: int) -> list[Shown]:
     return out
 
 
-def evaluate_puzzles(model: ACTReasoner, split: Any, env: D.Env, c: Any, out: Path, task: str,
-                     global_batch_size: int, info: dict[str, Any]) -> int:
-    """The puzzle path of `evaluate` (c: eval.predict.EvaluateConfig): predict, score, write on rank 0."""
-    t0 = time.perf_counter()
-    segments = c.halt_max_steps or model.cfg.halt_max_steps
-    local = max(1, global_batch_size // env.world_size)
-    plan = make_plan(task, split, c.tta, c.tta_seed, segments, local, env.world_size, c.max_batches)
-    res = predict_and_score(model, split, plan, env, local, c.progress)
-    if res is None:
-        return 0
-    t_predict = time.perf_counter() - t0
-    copy = np.tile(np.arange(plan.copies, dtype=np.int32), len(res.examples))
-    example = np.repeat(res.examples, plan.copies)
+@dataclass
+class Scored:
+    """What rank 0 holds after predicting: the plan, every example's scores, the timing."""
 
-    def predictions(path: Path) -> None:  # published with the metrics, never before them
-        save_predictions(path, res.puzzle_identifiers, res.inputs, res.predictions, res.q_halt,
-                         extra={"example": example, "tta_copy": copy})
-    m = {"task": task, "data_dir": str(c.data_dir), "split": c.split, **info,
-         "halt_max_steps_trained": int(model.cfg.halt_max_steps),
-         "tta": {"copies": c.tta, "seed": c.tta_seed, "group": plan.group.description if c.tta else None},
-         "cells_to_solve": SOLVE_CELLS.get(task), "units": "percent",
-         "ranking": "votes desc, then mean sigmoid(q_halt) desc, then first seen (copy 0 = the input as stored)"}
-    m.update(summarize(res.scores, res.num_supervised, res.num_solve))
-    m["stats"] = {"num_rows": int(len(res.q_halt)), "seconds_predict_and_score": round(t_predict, 3)}
-    tta_table = None
-    if plan.table is not None:
-        tta_table = {"example": example, "tta_copy": copy, **{k: v[example * plan.copies + copy]
-                                                                for k, v in plan.table.items()}}
-    write_outputs(out, m, task, _shown(split, plan, res, c.report_puzzles), tta_table, c.overwrite, c.report,
-                  predictions=predictions)
-    D.print0(one_line(m, out))
-    return 0
+    split: PuzzleSplit
+    plan: Plan
+    res: Chunk
+    info: dict[str, Any]  # the checkpoint's description for metrics.json
+    halt_max_steps_trained: int
+    seconds: float
+
+
+class PuzzleEvaluation:
+    """Sudoku's, Maze's and any other task's part of `hrm-deeploop evaluate` (`eval.tasks.TaskEvaluation`)."""
+
+    def __init__(self, task: str):
+        self.task = task
+
+    def check(self, c: EvaluateConfig, out: Path) -> None:
+        check_outputs(out, FILES, c.overwrite, "evaluation")
+
+    def check_split(self, c: EvaluateConfig, split: PuzzleSplit, out: Path) -> None:
+        if c.tta or c.halt_max_steps:  # before the checkpoint is read: what cannot be served
+            seq_len = int(split.meta.seq_len)
+            if c.tta:
+                T.group_for(self.task, seq_len, int(split.meta.vocab_size))
+            T.check_request(c.tta, int(split.num_examples), seq_len, out, segments=c.halt_max_steps or 1)
+
+    def rows_per_forward(self, local_batch: int, split: PuzzleSplit) -> int:
+        return min(local_batch, int(split.num_examples))
+
+    def predict(self, loaded: LoadedModel, split: PuzzleSplit, env: D.Env, c: EvaluateConfig, global_batch_size: int,
+                rows: Any) -> Scored | None:
+        """Predict and score every copy of every example, per segment (the module docstring)."""
+        t0 = time.perf_counter()
+        model = loaded.model
+        segments = c.halt_max_steps or model.cfg.halt_max_steps
+        local = max(1, global_batch_size // env.world_size)
+        plan = make_plan(self.task, split, c.tta, c.tta_seed, segments, local, env.world_size, c.max_batches)
+        res = predict_and_score(model, split, plan, env, local, c.progress)
+        if res is None:
+            return None
+        info = {"checkpoint": str(loaded.path), "checkpoint_kind": loaded.kind, "step": loaded.step,
+                "model": loaded.config.name, "weights": loaded.weights}
+        return Scored(split, plan, res, info, int(model.cfg.halt_max_steps), time.perf_counter() - t0)
+
+    def publish(self, scored: Scored, c: EvaluateConfig, out: Path) -> None:
+        """metrics, pictures, predictions.npz and the TTA table, published together; one line."""
+        plan, res, task = scored.plan, scored.res, self.task
+        copy = np.tile(np.arange(plan.copies, dtype=np.int32), len(res.examples))
+        example = np.repeat(res.examples, plan.copies)
+        m = {"task": task, "data_dir": str(c.data_dir), "split": c.split, **scored.info,
+             "halt_max_steps_trained": scored.halt_max_steps_trained,
+             "tta": {"copies": c.tta, "seed": c.tta_seed, "group": plan.group.description if c.tta else None},
+             "cells_to_solve": SOLVE_CELLS.get(task), "units": "percent",
+             "ranking": f"{RULE} (copy 0 = the input as stored)"}
+        m.update(summarize(res.scores, res.num_supervised, res.num_solve))
+        m["stats"] = {"num_rows": int(len(res.q_halt)), "seconds_predict_and_score": round(scored.seconds, 3)}
+        tta_table = None
+        if plan.table is not None:
+            tta_table = {"example": example, "tta_copy": copy, **{k: v[example * plan.copies + copy]
+                                                                    for k, v in plan.table.items()}}
+        shown = _shown(scored.split, plan, res, c.report_puzzles)  # the pictures read their examples again
+
+        def write(stage: Path) -> None:
+            save_predictions(stage / PREDICTIONS_FILE, res.puzzle_identifiers, res.inputs, res.predictions,
+                             res.q_halt, extra={"example": example, "tta_copy": copy})
+            write_files(stage, m, task, shown, tta_table, c.report)
+
+        write_outputs(out, (PREDICTIONS_FILE, *FILES), c.overwrite, "evaluation", "evaluate", write)
+        print(one_line(m, out))
 
 
 def one_line(m: dict, out: Path) -> str:

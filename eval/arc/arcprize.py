@@ -34,7 +34,7 @@ Grid = list[list[int]]
 
 
 def submission(tasks: list[Any]) -> dict[str, list[dict[str, Grid]]]:
-    """Two attempts per test input of every task (`eval.vote.TaskResult`s; not imported: vote imports this): the top two non-empty candidates; with one, it fills
+    """Two attempts per test input of every task (`eval.arc.vote.TaskResult`s; not imported: vote imports this): the top two non-empty candidates; with one, it fills
     both; with none (a test input nothing was predicted for), [[0]] twice."""
     out: dict[str, list[dict[str, Grid]]] = {}
     for task in tasks:

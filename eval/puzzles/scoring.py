@@ -1,8 +1,8 @@
 """Puzzle scoring (numpy): exact and token accuracy, count-first voting over test-time copies, per
-ACT segment. The model side (running segments, augmenting inputs) is `eval.puzzle_eval`.
+ACT segment. The model side (running segments, augmenting inputs) is `eval.puzzles.evaluate`.
 
 Rows come example-major with their copies contiguous: row = example * C + copy, copy 0 the test
-input as stored, copies 1..C-1 its test-time augmentations (`eval.tta`). Every prediction is scored
+input as stored, copies 1..C-1 its test-time augmentations (`eval.puzzles.tta`). Every prediction is scored
 in the original frame (mapped back with the inverse transform) against the example's labels:
 
 - supervised tokens: labels != the dataset's ignore_label_id (all of them if it is null);
@@ -11,11 +11,10 @@ in the original frame (mapped back with the inverse transform) against the examp
 - solve-token accuracy: the same over the cells to solve: Sudoku, the blank cells of the input;
   Maze, the cells of the true path ('o' in the label). None for other tasks.
 
-Voting (`vote_copies`) is ARC's rule (`eval.vote.Candidate.rank_key`): the copies' predictions,
+Voting (`vote_copies`) is the one ranking rule (`eval.ranking`, ARC's too): the copies' predictions,
 mapped back, are grouped into distinct candidates; candidates rank by most votes, then highest mean
 sigmoid(q_halt), then first seen (lowest copy index: the un-augmented input first). A candidate's
-identity is a 128-bit linear hash of its tokens (two independent sums of token x random 64-bit
-weight, mod 2^64); two different rows collide with probability below 2^-100.
+identity is the one grid key (`arc_data.grid_key.row_keys`: 128 bits over the row's tokens).
 """
 
 from __future__ import annotations
@@ -24,25 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from eval.vote import sigmoid
-
-_HASH_WEIGHTS: dict[int, np.ndarray] = {}
-
-
-def _weights(seq_len: int) -> np.ndarray:
-    """uint64 [2, seq_len], fixed (seeded), odd."""
-    if seq_len not in _HASH_WEIGHTS:
-        rng = np.random.Generator(np.random.PCG64(0x5EED_CAFE))
-        _HASH_WEIGHTS[seq_len] = rng.integers(0, 2**64 - 1, size=(2, seq_len), dtype=np.uint64, endpoint=True) | np.uint64(1)
-    return _HASH_WEIGHTS[seq_len]
-
-
-def row_keys(tokens: np.ndarray) -> np.ndarray:
-    """uint64 [R, 2]: the hash of each row of tokens [R, L] (equal rows, equal keys)."""
-    w = _weights(tokens.shape[1])
-    x = tokens.astype(np.uint64)
-    with np.errstate(over="ignore"):
-        return np.stack([(x * w[0]).sum(axis=1, dtype=np.uint64), (x * w[1]).sum(axis=1, dtype=np.uint64)], axis=1)
+from eval.ranking import rank_order, sigmoid
 
 
 def supervised_mask(labels: np.ndarray, ignore_label_id: int | None) -> np.ndarray:
@@ -95,8 +76,8 @@ class VoteOutcome:
 
 def vote_copies(keys: np.ndarray, q_halt: np.ndarray) -> VoteOutcome:
     """Count-first vote among the C copies of each of E examples: keys uint64 [E, C, 2] (hash of the
-    prediction in the original frame), q_halt [E, C]. Ranks candidates by `eval.vote`'s rule
-    (`Candidate.rank_key`: votes desc, mean sigmoid(q_halt) desc, first seen asc)."""
+    prediction in the original frame), q_halt [E, C]. Ranks candidates by the one rule
+    (`eval.ranking.rank_order`: votes desc, mean sigmoid(q_halt) desc, first seen asc)."""
     E, C = q_halt.shape
     eq = (keys[:, :, None, :] == keys[:, None, :, :]).all(axis=-1)  # (E, C, C): copy i predicts what copy j does
     first = eq.argmax(axis=2)  # (E, C): the first copy with the same prediction (its candidate)
@@ -106,12 +87,11 @@ def vote_copies(keys: np.ndarray, q_halt: np.ndarray) -> VoteOutcome:
     sum_q = np.zeros((E, C), np.float64)
     sig = sigmoid(q_halt)
     rows = np.arange(E)
-    for i in range(C):  # in copy order, as eval.vote sums in row order
+    for i in range(C):  # in copy order, as eval.arc.vote sums in row order
         votes[rows, first[:, i]] += 1
         sum_q[rows, first[:, i]] += sig[:, i]
     mean_q = np.where(votes > 0, sum_q / np.maximum(votes, 1), 0.0)
-    # ascending sort: non-candidates last, then (-votes, -mean_q, first seen) = Candidate.rank_key
-    order = np.lexsort((np.broadcast_to(copies, (E, C)), -mean_q, -votes, ~is_cand), axis=-1)
+    order = rank_order(votes, mean_q, copies, valid=is_cand)  # non-candidates last
     return VoteOutcome(order=order, votes=votes, mean_q=mean_q, num_candidates=is_cand.sum(axis=1))
 
 

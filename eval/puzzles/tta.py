@@ -1,6 +1,6 @@
 """Test-time augmentation groups: each puzzle task's own invertible transforms, on token rows.
 
-ARC's vote undoes dihedral + colour maps (`eval.decode`); the puzzle evaluation does the same with
+ARC's vote undoes dihedral + colour maps (`eval.arc.decode`); the puzzle evaluation does the same with
 the group the task's builder augments with (`arc_data.sudoku`, `arc_data.maze`):
 
 - Sudoku (n x n, boxes br x bc): relabel the digits, transpose (square boxes only), permute the bands

@@ -1,0 +1,347 @@
+"""`hrm-deeploop vote`: count-first voting (HRM spec 6.2-6.3): predictions of every augmented copy
+-> ranked candidates per original test input -> pass@K, written by `eval.arc.report`.
+
+For each prediction row: crop the predicted grid (HRM's top-left max-area rule), map it back to
+the original frame with the augmentation table (inverse dihedral and inverse colour map; the two
+commute), and key it (`arc_data.grid_key`). The row's test input is found the same way, from its
+`inputs` sequence, among the un-augmented test inputs of the row's base task (read by
+`arc_data.originals`). Candidates are ranked by the one rule of `eval.ranking`: most votes, then
+highest mean sigmoid(q_halt), then first seen (row order of predictions.npz).
+
+Entry points: `vote(predictions, data_dir)` (library) and `run(cfg)` (the command).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from omegaconf import MISSING
+
+from arc_data import format as fmt
+from arc_data.dataset import DatasetMeta, read_meta, task_kind
+from arc_data.errors import DatasetError
+from arc_data.originals import AugTable, load_aug_table, read_originals
+from eval.arc.results import (
+    ARC_PRIZE,
+    DEFAULT_KS,
+    Candidate,
+    TaskResult,
+    TestInput,
+    TestResult,
+    VoteResult,
+    pass_at_k,
+    rank,
+)
+from eval.outputs import check_outputs, write_outputs
+from eval.predictions import Predictions, check_dataset, load_predictions
+from eval.ranking import sigmoid
+from hrm_deeploop.errors import UserError
+
+
+@dataclass
+class VoteConfig:
+    """`hrm-deeploop vote`: count-first voting and pass@K from a predictions.npz."""
+
+    predictions: str = MISSING  # path to predictions.npz
+    data_dir: str = MISSING  # built dataset (the folder holding test/ and augmentations.npz)
+    output_dir: str = MISSING
+    split: str = "test"
+    ks: list[int] = field(default_factory=lambda: list(DEFAULT_KS))
+    overwrite: bool = False  # replace earlier vote outputs in output_dir
+    max_candidates: int = 10  # candidates (with grids) listed per test input in tasks.json
+    report: bool = True  # report.html + report/<task>.png
+    report_candidates: int = 3  # candidates drawn per test input in the report
+    challenges: str | None = None  # a *_challenges.json: submission.json covers each of its tasks and test inputs
+
+    def __post_init__(self) -> None:
+        if not self.ks or any(not isinstance(k, int) or k < 1 for k in self.ks):
+            raise UserError(f"ks={self.ks}: must be a non-empty list of positive integers")
+        if len(set(self.ks)) != len(self.ks):
+            raise UserError(f"ks={self.ks}: lists a K twice (each K is one pass@K column)")
+        for key in ("max_candidates", "report_candidates"):
+            if getattr(self, key) < 1:
+                raise UserError(f"{key}={getattr(self, key)}: must be >= 1")
+        if self.split not in ("test", "train"):
+            raise UserError(f"split={self.split!r}: must be test or train")
+
+
+# ---------------------------------------------------------------- dataset side
+
+
+def require_arc(data_dir: str | Path, split: str, what: str = "the vote") -> DatasetMeta:
+    """Raise a one-line UserError unless `data_dir` is an ARC dataset in ARC's token format; returns
+    the split's dataset.json. Cheap: reads manifest.json and dataset.json only."""
+    root = Path(data_dir)
+    try:
+        meta = read_meta(root / split / fmt.META_FILE)
+        kind = task_kind(root) if (root / fmt.MANIFEST_FILE).is_file() else None
+    except DatasetError as e:
+        raise UserError(str(e)) from None
+    arc_tokens = meta.seq_len == fmt.SEQ_LEN and meta.vocab_size == fmt.VOCAB_SIZE
+    if kind not in (None, "arc") or not arc_tokens:
+        raise UserError(
+            f"{what} is ARC's (dihedral + colour augmentations of 30x30 grids), but '{root}' is a "
+            f"{kind or 'non-ARC'} dataset (seq_len {meta.seq_len}, vocab_size {meta.vocab_size}): score it with "
+            f"`hrm-deeploop evaluate` (exact and token accuracy, tta=N voting; docs/evaluation.md)")
+    return meta
+
+
+def read_table(data_dir: Path) -> AugTable:
+    """The dataset's augmentation table (`arc_data.originals.load_aug_table`), errors as one UserError."""
+    try:
+        return load_aug_table(data_dir)
+    except DatasetError as e:
+        raise UserError(str(e)) from None
+
+
+@dataclass(frozen=True)
+class GroundTruth:
+    tasks: list[str]  # in dataset order
+    test_inputs: list[TestInput]  # grouped by task, in dataset order
+    task_index: dict[str, int]  # table task index -> position in `tasks` (by name)
+
+
+def load_ground_truth(data_dir: Path, split: str, table: AugTable) -> GroundTruth:
+    """Test inputs and true outputs from each task's un-augmented copy (dihedral 0, identity colours)."""
+    from eval.arc.decode import decode_keys
+
+    d = data_dir / split
+    try:
+        orig = read_originals(data_dir, split, table)
+    except DatasetError as e:
+        raise UserError(str(e)) from None
+    ids = np.repeat(orig.puzzle_ids, orig.counts)
+    in_keys, _ = decode_keys(orig.inputs, ids, table.dihedral, table.inv_colour)
+    out_keys, _ = decode_keys(orig.labels, ids, table.dihedral, table.inv_colour)
+    test_inputs: list[TestInput] = []
+    row = 0
+    for name, count in zip(orig.names, orig.counts.tolist()):
+        seen: set[tuple[int, int]] = set()
+        for j in range(count):
+            ik = (int(in_keys[row, 0]), int(in_keys[row, 1]))
+            if ik in seen:
+                raise UserError(f"{d}: task '{name}' has two identical test inputs")
+            seen.add(ik)
+            grid_in, grid_out = fmt.crop(orig.inputs[row]), fmt.crop(orig.labels[row])
+            unlabelled = not (orig.labels[row] != fmt.PAD).any()  # every label cell PAD: no solution known
+            if grid_in.size == 0 or (grid_out.size == 0 and not unlabelled):
+                raise UserError(f"{d}: task '{name}' test input {j} decodes to an empty grid")
+            truth_key = None if unlabelled else (int(out_keys[row, 0]), int(out_keys[row, 1]))
+            test_inputs.append(TestInput(name, j, grid_in, None if unlabelled else grid_out, ik, truth_key))
+            row += 1
+    return GroundTruth(list(orig.names), test_inputs, {n: i for i, n in enumerate(orig.names)})
+
+
+# ---------------------------------------------------------------- counting
+
+
+def _segments(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Stable sort rows by cols (first col = primary key); return (order, start of each run)."""
+    order = np.lexsort(cols[::-1])
+    change = np.zeros(len(order), dtype=bool)
+    change[:1] = True
+    for c in cols:
+        s = c[order]
+        change[1:] |= s[1:] != s[:-1]
+    return order, np.flatnonzero(change)
+
+
+def vote(
+    preds: Predictions,
+    data_dir: str | Path,
+    split: str = "test",
+    ks: list[int] | tuple[int, ...] = DEFAULT_KS,
+    keep_grids: int = 10,
+    table: AugTable | None = None,
+    truth: GroundTruth | None = None,
+    challenges: str | Path | None = None,
+) -> VoteResult:
+    """Vote `preds` (validated, e.g. from load_predictions) against the dataset in `data_dir`.
+
+    Rows with puzzle id 0 (blank padding) are dropped. Ids outside the table, or of tasks not in
+    `split`, raise UserError. Rows whose input matches no test input of their task are dropped
+    with a warning (UserError if none match). Rows that decode to no grid vote for the empty
+    candidate (never correct) with a warning. Grids are materialised for the top `keep_grids`
+    candidates of each test input.
+    """
+    t0 = time.perf_counter()
+    data_dir = Path(data_dir)
+    ks = sorted({int(k) for k in ks})
+    if not ks or ks[0] < 1:
+        raise UserError(f"ks must be positive integers, got {ks}")
+    meta = require_arc(data_dir, split, "hrm-deeploop vote")
+    check_dataset(preds, meta.seq_len, meta.vocab_size)
+    table = table if table is not None else read_table(data_dir)
+    truth = truth if truth is not None else load_ground_truth(data_dir, split, table)
+    warnings: list[str] = []
+    t_load = time.perf_counter() - t0
+
+    pid = preds.puzzle_identifiers.astype(np.int64)
+    outside = pid >= len(table)
+    if outside.any():
+        raise UserError(
+            f"predictions: {int(outside.sum())} rows have puzzle ids not in the dataset's table "
+            f"({len(table)} ids), e.g. {np.unique(pid[outside])[:5].tolist()}"
+        )
+    keep = np.flatnonzero(pid != fmt.BLANK_ID)
+    if len(keep) == 0:
+        raise UserError("predictions: every row is a blank padding row (puzzle id 0)")
+    pid = pid[keep]
+    task_of_table = np.full(len(table.task_names) + 1, -1, dtype=np.int64)  # table task -> truth task
+    for i, name in enumerate(table.task_names):
+        task_of_table[i] = truth.task_index.get(name, -1)
+    task = task_of_table[table.base_task[pid]]  # base_task -1 (blank) maps to the extra -1 slot
+    if (task < 0).any():
+        bad = np.unique(pid[task < 0])[:5].tolist()
+        raise UserError(
+            f"predictions: {int((task < 0).sum())} rows belong to tasks not in the {split} split, "
+            f"e.g. puzzle ids {bad}"
+        )
+
+    from eval.arc.decode import decode_keys, grid_of_shape
+
+    t1 = time.perf_counter()
+    inv = table.inv_colour
+    in_keys, _ = decode_keys(preds.inputs, pid, table.dihedral, inv, rows=keep)
+    keys, shapes = decode_keys(preds.predictions, pid, table.dihedral, inv, rows=keep)
+    t_decode = time.perf_counter() - t1
+
+    # Which original test input each row predicts.
+    lookup = {(truth.task_index[t.task], t.input_key): i for i, t in enumerate(truth.test_inputs)}
+    test_of_row = np.full(len(keep), -1, dtype=np.int64)
+    order, starts = _segments(task, in_keys[:, 0], in_keys[:, 1])
+    ends = np.append(starts[1:], len(order))
+    for s, e in zip(starts, ends):
+        r = order[s]
+        test_of_row[order[s:e]] = lookup.get((int(task[r]), (int(in_keys[r, 0]), int(in_keys[r, 1]))), -1)
+    unmatched = test_of_row < 0
+    if unmatched.all():
+        raise UserError(
+            f"predictions: no row's input matches a test input of its task in {data_dir / split} "
+            "(predictions made on another dataset build?)"
+        )
+    if unmatched.any():
+        warnings.append(
+            f"{int(unmatched.sum())} prediction rows have inputs that match no test input of their task; "
+            f"dropped (first at row {int(keep[np.argmax(unmatched)])})"
+        )
+    empty = (shapes[:, 0] == 0) & ~unmatched
+    if empty.any():
+        warnings.append(f"{int(empty.sum())} predictions decode to no grid (0x0); they vote for the empty candidate")
+
+    # Votes per (test input, candidate key).
+    t2 = time.perf_counter()
+    m = np.flatnonzero(~unmatched)
+    q = sigmoid(preds.q_halt[keep[m]])
+    order, starts = _segments(test_of_row[m], keys[m, 0], keys[m, 1])
+    votes = np.diff(np.append(starts, len(order)))
+    sum_q = np.add.reduceat(q[order], starts)
+    first = m[order[starts]]  # index into keep; the stable sort puts the earliest row first
+    cand_test = test_of_row[first]
+    per_test: list[list[Candidate]] = [[] for _ in truth.test_inputs]
+    columns = zip(cand_test.tolist(), keys[first, 0].tolist(), keys[first, 1].tolist(), votes.tolist(),
+                  (sum_q / votes).tolist(), keep[first].tolist(), shapes[first, 0].tolist(), shapes[first, 1].tolist())
+    for test, k1, k2, n, mean_q, seen, rows, cols in columns:
+        per_test[test].append(Candidate(key=(k1, k2), votes=n, mean_q=mean_q, first_seen=seen, shape=(rows, cols)))
+    t_count = time.perf_counter() - t2
+
+    tasks: dict[str, TaskResult] = {name: TaskResult(name, []) for name in truth.tasks}
+    for t, cands in zip(truth.test_inputs, per_test):
+        ranked = rank(cands)
+        for i in range(min(keep_grids, len(ranked))):
+            c = ranked[i]
+            pid_row = int(preds.puzzle_identifiers[c.first_seen])
+            grid = grid_of_shape(preds.predictions[c.first_seen], table.dihedral[pid_row], inv[pid_row], c.shape)
+            ranked[i] = dataclasses.replace(c, grid=grid)
+        truth_rank = next((i for i, c in enumerate(ranked) if c.key == t.truth_key), None)
+        if not ranked:
+            warnings.append(f"task '{t.task}' test input {t.index} has no predictions; counted as wrong")
+        tasks[t.task].tests.append(TestResult(t, ranked, truth_rank))
+    task_list = [tasks[name] for name in truth.tasks]
+    scored = [task for task in task_list if task.labelled]
+    scores = pass_at_k([[t.truth_rank for t in task.tests] for task in scored], ks)
+    if len(scored) < len(task_list):
+        warnings.append(f"{len(task_list) - len(scored)} of {len(task_list)} tasks have test inputs without "
+                        "solutions: voted and submitted, not scored")
+    from eval.arc.arcprize import arc_prize_score, cover, read_json, solutions_of, submission
+
+    sub = submission(task_list)
+    prize = arc_prize_score(sub, solutions_of(scored)) if scored else None
+    scores[ARC_PRIZE] = {"2": None if prize is None else prize.percent}
+    if challenges is not None:
+        sub, notes = cover(sub, read_json(challenges, "challenges"), str(challenges))
+        warnings += notes
+    stats = {
+        "num_rows": len(preds),
+        "num_blank_rows": int(len(preds) - len(keep)),
+        "num_unmatched_rows": int(unmatched.sum()),
+        "num_empty_predictions": int(empty.sum()),
+        "num_votes": int(len(m)),
+        "num_candidates": int(len(starts)),
+        "num_tasks": len(task_list),
+        "num_scored_tasks": len(scored),
+        "num_test_inputs": len(truth.test_inputs),
+        "seconds_load_dataset": round(t_load, 3),
+        "seconds_decode": round(t_decode, 3),
+        "seconds_count": round(t_count, 3),
+        "seconds_total": round(time.perf_counter() - t0, 3),
+    }
+    return VoteResult(task_list, ks, scores, warnings, stats, submission=sub)
+
+
+# ---------------------------------------------------------------- the command
+
+
+def run(c: VoteConfig) -> int:
+    """`hrm-deeploop vote predictions=FILE data_dir=DIR output_dir=OUT [ks=[1,2]] [overwrite=true]`."""
+    from arc_data.fsio import check_output_dir
+    from eval.arc.report import output_names
+
+    out = check_output_dir(c.output_dir, [c.data_dir])
+    check_outputs(out, output_names(c.report), c.overwrite, "vote")
+    result = vote_file(c, Path(c.predictions))
+    write_vote(result, out, c.overwrite, c.max_candidates, c.report, c.report_candidates)
+    print_summary(result, out)
+    return 0
+
+
+def write_vote(result: VoteResult, output_dir: str | Path, overwrite: bool = False, max_candidates: int = 10,
+               report: bool = True, report_candidates: int = 3) -> list[Path]:
+    """Every vote output of `result` (`eval.arc.report`) in output_dir, published together (`eval.outputs`)."""
+    from eval.arc.report import output_names, write_vote_files
+
+    return write_outputs(output_dir, output_names(report), overwrite, "vote", "vote",
+                         lambda stage: write_vote_files(result, stage, max_candidates, report, report_candidates))
+
+
+def vote_file(c: VoteConfig, path: Path) -> VoteResult:
+    """Vote over the predictions in `path` (c.predictions, or evaluate's staged copy); warnings on stderr."""
+    t0 = time.perf_counter()
+    preds = load_predictions(path)
+    t_read = time.perf_counter() - t0
+    result = vote(preds, c.data_dir, split=c.split, ks=c.ks, keep_grids=max(c.max_candidates, c.report_candidates, 2),
+                  challenges=c.challenges)
+    result.stats["seconds_read_predictions"] = round(t_read, 3)
+    result.config = dataclasses.asdict(c)
+    for w in result.warnings[:20]:
+        print(f"warning: {w}", file=sys.stderr)
+    if len(result.warnings) > 20:
+        print(f"warning: ... and {len(result.warnings) - 20} more (see tasks.json)", file=sys.stderr)
+    return result
+
+
+def print_summary(result: VoteResult, out: Path) -> None:
+    from eval.arc.report import format_table
+
+    print(format_table(result.scores))
+    s = result.stats
+    print(
+        f"{s['num_votes']} votes, {s['num_candidates']} candidates, {s['num_tasks']} tasks, "
+        f"{s['num_test_inputs']} test inputs; read {s['seconds_read_predictions']:.1f}s, "
+        f"vote {s['seconds_total']:.1f}s -> {out}"
+    )
