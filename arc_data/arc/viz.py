@@ -77,6 +77,18 @@ class Picture:
     pairs: list[tuple[str, np.ndarray, np.ndarray | None]]  # (label, input, output or None)
 
 
+def grid_indices(grid: np.ndarray, cell: int, line: int) -> np.ndarray:
+    """(h*cell+1, w*cell+1) uint8 palette indices: each cell its colour 0..9 in a cell x cell square,
+    1-pixel lines of index `line` between the cells and around the grid."""
+    g = np.asarray(grid, dtype=np.uint8)
+    h, w = g.shape
+    idx = np.full((h * cell + 1, w * cell + 1), line, np.uint8)
+    idx[: h * cell, : w * cell] = g.repeat(cell, axis=0).repeat(cell, axis=1)
+    idx[::cell, :] = line
+    idx[:, ::cell] = line
+    return idx
+
+
 def grid_image(grid: np.ndarray | None, cell: int) -> np.ndarray:
     """RGB uint8 image of one grid, 1-pixel grid lines; None -> a grey placeholder."""
     if grid is None:
@@ -84,16 +96,7 @@ def grid_image(grid: np.ndarray | None, cell: int) -> np.ndarray:
         img[[0, -1], :] = LINE
         img[:, [0, -1]] = LINE
         return img
-    h, w = grid.shape
-    img = np.empty((h * cell + 1, w * cell + 1, 3), np.uint8)
-    img[:] = LINE
-    block = np.repeat(np.repeat(PALETTE[grid], cell, axis=0), cell, axis=1)  # (h*cell, w*cell, 3)
-    mask = np.ones((h * cell, w * cell), bool)
-    mask[::cell, :] = False
-    mask[:, ::cell] = False
-    inner = img[: h * cell, : w * cell]
-    inner[mask] = block[mask]
-    return img
+    return np.concatenate([PALETTE, [LINE]]).astype(np.uint8)[grid_indices(grid, cell, len(PALETTE))]
 
 
 def render(pic: Picture, cell: int):
