@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from arc_data.fsio import file_stem, staged_outputs
+from arc_data.puzzles.viz import LEGENDS, render_puzzle
 from eval.html import Table, heading, image, page, paragraph
 from hrm_deeploop.errors import UserError
 
@@ -104,8 +105,6 @@ def picture(task: str, s: Shown) -> bytes:
     with the candidate it is (copy 0, or the vote's top-1 and its votes)."""
     from PIL import Image, ImageDraw, ImageFont
 
-    from arc_data.puzzles.viz import render_puzzle
-
     n = int(round(len(s.inputs) ** 0.5))
     cell = min(40, max(20, 252 // n)) if task == "sudoku" else min(24, max(10, 240 // n))  # boards of 240-300 px
     verdict = "solved" if s.solved else "wrong"
@@ -145,6 +144,8 @@ def _html(m: dict, shown: list[tuple[Shown, bytes]]) -> str:
         parts.append(paragraph("Each picture: the input, the truth, and the pictured prediction (mapped back to the "
                                "input's frame), framed green when solved, red when not; its label names the "
                                "candidate: copy 0 (the input as stored) without TTA, the vote's top-1 with it."))
+        if m["task"] in LEGENDS:
+            parts.append(paragraph(f"Colours: {LEGENDS[m['task']]}."))
     for s, png in shown:
         parts += [heading(3, s.caption, "ok" if s.solved else "fail"), image(png, f"example {s.example}")]
     return page(f"{m['task']} evaluation report", parts)

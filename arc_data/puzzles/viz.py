@@ -12,7 +12,11 @@ from pathlib import Path
 
 import numpy as np
 
+from arc_data.maze.viz import LEGEND as MAZE_LEGEND
 from arc_data.puzzles.registry import TASKS
+from arc_data.sudoku.viz import LEGEND as SUDOKU_LEGEND
+
+LEGENDS = {"sudoku": SUDOKU_LEGEND, "maze": MAZE_LEGEND}  # what a picture's colours mean (the report prints it)
 
 
 def render_puzzle(task: str, inputs: np.ndarray, labels: np.ndarray, prediction: np.ndarray | None = None,

@@ -22,6 +22,8 @@ FILLED = (0, 90, 200)
 WRONG = (210, 0, 0)
 WRONG_BG = (255, 205, 205)
 BLANK = 1
+LEGEND = ("givens black, the solution's digits blue; with a prediction every cell shows the predicted digit, "
+          "a wrong one (a changed given included) red on a red tint, '?' for a non-digit")
 
 
 def _font(size: int):
