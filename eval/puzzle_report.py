@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from arc_data.fsio import file_stem, staged_outputs
-from arc_data.puzzles.viz import LEGENDS, render_puzzle
+from arc_data.puzzles.viz import legend, render_puzzle
 from eval.html import Table, heading, image, page, paragraph
 from hrm_deeploop.errors import UserError
 
@@ -144,8 +144,8 @@ def _html(m: dict, shown: list[tuple[Shown, bytes]]) -> str:
         parts.append(paragraph("Each picture: the input, the truth, and the pictured prediction (mapped back to the "
                                "input's frame), framed green when solved, red when not; its label names the "
                                "candidate: copy 0 (the input as stored) without TTA, the vote's top-1 with it."))
-        if m["task"] in LEGENDS:
-            parts.append(paragraph(f"Colours: {LEGENDS[m['task']]}."))
+        if legend(m["task"]):
+            parts.append(paragraph(f"Colours: {legend(m['task'])}."))
     for s, png in shown:
         parts += [heading(3, s.caption, "ok" if s.solved else "fail"), image(png, f"example {s.example}")]
     return page(f"{m['task']} evaluation report", parts)

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from arc_data.fsio import file_stem, staged_outputs
 from arc_data.arc.viz import LINE, UNKNOWN, grid_indices
 from arc_data.arc.viz import PALETTE as ARC_PALETTE
+from arc_data.fsio import file_stem, staged_outputs
 from eval.arcprize import LABEL as PRIZE_LABEL
 from eval.arcprize import submission as arc_submission
 from eval.html import Table, heading, image, page, paragraph

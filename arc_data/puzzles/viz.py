@@ -12,11 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from arc_data.maze.viz import LEGEND as MAZE_LEGEND
 from arc_data.puzzles.registry import TASKS
-from arc_data.sudoku.viz import LEGEND as SUDOKU_LEGEND
-
-LEGENDS = {"sudoku": SUDOKU_LEGEND, "maze": MAZE_LEGEND}  # what a picture's colours mean (the report prints it)
 
 
 def render_puzzle(task: str, inputs: np.ndarray, labels: np.ndarray, prediction: np.ndarray | None = None,
@@ -25,6 +21,11 @@ def render_puzzle(task: str, inputs: np.ndarray, labels: np.ndarray, prediction:
     if task not in TASKS:
         raise ValueError(f"no renderer for task {task!r} ({', '.join(TASKS)})")
     return TASKS[task].render(inputs, labels, prediction, cell)
+
+
+def legend(task: str) -> str:
+    """What the colours of the task's pictures mean ('' for a task without pictures)."""
+    return TASKS[task].legend if task in TASKS else ""
 
 
 def save_png(img, path: str | Path) -> Path:
