@@ -124,7 +124,8 @@ def test_sudoku_hrm_tta_depth_and_report(world, tmp_path, capsys):
     md = (out / "metrics.md").read_text()
     assert "TTA vote over 1 + 3 copies" in md and md.count("\n| ") >= 2 + 4 + 6
     assert len(list((out / "report").glob("example_*.png"))) == 4
-    assert (out / "report.html").read_text().count("data:image/png;base64,") == 4
+    page = (out / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == 4 and page.count("pictured: top-1 vote: copy ") == 4
     assert not [p for p in out.iterdir() if p.name.startswith(".")]
     # nothing replaced without overwrite; with it, a tta=0 run leaves no stale tta table
     assert "overwrite=true" in _bad(capsys, "evaluate", f"checkpoint={run}", f"data_dir={data}", f"output_dir={out}")

@@ -59,3 +59,14 @@ def test_maze_picture_size_and_wrong_path():
     assert render_puzzle("maze", x, y).size == (150, 150)
     with pytest.raises(ValueError, match="no renderer"):
         render_puzzle("arc", x, y)
+
+
+def test_sudoku_changed_given_is_drawn_wrong():
+    x, y = _sudoku_tokens(4, 3)
+    c = int(np.flatnonzero(x != 1)[0])  # a given
+    pred = y.copy()
+    pred[c] = 2 + (int(y[c]) - 1) % 4
+    img = np.asarray(render_sudoku(x, y, prediction=pred, cell=20))
+    r, k = divmod(c, 4)
+    assert tuple(img[r * 20 + 2, k * 20 + 2]) == (255, 205, 205)  # the model changed a given: red tint
+    assert not np.array_equal(img, np.asarray(render_sudoku(x, y, prediction=y, cell=20)))

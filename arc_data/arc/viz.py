@@ -43,6 +43,7 @@ PALETTE = np.array(
 BACKGROUND = (255, 255, 255)
 LINE = (85, 85, 85)
 UNKNOWN = (230, 230, 230)  # a test output that is not given
+LABEL_SIZE, LABEL_H = 13, 18  # px: labels in Pillow's bundled FreeType font, and the line they take
 
 
 @dataclass
@@ -77,6 +78,18 @@ class Picture:
     pairs: list[tuple[str, np.ndarray, np.ndarray | None]]  # (label, input, output or None)
 
 
+def grid_indices(grid: np.ndarray, cell: int, line: int) -> np.ndarray:
+    """(h*cell+1, w*cell+1) uint8 palette indices: each cell its colour 0..9 in a cell x cell square,
+    1-pixel lines of index `line` between the cells and around the grid."""
+    g = np.asarray(grid, dtype=np.uint8)
+    h, w = g.shape
+    idx = np.full((h * cell + 1, w * cell + 1), line, np.uint8)
+    idx[: h * cell, : w * cell] = g.repeat(cell, axis=0).repeat(cell, axis=1)
+    idx[::cell, :] = line
+    idx[:, ::cell] = line
+    return idx
+
+
 def grid_image(grid: np.ndarray | None, cell: int) -> np.ndarray:
     """RGB uint8 image of one grid, 1-pixel grid lines; None -> a grey placeholder."""
     if grid is None:
@@ -84,34 +97,26 @@ def grid_image(grid: np.ndarray | None, cell: int) -> np.ndarray:
         img[[0, -1], :] = LINE
         img[:, [0, -1]] = LINE
         return img
-    h, w = grid.shape
-    img = np.empty((h * cell + 1, w * cell + 1, 3), np.uint8)
-    img[:] = LINE
-    block = np.repeat(np.repeat(PALETTE[grid], cell, axis=0), cell, axis=1)  # (h*cell, w*cell, 3)
-    mask = np.ones((h * cell, w * cell), bool)
-    mask[::cell, :] = False
-    mask[:, ::cell] = False
-    inner = img[: h * cell, : w * cell]
-    inner[mask] = block[mask]
-    return img
+    return np.concatenate([PALETTE, [LINE]]).astype(np.uint8)[grid_indices(grid, cell, len(PALETTE))]
 
 
 def render(pic: Picture, cell: int):
     """One PNG-able PIL image: a row per pair, input -> output, with labels."""
-    from PIL import Image, ImageDraw
+    from PIL import Image, ImageDraw, ImageFont
 
-    gap, label_h, arrow_w = cell, 14, 3 * cell
+    font = ImageFont.load_default(size=LABEL_SIZE)
+    gap, label_h, arrow_w = cell, LABEL_H, 3 * cell
     rows = [(lab, grid_image(a, cell), grid_image(b, cell)) for lab, a, b in pic.pairs]
     width = max(a.shape[1] + arrow_w + b.shape[1] for _, a, b in rows) + 2 * gap
     height = label_h + sum(label_h + max(a.shape[0], b.shape[0]) + gap for _, a, b in rows) + gap
-    text_w = ImageDraw.Draw(Image.new("RGB", (1, 1))).textlength(pic.caption)
+    text_w = ImageDraw.Draw(Image.new("RGB", (1, 1))).textlength(pic.caption, font=font)
     width = max(width, int(text_w) + 2 * gap)
     canvas = Image.new("RGB", (width, height), BACKGROUND)
     draw = ImageDraw.Draw(canvas)
-    draw.text((gap, 2), pic.caption, fill=(0, 0, 0))
+    draw.text((gap, 2), pic.caption, fill=(0, 0, 0), font=font)
     y = label_h + gap // 2
     for lab, a, b in rows:
-        draw.text((gap, y), lab, fill=(60, 60, 60))
+        draw.text((gap, y), lab, fill=(60, 60, 60), font=font)
         y += label_h
         canvas.paste(Image.fromarray(a), (gap, y))
         xb = gap + a.shape[1] + arrow_w
@@ -147,7 +152,7 @@ def picture_bytes(shapes: list[tuple[tuple[int, int], tuple[int, int]]], cell: i
     the canvas plus each grid's upscaled block and mask (`render`, `grid_image`), transposes included."""
     side = [(max(a) * cell + 1, max(b) * cell + 1) for a, b in shapes] or [(3 * cell + 1, 3 * cell + 1)]
     width = max(a + 3 * cell + b for a, b in side) + 2 * cell
-    height = 14 + sum(14 + max(a, b) + cell for a, b in side) + cell
+    height = LABEL_H + sum(LABEL_H + max(a, b) + cell for a, b in side) + cell
     return 3 * width * height + 7 * max(max(a, b) ** 2 for a, b in side)
 
 

@@ -90,6 +90,12 @@ class Maze:
 
     # ---- pictures
 
+    @property
+    def legend(self) -> str:
+        from arc_data.maze.viz import LEGEND
+
+        return LEGEND
+
     def render(self, inputs: np.ndarray, labels: np.ndarray, prediction: np.ndarray | None = None,
                cell: int | None = None):
         from arc_data.maze.viz import render_maze

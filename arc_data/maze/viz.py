@@ -18,6 +18,8 @@ START_RGB = (40, 170, 70)
 GOAL_RGB = (245, 160, 0)
 PATH_RGB = (150, 200, 255)
 PRED_OK = (0, 60, 170)
+LEGEND = ("walls dark, S green, G orange, the true path light blue; a predicted path cell has an inner square, "
+          "dark blue on the true path, red off it (a light blue cell without a square: path the prediction missed)")
 PRED_BAD = (230, 30, 30)
 WALL, OPEN, START, GOAL, PATH = 1, 2, 3, 4, 5  # tokens: arc_data.maze.CHARSET index + 1
 

@@ -47,6 +47,7 @@ class GridTask(Protocol):
     def most_distinct(self, cfg) -> tuple[int, str] | None: ...  # (count, why) when few puzzles exist
     def generator(self, cfg, rng: np.random.Generator) -> Draws: ...
     def render(self, inputs, labels, prediction=None, cell: int | None = None): ...  # a PIL image
+    legend: str  # what the colours of a picture with a prediction mean (the report prints it)
 
 
 TASKS: dict[str, GridTask] = {t.name: t for t in (SUDOKU, MAZE)}

@@ -23,6 +23,11 @@ def render_puzzle(task: str, inputs: np.ndarray, labels: np.ndarray, prediction:
     return TASKS[task].render(inputs, labels, prediction, cell)
 
 
+def legend(task: str) -> str:
+    """What the colours of the task's pictures mean ('' for a task without pictures)."""
+    return TASKS[task].legend if task in TASKS else ""
+
+
 def save_png(img, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

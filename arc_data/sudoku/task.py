@@ -139,6 +139,12 @@ class Sudoku:
 
     # ---- pictures
 
+    @property
+    def legend(self) -> str:
+        from arc_data.sudoku.viz import LEGEND
+
+        return LEGEND
+
     def render(self, inputs: np.ndarray, labels: np.ndarray, prediction: np.ndarray | None = None,
                cell: int | None = None):
         from arc_data.sudoku.viz import render_sudoku

@@ -1,8 +1,9 @@
 """Pictures of Sudoku boards (numpy + PIL), for the evaluation report.
 
 Inputs are token rows as stored in a built dataset and as a model predicts them: PAD 0, blank 1,
-digit d -> d+1. Givens in black, the solution's digits in blue; with a prediction, the blanks show
-the predicted digits instead: right ones blue, wrong ones red on a red tint ('?' for a non-digit).
+digit d -> d+1. Givens in black, the solution's digits in blue; with a prediction, every cell shows
+the predicted digit instead: right ones blue (black on a given), wrong ones red on a red tint ('?' for
+a non-digit), a given the model changed included.
 `render_sudoku(inputs, inputs)` draws the bare puzzle (blanks empty).
 """
 
@@ -21,6 +22,8 @@ FILLED = (0, 90, 200)
 WRONG = (210, 0, 0)
 WRONG_BG = (255, 205, 205)
 BLANK = 1
+LEGEND = ("givens black, the solution's digits blue; with a prediction every cell shows the predicted digit, "
+          "a wrong one (a changed given included) red on a red tint, '?' for a non-digit")
 
 
 def _font(size: int):
@@ -55,7 +58,7 @@ def render_sudoku(inputs: np.ndarray, labels: np.ndarray, prediction: np.ndarray
         x0, y0 = k * cell, r * cell
         given = x[c] != BLANK
         shown, colour = int(y[c]), GIVEN if given else FILLED
-        if prediction is not None and not given:
+        if prediction is not None:  # a changed given is an error too: drawn like a wrong blank
             p = int(np.asarray(prediction).reshape(-1)[c])
             shown = p
             if p != y[c]:

@@ -6,39 +6,24 @@
 
 from __future__ import annotations
 
-import base64
 import csv
-import html
 import io
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from arc_data.arc.viz import LINE, UNKNOWN, grid_indices
+from arc_data.arc.viz import PALETTE as ARC_PALETTE
 from arc_data.fsio import file_stem
 from eval.arc.arcprize import LABEL as PRIZE_LABEL
 from eval.arc.arcprize import submission as arc_submission
 from eval.arc.results import ARC_PRIZE, TaskResult, VoteResult
-
-# The standard ARC palette (colours 0..9).
-ARC_PALETTE = np.array(
-    [
-        [0x00, 0x00, 0x00],  # 0 black
-        [0x00, 0x74, 0xD9],  # 1 blue
-        [0xFF, 0x41, 0x36],  # 2 red
-        [0x2E, 0xCC, 0x40],  # 3 green
-        [0xFF, 0xDC, 0x00],  # 4 yellow
-        [0xAA, 0xAA, 0xAA],  # 5 grey
-        [0xF0, 0x12, 0xBE],  # 6 magenta
-        [0xFF, 0x85, 0x1B],  # 7 orange
-        [0x7F, 0xDB, 0xFF],  # 8 sky
-        [0x87, 0x0C, 0x25],  # 9 maroon
-    ],
-    dtype=np.uint8,
-)
+from eval.html import Table, heading, image, page, paragraph
 
 FILES = ("pass_at_k.json", "pass_at_k.md", "pass_at_k.csv", "tasks.json", "submission.json")
 REPORT_FILES = ("report.html", "report")
@@ -53,20 +38,20 @@ def _pct(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.2f}"
 
 
-def format_table(scores: dict[str, dict[str, float | None]]) -> str:
+def score_table(scores: dict[str, dict[str, float | None]]) -> Table:
     """pass@K by HRM's rule and per test input; pass@2 by the ARC Prize rule (on submission.json)
     below them; n/a where nothing is labelled."""
     ks = list(scores["hrm"])
-    rows = [
-        "| protocol | " + " | ".join(f"pass@{k}" for k in ks) + " |",
-        "|---|" + "---:|" * len(ks),
-        "| hrm (task: all test inputs right) | " + " | ".join(_pct(scores['hrm'][k]) for k in ks) + " |",
-        "| fractional (per test input) | " + " | ".join(_pct(scores['fractional'][k]) for k in ks) + " |",
-    ]
+    rows = [["hrm (task: all test inputs right)", *(_pct(scores["hrm"][k]) for k in ks)],
+            ["fractional (per test input)", *(_pct(scores["fractional"][k]) for k in ks)]]
     if ARC_PRIZE in scores:
-        rows.append(f"| {PRIZE_LABEL}, on submission.json | "
-                    + " | ".join(_pct(scores[ARC_PRIZE]["2"]) if k == "2" else "" for k in ks) + " |")
-    return "\n".join(rows)
+        rows.append([f"{PRIZE_LABEL}, on submission.json", *(_pct(scores[ARC_PRIZE]["2"]) if k == "2" else "" for k in ks)])
+    return Table(["protocol", *(f"pass@{k}" for k in ks)], rows)
+
+
+def format_table(scores: dict[str, dict[str, float | None]]) -> str:
+    """pass_at_k.md and the printed summary: `score_table` as Markdown."""
+    return score_table(scores).markdown()
 
 
 def _grid_list(grid: np.ndarray | None) -> list[list[int]] | None:
@@ -120,99 +105,135 @@ def tasks_json(result: VoteResult, max_candidates: int) -> dict:
 # ---------------------------------------------------------------- pictures
 
 # Pictures are palette PNGs: one byte a pixel and no per-row filter search, about 4x cheaper to
-# encode than RGB. Indices 0..9 are the ARC colours (0 black, also the text), then white, the grid
-# lines and the two border colours. Labels use Pillow's built-in bitmap font: one-bit glyphs that
-# take a tenth of the time of the FreeType default (1.2 s of text for ARC-1's 400 tasks).
-_WHITE, _LINE, _CORRECT, _WRONG = 10, 11, 12, 13
-PALETTE = np.concatenate([ARC_PALETTE, [[255, 255, 255], [60, 60, 60], [46, 160, 64], [200, 40, 40]]]).astype(np.uint8)
-_FONT = ImageFont.load_default_imagefont()
+# encode than RGB. Indices 0..9 are the ARC colours, then white, the grid lines, the two frame
+# colours, the grey of a grid not given, and a ramp of greys for anti-aliased text (black on white).
+_WHITE, _LINE, _CORRECT, _WRONG, _UNKNOWN, _TEXT = 10, 11, 12, 13, 14, 15
+_TEXT_LEVELS = 8  # index _TEXT + i: i = 0 white ... 7 black
+PALETTE = np.concatenate([ARC_PALETTE, [[255, 255, 255], LINE, [46, 160, 64], [200, 40, 40], UNKNOWN],
+                          [[255 - 255 * i // (_TEXT_LEVELS - 1)] * 3 for i in range(_TEXT_LEVELS)]]).astype(np.uint8)
+TITLE_SIZE, LABEL_SIZE = 15, 13  # px (Pillow's bundled FreeType font)
+MIN_CELL, MAX_CELL, BOX = 8, 24, 240  # px per cell: a task's largest grid drawn about BOX px wide, cells 8-24 px
 
 
-def _grid_image(grid: np.ndarray, cell: int) -> Image.Image:
-    g = np.asarray(grid, dtype=np.uint8)
-    if g.size == 0:
-        return Image.new("P", (cell * 3, cell * 3), _WHITE)
-    idx = g.repeat(cell, axis=0).repeat(cell, axis=1)
-    if cell >= 4:  # thin grey grid lines
-        idx[::cell, :] = _LINE
-        idx[:, ::cell] = _LINE
-    return Image.frombytes("P", (idx.shape[1], idx.shape[0]), idx.tobytes())
+@lru_cache(maxsize=4096)
+def _text(text: str, size: int) -> Image.Image:
+    """A label as palette indices (black on white, anti-aliased in _TEXT_LEVELS greys), rendered
+    once per distinct text: most labels ("input", "#1: 8 votes") repeat from task to task."""
+    font = ImageFont.load_default(size=size)
+    _, _, right, bottom = ImageDraw.Draw(Image.new("L", (1, 1))).multiline_textbbox((0, 0), text, font=font, spacing=3)
+    mask = Image.new("L", (right + 1, bottom + 1), 0)
+    ImageDraw.Draw(mask).multiline_text((0, 0), text, fill=255, font=font, spacing=3)
+    level = (np.asarray(mask, np.uint16) * (_TEXT_LEVELS - 1) + 127) // 255
+    return Image.frombytes("P", mask.size, (_TEXT + level).astype(np.uint8).tobytes())
+
+
+def _votes(n: int) -> str:
+    return f"{n} vote" if n == 1 else f"{n} votes"
+
+
+def _panels(task: TaskResult, num_candidates: int) -> list[list[tuple[str, np.ndarray | None, int | None]]]:
+    """One row per test input: (label, grid or None, frame index or None) for input, truth, candidates."""
+    rows = []
+    for t in task.tests:
+        row = [(f"test {t.test.index}: input", t.test.input_grid, None),
+               ("truth" if t.test.labelled else "truth\n(not given)", t.test.truth_grid, None)]
+        for i, c in enumerate(t.candidates[:num_candidates]):
+            right = t.test.labelled and c.key == t.test.truth_key
+            verdict = ("right, " if right else "wrong, ") if t.test.labelled else ""
+            row.append((f"#{i + 1}: {_votes(c.votes)}\n{verdict}mean q {c.mean_q:.3f}", c.grid,
+                        None if not t.test.labelled else _CORRECT if right else _WRONG))
+        if not t.candidates:
+            row.append(("no predictions", None, None))
+        rows.append(row)
+    return rows
+
+
+def cell_size(task: TaskResult, num_candidates: int) -> int:
+    """Pixels per cell of a task's picture: its largest grid about BOX px, within MIN_CELL..MAX_CELL."""
+    side = max([max(g.shape) for r in _panels(task, num_candidates) for _, g, _ in r if g is not None and g.size] + [1])
+    return int(np.clip(BOX // side, MIN_CELL, MAX_CELL))
 
 
 def task_png(task: TaskResult, num_candidates: int) -> bytes:
-    """One row per test input: input | truth | top candidates (votes, mean q); green = correct."""
-    panels: list[list[tuple[str, np.ndarray | None, int | None]]] = []
-    for t in task.tests:
-        row = [(f"test {t.test.index}\ninput", t.test.input_grid, None),
-               ("\ntruth" if t.test.labelled else "no solution\n(unlabelled)", t.test.truth_grid, None)]
-        for i, c in enumerate(t.candidates[:num_candidates]):
-            border = None if not t.test.labelled else _CORRECT if c.key == t.test.truth_key else _WRONG
-            row.append((f"#{i + 1}: {c.votes} votes\nmean q {c.mean_q:.3f}", c.grid, border))
-        if not t.candidates:
-            row.append(("no predictions", None, _WRONG))
-        panels.append(row)
-    side = max([max(g.shape) for r in panels for _, g, _ in r if g is not None and g.size] + [1])
-    cell = int(np.clip(180 // side, 3, 16))
-    box, label_h, pad = side * cell, 28, 10
-    col_w = max(box, 100) + 2 * pad
-    width = max(len(r) for r in panels) * col_w
-    height = 22 + len(panels) * (box + label_h + 2 * pad)
-    img = Image.new("P", (max(width, 360), height), _WHITE)
-    img.putpalette(PALETTE.tobytes())
-    draw = ImageDraw.Draw(img)
-    ranks = ", ".join("-" if t.truth_rank is None else str(t.truth_rank + 1) for t in task.tests)
+    """One row per test input: input | truth | top candidates by the vote, each labelled with its
+    rank and votes; a candidate framed green when it is the truth, red when not."""
+    rows = _panels(task, num_candidates)
+    cell = cell_size(task, num_candidates)
+    grids = [[None if g is None or not g.size else grid_indices(g, cell, _LINE) for _, g, _ in r] for r in rows]
+    labels = [[_text(lab, LABEL_SIZE) for lab, _, _ in r] for r in rows]
+    pad, frame = 14, 3
+    num_cols = max(len(r) for r in rows)
+    col_w = [max([60] + [g.shape[1] for r in grids if c < len(r) and (g := r[c]) is not None]
+                 + [lab[c].width for lab in labels if c < len(lab)]) for c in range(num_cols)]
+    label_h = max(lab.height for r in labels for lab in r) + 6
+    row_h = [label_h + max([g.shape[0] for g in r if g is not None] + [0]) + 2 * frame + pad for r in grids]
+    ranks = ", ".join("none" if t.truth_rank is None else f"#{t.truth_rank + 1}" for t in task.tests
+                      if t.test.labelled)
     ok = task.correct_at(HEADLINE_K)
-    draw.text((pad, 4), f"{task.name}   pass@{HEADLINE_K}: {'yes' if ok else 'NO'}   truth rank: {ranks}", fill=0,
-              font=_FONT)
-    for ri, row in enumerate(panels):
-        y = 22 + ri * (box + label_h + 2 * pad)
-        for ci, (label, grid, border) in enumerate(row):
-            x = pad + ci * col_w
-            draw.text((x, y), label, fill=0, font=_FONT)
-            if grid is None:
-                continue
-            gi = _grid_image(grid, cell)
-            img.paste(gi, (x, y + label_h))
-            if border is not None:
-                draw.rectangle([x - 2, y + label_h - 2, x + gi.width + 1, y + label_h + gi.height + 1], outline=border, width=2)
+    title = _text(f"{task.name}: {'solved' if ok else 'failed'} at pass@{HEADLINE_K}"
+                  + (f"; the truth's rank among the candidates: {ranks}" if ranks else "; no truth given"), TITLE_SIZE)
+    top = title.height + 2 * pad
+    width = max(sum(col_w) + pad * (num_cols + 1) + 2 * frame, title.width + 2 * pad)
+    img = Image.new("P", (width, top + sum(row_h)), _WHITE)
+    img.putpalette(PALETTE.tobytes())
+    img.paste(title, (pad, pad))
+    draw = ImageDraw.Draw(img)
+    y = top
+    for r, (row, grid_row, label_row) in enumerate(zip(rows, grids, labels)):
+        x = pad + frame
+        for c, ((_, _, border), g, lab) in enumerate(zip(row, grid_row, label_row)):
+            img.paste(lab, (x, y))
+            if g is not None:
+                gy = y + label_h + frame
+                img.paste(Image.frombytes("P", (g.shape[1], g.shape[0]), g.tobytes()), (x, gy))
+                if border is not None:
+                    draw.rectangle([x - frame, gy - frame, x + g.shape[1] + frame - 1, gy + g.shape[0] + frame - 1],
+                                   outline=border, width=frame)
+            x += col_w[c] + pad
+        y += row_h[r]
     buf = io.BytesIO()
     img.save(buf, format="PNG", compress_level=1)  # 40% faster than the default 6, files 40% larger
     return buf.getvalue()
+
+
+def candidate_table(task: TaskResult, num_candidates: int) -> Table:
+    """The pictured candidates of a task, one row each (the numbers under its picture)."""
+    rows = []
+    for t in task.tests:
+        for i, c in enumerate(t.candidates[:num_candidates]):
+            right = ("yes" if c.key == t.test.truth_key else "no") if t.test.labelled else "-"
+            rows.append([str(t.test.index), str(i + 1), str(c.votes), f"{c.mean_q:.3f}",
+                         "x".join(map(str, c.shape)), right])
+        if not t.candidates:
+            rows.append([str(t.test.index), "-", "0", "-", "-", "no" if t.test.labelled else "-"])
+    return Table(["test input", "rank", "votes", "mean sigmoid(q_halt)", "shape", "the truth"], rows)
 
 
 def write_report(result: VoteResult, folder: Path, num_candidates: int) -> None:
     """folder/report.html (images embedded) and folder/report/<task>.png, failures first."""
     (folder / "report").mkdir()
     order = sorted(result.tasks, key=lambda t: (t.correct_at(HEADLINE_K), t.name))  # failures (False) first
+    num_solved = sum(t.correct_at(HEADLINE_K) for t in result.tasks)
     parts = [
-        "<!doctype html><html><head><meta charset='utf-8'><title>ARC vote report</title>",
-        "<style>body{font-family:sans-serif;margin:20px} table{border-collapse:collapse}"
-        " td,th{border:1px solid #ccc;padding:3px 8px} .fail{color:#c22} .ok{color:#2a2}</style></head><body>",
-        "<h1>ARC vote report</h1>",
-        "<p>Candidates ranked by votes, then mean sigmoid(q_halt), then first seen. Failures (at pass@2) first.</p>",
-        _md_table_html(result.scores),
-        f"<p>{html.escape(json.dumps(result.stats))}</p>",
+        heading(1, "ARC vote report"),
+        paragraph(f"{len(result.tasks)} tasks, {num_solved} solved at pass@{HEADLINE_K}. Candidates are the distinct "
+                  "predicted grids of a test input's augmented copies (mapped back), ranked by votes, then mean "
+                  "sigmoid(q_halt), then first seen. pass@K in percent:"),
+        score_table(result.scores).html(),
+        Table(["statistic", "value"], [[k, str(v)] for k, v in result.stats.items()], caption="vote statistics").html(),
+        heading(2, f"Tasks, failures at pass@{HEADLINE_K} first"),
+        paragraph(f"Each picture: per test input, the input, the truth and the top {num_candidates} candidates by the "
+                  "vote, labelled with their rank and votes; a candidate framed green when it is the truth, red "
+                  "when not (no frame when the truth is not given)."),
     ]
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:  # PNG encoding releases the GIL
         pngs = pool.map(lambda task: task_png(task, num_candidates), order)
     for task, png in zip(order, pngs):
         (folder / "report" / f"{file_stem(task.name)}.png").write_bytes(png)
         ok = task.correct_at(HEADLINE_K)
-        parts.append(
-            f"<h3 class='{'ok' if ok else 'fail'}'>{html.escape(task.name)}: {'solved' if ok else 'failed'} at pass@2</h3>"
-            f"<img src='data:image/png;base64,{base64.b64encode(png).decode()}'>"
-        )
-    parts.append("</body></html>")
-    (folder / "report.html").write_text("\n".join(parts))
-
-
-def _md_table_html(scores: dict[str, dict[str, float]]) -> str:
-    ks = list(scores["hrm"])
-    head = "".join(f"<th>pass@{k}</th>" for k in ks)
-    body = "".join(
-        f"<tr><td>{p}</td>" + "".join(f"<td>{_pct(scores[p][k])}</td>" for k in ks) + "</tr>" for p in ("hrm", "fractional")
-    )
-    return f"<table><tr><th>protocol</th>{head}</tr>{body}</table>"
+        parts += [heading(3, f"{task.name}: {'solved' if ok else 'failed'} at pass@{HEADLINE_K}", "ok" if ok else "fail"),
+                  image(png, task.name), candidate_table(task, num_candidates).html()]
+    (folder / "report.html").write_text(page("ARC vote report", parts))
 
 
 # ---------------------------------------------------------------- writing

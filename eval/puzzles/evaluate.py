@@ -221,9 +221,9 @@ def _shown(split: Any, plan: Plan, res: Chunk, count: int) -> list[Shown]:
         what = "blank cells" if plan.task == "sudoku" else "path cells"
         caption = f"example {e}: " + ("solved" if ok[i] else f"wrong: {int(wrong.sum())} cells, "
                                       f"{int((wrong & solve).sum())} of {int(solve.sum())} {what}")
-        if voting:
-            caption += f"; top-1 vote: copy {copy}, {int(res.scores['vote_top_votes'][i])} of {plan.copies} votes"
-        out.append(Shown(e, x, y, pred, bool(ok[i]), caption))
+        candidate = (f"top-1 vote: copy {copy}, {int(res.scores['vote_top_votes'][i])} of {plan.copies} votes"
+                     if voting else "copy 0 (the input as stored, no TTA)")
+        out.append(Shown(e, x, y, pred, bool(ok[i]), f"{caption}; pictured: {candidate}", candidate))
     return out
 
 
