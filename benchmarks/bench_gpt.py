@@ -4,7 +4,7 @@ Three tables:
 1. throughput: tokens/s, ms/step and MFU of a training step (forward, loss, backward, grad-norm
    clip, AdamW step, as `hrm-deeploop train-gpt` runs it: bf16 autocast and fused AdamW on CUDA,
    float32 on CPU) at each R in --rounds, eager and `torch.compile`. MFU uses the trainer's own
-   counters (`gpt.flops_per_token`: unrolled FLOPs, K x R layer visits; `train_gpt.mfu`) against
+   counters (`gpt.flops_per_token`: unrolled FLOPs, K x R layer visits; `training.loop.mfu`) against
    --peak-tflops (the trainer's default `mfu_peak_tflops`, 989 = H100/H200 SXM dense bf16).
 2. memory: at each R in --mem-rounds, with and without per-round activation checkpointing
    (`GPTConfig.activation_checkpointing`), eager: the bytes autograd saves for backward
@@ -47,11 +47,12 @@ from benchmarks.benchlib import (  # noqa: E402
     setup_device,
     time_steps,
 )
-from hrm_deeploop import runtime as D  # noqa: E402
+from hrm_deeploop import runtime  # noqa: E402
 from hrm_deeploop.models.config import GPTConfig  # noqa: E402
 from hrm_deeploop.models.gpt import GPT, flops_per_token  # noqa: E402
 from hrm_deeploop.models.scaling import ScalingConfig  # noqa: E402
-from hrm_deeploop.training.lm import LMOptim, TrainGPTConfig, make_optimizer, mfu  # noqa: E402
+from hrm_deeploop.training.lm import LMOptim, TrainGPTConfig, make_optimizer  # noqa: E402
+from hrm_deeploop.training.loop import mfu  # noqa: E402
 
 PRESETS = {
     # GPT-2 small looped (the paper's LM setup): micro-batch 24 x 1024 as in the README (Looped GPT section).
@@ -96,7 +97,7 @@ class Bench:
         self.x, self.y = tokens[:, :-1].to(s.device), tokens[:, 1:].to(s.device)
 
     def step(self) -> None:
-        with D.autocast(self.s.device, self.s.dtype):
+        with runtime.autocast(self.s.device, self.s.dtype):
             loss = self.fwd(self.x, self.y)[1]
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), TrainGPTConfig().optim.grad_clip)
@@ -326,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
 
     p = PRESETS[args.preset]
     device = setup_device(args.device, args.threads)
-    s = Setup(device=device, dtype=D.compute_dtype(TrainGPTConfig().dtype, device), batch=args.batch or p["batch"],
+    s = Setup(device=device, dtype=runtime.compute_dtype(TrainGPTConfig().dtype, device), batch=args.batch or p["batch"],
               scaling=ScalingConfig(scheme=args.scaling))
     base = p["model"]
     warmup = p["warmup"] if args.warmup is None else args.warmup

@@ -57,6 +57,7 @@ from hrm_deeploop.models.config import HRMConfig, TRMConfig  # noqa: E402
 from hrm_deeploop.models.core import swiglu_width  # noqa: E402
 from hrm_deeploop.models.scaling import ScalingConfig  # noqa: E402
 from hrm_deeploop.training.lm import TrainGPTConfig  # noqa: E402
+from hrm_deeploop.training.loop import mfu  # noqa: E402
 from hrm_deeploop.training.reasoner import ReasonerLoop, ReasonerOptim, TrainConfig, Trainer  # noqa: E402
 
 PRESETS = {
@@ -184,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     steps = args.steps or preset["steps"]
     model_cfg = replace(preset["model"], num_puzzle_identifiers=args.num_puzzle_ids)
     scaling = ScalingConfig(scheme=args.scaling)
-    dtype = D.compute_dtype(model_cfg.forward_dtype, device)
+    dtype = runtime.compute_dtype(model_cfg.forward_dtype, device)
     tokens_per_example = model_cfg.puzzle_len + model_cfg.seq_len
 
     variants = [Variant("eager", False, False)]
@@ -231,8 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         base_ms = base_ms or (ms if v.name == "eager" else None)
         ex_s = batch / (ms / 1e3)
         tflops = ex_s * flops_ex / 1e12
-        mfu = f"{100 * tflops / args.peak_tflops:.1f}%" if device.type == "cuda" else "n/a"
-        rows.append([v.name, f"{ex_s:,.1f}", f"{ex_s * tokens_per_example:,.0f}", f"{ms:.1f}", f"{tflops:.3g}", mfu,
+        util = f"{100 * mfu(ex_s, flops_ex, args.peak_tflops):.1f}%" if device.type == "cuda" else "n/a"
+        rows.append([v.name, f"{ex_s:,.1f}", f"{ex_s * tokens_per_example:,.0f}", f"{ms:.1f}", f"{tflops:.3g}", util,
                      fmt_mb(r['peak_mb']), fmt_mb(r['saved_mb']) if r["saved_mb"] is not None else "n/a",
                      f"{base_ms / ms:.2f}x" if base_ms else "n/a"])
         print(f"# done ({r['timing'].seconds:.1f} s timed): " + " | ".join(f"{h} {c}" for h, c in zip(header, rows[-1])),

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.refstubs import stub_argdantic  # noqa: F401  (re-exported: the comparison scripts use it)
-from hrm_deeploop import runtime as D
+from hrm_deeploop import runtime
 from hrm_deeploop.errors import ConfigError
 
 # cuBLAS reads this when it starts; deterministic matmuls need it (strict_numerics). Set on import,
@@ -48,7 +48,7 @@ def setup_device(name: str, threads: int = 1) -> torch.device:
     threads (the CPU machine is shared)."""
     torch.set_num_threads(threads)
     try:
-        return D.setup(name).device
+        return runtime.setup(name).device
     except ConfigError as e:
         raise SystemExit(f"--device {name}: {e}") from None
 

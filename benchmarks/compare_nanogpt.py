@@ -45,7 +45,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from benchmarks.benchlib import add_common_args, describe, print_table, setup_device, sync  # noqa: E402
-from hrm_deeploop import runtime as D  # noqa: E402
+from hrm_deeploop import runtime  # noqa: E402
 from hrm_deeploop.models.config import GPTConfig  # noqa: E402
 from hrm_deeploop.models.gpt import GPT, flops_per_token  # noqa: E402
 from hrm_deeploop.models.scaling import ScalingConfig  # noqa: E402
@@ -117,7 +117,7 @@ class Side:
         self.params = sum(p.numel() for p in model.parameters())
 
     def step(self) -> None:
-        with D.autocast(self.device, self.dtype):
+        with runtime.autocast(self.device, self.dtype):
             loss = self.fwd(self.x, self.y)[1]  # both return (logits, loss)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)

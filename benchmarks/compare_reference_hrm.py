@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     batch = args.batch or preset["batch"]
     warmup = preset["warmup"] if args.warmup is None else args.warmup
     steps = args.steps or preset["steps"]
-    dtype = D.compute_dtype(cfg.forward_dtype, device)
+    dtype = runtime.compute_dtype(cfg.forward_dtype, device)
     o = OptimConfig()
     tokens = cfg.puzzle_len + cfg.seq_len
     print(f"# HRM vs reference ({args.reference}), preset {args.preset}: {describe(device)}")

@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     batch = args.batch or preset["batch"]
     warmup = preset["warmup"] if args.warmup is None else args.warmup
     steps = args.steps or preset["steps"]
-    dtype = D.compute_dtype(cfg.forward_dtype, device)
+    dtype = runtime.compute_dtype(cfg.forward_dtype, device)
     print(f"# TRM vs reference ({args.reference}), preset {args.preset}: {describe(device)}")
     print(f"# hidden {cfg.hidden_size}, {cfg.num_heads} heads, {cfg.num_layers} blocks, mixer {cfg.mixer}, "
           f"pos {cfg.pos_encodings}, T={cfg.num_h_cycles} x n={cfg.num_l_cycles}, halt_max_steps {cfg.halt_max_steps}, "

@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     batch = args.batch or preset["batch"]
     warmup = preset["warmup"] if args.warmup is None else args.warmup
     steps = args.steps or preset["steps"]
-    dtype = D.compute_dtype(cfg.forward_dtype, device)
+    dtype = runtime.compute_dtype(cfg.forward_dtype, device)
     with torch.device("meta"):
         ref_params = sum(p.numel() for p in build_reference(ref, cfg, batch, torch.float32, "meta").parameters())
     print(f"# URM vs reference ({args.reference}), preset {args.preset}: {describe(device)}")

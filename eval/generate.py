@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from hrm_deeploop import checkpoint as ckpt
-from hrm_deeploop import runtime as dist_
+from hrm_deeploop import runtime
 from hrm_deeploop.config import at_least, device_name, one_of, optional_at_least, typed
 from hrm_deeploop.errors import ConfigError, UserError
 from hrm_deeploop.models.gpt import EXIT_CRITERIA, ExitRule
@@ -91,7 +91,7 @@ def generate(opts: GenerateConfig) -> str:
 
     if not opts.checkpoint:
         raise ConfigError("checkpoint= is required (a step_N.pt file or a train-gpt run folder)")
-    device = dist_.setup(opts.device).device
+    device = runtime.setup(opts.device).device
     path = ckpt.resolve(opts.checkpoint)
     loaded = load_model(path, device, num_rounds=opts.num_rounds, gpt=True)
     model = loaded.model

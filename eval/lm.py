@@ -21,7 +21,7 @@ from typing import Any
 from arc_data.fsio import check_output_dir
 from eval.checkpoints import load_model
 from hrm_deeploop import checkpoint as ckpt
-from hrm_deeploop import runtime as dist_
+from hrm_deeploop import runtime
 from hrm_deeploop.config import at_least, device_name, one_of, optional_at_least, positive, typed
 from hrm_deeploop.errors import ConfigError, UserError
 from hrm_deeploop.models.gpt import EXIT_CRITERIA, ExitRule
@@ -97,7 +97,7 @@ def evaluate(opts: EvalGPTConfig) -> dict[str, Any]:
         raise ConfigError("checkpoint= is required (a step_N.pt file or a train-gpt run folder)")
     if not opts.data and not opts.lm_eval:
         raise ConfigError("nothing to evaluate: give data=<val shards> and/or lm_eval=true")
-    e = dist_.setup(opts.device)
+    e = runtime.setup(opts.device)
     try:
         path = ckpt.resolve(opts.checkpoint)
         out_dir = output_dir_for(opts, path)
@@ -117,12 +117,12 @@ def evaluate(opts: EvalGPTConfig) -> dict[str, Any]:
                                         vocab_size=model.cfg.vocab_size)
             if opts.exit == "none":
                 result["val_loss"] = evaluate_loss(model, batches, e.device, dtype)
-                dist_.print0(f"val loss {result['val_loss']:.4f} ({path})")
+                runtime.print0(f"val loss {result['val_loss']:.4f} ({path})")
             else:
                 rule = ExitRule(opts.exit, opts.exit_threshold)
                 result["val_loss"], result["mean_rounds"] = evaluate_loss_exit(model, batches, e.device, dtype, rule)
                 result["exit"] = {"criterion": opts.exit, "threshold": opts.exit_threshold}
-                dist_.print0(f"val loss {result['val_loss']:.4f}, mean rounds {result['mean_rounds']:.3f} of "
+                runtime.print0(f"val loss {result['val_loss']:.4f}, mean rounds {result['mean_rounds']:.3f} of "
                              f"{model.cfg.num_rounds} (exit={opts.exit} < {opts.exit_threshold:g}; {path})")
         if opts.lm_eval:
             from hrm_deeploop.text.lm_eval import run_lm_eval
@@ -137,9 +137,9 @@ def evaluate(opts: EvalGPTConfig) -> dict[str, Any]:
                                 include_defaults=opts.include_defaults)
             result["lm_eval"] = {"acc": {str(k): v for k, v in table.acc.items()},
                                  "avg": {str(s): table.average(s) for s in table.acc}}
-            dist_.print0(table.markdown())
+            runtime.print0(table.markdown())
         if e.is_main:
             ckpt.atomic_write_bytes(out_dir / "eval.json", (json.dumps(result, indent=2) + "\n").encode())
         return result
     finally:
-        dist_.teardown()
+        runtime.teardown()

@@ -19,7 +19,7 @@ from hrm_deeploop.models.act import ACTReasoner
 # ---- predict --------------------------------------------------------------------------------------
 
 @torch.no_grad()
-def predict_split(model: ACTReasoner, split: Any, env: D.Env, global_batch_size: int, max_batches: int | None = None,
+def predict_split(model: ACTReasoner, split: Any, env: runtime.Env, global_batch_size: int, max_batches: int | None = None,
                   show_progress: bool = True, rows: torch.Tensor | None = None) -> dict[str, np.ndarray] | None:
     """Predictions of this rank's rows, gathered on rank 0 in dataset order (None on other ranks).
     `rows`: dataset id -> puzzle-table row (`data.rows.row_map`), applied to the model's input only."""

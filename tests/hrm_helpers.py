@@ -158,7 +158,7 @@ def ddp_grads_worker(rank: int, world: int, port: int, data_dir: str, out_file: 
     import torch
 
     import hrm_deeploop.data.puzzles
-    from hrm_deeploop import runtime as D
+    from hrm_deeploop import runtime
     from hrm_deeploop.data.puzzles import fit_to_dataset
     from hrm_deeploop.models.config import HRMConfig
     from hrm_deeploop.models.scaling import ScalingConfig
@@ -170,7 +170,7 @@ def ddp_grads_worker(rank: int, world: int, port: int, data_dir: str, out_file: 
     if world > 1:
         torch.set_num_threads(1)
     hrm_deeploop.data.puzzles.open_split = stand_in_open_split
-    env = D.setup("cpu")
+    env = runtime.setup("cpu")
     try:
         split = stand_in_open_split(data_dir, "train")
         model_cfg = fit_to_dataset(HRMConfig(hidden_size=32, num_heads=2, num_h_layers=1, num_l_layers=1,
@@ -182,14 +182,14 @@ def ddp_grads_worker(rank: int, world: int, port: int, data_dir: str, out_file: 
         t = Trainer(cfg, env, split, total_steps=10)
         b = t.sampler.next_batch()
         sums = t.forward_backward(b.tensors)
-        D.all_reduce_(sums)
+        runtime.all_reduce_(sums)
         grads = {n: p.grad.clone() for n, p in t.model.named_parameters()}
         ids, g = t.model.puzzle_emb.take_grads()
         t.sparse.step(ids, g)
         if rank == 0:
             torch.save({"grads": grads, "table": t.model.puzzle_emb.weights.clone(), "sums": sums}, out_file)
     finally:
-        D.teardown()
+        runtime.teardown()
         os.environ.clear()
         os.environ.update(saved_env)
 

@@ -13,7 +13,8 @@ from hrm_deeploop.errors import ConfigError
 from hrm_deeploop.models.config import GPTConfig
 from hrm_deeploop.models.gpt import GPT, flops_per_token
 from hrm_deeploop.models.scaling import ScalingConfig
-from hrm_deeploop.training.lm import mfu, param_groups
+from hrm_deeploop.training.lm import param_groups
+from hrm_deeploop.training.loop import mfu
 from tests.gpt_helpers import VOCAB, one_thread, tiny_model  # noqa: F401  (autouse)
 
 

@@ -63,11 +63,11 @@ def _trainer_metrics(run: Path, data: Path) -> dict[str, float]:
     from hrm_deeploop.training.reasoner import evaluate
 
     loaded = load_model(run, "cpu")
-    env = D.setup("cpu")
+    env = runtime.setup("cpu")
     try:
         return evaluate(loaded.model, open_split(data, "test"), env, 5)
     finally:
-        D.teardown()
+        runtime.teardown()
 
 
 def test_sudoku_hrm_tta_depth_and_report(world, tmp_path, capsys):

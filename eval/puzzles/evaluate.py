@@ -169,13 +169,13 @@ def _merge(chunks: list[Chunk]) -> Chunk:
                  predictions=cat(lambda c: c.predictions, True), q_halt=cat(lambda c: c.q_halt, True))
 
 
-def predict_and_score(model: ACTReasoner, split: Any, plan: Plan, env: D.Env, local_batch: int,
+def predict_and_score(model: ACTReasoner, split: Any, plan: Plan, env: runtime.Env, local_batch: int,
                       show_progress: bool = True) -> Chunk | None:
     """Every example of the plan, this rank's chunks; merged on rank 0 in example order (None elsewhere)."""
     model.eval()
     starts = list(range(0, len(plan.examples), plan.chunk))
     mine = starts[env.rank::env.world_size]
-    bar = D.progress(len(starts), "evaluate") if show_progress else None
+    bar = runtime.progress(len(starts), "evaluate") if show_progress else None
     chunks = []
     for a in mine:
         chunks.append(run_chunk(model, split, plan, plan.examples[a:a + plan.chunk], env.device, local_batch))

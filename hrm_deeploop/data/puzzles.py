@@ -31,11 +31,11 @@ import numpy as np
 import torch
 
 from hrm_deeploop.errors import ConfigError, UserError, os_error
+from hrm_deeploop.models.losses import IGNORE_LABEL
 
 if TYPE_CHECKING:
     from arc_data.dataset import PuzzleSplit
 
-IGNORE_LABEL = -100
 DATASET_KEYS = ("vocab_size", "seq_len", "num_puzzle_identifiers")  # what a model takes from its dataset
 
 

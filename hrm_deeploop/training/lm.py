@@ -197,7 +197,7 @@ def shard_unigram_entropy(pattern: str, max_tokens: int) -> float:
     return float(-(p * np.log(p)).sum())
 
 
-def open_data(cfg: TrainGPTConfig, e: dist_.Env) -> Data:
+def open_data(cfg: TrainGPTConfig, e: runtime.Env) -> Data:
     """Open and validate the shards (every error here is raised before anything is written)."""
     from hrm_deeploop.text.loader import TokenShards, iter_eval_batches
 
@@ -244,11 +244,6 @@ def make_optimizer(model: GPT, o: LMOptim, device: torch.device) -> torch.optim.
                              betas=(o.beta1, o.beta2), eps=o.eps, fused=device.type == "cuda")
 
 
-def mfu(tokens_per_s: float, flops_token: float, peak_tflops: float, world_size: int = 1) -> float:
-    """Model FLOPs utilisation: achieved model FLOP/s over the peak of all devices."""
-    return tokens_per_s * flops_token / (peak_tflops * 1e12 * world_size)
-
-
 def left_floor(loss: float | None, floor: float | None, margin: float) -> bool | None:
     """Did a run get clearly below the unigram-entropy floor? None when either number is unknown."""
     if loss is None or floor is None or not math.isfinite(loss):
@@ -256,7 +251,7 @@ def left_floor(loss: float | None, floor: float | None, margin: float) -> bool |
     return loss < floor - margin
 
 
-def check_training_memory(cfg: TrainGPTConfig, env: dist_.Env, dtype: torch.dtype) -> None:
+def check_training_memory(cfg: TrainGPTConfig, env: runtime.Env, dtype: torch.dtype) -> None:
     """Refuse a looped GPT and micro-batch this machine cannot hold, before allocating them:
     weights, gradients and AdamW's two moments (sharded under FSDP), the activations of the rounds
     on the tape (the most R the depth sampler draws, or its backprop_rounds) and the logits
@@ -267,10 +262,10 @@ def check_training_memory(cfg: TrainGPTConfig, env: dist_.Env, dtype: torch.dtyp
     if d.backprop_rounds is not None:
         rounds = min(rounds, d.backprop_rounds)
     rows = cfg.train.micro_batch_size
-    est = dist_.estimate_memory(lambda c: GPT(c, cfg.scaling), m, copies=4, batch=rows,
+    est = runtime.estimate_memory(lambda c: GPT(c, cfg.scaling), m, copies=4, batch=rows,
                                 layers=tape_layers(m, rounds), dtype=dtype, head_values=3 * m.vocab_size,
                                 shards=env.world_size if cfg.train.fsdp and env.distributed else 1)
-    dist_.check_memory(f"train-gpt: hidden_size={m.hidden_size}, {m.num_blocks} blocks x {rounds} rounds on the tape "
+    runtime.check_memory(f"train-gpt: hidden_size={m.hidden_size}, {m.num_blocks} blocks x {rounds} rounds on the tape "
                        f"({est.parameters:,} parameters) at {rows} x {m.seq_len} tokens per micro-batch", est,
                        env.device, fix="lower model.hidden_size, model.num_blocks or train.micro_batch_size")
 
@@ -284,11 +279,11 @@ class LMTrainer(Task):
     name = "train-gpt"
     work_unit = "tokens"
 
-    def __init__(self, cfg: TrainGPTConfig, env: dist_.Env, data: Data | None = None):
+    def __init__(self, cfg: TrainGPTConfig, env: runtime.Env, data: Data | None = None):
         self.cfg, self.env = cfg, env
         m = cfg.model
         self.device = env.device
-        self.dtype = dist_.compute_dtype(cfg.dtype, env.device)
+        self.dtype = runtime.compute_dtype(cfg.dtype, env.device)
         self.accum = grad_accum_steps(cfg.train.global_batch_tokens, cfg.train.micro_batch_size, m.seq_len,
                                       env.world_size)
         self.total_steps = int(cfg.train.max_steps)
@@ -311,7 +306,7 @@ class LMTrainer(Task):
         self.fwd_model: torch.nn.Module = torch.compile(self.model) if cfg.train.compile else self.model
         # DDP only for the gradient all-reduce; FSDP2 does its own reduce-scatter
         # truncated back-propagation leaves the embedding norm without a gradient in steps with R > k
-        self.train_model = self.fwd_model if self.sharded else dist_.wrap_ddp(
+        self.train_model = self.fwd_model if self.sharded else runtime.wrap_ddp(
             self.fwd_model, env, unused_parameters=cfg.depth.backprop_rounds is not None)
         self.train_model.train()
         self.last_val: float | None = None
@@ -346,18 +341,18 @@ class LMTrainer(Task):
             if self.sharded:  # reduce-scatter the accumulated gradient once, after the last micro-batch
                 self.model.set_requires_gradient_sync(sync)
             with contextlib.nullcontext() if sync or self.sharded else self.train_model.no_sync():
-                with dist_.autocast(self.device, self.dtype):
+                with runtime.autocast(self.device, self.dtype):
                     loss = self.train_model(x, y, **depth)[1]  # logits freed before backward
                 (loss / self.accum).backward()
             loss_sum += loss.detach()
         epoch = getattr(self.data.train, "epoch", 0)
         if epoch > self.epoch:
             self.epoch = epoch
-            dist_.print0(f"train-gpt: step {step} starts pass {epoch + 1} over the training shards: from here on "
+            runtime.print0(f"train-gpt: step {step} starts pass {epoch + 1} over the training shards: from here on "
                          "the run sees tokens it has seen before (more distinct tokens: a larger corpus)")
         max_norm = o.grad_clip if o.grad_clip > 0 else float("inf")
         grad_norm = fsdp.local_value(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
-        step_loss = dist_.all_reduce_(loss_sum / self.accum) / e.world_size
+        step_loss = runtime.all_reduce_(loss_sum / self.accum) / e.world_size
         check_finite(step, loss=step_loss, grad_norm=grad_norm)
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
@@ -381,7 +376,7 @@ class LMTrainer(Task):
         blocks = {f"core.layers.{i}": b for i, b in enumerate(self.model.core.layers)}
 
         def forward():
-            with dist_.autocast(self.device, self.dtype):
+            with runtime.autocast(self.device, self.dtype):
                 logits, loss = self.model(x, y)
             return loss, logits.float()
 

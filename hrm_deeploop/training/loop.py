@@ -172,6 +172,13 @@ class RunConfig:
 # ---- what a model contributes --------------------------------------------------------------------
 
 
+def mfu(units_per_s: float, flops_per_unit: float, peak_tflops: float, world_size: int = 1) -> float:
+    """Model FLOPs utilisation: achieved model FLOP/s (units of work per second x model FLOPs per unit)
+    over the peak of all `world_size` devices, `peak_tflops` each."""
+    return units_per_s * flops_per_unit / (peak_tflops * 1e12 * world_size)
+
+
+
 class Task(abc.ABC):
     """One model's part of training. Subclasses set the attributes and implement the abstract methods."""
 
@@ -416,7 +423,7 @@ def _run(cfg: Any, task: Task, env: runtime.Env, resume_from: Path | None, ident
                     rate = work_since / max(busy, 1e-9)
                     perf = {f"perf/{task.work_unit}_per_s": rate, task.work_unit: step * task.work_per_step}
                     if task.flops_per_unit and task.peak_tflops:
-                        perf["perf/mfu"] = rate * task.flops_per_unit / (task.peak_tflops * 1e12 * env.world_size)
+                        perf["perf/mfu"] = mfu(rate, task.flops_per_unit, task.peak_tflops, env.world_size)
                     logger.log({f"train/{k}": v for k, v in m.items()} | perf, step=step)
                     busy, work_since = 0.0, 0
                 kappa_every = cfg.diagnostics.kappa_every

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from hrm_deeploop import runtime as D
+from hrm_deeploop import runtime
 from hrm_deeploop.config import at_least, check, optional_at_least, positive
 from hrm_deeploop.data.puzzles import (
     TrainSampler,
@@ -164,7 +164,7 @@ def split_batch(t: dict[str, torch.Tensor], parts: int) -> list[dict[str, torch.
     return [{k: v[i * n:(i + 1) * n] for k, v in t.items()} for i in range(parts)]
 
 
-def check_training_memory(cfg: TrainConfig, env: D.Env, dtype: torch.dtype) -> None:
+def check_training_memory(cfg: TrainConfig, env: runtime.Env, dtype: torch.dtype) -> None:
     """Refuse a model and batch this machine cannot hold, before allocating them: weights,
     gradients, AdamATan2's two moments (and TRM's weight average), and the activations of one
     micro-batch's segment on the tape, or of one evaluation batch (no tape) where that is more
@@ -176,15 +176,15 @@ def check_training_memory(cfg: TrainConfig, env: D.Env, dtype: torch.dtype) -> N
     def build(c: Any) -> ACTReasoner:
         return build_reasoner(c, cfg.scaling, dtype)
 
-    est = D.estimate_memory(build, m, copies=copies, batch=rows, layers=tape_layers(m), dtype=dtype)
+    est = runtime.estimate_memory(build, m, copies=copies, batch=rows, layers=tape_layers(m), dtype=dtype)
     tokens = m.seq_len + m.puzzle_len  # the puzzle prefix is part of every row's state
     what = f"{rows} rows x {tokens:,} tokens per micro-batch"
     if cfg.evaluates:
         eval_rows = max(1, (cfg.eval.global_batch_size or cfg.train.global_batch_size) // env.world_size)
-        at_eval = D.estimate_memory(build, m, copies=copies, batch=eval_rows, layers=1, dtype=dtype)
+        at_eval = runtime.estimate_memory(build, m, copies=copies, batch=eval_rows, layers=1, dtype=dtype)
         if at_eval.total > est.total:
             est, what = at_eval, f"{eval_rows} rows x {tokens:,} tokens per evaluation batch"
-    D.check_memory(f"train: model={m.name} hidden_size={m.hidden_size} ({est.parameters:,} parameters) at {what}",
+    runtime.check_memory(f"train: model={m.name} hidden_size={m.hidden_size} ({est.parameters:,} parameters) at {what}",
                    est, env.device, fix="lower model.hidden_size or the layer counts, or train.global_batch_size / "
                                         "eval.global_batch_size (or raise train.grad_accum)")
 
@@ -194,7 +194,7 @@ class Trainer(Task):
 
     work_unit = "examples"
 
-    def __init__(self, cfg: TrainConfig, env: D.Env, train_split: Any, test_split: Any = None,
+    def __init__(self, cfg: TrainConfig, env: runtime.Env, train_split: Any, test_split: Any = None,
                  total_steps: int | None = None, start: Start | None = None):
         self.cfg, self.env = cfg, env
         self.train_split, self.test_split = train_split, test_split
@@ -209,7 +209,7 @@ class Trainer(Task):
         self.work_per_step = G
         self.name = cfg.model.name
         self.config = run_config_dict(cfg)
-        self.dtype = D.compute_dtype(cfg.model.forward_dtype, env.device)
+        self.dtype = runtime.compute_dtype(cfg.model.forward_dtype, env.device)
         # the batch's own checks first (numpy only: the sampler draws from its own generators), then the memory
         epi = cfg.train.epochs_per_iter or cfg.eval.interval_epochs or 1
         self.sampler = TrainSampler(train_split, G, cfg.seed, env.rank, env.world_size, epochs_per_iter=epi)
@@ -251,7 +251,7 @@ class Trainer(Task):
             return
         for p in self.model.parameters():
             p.requires_grad_(want)
-        self.ddp = D.wrap_ddp(self.model, self.env, sync_buffers=False) if want else self.model
+        self.ddp = runtime.wrap_ddp(self.model, self.env, sync_buffers=False) if want else self.model
         self._dense = want
 
     def describe(self) -> str:
@@ -316,7 +316,7 @@ class Trainer(Task):
         # The puzzle-row grads are local to each rank (SignSGD gathers them): reduce their norm.
         puzzle_sq = puzzle[1].double().square().sum() if puzzle is not None else torch.zeros((), dtype=torch.float64)
         sums = torch.cat([sums, puzzle_sq.to(sums.device).view(1)])
-        D.all_reduce_(sums)  # dense grads are already identical on every rank (DDP): not reduced
+        runtime.all_reduce_(sums)  # dense grads are already identical on every rank (DDP): not reduced
         *sums, puzzle_sq, grad_sq = torch.cat([sums, grad_sq.to(sums.device).view(1)]).tolist()  # one host sync
         metrics = _normalise(dict(zip(METRIC_KEYS, sums)), self.cfg.train.global_batch_size)
         metrics["grad_norm"] = math.sqrt(grad_sq)
@@ -370,7 +370,7 @@ class Trainer(Task):
             _, _, logits, _ = m.segment(z_H, z_L, batch, **window)
             labels = batch["labels"]
             per_token = LOSSES[m.cfg.loss_type](logits, labels, m.cfg.stablemax_dtype)
-            return per_token.sum() / (labels != -100).sum().clamp_min(1), logits.float()
+            return per_token.sum() / (labels != IGNORE_LABEL).sum().clamp_min(1), logits.float()
 
         was = m.training
         m.eval()  # no exploration, no puzzle-row tracking
@@ -388,9 +388,9 @@ class Trainer(Task):
             em = evaluate(self.model, self.test_split, self.env, self.cfg.eval.global_batch_size or
                           self.cfg.train.global_batch_size, self.cfg.eval.max_batches, self.rows)
         if em["count"] == 0:  # an unlabelled build (test_labels=optional): every label is PAD
-            D.print0(f"step {step}: eval: the test split has no labelled examples; nothing to score")
+            runtime.print0(f"step {step}: eval: the test split has no labelled examples; nothing to score")
             return None
-        D.print0(f"step {step}: eval exact_accuracy={em['exact_accuracy']:.4f} "
+        runtime.print0(f"step {step}: eval exact_accuracy={em['exact_accuracy']:.4f} "
                  f"accuracy={em['accuracy']:.4f} over {int(em['count'])} examples")
         return {f"eval/{k}": v for k, v in em.items()}
 
@@ -412,7 +412,7 @@ class Trainer(Task):
 
     def load_local_state(self, state: dict[str, Any] | None) -> None:
         if state is None or state["world_size"] != self.env.world_size or state["grad_accum"] != self.cfg.train.grad_accum:
-            D.print0("resume: world size or grad_accum changed; the ACT carry restarts (all slots halted)")
+            runtime.print0("resume: world size or grad_accum changed; the ACT carry restarts (all slots halted)")
             return
         self.carries = [None if c is None else carry_to(carry_from_state(c), self.env.device) for c in state["carries"]]
         self.generator.set_state(state["generator"])
@@ -443,7 +443,7 @@ class Trainer(Task):
                 self.ema.load_state_dict(s["ema"])
             else:  # a run resumed with train.ema=true that was trained without it
                 self.ema = EMA(self.model, self.cfg.train.ema_rate)
-                D.print0(f"resume: '{path}' has no weight average; train.ema starts it from the loaded weights")
+                runtime.print0(f"resume: '{path}' has no weight average; train.ema starts it from the loaded weights")
         self.adam.load_state_dict(s["optimizers"]["adam"])
         if self.sparse is not None and s["optimizers"]["sparse"] is not None:
             self.sparse.load_state_dict(s["optimizers"]["sparse"])
@@ -461,7 +461,7 @@ def _normalise(vals: dict[str, float], global_batch_size: int) -> dict[str, floa
 
 
 @torch.no_grad()
-def evaluate(model: ACTReasoner, split: Any, env: D.Env, global_batch_size: int,
+def evaluate(model: ACTReasoner, split: Any, env: runtime.Env, global_batch_size: int,
              max_batches: int | None = None, rows: torch.Tensor | None = None) -> dict[str, float]:
     """Per-augmented-example metrics on a split after halt_max_steps segments (spec 4, eval)."""
     was_training = model.training
@@ -473,7 +473,7 @@ def evaluate(model: ACTReasoner, split: Any, env: D.Env, global_batch_size: int,
         _, m = act_loss(out, carry.data["labels"], carry.halted, carry.steps,
                         model.cfg.loss_type, model.cfg.stablemax_dtype)
         sums += torch.stack([m[k].to(torch.float64) for k in METRIC_KEYS])
-    D.all_reduce_(sums)
+    runtime.all_reduce_(sums)
     model.train(was_training)
     vals = dict(zip(METRIC_KEYS, sums.tolist()))
     count = max(vals["count"], 1.0)
@@ -482,7 +482,7 @@ def evaluate(model: ACTReasoner, split: Any, env: D.Env, global_batch_size: int,
 
 # ---- entry point ----------------------------------------------------------------------------------
 
-def build(cfg: TrainConfig, env: D.Env) -> Trainer:
+def build(cfg: TrainConfig, env: runtime.Env) -> Trainer:
     """Open and check the data, fit the model config to it, build the trainer (nothing written)."""
     train_split = open_dataset(cfg.data_dir, "train")
     where = str(Path(cfg.data_dir) / "train")
@@ -490,7 +490,7 @@ def build(cfg: TrainConfig, env: D.Env) -> Trainer:
     if cfg.init_from:  # the architecture is the checkpoint's; the table is grown to the dataset (adapt.py)
         start = prepare(cfg.init_from, cfg, cfg.data_dir, train_split)
         cfg.model, cfg.scaling = start.model_config, start.scaling
-        D.print0(f"init_from: {start.source}; puzzle table {start.kept_rows:,} rows from the checkpoint, "
+        runtime.print0(f"init_from: {start.source}; puzzle table {start.kept_rows:,} rows from the checkpoint, "
                  f"{cfg.model.num_puzzle_identifiers:,} in all (adapt.new_rows={cfg.adapt.new_rows}, "
                  f"old_rows={cfg.adapt.old_rows}), trains={cfg.adapt.trains}")
     else:
