@@ -1,6 +1,7 @@
 """`export` to a Hub-style folder and `checkpoint=` from it, from a local folder and from the
 Hugging Face cache (offline, in the layout huggingface_hub reads: refs/, snapshots/ linking blobs/):
-bit-identical outputs for the looped GPT, HRM and TRM (with its weight average); bad input is one line."""
+bit-identical outputs for the looped GPT, HRM, TRM and URM (those two with their weight average); bad
+input is one line."""
 
 from __future__ import annotations
 
@@ -27,13 +28,14 @@ GPT = ["model=gpt_tiny", "model.hidden_size=32", "model.seq_len=32", "model.mlp_
        "logger=none", "train.progress=false", "train.micro_batch_size=2", "train.global_batch_tokens=64",
        "optim.warmup_steps=1", "data.unigram_tokens=100000", "train.max_steps=3"]
 REASONER = {"hrm": ["experiment=hrm_tiny_cpu", "model.hidden_size=32", "model.num_h_layers=1", "model.num_l_layers=1"],
-            "trm": ["experiment=trm_tiny_cpu", "model.hidden_size=32", "train.ema=true", "train.ema_rate=0.5"]}
+            "trm": ["experiment=trm_tiny_cpu", "model.hidden_size=32", "train.ema=true", "train.ema_rate=0.5"],
+            "urm": ["experiment=urm_tiny_cpu", "model.hidden_size=32", "train.ema=true", "train.ema_rate=0.5"]}
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    """A tiny looped-GPT run, a tiny HRM and TRM run on 4x4 Sudoku, and their exports."""
+    """A tiny looped-GPT run, a tiny HRM, TRM and URM run on 4x4 Sudoku, and their exports."""
     root = tmp_path_factory.mktemp("hub")
     write_gpt2_shards(root / "shards")
     data = {"train": f"data.train={root}/shards/train_*.bin", "val": f"data.val={root}/shards/val_000000.bin"}
@@ -46,7 +48,7 @@ def world(tmp_path_factory):
         assert run_subcommand("train", [*over, f"data_dir={root / 'sudoku'}", f"output_dir={root / name}",
                                         "train.max_steps=3", "train.global_batch_size=8", "checkpoint.every=3",
                                         "eval.every=3", "train.progress=false", "optim.warmup_steps=1"]) == 0
-    for name in ("gpt", "hrm", "trm"):
+    for name in ("gpt", *REASONER):
         assert main(["export", f"checkpoint={root / name}", f"output_dir={root / (name + '_export')}",
                      f"repo_id=me/tiny-{name}"]) == 0
     return root, data
@@ -85,7 +87,9 @@ def test_export_folder_layout_and_card(world):
     assert '"final_train_loss"' in card  # the run's summary figures
     hrm = root / "hrm_export"
     assert {"dataset.json", "identifiers.json"} <= {p.name for p in hrm.iterdir()}
-    assert json.loads((root / "trm_export" / "config.json").read_text())["weights"] == "ema"
+    for name in ("trm", "urm"):  # the weight average is what they export
+        meta = json.loads((root / f"{name}_export" / "config.json").read_text())
+        assert meta["model"]["name"] == name and meta["weights"] == "ema"
 
 
 def test_reproduce_command_composes_to_the_run_config(world):
@@ -103,10 +107,10 @@ def test_reproduce_command_composes_to_the_run_config(world):
 def test_export_loads_back_bit_identical(world):
     root, _ = world
     assert torch.equal(_gpt_logits(root / "gpt"), _gpt_logits(root / "gpt_export"))
-    for name in ("hrm", "trm"):
+    for name in REASONER:
         a = _reasoner_outputs(root / name, root / "sudoku")
         b = _reasoner_outputs(root / f"{name}_export", root / "sudoku")
-        assert a["weights"] == b["weights"] == ("ema" if name == "trm" else "raw")  # the export holds the average
+        assert a["weights"] == b["weights"] == ("raw" if name == "hrm" else "ema")  # the export holds the average
         assert torch.equal(a["logits"], b["logits"]) and torch.equal(a["q_halt"], b["q_halt"])
 
 

@@ -15,6 +15,8 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor, nn
 
+from hrm_deeploop.training.fsdp import copy_full_, local_shard
+
 
 class EMA:
     def __init__(self, model: nn.Module, rate: float = 0.999):
@@ -22,11 +24,13 @@ class EMA:
         self.shadow: dict[str, Tensor] = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
 
     def _pairs(self, model: nn.Module) -> tuple[list[Tensor], list[Tensor]]:
+        """(parameters, averages) in one order; of a model sharded with FSDP2, this rank's shards
+        (both sharded alike; torch's foreach ops take no sharded tensors)."""
         params = dict(model.named_parameters())
         missing = sorted(set(self.shadow) - set(params))
         assert not missing, f"EMA: the model has no parameter(s) {missing[:5]}"
         names = list(self.shadow)
-        return [params[n] for n in names], [self.shadow[n] for n in names]
+        return [local_shard(params[n]) for n in names], [local_shard(self.shadow[n]) for n in names]
 
     @torch.no_grad()
     def update(self, model: nn.Module) -> None:
@@ -53,10 +57,11 @@ class EMA:
         return {"rate": self.rate, "shadow": dict(self.shadow)}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
+        """Load full tensors (into the shards of a model sharded with FSDP2: training/fsdp.py)."""
         shadow = state["shadow"]
         assert isinstance(shadow, dict) and set(shadow) == set(self.shadow), \
             f"EMA state names differ from the model's: {sorted(set(shadow) ^ set(self.shadow))[:5]}"
         with torch.no_grad():
             for n, t in shadow.items():
-                self.shadow[n].copy_(t)
+                copy_full_(self.shadow[n], t)
         self.rate = float(state["rate"])

@@ -1,17 +1,21 @@
-"""FSDP2 (`torch.distributed.fsdp.fully_shard`) for the looped GPT: `train.fsdp=true` under torchrun.
+"""FSDP2 (`torch.distributed.fsdp.fully_shard`) for every trainer: `train.fsdp=true` under torchrun
+(the looped GPT in `training/lm.py`; HRM, TRM and URM in `training/reasoner.py`).
 
-- `shard`: every block of the looped core is its own FSDP unit (parameters all-gathered for its
-  forward/backward, gradients reduce-scattered), the rest (embedding, tied head, norms) is the root
-  unit. Parameters, gradients and AdamW's state then live sharded, 1/world_size per rank.
+- `shard`: every block of the looped core(s) is its own FSDP unit (parameters all-gathered for its
+  forward/backward, gradients reduce-scattered), the rest (embeddings, heads, norms) is the root
+  unit. Parameters, gradients and the optimiser's state (AdamW; AdamATan2 and the weight average
+  for the reasoners) then live sharded, 1/world_size per rank. Buffers (the reasoners' puzzle
+  table, trained by SignSGD identically on every rank) stay whole on every rank.
 - Checkpoints stay in the plain single-process format: the model's full state dict and the
   optimizer's full state in torch's own layout (parameters numbered in param-group order), gathered
   with `torch.distributed.checkpoint.state_dict` (a collective: every rank calls it, rank 0 gets the
   tensors). So a checkpoint written at one world size, sharded or not, resumes at any other and
-  loads in `eval-gpt`, `generate` and `export` unchanged.
+  loads in `evaluate`, `eval-gpt`, `generate` and `export` unchanged.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
@@ -22,6 +26,9 @@ def shard(model: torch.nn.Module, blocks: Iterable[torch.nn.Module]) -> torch.nn
     """Apply fully_shard to each block, then to the model (in place); returns the model."""
     from torch.distributed.fsdp import fully_shard
 
+    # The reasoners return views (q[:, 0], ...) that nothing modifies in place; the warning against
+    # in-place ops on them would print every step. Their gradients equal the 1-rank run's (tests).
+    warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor", category=UserWarning)
     for block in blocks:
         fully_shard(block)
     fully_shard(model)
@@ -75,3 +82,24 @@ def load_full_optim_state(model: torch.nn.Module, opt: torch.optim.Optimizer, st
 def local_value(t: torch.Tensor) -> torch.Tensor:
     """A plain tensor from a (replicated) DTensor result such as clip_grad_norm_'s total norm."""
     return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+def local_shard(t: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of a sharded DTensor (a plain tensor as it is)."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def full_tensors(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Unsharded copies on CPU of (possibly sharded) tensors, e.g. a weight average. Collective."""
+    return {n: local_value(t).detach().cpu() for n, t in tensors.items()}
+
+
+@torch.no_grad()
+def copy_full_(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """dst <- src, where dst may be a sharded DTensor and src is the full tensor (every rank passes
+    the same one): each rank keeps its own shard."""
+    if hasattr(dst, "device_mesh"):
+        from torch.distributed.tensor import distribute_tensor
+
+        src = distribute_tensor(src.to(dst.device, dst.dtype), dst.device_mesh, dst.placements)
+    dst.copy_(src)

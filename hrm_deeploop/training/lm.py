@@ -76,7 +76,6 @@ class LMLoop(LoopConfig):
     micro_batch_size: int = 12  # sequences per rank per forward/backward; 480 = 12 x 40 divides on 1, 2, 4, 8 GPUs
     log_every: int = 10
     mfu_peak_tflops: float = 989.0  # per device; H200/H100 SXM dense bf16
-    fsdp: bool = False  # under torchrun: shard parameters, gradients and AdamW state with FSDP2 instead of DDP
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -138,10 +137,7 @@ class TrainGPTConfig(RunConfig):
         check(isinstance(self.model, GPTConfig), "model.name", self.model.name,
               "gpt (train-gpt trains the looped GPT; reasoners train with `train`)")
         one_of("dtype", self.dtype, ("bfloat16", "float16", "float32"))
-        if self.train.fsdp:  # combinations not built or tested with FSDP2
-            check(not self.train.compile, "train.compile", self.train.compile, "false with train.fsdp=true")
-            check(self.diagnostics.kappa_every == 0, "diagnostics.kappa_every", self.diagnostics.kappa_every,
-                  "0 with train.fsdp=true")
+        self.check_fsdp(self.train)
         per_micro = self.train.micro_batch_size * self.model.seq_len
         check(self.train.global_batch_tokens % per_micro == 0, "train.global_batch_tokens",
               self.train.global_batch_tokens,

@@ -70,6 +70,7 @@ class LoopConfig:
     progress: bool = True
     trailing_steps: int = 50  # train-loss window for summary.json (the paper's trailing-50 mean)
     time_budget: float | None = None  # minutes of wall clock (from the run's start): checkpoint and stop then
+    fsdp: bool = False  # under torchrun: shard parameters, gradients and optimiser state with FSDP2 instead of DDP
 
     def __post_init__(self) -> None:
         if self.time_budget is not None:
@@ -168,6 +169,13 @@ class RunConfig:
 
             self.scaling = typed(self.scaling, ScalingConfig, "scaling.")
 
+    def check_fsdp(self, train: LoopConfig) -> None:
+        """train.fsdp=true: refuse the combinations not built or tested with FSDP2 (training/fsdp.py)."""
+        if train.fsdp:
+            check(not train.compile, "train.compile", train.compile, "false with train.fsdp=true")
+            check(self.diagnostics.kappa_every == 0, "diagnostics.kappa_every", self.diagnostics.kappa_every,
+                  "0 with train.fsdp=true")
+
 
 # ---- what a model contributes --------------------------------------------------------------------
 
@@ -176,7 +184,6 @@ def mfu(units_per_s: float, flops_per_unit: float, peak_tflops: float, world_siz
     """Model FLOPs utilisation: achieved model FLOP/s (units of work per second x model FLOPs per unit)
     over the peak of all `world_size` devices, `peak_tflops` each."""
     return units_per_s * flops_per_unit / (peak_tflops * 1e12 * world_size)
-
 
 
 class Task(abc.ABC):

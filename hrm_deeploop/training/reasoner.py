@@ -9,8 +9,10 @@ average of the weights (`training.ema`, rate `train.ema_rate`) is updated after 
 used for evaluation.
 
 Single process on CPU or one GPU by default; under torchrun, DistributedDataParallel (gloo on
-CPU, NCCL on CUDA) with rank-sharded batches. `train.grad_accum` splits each rank's rows into
-micro-batches (each with its own carry) so a global batch of 768 fits any GPU count.
+CPU, NCCL on CUDA) with rank-sharded batches, or with `train.fsdp=true` FSDP2 (`training/fsdp.py`:
+parameters, gradients, AdamATan2's moments and the weight average sharded; checkpoints in the same
+full layout). `train.grad_accum` splits each rank's rows into micro-batches (each with its own
+carry) so a global batch of 768 fits any GPU count.
 
 The loop around the step (run folder, resume, cadence, NaN guard, summary) is `training.loop`.
 Checkpoints hold the full train state: model (with the puzzle table), the weight average (`ema`,
@@ -49,6 +51,7 @@ from hrm_deeploop.models.config import HRMConfig, TRMConfig, URMConfig, model_co
 from hrm_deeploop.models.losses import act_loss
 from hrm_deeploop.models.reasoners import build_reasoner
 from hrm_deeploop.models.scaling import model_depth, tape_layers
+from hrm_deeploop.training import fsdp
 from hrm_deeploop.training.adapt import AdaptConfig, Start, dense_trainable, prepare
 from hrm_deeploop.training.ema import EMA
 from hrm_deeploop.training.loop import (
@@ -141,6 +144,9 @@ class TrainConfig(RunConfig):
         check(isinstance(self.model, REASONERS), "model.name", self.model.name,
               "a reasoner (hrm, trm, urm); the looped GPT trains with train-gpt")
         model_depth(self.model, self.scaling)  # the depth convention fits the model (e.g. no per_module for TRM)
+        self.check_fsdp(self.train)
+        if self.train.fsdp:  # freezing the network would toggle requires_grad on sharded parameters
+            check(self.adapt.trains == "all", "adapt.trains", self.adapt.trains, "all with train.fsdp=true")
 
     def inputs(self) -> list[str | None]:
         return [self.data_dir, self.init_from]
@@ -176,17 +182,20 @@ def check_training_memory(cfg: TrainConfig, env: runtime.Env, dtype: torch.dtype
     def build(c: Any) -> ACTReasoner:
         return build_reasoner(c, cfg.scaling, dtype)
 
-    est = runtime.estimate_memory(build, m, copies=copies, batch=rows, layers=tape_layers(m), dtype=dtype)
+    shards = env.world_size if cfg.train.fsdp and env.distributed else 1
+    est = runtime.estimate_memory(build, m, copies=copies, batch=rows, layers=tape_layers(m), dtype=dtype,
+                                  shards=shards)
     tokens = m.seq_len + m.puzzle_len  # the puzzle prefix is part of every row's state
     what = f"{rows} rows x {tokens:,} tokens per micro-batch"
     if cfg.evaluates:
         eval_rows = max(1, (cfg.eval.global_batch_size or cfg.train.global_batch_size) // env.world_size)
-        at_eval = runtime.estimate_memory(build, m, copies=copies, batch=eval_rows, layers=1, dtype=dtype)
+        at_eval = runtime.estimate_memory(build, m, copies=copies, batch=eval_rows, layers=1, dtype=dtype,
+                                          shards=shards)
         if at_eval.total > est.total:
             est, what = at_eval, f"{eval_rows} rows x {tokens:,} tokens per evaluation batch"
     runtime.check_memory(f"train: model={m.name} hidden_size={m.hidden_size} ({est.parameters:,} parameters) at {what}",
-                   est, env.device, fix="lower model.hidden_size or the layer counts, or train.global_batch_size / "
-                                        "eval.global_batch_size (or raise train.grad_accum)")
+                         est, env.device, fix="lower model.hidden_size or the layer counts, or train.global_batch_size / "
+                                              "eval.global_batch_size (or raise train.grad_accum)")
 
 
 class Trainer(Task):
@@ -222,6 +231,9 @@ class Trainer(Task):
         if start is not None:
             self.model.load_state_dict(start.weights)
         self.model.train()
+        self.sharded = cfg.train.fsdp and env.distributed
+        if self.sharded:  # after the start weights, before the optimisers: they must hold the sharded parameters
+            fsdp.shard(self.model, [b for core in self.model.reasoning_cores() for b in core.layers])
         self._dense: bool | None = None  # whether the network's parameters train (adapt.trains)
         self._set_dense(1)
         # Forward and ACT loss in one function, compiled together when train.compile is set (as HRM
@@ -244,14 +256,16 @@ class Trainer(Task):
 
     def _set_dense(self, step: int) -> None:
         """Freeze or unfreeze the network's parameters for `step` (adapt.trains; always trained without
-        init_from). A frozen network gets no DDP wrapper (DDP refuses a module with nothing to train)."""
+        init_from). A frozen network gets no DDP wrapper (DDP refuses a module with nothing to train);
+        a sharded one none either (FSDP2 reduce-scatters the gradients itself)."""
         a = self.cfg.adapt
         want = dense_trainable(a.trains, a.embedding_steps, step) if self.start is not None else True
         if want == self._dense:
             return
         for p in self.model.parameters():
             p.requires_grad_(want)
-        self.ddp = runtime.wrap_ddp(self.model, self.env, sync_buffers=False) if want else self.model
+        self.ddp = (runtime.wrap_ddp(self.model, self.env, sync_buffers=False) if want and not self.sharded
+                    else self.model)
         self._dense = want
 
     def describe(self) -> str:
@@ -283,7 +297,11 @@ class Trainer(Task):
             mb = {k: v.to(self.env.device, non_blocking=True) for k, v in mb.items()}
             if self.carries[a] is None:
                 self.carries[a] = model.initial_carry(mb)
-            sync = contextlib.nullcontext() if (a == A - 1 or not self.env.distributed) else self.ddp.no_sync()
+            if self.sharded:  # reduce-scatter once, after the last micro-batch
+                model.set_requires_gradient_sync(a == A - 1)
+                sync = contextlib.nullcontext()
+            else:
+                sync = contextlib.nullcontext() if (a == A - 1 or not self.env.distributed) else self.ddp.no_sync()
             with sync:
                 # Made outside the (compiled) forward, which they would split: the exploration
                 # draws and the puzzle rows' gradient leaf.
@@ -292,7 +310,7 @@ class Trainer(Task):
                 if model.puzzle_emb is not None:
                     model.puzzle_emb.prepare(rows)
                 carry, loss, m = self.forward_loss(self.carries[a], mb, min_halt)
-                # DDP averages over ranks; HRM sums the per-rank loss / global batch: scale by W.
+                # DDP (and FSDP2) average over ranks; HRM sums the per-rank loss / global batch: scale by W.
                 (loss * (W / G)).backward()
             self.carries[a] = carry
             sums += torch.stack([m[k].to(torch.float64) for k in METRIC_KEYS])
@@ -309,15 +327,20 @@ class Trainer(Task):
         lr, lr_puzzle = self.lrs(self.step)
         set_lr(self.adam, lr)
         sums = self.forward_backward(tensors)
-        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        grads = [fsdp.local_shard(p.grad) for p in self.model.parameters() if p.grad is not None]
         grad_sq = (torch.stack(torch._foreach_norm(grads)).double().square().sum() if grads  # one fused kernel per dtype
                    else torch.zeros((), dtype=torch.float64))  # adapt.trains=embeddings: no dense gradient
         puzzle = self.model.puzzle_emb.take_grads() if self.sparse is not None else None
         # The puzzle-row grads are local to each rank (SignSGD gathers them): reduce their norm.
         puzzle_sq = puzzle[1].double().square().sum() if puzzle is not None else torch.zeros((), dtype=torch.float64)
         sums = torch.cat([sums, puzzle_sq.to(sums.device).view(1)])
-        runtime.all_reduce_(sums)  # dense grads are already identical on every rank (DDP): not reduced
-        *sums, puzzle_sq, grad_sq = torch.cat([sums, grad_sq.to(sums.device).view(1)]).tolist()  # one host sync
+        if self.sharded:  # each rank holds a shard of the dense grads: their squares add up over ranks
+            sums = torch.cat([sums, grad_sq.to(sums.device).view(1)])
+            runtime.all_reduce_(sums)
+        else:
+            runtime.all_reduce_(sums)  # dense grads are already identical on every rank (DDP): not reduced
+            sums = torch.cat([sums, grad_sq.to(sums.device).view(1)])
+        *sums, puzzle_sq, grad_sq = sums.tolist()  # one host sync
         metrics = _normalise(dict(zip(METRIC_KEYS, sums)), self.cfg.train.global_batch_size)
         metrics["grad_norm"] = math.sqrt(grad_sq)
         metrics["puzzle_grad_norm"] = math.sqrt(puzzle_sq)
@@ -419,10 +442,17 @@ class Trainer(Task):
 
     def state_dict(self) -> dict[str, Any]:
         o = self.cfg.optim
+        ema = self.ema.state_dict() if self.ema is not None else None
+        if self.sharded:  # gathered into the unsharded layout (collective; rank 0 holds the model and optimiser)
+            model, adam = fsdp.full_model_state(self.model), fsdp.full_optim_state(self.model, self.adam)
+            if ema is not None:
+                ema["shadow"] = fsdp.full_tensors(ema["shadow"])
+        else:
+            model, adam = self.model.state_dict(), self.adam.state_dict()
         return {
-            "model": self.model.state_dict(),
-            "ema": self.ema.state_dict() if self.ema is not None else None,
-            "optimizers": {"adam": self.adam.state_dict(),
+            "model": model,
+            "ema": ema,
+            "optimizers": {"adam": adam,
                            "sparse": self.sparse.state_dict() if self.sparse is not None else None},
             "schedule": {"step": self.step, "total_steps": self.total_steps,
                          "warmup_steps": o.warmup_steps, "lr_min_ratio": o.min_lr_ratio},
@@ -435,7 +465,10 @@ class Trainer(Task):
             if key not in s:
                 raise UserError(f"checkpoint '{path}' has no '{key}' (not a train-state file of hrm-deeploop train)")
         try:
-            self.model.load_state_dict(s["model"])
+            if self.sharded:
+                fsdp.load_full_model_state(self.model, s["model"])
+            else:
+                self.model.load_state_dict(s["model"])
         except RuntimeError as e:
             raise UserError(f"checkpoint '{path}' does not fit the model: {str(e).splitlines()[0]}") from None
         if self.ema is not None:
@@ -444,7 +477,10 @@ class Trainer(Task):
             else:  # a run resumed with train.ema=true that was trained without it
                 self.ema = EMA(self.model, self.cfg.train.ema_rate)
                 runtime.print0(f"resume: '{path}' has no weight average; train.ema starts it from the loaded weights")
-        self.adam.load_state_dict(s["optimizers"]["adam"])
+        if self.sharded:
+            fsdp.load_full_optim_state(self.model, self.adam, s["optimizers"]["adam"])
+        else:
+            self.adam.load_state_dict(s["optimizers"]["adam"])
         if self.sparse is not None and s["optimizers"]["sparse"] is not None:
             self.sparse.load_state_dict(s["optimizers"]["sparse"])
         self.sampler.load_state_dict(s["sampler"])
