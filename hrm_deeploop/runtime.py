@@ -165,10 +165,15 @@ def wrap_ddp(model: torch.nn.Module, e: Env, sync_buffers: bool = True, unused_p
     truncated back-propagation cuts the embedding norm off the tape), so DDP must look for them."""
     if not e.distributed:
         return model
+    import inspect
+
     from torch.nn.parallel import DistributedDataParallel as DDP
 
+    # `forward_sync_buffers` replaced `broadcast_buffers` in newer torch; torch 2.6 has only the latter
+    sync = ("forward_sync_buffers" if "forward_sync_buffers" in inspect.signature(DDP.__init__).parameters
+            else "broadcast_buffers")
     return DDP(model, device_ids=[e.device.index] if e.device.type == "cuda" else None,
-               forward_sync_buffers=sync_buffers, find_unused_parameters=unused_parameters)
+               find_unused_parameters=unused_parameters, **{sync: sync_buffers})
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
