@@ -52,7 +52,7 @@ from benchmarks.benchlib import (  # noqa: E402
     setup_device,
     time_steps,
 )
-from hrm_deeploop import runtime as D  # noqa: E402
+from hrm_deeploop import runtime  # noqa: E402
 from hrm_deeploop.models.config import HRMConfig, TRMConfig  # noqa: E402
 from hrm_deeploop.models.core import swiglu_width  # noqa: E402
 from hrm_deeploop.models.scaling import ScalingConfig  # noqa: E402
@@ -134,7 +134,7 @@ def make_trainer(model_cfg: HRMConfig | TRMConfig, scaling: ScalingConfig, devic
     tcfg = TrainConfig(model=model_cfg, scaling=scaling, logger="none", device=device.type,
                        optim=optim or ReasonerOptim(),
                        train=ReasonerLoop(global_batch_size=batch, compile=compile_, progress=False, ema=ema))
-    env = D.Env(rank=0, local_rank=0, world_size=1, device=device, fused_kernel=fused)
+    env = runtime.Env(rank=0, local_rank=0, world_size=1, device=device, fused_kernel=fused)
     return Trainer(tcfg, env, fake_split(model_cfg.num_puzzle_identifiers, batch), total_steps=10**6)
 
 

@@ -58,7 +58,7 @@ from benchmarks.benchlib import (  # noqa: E402
     setup_device,
     stub_pretrain_modules,
 )
-from hrm_deeploop import runtime as D  # noqa: E402
+from hrm_deeploop import runtime  # noqa: E402
 from hrm_deeploop.config import to_dict, typed  # noqa: E402
 from hrm_deeploop.errors import ConfigError  # noqa: E402
 from hrm_deeploop.models.config import URMConfig  # noqa: E402

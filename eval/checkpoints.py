@@ -16,8 +16,7 @@ from typing import Any
 import torch
 
 from hrm_deeploop import checkpoint as ckpt
-from hrm_deeploop import official
-from hrm_deeploop import runtime as D
+from hrm_deeploop import official, runtime
 from hrm_deeploop.config import typed
 from hrm_deeploop.errors import ConfigError, UserError
 from hrm_deeploop.models.act import ACTReasoner
@@ -95,16 +94,16 @@ def load_model(path: str | Path, device: torch.device | str = "cpu", dtype: str 
             which = "ema"
     else:
         raise UserError(f"checkpoint '{p}' is neither an hrm-deeploop train state nor an official HRM/TRM state dict")
-    run_dtype = D.compute_dtype(cfg.forward_dtype, device) if dtype == "auto" else D.DTYPES.get(dtype)
+    run_dtype = runtime.compute_dtype(cfg.forward_dtype, device) if dtype == "auto" else runtime.DTYPES.get(dtype)
     if run_dtype is None:
-        raise ConfigError(f"dtype='{dtype}' must be auto or one of {sorted(D.DTYPES)}")
-    est = D.estimate_memory(lambda c: build_reasoner(c, scaling, run_dtype), cfg, copies=1, batch=batch,
+        raise ConfigError(f"dtype='{dtype}' must be auto or one of {sorted(runtime.DTYPES)}")
+    est = runtime.estimate_memory(lambda c: build_reasoner(c, scaling, run_dtype), cfg, copies=1, batch=batch,
                             layers=1, dtype=run_dtype)  # the weights alone without `batch` (init_from, export)
     per_forward = f"; at {batch} rows x {cfg.seq_len + cfg.puzzle_len:,} tokens per forward" if batch else ""
-    D.check_memory(f"checkpoint '{p}' holds model={cfg.name} hidden_size={cfg.hidden_size} ({est.parameters:,} "
+    runtime.check_memory(f"checkpoint '{p}' holds model={cfg.name} hidden_size={cfg.hidden_size} ({est.parameters:,} "
                    f"parameters){per_forward}", est, device,
                    fix=("lower global_batch_size, or " if batch else "") + "load it on a machine with more memory")
-    model = build_reasoner(cfg, scaling, run_dtype, D.env().fused_kernel)
+    model = build_reasoner(cfg, scaling, run_dtype, runtime.env().fused_kernel)
     try:
         model.load_state_dict(weights)
     except RuntimeError as e:
@@ -146,13 +145,13 @@ def _load_gpt(path: Path, state: dict[str, Any], device: torch.device, num_round
     scaling_rounds = scaling_rounds_of(config, model_cfg.num_rounds)
     if num_rounds is not None:
         model_cfg.num_rounds = num_rounds
-    est = D.estimate_memory(lambda c: GPT(c, scaling, scaling_rounds=scaling_rounds), model_cfg, copies=1,
+    est = runtime.estimate_memory(lambda c: GPT(c, scaling, scaling_rounds=scaling_rounds), model_cfg, copies=1,
                                 batch=batch, layers=1, dtype=torch.float32, head_values=model_cfg.vocab_size)
     per_forward = f"; at {batch} x {model_cfg.seq_len} tokens per forward" if batch else ""
-    D.check_memory(f"checkpoint '{path}' holds a looped GPT of hidden_size={model_cfg.hidden_size} "
+    runtime.check_memory(f"checkpoint '{path}' holds a looped GPT of hidden_size={model_cfg.hidden_size} "
                        f"({est.parameters:,} parameters){per_forward}", est, device,
                        fix=("lower batch_size, or " if batch else "") + "load it on a machine with more memory")
-    model = GPT(model_cfg, scaling, scaling_rounds=scaling_rounds, fused=D.env().fused_kernel)
+    model = GPT(model_cfg, scaling, scaling_rounds=scaling_rounds, fused=runtime.env().fused_kernel)
     model.load_state_dict(ckpt.strip_prefixes(state["model"]))
     return LoadedModel(model=model.to(device).eval(), config=model_cfg, kind="hrm-deeploop", step=state.get("step"),
                        path=path, scaling=scaling, run_config=config)

@@ -19,7 +19,7 @@ from pathlib import Path
 from arc_data.fsio import check_output_dir
 from eval.checkpoints import load_model, table_rows
 from eval.tasks import TASK_CHOICES, TaskEvaluation, evaluation_for
-from hrm_deeploop import runtime as D
+from hrm_deeploop import runtime
 from hrm_deeploop.config import at_least, device_name, one_of, optional_at_least
 from hrm_deeploop.errors import ConfigError, UserError
 
@@ -101,7 +101,7 @@ def run(c: EvaluateConfig) -> int:
     task = evaluation_for(c.data_dir, c.split, c.task)
     evaluation = EVALUATIONS[task](task)
     evaluation.check(c, out)
-    env = D.setup(c.device)
+    env = runtime.setup(c.device)
     try:
         split = open_dataset(c.data_dir, c.split)
         evaluation.check_split(c, split, out)
@@ -113,14 +113,14 @@ def run(c: EvaluateConfig) -> int:
             split.meta.num_puzzle_identifiers)), split, str(Path(c.data_dir) / c.split),
             what=f"checkpoint '{loaded.path}'")
         trained = loaded.config.halt_max_steps
-        D.print0(f"evaluate: {loaded.kind} {loaded.config.name.upper()} checkpoint {loaded.path} (step {loaded.step}, "
+        runtime.print0(f"evaluate: {loaded.kind} {loaded.config.name.upper()} checkpoint {loaded.path} (step {loaded.step}, "
                  f"{loaded.weights} weights), "
                  f"{split.num_examples} examples of '{c.split}' ({task}), halt_max_steps={c.halt_max_steps or trained}"
                  + (f" (trained with {trained})" if c.halt_max_steps and c.halt_max_steps != trained else "")
                  + f", dtype={loaded.model.dtype}, world={env.world_size}")
         result = evaluation.predict(loaded, split, env, c, G, rows)
     finally:
-        D.teardown()
+        runtime.teardown()
     if env.is_main and result is not None:
         evaluation.publish(result, c, out)
     return 0

@@ -103,7 +103,7 @@ def evaluate(opts: EvalGPTConfig) -> dict[str, Any]:
         out_dir = output_dir_for(opts, path)
         loaded = load_model(path, e.device, num_rounds=opts.num_rounds, batch=opts.batch_size, gpt=True)
         model = loaded.model
-        dtype = dist_.compute_dtype(opts.dtype, e.device)
+        dtype = runtime.compute_dtype(opts.dtype, e.device)
         result: dict[str, Any] = {"checkpoint": str(path), "step": loaded.step,
                                   "num_rounds": model.cfg.num_rounds, "scheme": model.scaling.scheme}
         if opts.data:

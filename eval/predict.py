@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hrm_deeploop import runtime as D
+from hrm_deeploop import runtime
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.models.act import ACTReasoner
 

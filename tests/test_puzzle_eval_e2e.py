@@ -15,7 +15,7 @@ from eval.arc.results import Candidate, rank
 from eval.checkpoints import load_model
 from eval.puzzles import tta as T
 from eval.ranking import sigmoid
-from hrm_deeploop import runtime as D
+from hrm_deeploop import runtime
 from hrm_deeploop.cli import run_subcommand
 from hrm_deeploop.models.config import HRMConfig, TRMConfig
 from hrm_deeploop.models.reasoners import build_reasoner

@@ -10,9 +10,9 @@ from PIL import Image
 from arc_data import sudoku
 from arc_data.arc.viz import LINE, PALETTE
 from eval.arc import report as R
+from eval.arc.vote import vote, write_vote
 from eval.html import Table, page
 from eval.predictions import load_predictions, save_predictions
-from eval.arc.vote import vote, write_vote
 from eval.puzzles.report import Shown, markdown, picture, write_files
 from tests.vote_helpers import make_split, predict, random_grid
 

@@ -43,10 +43,10 @@ from eval.puzzles.scoring import (
     supervised_mask,
 )
 from eval.ranking import RULE
-from hrm_deeploop import runtime as D
-from hrm_deeploop.data.puzzles import IGNORE_LABEL
+from hrm_deeploop import runtime
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.models.act import ACTReasoner
+from hrm_deeploop.models.losses import IGNORE_LABEL
 
 if TYPE_CHECKING:
     from arc_data.dataset import PuzzleSplit
@@ -258,7 +258,7 @@ class PuzzleEvaluation:
     def rows_per_forward(self, local_batch: int, split: PuzzleSplit) -> int:
         return min(local_batch, int(split.num_examples))
 
-    def predict(self, loaded: LoadedModel, split: PuzzleSplit, env: D.Env, c: EvaluateConfig, global_batch_size: int,
+    def predict(self, loaded: LoadedModel, split: PuzzleSplit, env: runtime.Env, c: EvaluateConfig, global_batch_size: int,
                 rows: Any) -> Scored | None:
         """Predict and score every copy of every example, per segment (the module docstring)."""
         t0 = time.perf_counter()

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from hrm_deeploop import runtime as dist_
+from hrm_deeploop import runtime
 from hrm_deeploop.config import at_least, check, one_of, positive
 from hrm_deeploop.errors import ConfigError, UserError
 from hrm_deeploop.models.config import GPTConfig, model_config
@@ -289,7 +289,7 @@ class LMTrainer(Task):
         self.peak_tflops = cfg.train.mfu_peak_tflops
         self.config = run_config_dict(cfg)
         check_training_memory(cfg, env, self.dtype)  # before the model exists: refused or announced in one line
-        dist_.seed_all(cfg.seed)
+        runtime.seed_all(cfg.seed)
         self.model = GPT(m, cfg.scaling, scaling_rounds=cfg.depth.scaling_rounds(m.num_rounds, self.total_steps),
                          fused=env.fused_kernel).to(env.device)
         # The default (fixed R, every round on the tape) calls the model exactly as before.

@@ -48,7 +48,7 @@ from hrm_deeploop.data.rows import map_rows
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.models.act import ACTReasoner, Carry, carry_from_state, carry_state, carry_to
 from hrm_deeploop.models.config import HRMConfig, TRMConfig, URMConfig, model_config
-from hrm_deeploop.models.losses import act_loss
+from hrm_deeploop.models.losses import IGNORE_LABEL, act_loss
 from hrm_deeploop.models.reasoners import build_reasoner
 from hrm_deeploop.models.scaling import model_depth, tape_layers
 from hrm_deeploop.training import fsdp
