@@ -19,8 +19,10 @@ number it prints is measured in that run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -50,6 +52,9 @@ class DemoPreset:
     puzzle_num_aug: int = 3  # Sudoku: any; Maze: 0 or 7
     puzzle_model: str = "hrm_tiny"
     puzzle_steps: int = 1000
+    # training seeds per scheme (demo seed, seed + 1, ...): one run's DeepLoop figure moves by tens of
+    # points between machines (docs/demo.md), so the table reports mean [min, max] over seeds
+    puzzle_seeds: int = 3
     puzzle_batch: int = 32
     puzzle_lr: float = 1e-3  # the baseline's best rate on this task (results.md section 4.2)
     # DeepLoop's own best rate there (it starts its residual branches small, so it wants a larger
@@ -94,7 +99,7 @@ class DemoPreset:
         for key in ("arc_max_side_train", "arc_max_side_eval", "arc_train_tasks", "arc_eval_tasks", "hrm_steps",
                     "hrm_batch", "gpt_steps", "gpt_seq_len", "gpt_batch", "gpt_vocab_size", "text_docs",
                     "puzzle_size", "puzzle_train", "puzzle_test", "puzzle_steps", "puzzle_batch",
-                    "puzzle_eval_segments"):
+                    "puzzle_eval_segments", "puzzle_seeds"):
             at_least(f"preset.{key}", getattr(self, key), 1)
         for key in ("num_aug", "hrm_warmup", "puzzle_givens", "puzzle_min_path", "puzzle_num_aug", "puzzle_warmup",
                     "puzzle_tta"):
@@ -148,80 +153,83 @@ def run(c: DemoConfig) -> int:
     (out / MARKER).write_text("a folder written by `hrm-deeploop demo`; demo overwrite=true may replace it\n")
     p = c.preset
     t0 = time.time()
-    steps: list[tuple[str, float]] = []
-    results: dict[str, Any] = {"preset": p.name, "puzzles": {}, "hrm": {}, "gpt": {}}
+    pool = Pool(out / "logs")
+    print(f"demo: {pool.describe()}; every step's output is in {out / 'logs'}", flush=True)
+    results: dict[str, Any] = {"preset": p.name, "cpus": pool.cpus, "threads_set": pool.user_threads,
+                               "puzzles": {}, "hrm": {}, "gpt": {}}
 
     if not c.skip_puzzles:
         results["puzzle_task"] = puzzle_title(p)
         raw, data = out / "puzzles_raw", out / "puzzles"
         size_knobs = [f"givens={p.puzzle_givens}"] if p.puzzle_task == "sudoku" else [f"min_path={p.puzzle_min_path}"]
-        _step(steps, "generate-puzzles", [
+        pool.run([Job("generate-puzzles", [
             "generate-puzzles", f"task={p.puzzle_task}", f"size={p.puzzle_size}", f"count_train={p.puzzle_train}",
-            f"count_test={p.puzzle_test}", *size_knobs, f"seed={c.seed}", f"output_dir={raw}", "progress=false"])
-        _step(steps, "build-puzzles", [
+            f"count_test={p.puzzle_test}", *size_knobs, f"seed={c.seed}", f"output_dir={raw}"])])
+        pool.run([Job("build-puzzles", [
             "build-puzzles", f"task={p.puzzle_task}", f"source={raw}", f"num_aug={p.puzzle_num_aug}",
-            f"seed={c.seed}", f"output_dir={data}", "progress=false"])
+            f"seed={c.seed}", f"output_dir={data}"])])
+        runs = [(scheme, c.seed + i) for scheme in SCHEMES for i in range(p.puzzle_seeds)]
+        lrs = {"baseline": p.puzzle_lr, "deeploop": p.puzzle_lr_deeploop}
+        name = results["puzzle_task"]
+        pool.run([Job(f"train HRM on {name} ({scheme}, seed {seed})", [
+            "train", f"model={p.puzzle_model}", f"scaling={scheme}", f"data_dir={data}",
+            f"output_dir={out / f'puzzle_{scheme}_s{seed}'}", f"seed={seed}", "logger=none", f"device={p.device}",
+            f"train.max_steps={p.puzzle_steps}", f"train.global_batch_size={p.puzzle_batch}",
+            f"optim.lr={lrs[scheme]}", f"optim.warmup_steps={p.puzzle_warmup}", "checkpoint.every=0",
+            *p.puzzle_overrides], _train_line(out / f"puzzle_{scheme}_s{seed}")) for scheme, seed in runs])
+        pool.run([Job(f"evaluate HRM on {name} ({scheme}, seed {seed})", [
+            "evaluate", f"checkpoint={_latest_checkpoint(out / f'puzzle_{scheme}_s{seed}')}", f"data_dir={data}",
+            f"output_dir={out / f'puzzle_eval_{scheme}_s{seed}'}", f"device={p.device}", f"tta={p.puzzle_tta}",
+            f"halt_max_steps={p.puzzle_eval_segments}"], _puzzle_line(out / f"puzzle_eval_{scheme}_s{seed}"))
+            for scheme, seed in runs])
         for scheme in SCHEMES:
-            run_dir = out / f"puzzle_{scheme}"
-            lr = p.puzzle_lr_deeploop if scheme == "deeploop" else p.puzzle_lr
-            _step(steps, f"train HRM on {results['puzzle_task']} ({scheme})", [
-                "train", f"model={p.puzzle_model}", f"scaling={scheme}", f"data_dir={data}",
-                f"output_dir={run_dir}", f"seed={c.seed}", "logger=none", f"device={p.device}",
-                f"train.max_steps={p.puzzle_steps}", f"train.global_batch_size={p.puzzle_batch}",
-                f"optim.lr={lr}", f"optim.warmup_steps={p.puzzle_warmup}", "checkpoint.every=0",
-                "train.progress=false", *p.puzzle_overrides])
-            ckpt = _latest_checkpoint(run_dir)
-            eval_dir = out / f"puzzle_eval_{scheme}"
-            _step(steps, f"evaluate HRM on {results['puzzle_task']} ({scheme})", [
-                "evaluate", f"checkpoint={ckpt}", f"data_dir={data}", f"output_dir={eval_dir}",
-                f"device={p.device}", f"tta={p.puzzle_tta}", f"halt_max_steps={p.puzzle_eval_segments}",
-                "progress=false"])
-            results["puzzles"][scheme] = puzzle_summary(json.loads((eval_dir / "metrics.json").read_text()))
-            results["puzzles"][scheme]["lr"] = lr
+            per_seed = [puzzle_summary(json.loads((out / f"puzzle_eval_{scheme}_s{seed}" / "metrics.json").read_text()))
+                        for s_, seed in runs if s_ == scheme]
+            results["puzzles"][scheme] = {"lr": lrs[scheme], "seeds": [seed for s_, seed in runs if s_ == scheme],
+                                          "runs": per_seed}
 
     if not c.skip_hrm:
         raw = write_arc_subset(out / "arc_raw", p)
-        _step(steps, "build-arc", ["build-arc", f"sources=[{raw}]", f"output_dir={out / 'arc'}",
-                                    f"num_aug={p.num_aug}", f"seed={c.seed}"])
+        pool.run([Job("build-arc", ["build-arc", f"sources=[{raw}]", f"output_dir={out / 'arc'}",
+                                    f"num_aug={p.num_aug}", f"seed={c.seed}"])])
+        pool.run([Job(f"train HRM on ARC ({scheme})", [
+            "train", f"model={p.hrm_model}", f"scaling={scheme}", f"data_dir={out / 'arc'}",
+            f"output_dir={out / f'hrm_{scheme}'}", f"seed={c.seed}", "logger=none", f"device={p.device}",
+            f"train.max_steps={p.hrm_steps}", f"train.global_batch_size={p.hrm_batch}",
+            f"optim.lr={p.hrm_lr}", f"optim.warmup_steps={p.hrm_warmup}", *p.hrm_overrides],
+            _train_line(out / f"hrm_{scheme}")) for scheme in SCHEMES])
+        pool.run([Job(f"evaluate HRM on ARC ({scheme})", [
+            "evaluate", f"checkpoint={_latest_checkpoint(out / f'hrm_{scheme}')}", f"data_dir={out / 'arc'}",
+            f"output_dir={out / f'arc_eval_{scheme}'}", f"device={p.device}"],
+            _arc_line(out / f"arc_eval_{scheme}")) for scheme in SCHEMES])
         for scheme in SCHEMES:
-            run_dir = out / f"hrm_{scheme}"
-            _step(steps, f"train HRM on ARC ({scheme})", [
-                "train", f"model={p.hrm_model}", f"scaling={scheme}", f"data_dir={out / 'arc'}",
-                f"output_dir={run_dir}", f"seed={c.seed}", "logger=none", f"device={p.device}",
-                f"train.max_steps={p.hrm_steps}", f"train.global_batch_size={p.hrm_batch}",
-                f"optim.lr={p.hrm_lr}", f"optim.warmup_steps={p.hrm_warmup}", *p.hrm_overrides])
-            ckpt = _latest_checkpoint(run_dir)
-            _step(steps, f"evaluate HRM on ARC ({scheme})", [
-                "evaluate", f"checkpoint={ckpt}", f"data_dir={out / 'arc'}",
-                f"output_dir={out / f'arc_eval_{scheme}'}", f"device={p.device}"])
             results["hrm"][scheme] = json.loads((out / f"arc_eval_{scheme}" / "pass_at_k.json").read_text())
             results["hrm"][scheme]["train_tail"] = _tail_means(
-                run_dir / "metrics.jsonl", ("train/lm_loss", "train/accuracy", "train/exact_accuracy"))
+                out / f"hrm_{scheme}" / "metrics.jsonl", ("train/lm_loss", "train/accuracy", "train/exact_accuracy"))
 
     if not c.skip_gpt:
-        _step(steps, "prepare-text", ["prepare-text", f"demo_docs={p.text_docs}", f"output_dir={out / 'text'}",
-                                       f"tokenizer={p.text_tokenizer}", "shard_size=200000", "val_tokens=16384"])
+        pool.run([Job("prepare-text", ["prepare-text", f"demo_docs={p.text_docs}", f"output_dir={out / 'text'}",
+                                       f"tokenizer={p.text_tokenizer}", "shard_size=200000", "val_tokens=16384"])])
+        pool.run([Job(f"train looped GPT (R={r}, {scheme})", [
+            "train-gpt", f"model={p.gpt_model}", f"model.num_rounds={r}", f"scaling={scheme}",
+            f"data.train={out / 'text' / 'train_*.bin'}", f"data.val={out / 'text' / 'val_*.bin'}",
+            f"data.tokenizer_id={p.text_tokenizer}", f"model.vocab_size={p.gpt_vocab_size}",
+            f"output_dir={out / f'gpt_R{r}_{scheme}'}", f"seed={c.seed}", "logger=none", f"device={p.device}",
+            f"train.max_steps={p.gpt_steps}", f"model.seq_len={p.gpt_seq_len}",
+            f"train.micro_batch_size={p.gpt_batch}", f"train.global_batch_tokens={p.gpt_batch * p.gpt_seq_len}",
+            f"optim.lr={p.gpt_lr}", f"optim.warmup_steps={max(1, p.gpt_steps // 10)}",
+            f"eval.every={max(1, p.gpt_steps // 5)}", *p.gpt_overrides], _train_line(out / f"gpt_R{r}_{scheme}"))
+            for r in p.gpt_rounds for scheme in SCHEMES])
         for r in p.gpt_rounds:
             for scheme in SCHEMES:
-                run_dir = out / f"gpt_R{r}_{scheme}"
-                _step(steps, f"train looped GPT (R={r}, {scheme})", [
-                    "train-gpt", f"model={p.gpt_model}", f"model.num_rounds={r}", f"scaling={scheme}",
-                    f"data.train={out / 'text' / 'train_*.bin'}", f"data.val={out / 'text' / 'val_*.bin'}",
-                    f"data.tokenizer_id={p.text_tokenizer}", f"model.vocab_size={p.gpt_vocab_size}",
-                    f"output_dir={run_dir}", f"seed={c.seed}", "logger=none", f"device={p.device}",
-                    f"train.max_steps={p.gpt_steps}", f"model.seq_len={p.gpt_seq_len}",
-                    f"train.micro_batch_size={p.gpt_batch}",
-                    f"train.global_batch_tokens={p.gpt_batch * p.gpt_seq_len}",
-                    f"optim.lr={p.gpt_lr}", f"optim.warmup_steps={max(1, p.gpt_steps // 10)}",
-                    f"eval.every={max(1, p.gpt_steps // 5)}", *p.gpt_overrides])
-                results["gpt"][f"R{r}_{scheme}"] = json.loads((run_dir / "summary.json").read_text())
+                results["gpt"][f"R{r}_{scheme}"] = json.loads((out / f"gpt_R{r}_{scheme}" / "summary.json").read_text())
 
     results["wall_seconds"] = time.time() - t0
-    results["steps"] = steps
+    results["steps"] = pool.steps
     table = comparison_table(results)
     (out / "results.json").write_text(json.dumps(results, indent=2))
     (out / "table.md").write_text(table + "\n")
-    plot_curves(out)
+    plot_curves(out, results)
     print("\n" + table)
     print(f"\nreport folder: {out}  (table.md, loss_curves.png, puzzle_eval_*/report.html, "
           "arc_eval_*/report.html)")
@@ -229,15 +237,134 @@ def run(c: DemoConfig) -> int:
     return 0
 
 
-def _step(steps: list, title: str, args: list[str]) -> None:
-    cmd = [sys.executable, "-m", "hrm_deeploop.cli", *map(str, args)]
-    print(f"\n=== {title}\n$ hrm-deeploop {' '.join(shlex.quote(str(a)) for a in args)}", flush=True)
-    t = time.time()
-    env = {**os.environ, "WANDB_MODE": os.environ.get("WANDB_MODE", "disabled")}
-    proc = subprocess.run(cmd, env=env)
-    steps.append((title, round(time.time() - t, 1)))
-    if proc.returncode != 0:
-        raise UserError(f"demo step '{title}' failed with exit code {proc.returncode}")
+PROGRESS_EVERY = 5.0  # seconds between the demo's progress lines while a step runs
+
+
+@dataclass
+class Job:
+    """One step: a subcommand's arguments, and what to say when it has finished (default: the last
+    line it printed)."""
+
+    title: str
+    args: list[str]
+    summary: Any = None  # () -> str, called after a successful exit
+
+
+class Pool:
+    """Runs the demo's steps as subprocesses without oversubscribing the CPUs: a group of independent
+    steps runs at most `cpus // threads` at once, each with OMP_NUM_THREADS = MKL_NUM_THREADS =
+    `threads`: the user's OMP_NUM_THREADS when set, else the available CPUs shared among the
+    group's steps (one step alone gets them all). Each step's output goes to its log file; the demo
+    prints the command first, then every PROGRESS_EVERY seconds each running step's latest progress
+    (its bar's last state), and one summary line when it ends."""
+
+    def __init__(self, logs: Path) -> None:
+        from hrm_deeploop.runtime import available_cpus
+
+        self.logs = logs
+        self.cpus = available_cpus()
+        self.user_threads = _int_env("OMP_NUM_THREADS")
+        self.steps: list[tuple[str, float]] = []
+
+    def describe(self) -> str:
+        threads = (f"{self.user_threads} thread(s) per step (OMP_NUM_THREADS)" if self.user_threads
+                   else "the CPUs shared among the steps that run at once")
+        return f"{self.cpus} CPU(s) available; {threads}"
+
+    def threads(self, n_jobs: int) -> int:
+        return self.user_threads or max(1, self.cpus // max(1, min(n_jobs, self.cpus)))
+
+    def run(self, jobs: list[Job]) -> None:
+        threads = self.threads(len(jobs))
+        width = max(1, self.cpus // threads)
+        if len(jobs) > 1:
+            print(f"\n--- {len(jobs)} steps, {min(width, len(jobs))} at a time, {threads} thread(s) each",
+                  flush=True)
+        self.logs.mkdir(parents=True, exist_ok=True)
+        waiting, running = list(jobs), []
+        last_report = time.time()
+        try:
+            while waiting or running:
+                while waiting and len(running) < width:
+                    running.append(self._start(waiting.pop(0), threads))
+                time.sleep(0.2)
+                for item in list(running):
+                    job, proc, log, started = item
+                    if proc.poll() is None:
+                        continue
+                    running.remove(item)
+                    took = round(time.time() - started, 1)
+                    self.steps.append((job.title, took))
+                    if proc.returncode != 0:
+                        tail = _log_lines(log)[-15:]
+                        print("\n".join(f"  | {ln}" for ln in tail), file=sys.stderr)
+                        raise UserError(f"demo step '{job.title}' failed with exit code {proc.returncode} "
+                                        f"(its output: {log})")
+                    said = job.summary() if job.summary else (_log_lines(log) or [""])[-1]
+                    print(f"done {job.title} in {took:.1f} s: {said}", flush=True)
+                if running and time.time() - last_report >= PROGRESS_EVERY:
+                    last_report = time.time()
+                    for job, _, log, started in running:
+                        print(f"  ... {job.title} [{time.time() - started:.0f} s] {_latest(log)}", flush=True)
+        finally:
+            for _, proc, _, _ in running:  # a failure or Ctrl-C: stop the steps still running
+                proc.terminate()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=10)
+
+    def _start(self, job: Job, threads: int) -> tuple[Job, subprocess.Popen, Path, float]:
+        print(f"\n=== {job.title}\n$ hrm-deeploop {' '.join(shlex.quote(str(a)) for a in job.args)}", flush=True)
+        log = self.logs / (re.sub(r"[^A-Za-z0-9]+", "_", job.title).strip("_") + ".log")
+        env = {**os.environ, "WANDB_MODE": os.environ.get("WANDB_MODE", "disabled"),
+               "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
+        with open(log, "wb") as f:
+            proc = subprocess.Popen([sys.executable, "-m", "hrm_deeploop.cli", *map(str, job.args)], env=env,
+                                    stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        return job, proc, log, time.time()
+
+
+def _int_env(name: str) -> int | None:
+    try:
+        v = int(os.environ.get(name, ""))
+    except ValueError:
+        return None
+    return v if v >= 1 else None
+
+
+def _log_lines(log: Path) -> list[str]:
+    """The log's lines, a progress bar's redraws (carriage returns) split into lines too."""
+    text = log.read_bytes().decode("utf-8", "replace") if log.exists() else ""
+    return [ln.strip() for ln in re.split(r"[\r\n]+", text) if ln.strip()]
+
+
+def _latest(log: Path) -> str:
+    lines = _log_lines(log)
+    return (lines[-1][:150] if lines else "(starting)")
+
+
+def _train_line(run_dir: Path):
+    def say() -> str:
+        s = json.loads((run_dir / "summary.json").read_text())
+        loss = s.get("final_train_loss")
+        val = f", final val loss {s['final_val_loss']:.4f}" if s.get("final_val_loss") is not None else ""
+        return (f"{s['status']}, {s['steps']} steps, train loss {loss:.4f} (mean of the last "
+                f"{s.get('train_loss_window', '-')} steps){val}" if loss is not None else f"{s['status']}")
+    return say
+
+
+def _puzzle_line(eval_dir: Path):
+    def say() -> str:
+        r = puzzle_summary(json.loads((eval_dir / "metrics.json").read_text()))
+        return (f"exact {_pct(r['exact_trained_depth'])}% after {r['segments_trained']} segments, "
+                f"{_pct(r['exact'])}% after {r['segments']}, TTA vote {_pct(r['tta_exact'])}%")
+    return say
+
+
+def _arc_line(eval_dir: Path):
+    def say() -> str:
+        k = json.loads((eval_dir / "pass_at_k.json").read_text())["hrm"]
+        return ", ".join(f"pass@{n} {v:.2f}%" for n, v in k.items())
+    return say
 
 
 def _latest_checkpoint(run_dir: Path) -> Path:
@@ -307,16 +434,20 @@ def comparison_table(results: dict[str, Any]) -> str:
     lines = []
     if results.get("puzzles"):
         first = next(iter(results["puzzles"].values()))
-        S, T, K = first["segments"], first["segments_trained"], first["tta_copies"]
-        lines += [f"HRM on {results['puzzle_task']}: exact accuracy on {first['num_examples']} held-out puzzles (%),",
+        one = first["runs"][0]
+        S, T, K, n = one["segments"], one["segments_trained"], one["tta_copies"], len(first["seeds"])
+        lines += [f"HRM on {results['puzzle_task']}: exact accuracy on {one['num_examples']} held-out puzzles (%),",
                   f"after the trained {T} ACT segments and after {S} (deeper than trained), without and with a",
                   f"vote over 1 + {K} augmented copies (test-time augmentation); each scheme at its own learning",
-                  "rate (docs/results.md section 4.2)", "",
-                  f"| scheme | lr | exact, {T} seg | exact, {S} seg | token, {S} seg | to-solve cells, {S} seg "
+                  f"rate (docs/results.md section 4.2); {n} training seeds per scheme: mean [min, max]. The seeds'",
+                  "range is the spread to expect: one run moves within it on another machine (docs/demo.md)", "",
+                  f"| scheme | lr | exact, {T} seg, per seed | exact, {T} seg | exact, {S} seg | token, {S} seg "
                   f"| exact, TTA vote | pass@2, TTA |", "|---|---|---|---|---|---|---|---|"]
         for scheme, r in results["puzzles"].items():
-            lines.append(f"| {scheme} | {r.get('lr', '-')} | {_pct(r['exact_trained_depth'])} | {_pct(r['exact'])} | {_pct(r['token'])} | "
-                         f"{_pct(r['solve_token'])} | {_pct(r['tta_exact'])} | {_pct(r['tta_pass2'])} |")
+            runs = r["runs"]
+            lines.append(f"| {scheme} | {r['lr']} | " + ", ".join(_pct(x["exact_trained_depth"]) for x in runs) + " | "
+                         + " | ".join(_spread([x[k] for x in runs]) for k in
+                                      ("exact_trained_depth", "exact", "token", "tta_exact", "tta_pass2")) + " |")
         lines.append("")
     if results["hrm"]:
         ks = list(next(iter(results["hrm"].values()))["hrm"].keys())
@@ -346,13 +477,21 @@ def comparison_table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _spread(xs: list[float | None]) -> str:
+    """'mean [min, max]' (percent, one decimal); the value alone for one seed."""
+    v = [x for x in xs if x is not None]
+    if not v:
+        return "-"
+    return _pct(v[0]) if len(v) == 1 else f"{_pct(sum(v) / len(v))} [{_pct(min(v))}, {_pct(max(v))}]"
+
+
 def _f(v: float | None) -> str:
     return "-" if v is None else f"{v:.4f}"
 
 
 def _tail_means(path: Path, keys: tuple[str, ...], last: int = 10) -> dict[str, float]:
     """Mean of each metric over the last `last` logged steps that have it."""
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    rows = _rows(path)
     out = {}
     for key in keys:
         vals = [r[key] for r in rows if r.get(key) is not None][-last:]
@@ -361,46 +500,83 @@ def _tail_means(path: Path, keys: tuple[str, ...], last: int = 10) -> dict[str, 
     return out
 
 
-def _series(path: Path, keys: tuple[str, ...]) -> tuple[list[int], list[float], str] | None:
-    if not path.exists():
-        return None
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    for key in keys:
-        pts = [(r["step"], r[key]) for r in rows if key in r and r[key] is not None]
-        if pts:
-            return [s for s, _ in pts], [v for _, v in pts], key
-    return None
+SCHEME_STYLE = {"baseline": {"color": "C0", "ls": "-"}, "deeploop": {"color": "C3", "ls": "--"}}
 
 
-def plot_curves(out: Path) -> None:
-    import matplotlib
+def _smooth(ys: list[float], window: int) -> list[float]:
+    """Trailing mean over `window` points (the noisy per-batch training metrics)."""
+    out, total = [], 0.0
+    for i, y in enumerate(ys):
+        total += y - (ys[i - window] if i >= window else 0.0)
+        out.append(total / min(i + 1, window))
+    return out
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for d in sorted(out.glob("puzzle_*")) + sorted(out.glob("hrm_*")):
-        if d.name.startswith("puzzle_eval"):
-            continue
-        s = _series(d / "metrics.jsonl", ("train/lm_loss", "lm_loss", "train/loss", "loss"))
-        if s:
-            label = ("puzzles " + d.name.removeprefix("puzzle_")) if d.name.startswith("puzzle_") \
-                else ("ARC " + d.name.removeprefix("hrm_"))
-            axes[0].plot(s[0], s[1], label=label, lw=0.8)
-            axes[0].set_ylabel(s[2])
-    axes[0].set_yscale("log")
-    axes[0].set_title("HRM training loss")
-    axes[0].set_xlabel("step")
-    for d in sorted(out.glob("gpt_*")):
-        s = _series(d / "metrics.jsonl", ("val/loss", "val_loss", "train/loss", "loss"))
-        if s:
-            axes[1].plot(s[0], s[1], label=d.name.removeprefix("gpt_"), marker=".")
-            axes[1].set_ylabel(s[2])
-    axes[1].set_title("Looped GPT loss")
-    axes[1].set_xlabel("step")
-    for ax in axes:
-        if ax.lines:
-            ax.legend()
+def plot_curves(out: Path, results: dict[str, Any]) -> Path:
+    """loss_curves.png: one row per part (Sudoku, ARC, looped GPT), loss on the left and accuracy
+    (the GPT: validation loss) on the right, each panel with its own step axis; one line per run,
+    the schemes in different colours and dash patterns so that neither hides the other."""
+    from hrm_deeploop.training.sweep import pyplot
+
+    parts = []
+    if results.get("puzzles"):
+        name = results["puzzle_task"]
+        parts.append((f"HRM on {name}", [(f"{s} s{seed}", s, out / f"puzzle_{s}_s{seed}")
+                                         for s, r in results["puzzles"].items() for seed in r["seeds"]], 50,
+                      {s: [x["exact_trained_depth"] for x in r["runs"]] for s, r in results["puzzles"].items()}))
+    if results.get("hrm"):
+        parts.append(("HRM on the ARC subset", [(s, s, out / f"hrm_{s}") for s in results["hrm"]], 10, {}))
+    rows = len(parts) + bool(results.get("gpt"))
+    plt = pyplot()
+    fig, axes = plt.subplots(rows, 2, figsize=(11, 3.2 * rows), squeeze=False, dpi=110)
+    for (title, runs, window, held_out), (ax_loss, ax_acc) in zip(parts, axes):
+        for label, scheme, d in runs:
+            rows_ = _rows(d / "metrics.jsonl")
+            steps = [r["step"] for r in rows_ if r.get("train/lm_loss") is not None]
+            style = SCHEME_STYLE.get(scheme, {})
+            ax_loss.plot(steps, _smooth([r["train/lm_loss"] for r in rows_ if r.get("train/lm_loss") is not None],
+                                        window), label=label, lw=1.0, alpha=0.85, **style)
+            acc = [(r["step"], 100 * r["train/exact_accuracy"]) for r in rows_ if r.get("train/exact_accuracy") is not None]
+            ax_acc.plot([s for s, _ in acc], _smooth([a for _, a in acc], window), label=f"{label}, training batches",
+                        lw=1.0, alpha=0.85, **style)
+        last = max((r["step"] for _, _, d in runs for r in _rows(d / "metrics.jsonl")), default=0)
+        for scheme, xs in held_out.items():
+            ax_acc.scatter([last] * len(xs), xs, marker="o", s=28, zorder=3, edgecolors="black", linewidths=0.5,
+                           color=SCHEME_STYLE.get(scheme, {}).get("color"), label=f"{scheme}, held-out puzzles")
+        ax_loss.set_title(f"{title}: training loss (mean of the last {window} steps)")
+        ax_loss.set_ylabel("cross-entropy (nats/token)")
+        ax_loss.set_yscale("log")
+        ax_acc.set_title(f"{title}: exact accuracy (mean of the last {window} steps)")
+        ax_acc.set_ylabel("puzzles solved exactly (%)")
+        ax_acc.set_ylim(-3, 103)
+    if results.get("gpt"):
+        ax_train, ax_val = axes[-1]
+        for key in results["gpt"]:
+            r_, scheme = key.split("_", 1)
+            rows_ = _rows(out / f"gpt_{key}" / "metrics.jsonl")
+            style = {**SCHEME_STYLE.get(scheme, {}), "alpha": 0.45 + 0.15 * min(3, int(r_[1:]))}
+            tr = [(r["step"], r["train/loss"]) for r in rows_ if r.get("train/loss") is not None]
+            ax_train.plot([s for s, _ in tr], _smooth([v for _, v in tr], 20), label=f"R = {r_[1:]}, {scheme}",
+                          lw=1.0, **style)
+            va = [(r["step"], r["val/loss"]) for r in rows_ if r.get("val/loss") is not None]
+            ax_val.plot([s for s, _ in va], [v for _, v in va], marker="o" if scheme == "baseline" else "s", ms=4,
+                        label=f"R = {r_[1:]}, {scheme}", lw=1.0, **style)
+        ax_train.set_title("Looped GPT: training loss (mean of the last 20 steps)")
+        ax_val.set_title("Looped GPT: validation loss")
+        for ax in (ax_train, ax_val):
+            ax.set_ylabel("cross-entropy (nats/token)")
+    for ax in axes.flat:
+        ax.set_xlabel("training step")
+        ax.grid(alpha=0.3)
+        ax.title.set_fontsize(9)
+        if ax.lines or ax.collections:
+            ax.legend(fontsize=6.5, ncol=2)
     fig.tight_layout()
-    fig.savefig(out / "loss_curves.png", dpi=110)
+    path = out / "loss_curves.png"
+    fig.savefig(path)
     plt.close(fig)
+    return path
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []

@@ -63,12 +63,42 @@ def setup(device: str = "auto") -> Env:
         torch.cuda.set_device(dev)
     elif device == "cpu":
         dev = torch.device("cpu")
+        set_cpu_threads()
     else:
         device_name("device", device)
     if world > 1 and not dist.is_initialized():
         dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
     _ENV = Env(rank=rank, local_rank=local_rank, world_size=world, device=dev, fused_kernel=fused_kernel_enabled())
     return _ENV
+
+
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # set by the user: torch's threads are theirs
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on: its affinity mask (taskset, a container's cpuset), capped by
+    a cgroup v2 CPU quota (/sys/fs/cgroup/cpu.max, rounded up); os.cpu_count() where neither is known."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        n = os.cpu_count() or 1
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            n = min(n, -(-int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass
+    return max(1, n)
+
+
+def set_cpu_threads() -> int:
+    """Torch's intra-op threads for a CPU run, returned: at most `available_cpus()` (torch's default
+    counts the machine's cores, not the ones this process may use, and surplus threads spin against
+    each other), never raised, and left alone when OMP_NUM_THREADS or MKL_NUM_THREADS is set."""
+    if not any(os.environ.get(v) for v in THREAD_VARIABLES) and torch.get_num_threads() > available_cpus():
+        torch.set_num_threads(available_cpus())
+    return torch.get_num_threads()
 
 
 def fused_kernel_enabled() -> bool:
