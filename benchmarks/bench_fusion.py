@@ -42,7 +42,7 @@ from hrm_deeploop.models.config import (
 from hrm_deeploop.models.core import Rotary, apply_rope, swiglu_width  # noqa: E402
 from hrm_deeploop.models.kernels.residual_norm import residual_rms_norm_reference  # noqa: E402
 from hrm_deeploop.models.losses import stablemax_cross_entropy  # noqa: E402
-from hrm_deeploop.training.lm import TrainGPTConfig  # noqa: E402
+from hrm_deeploop.training.config import TrainGPTConfig  # noqa: E402
 
 
 def hrm_setup(batch: int) -> dict:

@@ -56,9 +56,14 @@ from hrm_deeploop import runtime  # noqa: E402
 from hrm_deeploop.models.config import HRMConfig, TRMConfig  # noqa: E402
 from hrm_deeploop.models.core import swiglu_width  # noqa: E402
 from hrm_deeploop.models.scaling import ScalingConfig  # noqa: E402
-from hrm_deeploop.training.lm import TrainGPTConfig  # noqa: E402
+from hrm_deeploop.training.config import (  # noqa: E402
+    ReasonerLoop,
+    ReasonerOptim,
+    TrainConfig,
+    TrainGPTConfig,
+)
 from hrm_deeploop.training.loop import mfu  # noqa: E402
-from hrm_deeploop.training.reasoner import ReasonerLoop, ReasonerOptim, TrainConfig, Trainer  # noqa: E402
+from hrm_deeploop.training.reasoner import Trainer  # noqa: E402
 
 PRESETS = {
     # The reference's ARC config per GPU: global batch 768 on 8 GPUs = 96 per GPU, bf16.

@@ -582,7 +582,7 @@ def time_interleaved(steps_by_side: dict, device: torch.device, warmup: int, ste
 
 def add_reference_args(parser, reference: str, model_fields: str) -> None:
     """The flags both ACT-reasoner comparisons take (their presets are their own)."""
-    from hrm_deeploop.training.lm import TrainGPTConfig
+    from hrm_deeploop.training.config import TrainGPTConfig
 
     parser.add_argument("--reference", required=True, type=Path,
                         help=f"a checkout of {reference}")
@@ -610,7 +610,7 @@ def run_reference_comparison(ref, cfg, args, batch: int, warmup: int, steps: int
     equivalence part cannot run at this config (printed instead)."""
     import gc
 
-    from hrm_deeploop.training.reasoner import ReasonerOptim
+    from hrm_deeploop.training.config import ReasonerOptim
 
     o = ReasonerOptim(warmup_steps=2)  # a short warm-up, so that the compared steps see changing learning rates
     failed = False

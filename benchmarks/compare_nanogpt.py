@@ -49,7 +49,8 @@ from hrm_deeploop import runtime  # noqa: E402
 from hrm_deeploop.models.config import GPTConfig  # noqa: E402
 from hrm_deeploop.models.gpt import GPT, flops_per_token  # noqa: E402
 from hrm_deeploop.models.scaling import ScalingConfig  # noqa: E402
-from hrm_deeploop.training.lm import LMOptim, TrainGPTConfig, make_optimizer  # noqa: E402
+from hrm_deeploop.training.config import LMOptim, TrainGPTConfig  # noqa: E402
+from hrm_deeploop.training.lm import make_optimizer  # noqa: E402
 
 
 @dataclass(frozen=True)

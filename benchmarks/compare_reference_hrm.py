@@ -78,9 +78,9 @@ from hrm_deeploop.models.hrm import HRM  # noqa: E402
 from hrm_deeploop.models.losses import act_loss  # noqa: E402
 from hrm_deeploop.models.scaling import ScalingConfig  # noqa: E402
 from hrm_deeploop.official import official_key_map, official_state_dict  # noqa: E402
-from hrm_deeploop.training.lm import TrainGPTConfig  # noqa: E402
+from hrm_deeploop.training.config import ReasonerOptim as OptimConfig  # noqa: E402
+from hrm_deeploop.training.config import TrainGPTConfig  # noqa: E402
 from hrm_deeploop.training.optim import SparseSignSGD, lr_at, make_adam_atan2, set_lr  # noqa: E402
-from hrm_deeploop.training.reasoner import ReasonerOptim as OptimConfig  # noqa: E402
 
 REFERENCE_MLP_MULTIPLE = 256  # HRM's SwiGLU rounds its width up to a multiple of 256, fixed
 

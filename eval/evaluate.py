@@ -17,9 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from arc_data.fsio import check_output_dir
-from eval.checkpoints import load_model, table_rows
 from eval.tasks import TASK_CHOICES, TaskEvaluation, evaluation_for
-from hrm_deeploop import runtime
 from hrm_deeploop.config import at_least, device_name, one_of, optional_at_least
 from hrm_deeploop.errors import ConfigError, UserError
 
@@ -85,6 +83,8 @@ class EvaluateConfig:
 
 
 def run(c: EvaluateConfig) -> int:
+    from eval.checkpoints import load_model, table_rows  # torch: here, so `evaluate --help` starts without it
+    from hrm_deeploop import runtime
     from hrm_deeploop.data.puzzles import check_matches, open_dataset
 
     for key in ("checkpoint", "data_dir", "output_dir"):

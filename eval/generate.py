@@ -13,13 +13,9 @@ import sys
 import time
 from dataclasses import dataclass
 
-import torch
-
-from hrm_deeploop import checkpoint as ckpt
-from hrm_deeploop import runtime
 from hrm_deeploop.config import at_least, device_name, one_of, optional_at_least, typed
 from hrm_deeploop.errors import ConfigError, UserError
-from hrm_deeploop.models.gpt import EXIT_CRITERIA, ExitRule
+from hrm_deeploop.models.config import EXIT_CRITERIA
 
 
 @dataclass
@@ -85,7 +81,12 @@ def run(cfg: GenerateConfig) -> int:
 
 def generate(opts: GenerateConfig) -> str:
     """Stream a continuation of opts.prompt to stdout; return it."""
+    import torch  # here, with the other heavy imports, so `generate --help` starts without torch
+
     from eval.checkpoints import load_model
+    from hrm_deeploop import checkpoint as ckpt
+    from hrm_deeploop import runtime
+    from hrm_deeploop.models.gpt import ExitRule
     from hrm_deeploop.text.generate import GenerationStats, Sampling, generate_tokens
     from hrm_deeploop.text.tokenizer import get_tokenizer
 

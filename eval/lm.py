@@ -19,13 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from arc_data.fsio import check_output_dir
-from eval.checkpoints import load_model
-from hrm_deeploop import checkpoint as ckpt
-from hrm_deeploop import runtime
 from hrm_deeploop.config import at_least, device_name, one_of, optional_at_least, positive, typed
 from hrm_deeploop.errors import ConfigError, UserError
-from hrm_deeploop.models.gpt import EXIT_CRITERIA, ExitRule
-from hrm_deeploop.text.loss import evaluate_loss, evaluate_loss_exit
+from hrm_deeploop.models.config import EXIT_CRITERIA
 
 PAPER_TASKS = ["arc_challenge", "arc_easy", "hellaswag", "openbookqa", "piqa", "sciq", "social_iqa", "winogrande"]
 
@@ -93,6 +89,12 @@ def output_dir_for(opts: EvalGPTConfig, path: Path) -> Path:
 
 
 def evaluate(opts: EvalGPTConfig) -> dict[str, Any]:
+    from eval.checkpoints import load_model  # torch: imported here, so `eval-gpt --help` starts without it
+    from hrm_deeploop import checkpoint as ckpt
+    from hrm_deeploop import runtime
+    from hrm_deeploop.models.gpt import ExitRule
+    from hrm_deeploop.text.loss import evaluate_loss, evaluate_loss_exit
+
     if not opts.checkpoint:
         raise ConfigError("checkpoint= is required (a step_N.pt file or a train-gpt run folder)")
     if not opts.data and not opts.lm_eval:

@@ -9,8 +9,9 @@ calls the function with it. Every config mistake (unknown key, wrong type, value
 one line on stderr and exit code 2, before anything is read or written; so is every `UserError`
 the function raises. Ctrl-C exits 130, SIGTERM 143 (`interrupts`: both are a KeyboardInterrupt).
 
-Torch is imported only by the functions that need it, so `--help`, `scales`, `build-arc`,
-`viz-arc` and `vote` start without it.
+Torch is imported only by the functions that need it, and every schema lives in a torch-free
+module (the trainers' in training/config.py), so every `SUB --help`, `scales`, `build-arc`,
+`viz-arc` and `vote` start without it (tests/test_cli_help.py checks all of them).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ COMMANDS: dict[str, Command] = {
                              "build_puzzles", "build a Sudoku / Maze dataset (HRM layout) from CSVs"),
     "generate-puzzles": Command("arc_data.puzzles.generate:run_generate", "arc_data.puzzles.config:GeneratePuzzlesConfig",
                                 "generate_puzzles", "generate Sudoku / Maze puzzles into CSVs, offline"),
-    "train": Command("hrm_deeploop.training.reasoner:run", "hrm_deeploop.training.reasoner:TrainConfig", "train",
+    "train": Command("hrm_deeploop.training.reasoner:run", "hrm_deeploop.training.config:TrainConfig", "train",
                      "train HRM, TRM or URM (baseline or DeepLoop) on a built puzzle dataset"),
     "evaluate": Command("eval.evaluate:run", "eval.evaluate:EvaluateConfig", "evaluate",
                         "predict with a checkpoint, then vote (ARC) or score (Sudoku, Maze, other tasks)"),
@@ -56,7 +57,7 @@ COMMANDS: dict[str, Command] = {
                     "count-first voting and pass@K from a predictions.npz"),
     "prepare-text": Command("hrm_deeploop.text.prepare:run", "hrm_deeploop.text.prepare:PrepareTextConfig",
                             "prepare_text", "tokenise text/JSONL/Parquet into GPT-2 token shards"),
-    "train-gpt": Command("hrm_deeploop.training.lm:run", "hrm_deeploop.training.lm:TrainGPTConfig", "train_gpt",
+    "train-gpt": Command("hrm_deeploop.training.lm:run", "hrm_deeploop.training.config:TrainGPTConfig", "train_gpt",
                          "train the looped GPT language model"),
     "eval-gpt": Command("eval.lm:run", "eval.lm:EvalGPTConfig", "eval_gpt",
                         "validation loss and lm-evaluation-harness tasks for a looped GPT"),

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop import hub
 from hrm_deeploop.errors import ConfigError, UserError
 
@@ -44,6 +43,8 @@ class ExportConfig:
 
 def _load(path: Path, ema: bool) -> tuple[Any, dict[str, Any], str, dict[str, Any]]:
     """The model as the evaluators load it, its train state, which weights, the summary figures."""
+    from hrm_deeploop import checkpoint as ckpt  # torch: imported here, so `export --help` starts without it
+
     state = ckpt.load(path, map_location="cpu")
     if not isinstance(state, dict) or state.get("format") != ckpt.FORMAT or "config" not in state:
         raise UserError(f"checkpoint '{path}' is not an hrm-deeploop train state (official HRM/TRM checkpoints "
@@ -110,6 +111,7 @@ def _card(meta: dict[str, Any], summary: dict[str, Any], files: list[str], repo_
 
 def export(opts: ExportConfig) -> Path:
     from arc_data.fsio import atomic_dir, checked_output_dir
+    from hrm_deeploop import checkpoint as ckpt
 
     if not opts.checkpoint:
         raise ConfigError("checkpoint= is required (a run folder, a step_N.pt file or hf://OWNER/NAME)")

@@ -12,7 +12,8 @@ import torch
 from hrm_deeploop.config import to_dict, typed
 from hrm_deeploop.models.config import GPTConfig
 from hrm_deeploop.models.scaling import ScalingConfig
-from hrm_deeploop.training.lm import Data, TrainGPTConfig, unigram_entropy
+from hrm_deeploop.training.config import TrainGPTConfig
+from hrm_deeploop.training.lm import Data, unigram_entropy
 
 VOCAB = 64
 

@@ -162,7 +162,8 @@ def ddp_grads_worker(rank: int, world: int, port: int, data_dir: str, out_file: 
     from hrm_deeploop.data.puzzles import fit_to_dataset
     from hrm_deeploop.models.config import HRMConfig
     from hrm_deeploop.models.scaling import ScalingConfig
-    from hrm_deeploop.training.reasoner import TrainConfig, Trainer
+    from hrm_deeploop.training.config import TrainConfig
+    from hrm_deeploop.training.reasoner import Trainer
 
     saved_env = dict(os.environ)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),

@@ -165,8 +165,7 @@ def test_yaml_files_hold_only_what_differs_from_the_dataclass():
         assert restated(values, defaults) == [], name
     from hrm_deeploop.demo import DemoPreset
     from hrm_deeploop.models.config import MODEL_CONFIGS
-    from hrm_deeploop.training.lm import TrainGPTConfig
-    from hrm_deeploop.training.reasoner import TrainConfig
+    from hrm_deeploop.training.config import TrainConfig, TrainGPTConfig
 
     for f in (config_dir() / "experiment").glob("*.yaml"):
         values = yaml.safe_load(f.read_text())

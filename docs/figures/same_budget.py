@@ -41,7 +41,7 @@ def speed(steps: int = 40, warmup: int = 5) -> None:
     from benchmarks.benchlib import time_interleaved
     from hrm_deeploop.cli import compose
     from hrm_deeploop.models.scaling import ScalingConfig
-    from hrm_deeploop.training.reasoner import ReasonerOptim
+    from hrm_deeploop.training.config import ReasonerOptim
 
     torch.set_num_threads(1)
     device = torch.device("cpu")

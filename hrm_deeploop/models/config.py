@@ -209,6 +209,9 @@ class GPTConfig:
         check_heads(self.hidden_size, self.num_heads, rope=True)
 
 
+# The looped GPT's adaptive-exit criteria at inference (`models.gpt.ExitRule`; eval-gpt's and generate's `exit=`).
+EXIT_CRITERIA = ("kl", "hidden")
+
 MODEL_CONFIGS: dict[str, type] = {"hrm": HRMConfig, "trm": TRMConfig, "urm": URMConfig, "gpt": GPTConfig}
 ModelConfig = HRMConfig | TRMConfig | URMConfig | GPTConfig
 

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from hrm_deeploop.models.config import GPTConfig
+from hrm_deeploop.models.config import EXIT_CRITERIA, GPTConfig
 from hrm_deeploop.models.core import (
     BlockConfig,
     Linear,
@@ -36,8 +36,6 @@ from hrm_deeploop.models.core import (
 )
 from hrm_deeploop.models.kvcache import KVCache
 from hrm_deeploop.models.scaling import ScalingConfig, model_depth, module_residuals, residual_for
-
-EXIT_CRITERIA = ("kl", "hidden")
 
 
 @dataclass(frozen=True)

@@ -37,34 +37,10 @@ from typing import Any
 import torch
 
 from hrm_deeploop import checkpoint as ckpt
-from hrm_deeploop.config import at_least, check, one_of
 from hrm_deeploop.data.rows import row_map
 from hrm_deeploop.errors import UserError
 
-NEW_ROWS = ("mean", "zeros")
-OLD_ROWS = ("drop", "keep")
-TRAINS = ("all", "embeddings", "embeddings_then_all")
 TABLE_KEY = "puzzle_emb.weights"
-
-
-@dataclass
-class AdaptConfig:
-    """`adapt.*`: how `init_from=CKPT` starts the run (hrm_deeploop/training/adapt.py)."""
-
-    new_rows: str = "mean"  # mean (of the trained rows) | zeros: identifiers the checkpoint has no row for
-    old_rows: str = "drop"  # drop | keep: the checkpoint's rows of identifiers not in the new dataset
-    trains: str = "all"  # all | embeddings | embeddings_then_all
-    embedding_steps: int = 0  # embeddings_then_all: steps that train the table only
-    optimizer_state: bool = False  # carry the checkpoint's Adam state into the run
-    identifiers: str | None = None  # the checkpoint's identifiers.json (default: its own record)
-
-    def __post_init__(self) -> None:
-        one_of("adapt.new_rows", self.new_rows, NEW_ROWS)
-        one_of("adapt.old_rows", self.old_rows, OLD_ROWS)
-        one_of("adapt.trains", self.trains, TRAINS)
-        at_least("adapt.embedding_steps", self.embedding_steps, 0)
-        check(self.trains != "embeddings_then_all" or self.embedding_steps > 0, "adapt.embedding_steps",
-              self.embedding_steps, "> 0 with adapt.trains=embeddings_then_all")
 
 
 @dataclass

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -32,121 +32,19 @@ import torch
 from torch import Tensor
 
 from hrm_deeploop import runtime
-from hrm_deeploop.config import at_least, check, one_of, positive
 from hrm_deeploop.errors import ConfigError, UserError
-from hrm_deeploop.models.config import GPTConfig, model_config
-from hrm_deeploop.models.depth import DepthConfig
 from hrm_deeploop.models.gpt import GPT, flops_per_token
 from hrm_deeploop.models.scaling import tape_layers
 from hrm_deeploop.text.loss import evaluate_loss
 from hrm_deeploop.training import fsdp
+from hrm_deeploop.training.config import LMOptim, TrainGPTConfig
 from hrm_deeploop.training.loop import (
-    CheckpointConfig,
-    EvalConfig,
-    LoopConfig,
-    OptimConfig,
-    RunConfig,
     Task,
     fit,
     run_config_dict,
 )
 from hrm_deeploop.training.optim import lr_at, set_lr
 from hrm_deeploop.training.runlog import check_finite
-
-# ---- config ----------------------------------------------------------------------------------
-
-
-@dataclass
-class DataConfig:
-    train: str = ""  # shard glob, folder of .bin shards, or file (prepare-text output)
-    val: str = ""  # held-out shards; empty = no validation
-    tokenizer_id: str | None = "gpt2"  # checked against the shards' meta.json; null skips that check
-    val_batches: int = 20  # max validation batches per rank per evaluation (micro_batch_size each)
-    unigram_tokens: int = 20_000_000  # training tokens read to compute the unigram-entropy floor
-
-    def __post_init__(self) -> None:
-        at_least("data.val_batches", self.val_batches, 1)
-        at_least("data.unigram_tokens", self.unigram_tokens, 0)
-
-
-@dataclass
-class LMLoop(LoopConfig):
-    max_steps: int | None = 100_000
-    global_batch_tokens: int = 480 * 1024
-    micro_batch_size: int = 12  # sequences per rank per forward/backward; 480 = 12 x 40 divides on 1, 2, 4, 8 GPUs
-    log_every: int = 10
-    mfu_peak_tflops: float = 989.0  # per device; H200/H100 SXM dense bf16
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check(self.max_steps is not None, "train.max_steps", self.max_steps, "set (the schedule's length)")
-        at_least("train.global_batch_tokens", self.global_batch_tokens, 1)
-        at_least("train.micro_batch_size", self.micro_batch_size, 1)
-        positive("train.mfu_peak_tflops", self.mfu_peak_tflops)
-
-
-@dataclass
-class LMOptim(OptimConfig):
-    lr: float = 6e-4
-    min_lr_ratio: float = 0.1  # cosine floor as a fraction of lr
-    eps: float = 1e-8
-    grad_clip: float = 1.0  # 0 disables clipping (the norm is still logged)
-    decay_embeddings: bool = False
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        positive("optim.eps", self.eps)
-        at_least("optim.grad_clip", self.grad_clip, 0.0)
-
-
-@dataclass
-class LMCheckpoint(CheckpointConfig):
-    every: int = 5000
-    keep: int = 3
-
-
-@dataclass
-class LMEval(EvalConfig):
-    every: int = 1000  # steps between validation losses (and always at the end)
-    floor_margin: float = 0.1  # nats below the unigram entropy a run must reach to count as trained
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        at_least("eval.floor_margin", self.floor_margin, 0.0)
-
-
-@dataclass
-class TrainGPTConfig(RunConfig):
-    """`hrm-deeploop train-gpt`: the looped GPT on token shards (prepare-text output).
-
-    Paper setup (GPT-2 small, section 5.1): model=gpt2_small_looped model.num_rounds={1,3,5,7}
-    scaling={baseline,deeploop}, 100K steps x 480 x 1024 tokens, context 1024."""
-
-    output_dir: str | None = "runs/gpt"
-    data: DataConfig = field(default_factory=DataConfig)
-    train: LMLoop = field(default_factory=LMLoop)
-    optim: LMOptim = field(default_factory=LMOptim)
-    checkpoint: LMCheckpoint = field(default_factory=LMCheckpoint)
-    eval: LMEval = field(default_factory=LMEval)
-    depth: DepthConfig = field(default_factory=DepthConfig)  # R per step, truncated backprop (models/depth.py)
-    dtype: str = "bfloat16"  # autocast dtype on CUDA (CPU runs in float32)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.model = GPTConfig() if self.model is None else model_config(self.model)
-        check(isinstance(self.model, GPTConfig), "model.name", self.model.name,
-              "gpt (train-gpt trains the looped GPT; reasoners train with `train`)")
-        one_of("dtype", self.dtype, ("bfloat16", "float16", "float32"))
-        self.check_fsdp(self.train)
-        per_micro = self.train.micro_batch_size * self.model.seq_len
-        check(self.train.global_batch_tokens % per_micro == 0, "train.global_batch_tokens",
-              self.train.global_batch_tokens,
-              f"a multiple of train.micro_batch_size x model.seq_len = {per_micro} (x the number of ranks)")
-
-
-    def inputs(self) -> list[str | None]:
-        return [self.data.train, self.data.val]
-
 
 # ---- data -----------------------------------------------------------------------------------
 

@@ -22,8 +22,8 @@ and its state. The skeleton (`fit`) owns everything around that, the same way fo
   the last evaluation and the task's own figures.
 
 The shared config sections (`RunConfig`, `LoopConfig`, `OptimConfig`, `CheckpointConfig`,
-`EvalConfig`) carry one set of names for every trainer; each trainer subclasses them for its own
-defaults and extra fields.
+`EvalConfig`, in the torch-free `training.config` with every trainer's config) carry one set of
+names for every trainer; each trainer subclasses them for its own defaults and extra fields.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ import math
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,139 +42,10 @@ from arc_data.fsio import check_output_dir
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop import interrupts, runtime
 from hrm_deeploop.config import (
-    at_least,
-    check,
-    device_name,
-    in_range,
-    one_of,
-    optional_at_least,
-    positive,
     to_dict,
 )
 from hrm_deeploop.errors import ConfigError, TrainingDiverged, UserError
-from hrm_deeploop.models.scaling import ScalingConfig
 from hrm_deeploop.training.runlog import RunLogger
-
-# ---- the shared config sections ------------------------------------------------------------------
-
-
-@dataclass
-class LoopConfig:
-    """`train.*`: length and cadence of the loop."""
-
-    max_steps: int | None = None  # optimiser steps, also the schedule's length
-    stop_after: int | None = None  # stop (with a checkpoint) at this step; resume=true continues
-    log_every: int = 1
-    compile: bool = False
-    progress: bool = True
-    trailing_steps: int = 50  # train-loss window for summary.json (the paper's trailing-50 mean)
-    time_budget: float | None = None  # minutes of wall clock (from the run's start): checkpoint and stop then
-    fsdp: bool = False  # under torchrun: shard parameters, gradients and optimiser state with FSDP2 instead of DDP
-
-    def __post_init__(self) -> None:
-        if self.time_budget is not None:
-            check(isinstance(self.time_budget, (int, float)) and self.time_budget >= 0, "train.time_budget",
-                  self.time_budget, ">= 0 (minutes)")
-        optional_at_least("train.max_steps", self.max_steps, 1)
-        optional_at_least("train.stop_after", self.stop_after, 1)
-        at_least("train.log_every", self.log_every, 1)
-        at_least("train.trailing_steps", self.trailing_steps, 1)
-
-
-@dataclass
-class OptimConfig:
-    """`optim.*`: the dense optimiser and its schedule (linear warmup, then cosine to min_lr_ratio * lr)."""
-
-    lr: float = 1e-4
-    warmup_steps: int = 2000
-    min_lr_ratio: float = 1.0
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-
-    def __post_init__(self) -> None:
-        positive("optim.lr", self.lr)
-        at_least("optim.warmup_steps", self.warmup_steps, 0)
-        in_range("optim.min_lr_ratio", self.min_lr_ratio, 0.0, 1.0)
-        at_least("optim.weight_decay", self.weight_decay, 0.0)
-        for key in ("beta1", "beta2"):
-            v = getattr(self, key)
-            check(isinstance(v, (int, float)) and 0.0 <= v < 1.0, f"optim.{key}", v, "in [0, 1)")
-
-
-@dataclass
-class CheckpointConfig:
-    """`checkpoint.*`: when full train-state files are written and how many are kept."""
-
-    every: int = 0  # steps between checkpoints; 0: only at the end (and after evaluations with at_eval)
-    at_eval: bool = False  # also after each evaluation
-    keep: int = 0  # newest checkpoints kept; 0 keeps all
-
-    def __post_init__(self) -> None:
-        at_least("checkpoint.every", self.every, 0)
-        at_least("checkpoint.keep", self.keep, 0)
-
-
-@dataclass
-class EvalConfig:
-    """`eval.*`: evaluation during training."""
-
-    every: int = 0  # steps between evaluations; 0: only at the end (when the task has evaluation data)
-
-    def __post_init__(self) -> None:
-        at_least("eval.every", self.every, 0)
-
-
-@dataclass
-class DiagnosticsConfig:
-    """`diagnostics.*`: measurements that cost extra passes, off by default."""
-
-    kappa_every: int = 0  # steps between visit-alignment measurements (training/kappa.py); 0: never
-    kappa_probes: int = 2  # random output directions per measurement (the sensitivity estimate)
-
-    def __post_init__(self) -> None:
-        at_least("diagnostics.kappa_every", self.kappa_every, 0)
-        at_least("diagnostics.kappa_probes", self.kappa_probes, 1)
-
-
-LOGGERS = ("wandb", "none")
-
-
-@dataclass
-class RunConfig:
-    """Settings every trainer has: model, scaling, run folder, seed, device, logging."""
-
-    model: Any = None  # a model config (models.config), chosen by `model=NAME`
-    scaling: ScalingConfig = field(default_factory=ScalingConfig)
-    output_dir: str | None = None  # run folder: config.yaml, checkpoints/, metrics.jsonl/csv, summary.json
-    seed: int = 0
-    resume: bool = False  # continue from the latest checkpoint in output_dir
-    device: str = "auto"  # auto | cpu | cuda[:N]
-    logger: str = "wandb"  # wandb (offline without an API key) | none
-    project: str = "hrm-deeploop"
-    run_name: str | None = None
-    diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)
-
-    def inputs(self) -> list[str | None]:
-        """The files and folders this run reads (an output_dir there, or around them, is refused)."""
-        return []
-
-    def __post_init__(self) -> None:
-        one_of("logger", self.logger, LOGGERS)
-        at_least("seed", self.seed, 0)
-        device_name("device", self.device)
-        if isinstance(self.scaling, dict):
-            from hrm_deeploop.config import typed
-
-            self.scaling = typed(self.scaling, ScalingConfig, "scaling.")
-
-    def check_fsdp(self, train: LoopConfig) -> None:
-        """train.fsdp=true: refuse the combinations not built or tested with FSDP2 (training/fsdp.py)."""
-        if train.fsdp:
-            check(not train.compile, "train.compile", train.compile, "false with train.fsdp=true")
-            check(self.diagnostics.kappa_every == 0, "diagnostics.kappa_every", self.diagnostics.kappa_every,
-                  "0 with train.fsdp=true")
-
 
 # ---- what a model contributes --------------------------------------------------------------------
 

@@ -27,14 +27,13 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from hrm_deeploop import runtime
-from hrm_deeploop.config import at_least, check, optional_at_least, positive
 from hrm_deeploop.data.puzzles import (
     TrainSampler,
     check_matches,
@@ -47,19 +46,14 @@ from hrm_deeploop.data.puzzles import (
 from hrm_deeploop.data.rows import map_rows
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.models.act import ACTReasoner, Carry, carry_from_state, carry_state, carry_to
-from hrm_deeploop.models.config import HRMConfig, TRMConfig, URMConfig, model_config
 from hrm_deeploop.models.losses import IGNORE_LABEL, act_loss
 from hrm_deeploop.models.reasoners import build_reasoner
-from hrm_deeploop.models.scaling import model_depth, tape_layers
+from hrm_deeploop.models.scaling import tape_layers
 from hrm_deeploop.training import fsdp
-from hrm_deeploop.training.adapt import AdaptConfig, Start, dense_trainable, prepare
+from hrm_deeploop.training.adapt import Start, dense_trainable, prepare
+from hrm_deeploop.training.config import TrainConfig
 from hrm_deeploop.training.ema import EMA
 from hrm_deeploop.training.loop import (
-    CheckpointConfig,
-    EvalConfig,
-    LoopConfig,
-    OptimConfig,
-    RunConfig,
     Task,
     fit,
     run_config_dict,
@@ -69,91 +63,6 @@ from hrm_deeploop.training.runlog import check_finite
 
 METRIC_KEYS = ("count", "accuracy", "exact_accuracy", "q_halt_accuracy", "steps",
                "lm_loss", "q_halt_loss", "q_continue_loss")
-REASONERS = (HRMConfig, TRMConfig, URMConfig)
-
-
-@dataclass
-class ReasonerLoop(LoopConfig):
-    global_batch_size: int = 768
-    max_steps: int | None = None  # None: int(epochs * total_groups * mean_puzzle_examples / global_batch_size)
-    epochs: int = 100000
-    epochs_per_iter: int | None = None  # sampler iteration length in epochs; None: eval.interval_epochs or 1
-    grad_accum: int = 1  # micro-batches per rank per step
-    ema: bool = False  # keep an exponential moving average of the weights for evaluation (TRM's setups)
-    ema_rate: float = 0.999
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        at_least("train.global_batch_size", self.global_batch_size, 1)
-        check(isinstance(self.ema_rate, float) and 0.0 < self.ema_rate < 1.0, "train.ema_rate", self.ema_rate,
-              "in (0, 1)")
-        at_least("train.epochs", self.epochs, 1)
-        optional_at_least("train.epochs_per_iter", self.epochs_per_iter, 1)
-        at_least("train.grad_accum", self.grad_accum, 1)
-
-
-@dataclass
-class ReasonerOptim(OptimConfig):
-    lr: float = 1e-4
-    min_lr_ratio: float = 1.0  # 1.0 = constant after warmup (HRM's ARC default)
-    puzzle_emb_lr: float = 1e-2
-    puzzle_emb_weight_decay: float = 0.1
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        positive("optim.puzzle_emb_lr", self.puzzle_emb_lr)
-        at_least("optim.puzzle_emb_weight_decay", self.puzzle_emb_weight_decay, 0.0)
-
-
-@dataclass
-class ReasonerCheckpoint(CheckpointConfig):
-    at_eval: bool = True  # HRM's checkpoint_every_eval
-
-
-@dataclass
-class ReasonerEval(EvalConfig):
-    interval_epochs: int | None = None  # or evaluate every this many epochs (HRM: 10000); sets `every`
-    global_batch_size: int | None = None  # None: train.global_batch_size
-    max_batches: int | None = None  # cap (tests and quick looks)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        optional_at_least("eval.interval_epochs", self.interval_epochs, 1)
-        optional_at_least("eval.global_batch_size", self.global_batch_size, 1)
-        optional_at_least("eval.max_batches", self.max_batches, 1)
-
-
-@dataclass
-class TrainConfig(RunConfig):
-    """`hrm-deeploop train`: HRM, TRM (model=trm) or URM (model=urm) on a dataset built by build-arc (or any puzzle builder).
-
-    Every key is typed; a misspelled key or an out-of-range value is a one-line error. Pick a paper
-    setup with experiment=NAME (configs/experiment/)."""
-
-    data_dir: str | None = None  # a dataset built by `hrm-deeploop build-arc` (train/ and test/ inside)
-    train: ReasonerLoop = field(default_factory=ReasonerLoop)
-    optim: ReasonerOptim = field(default_factory=ReasonerOptim)
-    checkpoint: ReasonerCheckpoint = field(default_factory=ReasonerCheckpoint)
-    eval: ReasonerEval = field(default_factory=ReasonerEval)
-    init_from: str | None = None  # start from this checkpoint (ours, or an official HRM/TRM one): training/adapt.py
-    adapt: AdaptConfig = field(default_factory=AdaptConfig)  # how init_from starts: table rows, what trains
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.model = HRMConfig() if self.model is None else model_config(self.model)
-        check(isinstance(self.model, REASONERS), "model.name", self.model.name,
-              "a reasoner (hrm, trm, urm); the looped GPT trains with train-gpt")
-        model_depth(self.model, self.scaling)  # the depth convention fits the model (e.g. no per_module for TRM)
-        self.check_fsdp(self.train)
-        if self.train.fsdp:  # freezing the network would toggle requires_grad on sharded parameters
-            check(self.adapt.trains == "all", "adapt.trains", self.adapt.trains, "all with train.fsdp=true")
-
-    def inputs(self) -> list[str | None]:
-        return [self.data_dir, self.init_from]
-
-    @property
-    def evaluates(self) -> bool:
-        return self.eval.interval_epochs is not None or self.eval.every > 0
 
 
 # ---- the step -------------------------------------------------------------------------------------
