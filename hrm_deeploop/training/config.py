@@ -20,6 +20,7 @@ from hrm_deeploop.models.scaling import ScalingConfig, model_depth
 
 # ---- the shared config sections ------------------------------------------------------------------
 
+
 @dataclass
 class LoopConfig:
     """`train.*`: length and cadence of the loop."""
