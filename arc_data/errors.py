@@ -15,17 +15,25 @@ from contextlib import contextmanager
 class DatasetError(ValueError):
     """Invalid dataset source, dataset on disk or option (any task)."""
 
+    task: str | None = None  # the task room it came from; the CLI's error line names it
+
 
 class ArcError(DatasetError):
     """Invalid ARC-AGI source data, dataset or option."""
+
+    task = "arc"
 
 
 class SudokuError(DatasetError):
     """Invalid Sudoku CSV, dataset or option."""
 
+    task = "sudoku"
+
 
 class MazeError(DatasetError):
     """Invalid Maze CSV, dataset or option."""
+
+    task = "maze"
 
 
 @contextmanager

@@ -382,7 +382,8 @@ def run_subcommand(name: str, overrides: list[str]) -> int:
         return int(resolve(COMMANDS[name].target)(cfg) or 0)
     except (UserError, *_data_errors()) as e:
         close_progress_bars()
-        print(f"hrm-deeploop {name}: error: {e}", file=sys.stderr)
+        task = getattr(e, "task", None)  # a task room's DatasetError: the line names the task
+        print(f"hrm-deeploop {name}: error: " + (f"{task}: " if task else "") + str(e), file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM made one by `interrupts.handled`
         signum = getattr(e, "signum", signal.SIGINT)

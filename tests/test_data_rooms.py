@@ -53,7 +53,11 @@ def test_an_arc_build_raises_arc_error_and_the_cli_catches_the_base(tmp_path, ca
     with pytest.raises(ArcError, match="overwrite"):
         build(BuildConfig(sources=[str(raw)], output_dir=str(tmp_path / "taken"), num_aug=0, progress=False))
     rc = main(["build-puzzles", "task=maze", f"source={tmp_path / 'nope'}", f"output_dir={tmp_path / 'o'}"])
-    assert rc == 2 and "neither a folder nor a dataset repository id" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert rc == 2 and "neither a folder nor a dataset repository id" in err
+    assert err.startswith("hrm-deeploop build-puzzles: error: maze: source: ")  # the line names the task
+    rc = main(["build-arc", f"sources=[{tmp_path / 'nope'}]", f"output_dir={tmp_path / 'o'}"])
+    assert rc == 2 and capsys.readouterr().err.startswith("hrm-deeploop build-arc: error: arc: ")
 
 
 def test_raised_as_keeps_the_message_and_a_task_error_as_it_is():
