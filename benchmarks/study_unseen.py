@@ -39,6 +39,7 @@ UNSEEN = ["0d3d703e", "b1948b0a", "c8f0f002", "d511f180", "f76d97a5", "25ff71a9"
 MODELS = {  # the tiny flavours of docs/results.md section 4.7 (HRM) and its TRM counterpart
     "hrm": ["model=hrm_tiny", "model.num_h_layers=1", "model.num_l_layers=1", "model.halt_max_steps=2"],
     "trm": ["model=trm_tiny", "model.halt_max_steps=2"],
+    "urm": ["model=urm_tiny", "model.halt_max_steps=2"],
 }
 
 
@@ -85,6 +86,15 @@ def scores(eval_dir: Path) -> dict:
             "solved@2": sorted(k for k, v in tasks.items() if v["correct"]["2"])}
 
 
+def finished(run: Path, steps: int) -> bool:
+    """True when `run` is a finished training run of `steps` steps (a rerun then reuses it)."""
+    summary = run / "summary.json"
+    if not summary.is_file():
+        return False
+    s = json.loads(summary.read_text())
+    return s.get("status") == "finished" and s.get("steps") == steps
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -106,23 +116,27 @@ def main(argv: list[str] | None = None) -> int:
         write_tasks(raw / "tasks" / "training", pre_ids + unseen)
         write_tasks(raw / "joint" / "training", pre_ids)
         write_tasks(raw / "joint" / "evaluation", unseen)
+    results = out / f"results_{args.model}.json"
     log: dict = {"model": args.model, "pretraining_tasks": pre_ids, "unseen_tasks": unseen, "args": vars(args),
                  "runs": {}}
+    if results.is_file():  # a later call (other seeds or protocols) adds to what earlier calls wrote
+        log["runs"] = json.loads(results.read_text())["runs"]
     common = ["logger=none", "device=cpu", "train.progress=false", "train.global_batch_size=8",
               "optim.warmup_steps=5", f"optim.lr={args.lr}", "checkpoint.every=0", *MODELS[args.model]]
     ev = ["device=cpu", "progress=false", "report=false"]
     for seed in args.seeds:
         r = out / f"{args.model}_s{seed}"
-        t: dict = {}
-        run = log["runs"][seed] = {"timing": t}
+        run = log["runs"].setdefault(str(seed), {})
+        t: dict = run.setdefault("timing", {})
         print(f"seed {seed}", flush=True)
         if not (r / "unseen").exists():
             cli(["build-arc", f"sources=[{raw / 'tasks'}]", f"output_dir={r / 'pre'}", f"holdout_tasks=[{','.join(unseen)}]",
                  f"holdout_dir={r / 'unseen'}", f"num_aug={args.num_aug}", f"seed={seed}", "progress=false"], t, "build")
             cli(["build-arc", f"sources=[{raw / 'joint'}]", f"output_dir={r / 'joint'}", f"num_aug={args.num_aug}",
                  f"seed={seed}", "progress=false"], t, "build joint")
-        cli(["train", *common, f"seed={seed}", f"data_dir={r / 'pre'}", f"output_dir={r / 'pretrain'}",
-             f"train.max_steps={args.pre_steps}"], t, "pretrain")
+        if set(args.protocols) & set("abc") and not finished(r / "pretrain", args.pre_steps):
+            cli(["train", *common, f"seed={seed}", f"data_dir={r / 'pre'}", f"output_dir={r / 'pretrain'}",
+                 f"train.max_steps={args.pre_steps}"], t, "pretrain")
         for name, extra in (("a", ["train.time_budget=0", f"train.max_steps={args.adapt_steps}"]),
                             ("b", ["adapt.trains=embeddings", f"train.max_steps={args.adapt_steps}"]),
                             ("c", ["adapt.trains=all", f"train.max_steps={args.adapt_steps}"])):
@@ -139,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             cli(["evaluate", f"checkpoint={r / 'd'}", f"data_dir={r / 'joint'}", f"output_dir={r / 'eval_d'}", *ev], t,
                 "evaluate (d)")
             run["d"] = scores(r / "eval_d")
-        (out / f"results_{args.model}.json").write_text(json.dumps(log, indent=1) + "\n")
+        results.write_text(json.dumps(log, indent=1) + "\n")
         for name in (n for n in "abcd" if n in run):
             s = run[name]
             print(f"  ({name}) pass@1 {s['pass@1']:.1f}  pass@2 {s['pass@2']:.1f}  ARC Prize pass@2 "

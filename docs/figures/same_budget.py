@@ -1,15 +1,22 @@
 """The same-budget table of docs/results.md section 4.8: HRM, TRM and URM on 6x6 Sudoku.
 
     PYTHONPATH=. python docs/figures/same_budget.py [root]     # default /work/runs/study3
-    PYTHONPATH=. python docs/figures/same_budget.py --speed    # CPU time per step, the three interleaved
+    PYTHONPATH=. python docs/figures/same_budget.py --speed    # CPU time per step, the four interleaved
+    PYTHONPATH=. python docs/figures/same_budget.py --flops    # FLOPs per example, counted by torch
 
-Reads <root>/<model>/sudoku6/lr<LR>/baseline_s<seed>/ (metrics.jsonl, summary.json), as the loop
-in section 4.8 writes them, and prints one markdown row per (model, lr): parameters, final exact
+Reads <root>/<model>/sudoku6/lr<LR>/<scheme>_s<seed>/ (metrics.jsonl, summary.json), as the loop
+in section 4.8 writes them (model in hrm, trm, trm_mlp, urm; scheme baseline or deeploop), and
+prints one markdown row per (model, scheme, lr): parameters, final exact
 accuracy on the 200 held-out puzzles per seed and their mean [min, max], the median time per
 training step (from the trainer's examples/s: wall time, so the machine's load is in it) and the
-wall time per run. `--speed` times one training step of each tiny model at the study's shapes
-(batch 32, 36 cells, vocabulary 8, EMA off) in one process, the three taking turns, as the CPU
-time of the process (which other processes' load does not inflate): the fairer time per step.
+wall time per run, and the best rate of each (model, scheme) by the mean over seeds 0-2.
+`--speed` times one training step of each tiny model at the study's shapes (batch 32, 36 cells,
+vocabulary 8, EMA off) in one process, the four taking turns, as the CPU time of the process
+(which other processes' load does not inflate): the fairer time per step. `--flops` counts, with
+`torch.utils.flop_counter.FlopCounterMode` (matrix products, convolutions and attention, the CPU attention kernel given torch's formulas for
+the CUDA ones; norms and pointwise ops are not counted), the FLOPs of one training step (one ACT segment forward and backward,
+HRM's extra Q-target forward included) and of one evaluation forward (all `halt_max_steps`
+segments), per example.
 """
 
 from __future__ import annotations
@@ -34,23 +41,69 @@ def run_figures(run: Path) -> tuple[float, float, float, int] | None:
     return 100 * s["last_eval"]["eval/exact_accuracy"], statistics.median(per_step), s["wall_time_s"], s["params"]
 
 
-def speed(steps: int = 40, warmup: int = 5) -> None:
+MODELS = ("hrm", "trm", "trm_mlp", "urm")
+BATCH = 32
+
+
+def study_model(model: str):  # noqa: ANN201 - the composed model config of the study's run
+    from hrm_deeploop.cli import compose
+
+    name, mixer = ("trm", ["model.mixer=mlp"]) if model == "trm_mlp" else (model, [])
+    return compose("train", [f"experiment={name}_tiny_cpu", "model.vocab_size=8", "model.seq_len=36",
+                             "model.num_puzzle_identifiers=1", *mixer]).model
+
+
+def study_trainer(model: str, fused: bool = True):  # noqa: ANN201 - (trainer, batches) at the study's shapes
     import torch
 
     from benchmarks.bench_hrm import make_trainer, random_batches
-    from benchmarks.benchlib import time_interleaved
-    from hrm_deeploop.cli import compose
     from hrm_deeploop.models.scaling import ScalingConfig
     from hrm_deeploop.training.config import ReasonerOptim
+
+    cfg, device = study_model(model), torch.device("cpu")
+    trainer = make_trainer(cfg, ScalingConfig(), device, BATCH, False, ReasonerOptim(lr=1e-3, warmup_steps=10),
+                           fused=fused)
+    return trainer, random_batches(cfg, BATCH, 4, device)
+
+
+def flops() -> None:
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
+
+    torch.set_num_threads(1)
+    aten = torch.ops.aten
+    # torch counts the CUDA attention kernels only; the CPU one gets the same formulas
+    cpu_attention = {
+        aten._scaled_dot_product_flash_attention_for_cpu: lambda q, k, v, *a, out_shape=None, **kw: sdpa_flop_count(q, k, v),
+        aten._scaled_dot_product_flash_attention_for_cpu_backward:
+            lambda g, q, k, v, *a, out_shape=None, **kw: sdpa_backward_flop_count(g, q, k, v)}
+    print("| model | params | training step, MFLOPs / example | evaluation forward, MFLOPs / example |")
+    print("|---|---|---|---|")
+    for model in MODELS:
+        trainer, batches = study_trainer(model, fused=False)
+        trainer.train_step(tensors=batches[0])  # past the first step's set-up
+        with FlopCounterMode(display=False, custom_mapping=cpu_attention) as count:
+            trainer.train_step(tensors=batches[1])
+        train = count.get_total_flops() / BATCH
+        net = trainer.model
+        net.eval()
+        with FlopCounterMode(display=False, custom_mapping=cpu_attention) as count:
+            net.predict(batches[2])
+        evaluate = count.get_total_flops() / BATCH
+        params = sum(p.numel() for p in net.parameters())
+        print(f"| {model.upper().replace('_MLP', ' (MLP mixer)')} | {params:,} | {train / 1e6:.2f} | {evaluate / 1e6:.2f} |")
+
+
+def speed(steps: int = 40, warmup: int = 5) -> None:
+    import torch
+
+    from benchmarks.benchlib import time_interleaved
 
     torch.set_num_threads(1)
     device = torch.device("cpu")
     sides = {}
-    for model in ("hrm", "trm", "urm"):
-        cfg = compose("train", [f"experiment={model}_tiny_cpu", "model.vocab_size=8", "model.seq_len=36",
-                                "model.num_puzzle_identifiers=1"]).model
-        trainer = make_trainer(cfg, ScalingConfig(), device, 32, False, ReasonerOptim(lr=1e-3, warmup_steps=10))
-        batches = random_batches(cfg, 32, 4, device)
+    for model in MODELS:
+        trainer, batches = study_trainer(model)
         sides[model] = lambda t=trainer, b=batches: t.train_step(tensors=b[t.step % len(b)])
     ms = time_interleaved(sides, device, warmup, steps)
     print(f"| model | ms / step (CPU time, median of {steps}, interleaved) |")
@@ -63,19 +116,32 @@ def main() -> int:
     if "--speed" in sys.argv:
         speed()
         return 0
-    print("| model | lr | params | final exact %, per seed | mean [min, max] | ms / step (median) | wall / run |")
-    print("|---|---|---|---|---|---|---|")
-    for model in ("hrm", "trm", "urm"):
-        for lr_dir in sorted((ROOT / model / "sudoku6").glob("lr*")):
-            runs = sorted(lr_dir.glob("baseline_s*"), key=lambda p: int(p.name.split("_s")[1]))
-            done = [f for f in (run_figures(r) for r in runs) if f is not None]
-            if not done:
-                continue
-            exact = [f[0] for f in done]
-            print(f"| {model.upper()} | {lr_dir.name[2:]} | {done[0][3]:,} | {', '.join(f'{e:.1f}' for e in exact)} | "
-                  f"**{statistics.mean(exact):.1f}** [{min(exact):.1f}, {max(exact):.1f}] | "
-                  f"{statistics.median(f[1] for f in done):.0f} | "
-                  f"{min(f[2] for f in done):.0f}-{max(f[2] for f in done):.0f} s |")
+    if "--flops" in sys.argv:
+        flops()
+        return 0
+    print("| model | scheme | lr | params | final exact %, per seed | mean [min, max] | mean of seeds 0-2 | "
+          "ms / step (median) | wall / run |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    best: dict[tuple[str, str], tuple[float, str]] = {}
+    for model in MODELS:
+        for scheme in ("baseline", "deeploop"):
+            for lr_dir in sorted((ROOT / model / "sudoku6").glob("lr*"), key=lambda d: float(d.name[2:])):
+                runs = sorted(lr_dir.glob(f"{scheme}_s*"), key=lambda p: int(p.name.split("_s")[1]))
+                done = {int(r.name.split("_s")[1]): f for r in runs if (f := run_figures(r)) is not None}
+                if not done:
+                    continue
+                exact = [f[0] for f in done.values()]
+                first3 = [done[s][0] for s in (0, 1, 2) if s in done]
+                m3 = statistics.mean(first3) if len(first3) == 3 else float("nan")
+                if len(first3) == 3 and m3 > best.get((model, scheme), (-1.0, ""))[0]:
+                    best[(model, scheme)] = (m3, lr_dir.name[2:])
+                fs = list(done.values())
+                print(f"| {model.upper().replace('_MLP', ' (MLP mixer)')} | {scheme} | {lr_dir.name[2:]} | "
+                      f"{fs[0][3]:,} | {', '.join(f'{e:.1f}' for e in exact)} | "
+                      f"**{statistics.mean(exact):.1f}** [{min(exact):.1f}, {max(exact):.1f}] | {m3:.1f} | "
+                      f"{statistics.median(f[1] for f in fs):.0f} | {min(f[2] for f in fs):.0f}-{max(f[2] for f in fs):.0f} s |")
+    for (model, scheme), (m3, lr) in best.items():
+        print(f"best rate, {model} {scheme}: {lr} (mean of seeds 0-2: {m3:.1f})")
     return 0
 
 
