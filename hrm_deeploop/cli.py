@@ -55,6 +55,8 @@ COMMANDS: dict[str, Command] = {
                         "predict with a checkpoint, then vote (ARC) or score (Sudoku, Maze, other tasks)"),
     "vote": Command("eval.arc.vote:run", "eval.arc.vote:VoteConfig", "vote",
                     "count-first voting and pass@K from a predictions.npz"),
+    "score": Command("eval.arc.arcprize:run", "eval.arc.arcprize:ScoreConfig", "score",
+                     "score a submission.json against a *_solutions.json by the ARC Prize rule"),
     "prepare-text": Command("hrm_deeploop.text.prepare:run", "hrm_deeploop.text.prepare:PrepareTextConfig",
                             "prepare_text", "tokenise text/JSONL/Parquet into GPT-2 token shards"),
     "train-gpt": Command("hrm_deeploop.training.lm:run", "hrm_deeploop.training.config:TrainGPTConfig", "train_gpt",

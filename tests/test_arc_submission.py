@@ -123,3 +123,28 @@ def test_scorer_on_malformed_and_partial_submissions():
     assert s.tasks == {"a": 0.0, "b": 0.0, "c": 0.0}
     assert len(s.warnings) == 4  # a not a list, b's attempts not grids, c's entry not an object, zz unknown
     assert arc_prize_score([1, 2], sol).total == 0.0
+
+
+def test_score_command_prints_and_writes_the_arc_prize_score(tmp_path, capsys):
+    """`hrm-deeploop score`: ours on a partial, half-malformed submission; a bad path is a one-line error."""
+    from hrm_deeploop.cli import main
+
+    sol = {"a": [[[1]], [[2]]], "b": [[[3, 3]]], "c": [[[4]]]}
+    sub = {"a": [{"attempt_1": [[0]], "attempt_2": [[1]]}, {"attempt_1": "[[2]]", "attempt_2": [[0]]}],
+           "b": [{"attempt_1": [[3, 3]], "attempt_2": [[0]]}]}  # a: 1 of 2, b: 1 of 1, c: not submitted
+    (tmp_path / "sub.json").write_text(json.dumps(sub))
+    (tmp_path / "sol.json").write_text(json.dumps(sol))
+    out = tmp_path / "score.json"
+    assert main(["score", f"submission={tmp_path / 'sub.json'}", f"solutions={tmp_path / 'sol.json'}",
+                 f"output={out}"]) == 0
+    printed = capsys.readouterr()
+    assert "pass@2 (ARC Prize rule): 50.00%" in printed.out and "75.00% over the 2 tasks submitted" in printed.out
+    assert "c: 0.000  (not submitted)" in printed.out and "attempt_1 missing or not a grid" in printed.err
+    record = json.loads(out.read_text())
+    assert record["tasks"] == {"a": 0.5, "b": 1.0, "c": 0.0} and record["percent"] == 50.0
+    assert record["num_submitted"] == 2 and not list(tmp_path.glob("*.tmp"))
+    assert main(["score", f"submission={tmp_path / 'missing.json'}", f"solutions={tmp_path / 'sol.json'}"]) == 2
+    assert "submission" in capsys.readouterr().err
+    (tmp_path / "bad_sol.json").write_text(json.dumps({"a": [[1]]}))  # a grid where a list of grids belongs
+    assert main(["score", f"submission={tmp_path / 'sub.json'}", f"solutions={tmp_path / 'bad_sol.json'}"]) == 2
+    assert "task a: not a list of grids" in capsys.readouterr().err

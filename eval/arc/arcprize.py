@@ -20,11 +20,13 @@ grid or is missing counts as a wrong attempt, with a warning naming the task and
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from omegaconf import MISSING
 
 from hrm_deeploop.errors import UserError
 
@@ -152,3 +154,44 @@ def load_solutions(path: str | Path) -> dict[str, list[Grid]]:
         if not isinstance(grids, list) or not all(_is_grid(g) for g in grids):
             raise UserError(f"solutions '{path}': task {name}: not a list of grids")
     return sol
+
+
+# ---------------------------------------------------------------- the command
+
+
+@dataclass
+class ScoreConfig:
+    """`hrm-deeploop score`: a submission.json against a *_solutions.json by the ARC Prize rule (a test input is
+    solved when either attempt equals its solution; a task scores the fraction of its test inputs solved; the
+    total is the mean over the solutions' tasks, a task left out scoring 0). Malformed entries count as wrong,
+    with a warning naming the task."""
+
+    submission: str = MISSING  # the submission.json (Kaggle format: {task: [{attempt_1, attempt_2}, ...]})
+    solutions: str = MISSING  # the *_solutions.json ({task: [grid, ...]})
+    output: str | None = None  # also write the scores here as JSON (total, per task, warnings)
+    quiet: bool = False  # the total only, no per-task lines
+
+
+def run(c: ScoreConfig) -> int:
+    sol = load_solutions(c.solutions)
+    sub = read_json(c.submission, "submission")
+    score = arc_prize_score(sub, sol)
+    for w in score.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    submitted = [t for t in score.tasks if isinstance(sub, dict) and t in sub]
+    if not c.quiet:
+        for name, v in score.tasks.items():
+            print(f"  {name}: {v:.3f}{'' if name in submitted else '  (not submitted)'}")
+    over_submitted = float(np.mean([score.tasks[t] for t in submitted])) if submitted else 0.0
+    solved = sum(score.tasks.values())
+    print(f"{LABEL}: {score.percent:.2f}% ({solved:g} of {len(score.tasks)} tasks' worth of test inputs solved; "
+          f"{100 * over_submitted:.2f}% over the {len(submitted)} tasks submitted, the official scorer's denominator)")
+    if c.output is not None:
+        from arc_data.fsio import atomic_file
+
+        record = {"rule": LABEL, "percent": score.percent, "percent_over_submitted": 100 * over_submitted,
+                  "num_tasks": len(score.tasks), "num_submitted": len(submitted), "tasks": score.tasks,
+                  "warnings": score.warnings, "submission": str(c.submission), "solutions": str(c.solutions)}
+        with atomic_file(c.output) as f:
+            f.write((json.dumps(record, indent=1) + "\n").encode())
+    return 0
