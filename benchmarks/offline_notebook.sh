@@ -17,7 +17,7 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$WORK"
 T() { /usr/bin/time -f "  -> %e s wall, %M KB peak RSS" "$@"; }
 echo "== wheels (with the package index)"
-T python3 -m pip wheel -q -w "$WORK/wheels" "$REPO" -c "$REPO/constraints-cpu.txt"
+T python3 -m pip wheel -q -w "$WORK/wheels" "$REPO" -c "$REPO/constraints-cpu.txt" 2> >(grep -v "is ignored: it is neither" >&2)
 echo "  $(ls "$WORK/wheels" | wc -l) wheels, $(du -sh "$WORK/wheels" | cut -f1)"
 cat > "$WORK/offline.sh" <<INNER
 set -euo pipefail
