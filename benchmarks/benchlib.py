@@ -314,7 +314,7 @@ class Capture:
         model = trainer.model
         model.register_forward_hook(self._forward)
         names = {id(p): n for n, p in model.named_parameters()}
-        trainer.adam.register_step_pre_hook(lambda opt, args, kwargs: self.values.__setitem__(
+        trainer.dense.register_step_pre_hook(lambda opt, args, kwargs: self.values.__setitem__(
             "grads", {names[id(p)]: p.grad.clone() for g in opt.param_groups for p in g["params"]
                       if p.grad is not None}))
         forward_loss = trainer.forward_loss
