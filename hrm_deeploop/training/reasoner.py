@@ -59,7 +59,14 @@ from hrm_deeploop.training.loop import (
     fit,
     run_config_dict,
 )
-from hrm_deeploop.training.optim import DENSE_STATE_KEYS, SparseSignSGD, dense_state, lr_at, make_dense, set_lr
+from hrm_deeploop.training.optim import (
+    DENSE_STATE_KEYS,
+    SparseSignSGD,
+    dense_state,
+    lr_at,
+    make_dense,
+    set_lr,
+)
 from hrm_deeploop.training.runlog import check_finite
 
 METRIC_KEYS = ("count", "accuracy", "exact_accuracy", "q_halt_accuracy", "steps",
