@@ -12,7 +12,7 @@ from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop.cli import compose
 from hrm_deeploop.errors import ConfigError
 from hrm_deeploop.training.muon import NS_COEFFICIENTS, Muon, make_muon, msign
-from tests.hrm_helpers import make_dataset, read_metrics, train_cli
+from tests.hrm_helpers import make_dataset, read_metrics, straight_and_resumed, train_cli
 from tests.test_urm_model import URM_TINY_OVERRIDES
 
 
@@ -127,23 +127,8 @@ def test_tiny_urm_learns_with_muon(monkeypatch, tmp_path, data):
 
 
 def test_resume_after_crash_is_bit_exact_with_muon(monkeypatch, tmp_path, data, capsys):
-    import hrm_deeploop.training.reasoner as T
-
-    args = ("optim.name=muon", "train.max_steps=6", "checkpoint.every=3", "optim.lr=3e-3")
-    assert train_cli(monkeypatch, data, tmp_path / "straight", *args, base=URM_TINY_OVERRIDES) == 0
-    real = T.Trainer.train_step
-
-    def crash_at_5(self, step=None, tensors=None):
-        if self.step == 4:
-            raise KeyboardInterrupt("simulated kill after step 4")
-        return real(self, step, tensors)
-
-    monkeypatch.setattr(T.Trainer, "train_step", crash_at_5)
-    assert train_cli(monkeypatch, data, tmp_path / "crashed", *args, base=URM_TINY_OVERRIDES) == 130
-    monkeypatch.setattr(T.Trainer, "train_step", real)
-    assert train_cli(monkeypatch, data, tmp_path / "crashed", *args, "resume=true", base=URM_TINY_OVERRIDES) == 0
-    a = ckpt.load(ckpt.step_path(tmp_path / "straight", 6))
-    b = ckpt.load(ckpt.step_path(tmp_path / "crashed", 6))
+    a, b = straight_and_resumed(monkeypatch, data, tmp_path, "optim.name=muon", "optim.lr=3e-3",
+                                base=URM_TINY_OVERRIDES)
     for k, v in a["model"].items():
         assert torch.equal(v, b["model"][k]), k
     for k, v in a["ema"]["shadow"].items():
@@ -158,8 +143,8 @@ def test_resume_after_crash_is_bit_exact_with_muon(monkeypatch, tmp_path, data, 
 
     # the other optimiser's checkpoint: a one-line error naming both
     capsys.readouterr()
-    rc = train_cli(monkeypatch, data, tmp_path / "crashed", *args, "resume=true", "train.max_steps=8",
-                   "optim.name=adam_atan2", base=URM_TINY_OVERRIDES)
+    rc = train_cli(monkeypatch, data, tmp_path / "crashed", "resume=true", "train.max_steps=8", "checkpoint.every=3",
+                   "optim.lr=3e-3", "optim.name=adam_atan2", base=URM_TINY_OVERRIDES)
     err = capsys.readouterr().err
     assert rc == 2 and "optim.name=muon" in err and "optim.name=adam_atan2" in err, err
 
