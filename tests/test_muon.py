@@ -208,3 +208,17 @@ def test_two_process_gloo_muon_steps_equal_one_process(tmp_path, data):
         assert (ddp_step - step).abs().max() <= 0.01 * step.abs().max(), k
         moved += int(step.abs().max() > 0)
     assert moved >= 15  # every dense parameter moved (and the puzzle rows)
+
+
+def test_dense_state_names_the_optimiser_a_checkpoint_was_trained_with():
+    """What resume and init_from's adapt.optimizer_state=true read from a checkpoint's "optimizers"."""
+    from hrm_deeploop.errors import UserError
+    from hrm_deeploop.training.optim import dense_state
+
+    assert dense_state({"muon": {"state": 1}, "sparse": None}, "muon", "x") == {"state": 1}
+    assert dense_state({"adam": {"state": 2}, "sparse": None}, "adam_atan2", "x") == {"state": 2}
+    with pytest.raises(UserError, match=r"^adapt.optimizer_state=true: 'c': trained with optim.name=adam_atan2, "
+                                        r"this run has optim.name=muon$"):
+        dense_state({"adam": {}, "sparse": None}, "muon", "adapt.optimizer_state=true: 'c'")
+    with pytest.raises(UserError, match="holds no dense optimiser state"):
+        dense_state({"sparse": None}, "adam_atan2", "c")
