@@ -166,7 +166,7 @@ def run_variant(v: Variant, model_cfg: HRMConfig, scaling: ScalingConfig, device
     except Exception as exc:  # the hooks inside a compiled graph: report n/a rather than lose the row
         print(f"# {v.name}: saved-activation count failed: {failure_line(exc)}", file=sys.stderr)
     return {"timing": timing, "peak_mb": peak, "saved_mb": saved_mb,
-            "params": m.num_params(), "optimizer": type(trainer.adam).__module__ + "." + type(trainer.adam).__name__}
+            "params": m.num_params(), "optimizer": type(trainer.dense).__module__ + "." + type(trainer.dense).__name__}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -307,14 +307,14 @@ def stub_pretrain_modules() -> list[str]:
 
 class Capture:
     """What our trainer's step computes, caught with hooks: model outputs and carry, the loss, the
-    dense gradients just before AdamATan2 steps, the puzzle-row gradients SignSGD receives."""
+    dense gradients just before the dense optimiser steps, the puzzle-row gradients SignSGD receives."""
 
     def __init__(self, trainer):
         self.values: dict = {}
         model = trainer.model
         model.register_forward_hook(self._forward)
         names = {id(p): n for n, p in model.named_parameters()}
-        trainer.adam.register_step_pre_hook(lambda opt, args, kwargs: self.values.__setitem__(
+        trainer.dense.register_step_pre_hook(lambda opt, args, kwargs: self.values.__setitem__(
             "grads", {names[id(p)]: p.grad.clone() for g in opt.param_groups for p in g["params"]
                       if p.grad is not None}))
         forward_loss = trainer.forward_loss
@@ -366,14 +366,16 @@ def host_draws(model_module, device: torch.device) -> Iterator[None]:
 
 
 def reference_optimizers(ref, head, o, device: torch.device) -> tuple[list, tuple[float, float]]:
-    """[sparse SignSGD on the puzzle buffers, AdamATan2 on the parameters] and their base lrs, as
-    the references' pretrain.create_model builds them (world size 1)."""
+    """[sparse SignSGD on the puzzle buffers, the dense optimiser] and their base lrs, as the
+    references' pretrain.create_model builds them (world size 1): AdamATan2 on the parameters, or
+    with o.name=muon the reference's own Muon (`ref.muon(head)`, URM's only)."""
     from hrm_deeploop.training.optim import make_adam_atan2
 
-    return ([ref.SignSGD(head.model.puzzle_emb.buffers(), lr=0, weight_decay=o.puzzle_emb_weight_decay, world_size=1),
+    dense = (ref.muon(head) if o.name == "muon" else
              make_adam_atan2(head.parameters(), lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay,
-                             device=device)],
-            (o.puzzle_emb_lr, o.lr))
+                             device=device))
+    return ([ref.SignSGD(head.model.puzzle_emb.buffers(), lr=0, weight_decay=o.puzzle_emb_weight_decay, world_size=1),
+             dense], (o.puzzle_emb_lr, o.lr))
 
 
 def reference_lr(ref, base: float, step: int, o, total: int) -> float:
@@ -580,8 +582,10 @@ def time_interleaved(steps_by_side: dict, device: torch.device, warmup: int, ste
     return {k: 1e3 * statistics.median(v) for k, v in times.items()}
 
 
-def add_reference_args(parser, reference: str, model_fields: str) -> None:
-    """The flags both ACT-reasoner comparisons take (their presets are their own)."""
+def add_reference_args(parser, reference: str, model_fields: str, optimizers: tuple[str, ...] = ("adam_atan2",)
+                       ) -> None:
+    """The flags the ACT-reasoner comparisons take (their presets are their own); `optimizers`: the
+    optim.name values the reference has (URM's also has Muon)."""
     from hrm_deeploop.training.config import TrainGPTConfig
 
     parser.add_argument("--reference", required=True, type=Path,
@@ -598,6 +602,8 @@ def add_reference_args(parser, reference: str, model_fields: str) -> None:
     parser.add_argument("--variants", nargs="+", choices=["eager", "compile"], default=["eager", "compile"])
     parser.add_argument("--schemes", nargs="+", choices=["baseline", "deeploop"], default=["baseline", "deeploop"],
                         help="our residual schemes to time (the reference is the baseline)")
+    parser.add_argument("--optimizer", choices=optimizers, default=optimizers[0],
+                        help="the dense optimiser on both sides (optim.name)")
     parser.add_argument("--num-puzzle-ids", type=int, default=1024)
     parser.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE",
                         help=f"{model_fields} fields over the preset")
@@ -612,7 +618,8 @@ def run_reference_comparison(ref, cfg, args, batch: int, warmup: int, steps: int
 
     from hrm_deeploop.training.config import ReasonerOptim
 
-    o = ReasonerOptim(warmup_steps=2)  # a short warm-up, so that the compared steps see changing learning rates
+    # a short warm-up, so that the compared steps see changing learning rates
+    o = ReasonerOptim(warmup_steps=2, name=args.optimizer)
     failed = False
     if not args.skip_check and skip_check:
         print(f"# equivalence: skipped: {skip_check}")
@@ -620,8 +627,8 @@ def run_reference_comparison(ref, cfg, args, batch: int, warmup: int, steps: int
         rows, sens = check_reference(ref, cfg, args.check_batch, device, args.check_steps, o, seed=0,
                                      explore=args.explore)
         bad = judge(rows, args.tol)
-        print(f"\n## equivalence: fp32, batch {args.check_batch}, exploration {args.explore}, {args.check_steps} "
-              f"training steps (max relative difference, tolerance {args.tol:g})")
+        print(f"\n## equivalence: fp32, optimiser {args.optimizer}, batch {args.check_batch}, exploration "
+              f"{args.explore}, {args.check_steps} training steps (max relative difference, tolerance {args.tol:g})")
         print_table(["step", "quantity", "max rel diff"], rows)
         print(f"# equivalence: {'FAILED on ' + str(len(bad)) + ' quantities' if bad else 'ok'}")
         insensitive = [r for r in sens if float(r[2]) <= max(args.tol, 1e-6)]

@@ -6,6 +6,7 @@ Needs a checkout of the reference code, which this project does not ship:
     python benchmarks/compare_reference_urm.py --reference benchmarks/out/urm-reference --preset tiny
     python benchmarks/compare_reference_urm.py --reference ... --preset cpu     # the published structure, small width
     python benchmarks/compare_reference_urm.py --reference ... --preset paper   # GPU: the published setup, batch 96, bf16
+    python benchmarks/compare_reference_urm.py --reference ... --optimizer muon  # ARC-AGI-2's optimiser on both sides
 
 The protocol is TRM's (`benchlib.check_reference`, `benchlib.run_reference_comparison`), at one
 config (`--preset`, with the reference's fixed SwiGLU width multiple of 256):
@@ -33,6 +34,12 @@ fp32 (ours keeps fp32 master weights and casts at use); `pretrain.py` is importe
 schedule function and EMAHelper with stand-ins for what it imports and never calls here (`wandb`,
 `coolname`, `adam_atan2`: both sides' AdamATan2 is `make_adam_atan2`). Its modules need pydantic,
 einops, hydra and tqdm.
+
+`--optimizer muon` (its ARC-AGI-2 script's `use_muon=True`): the reference's own `models/muon.py`
+Muon, with the two parameter groups its `create_model` builds, against ours (`training/muon.py`,
+`optim.name=muon`). Its `msign` is wrapped in `torch.compile`; by default it runs uncompiled (its
+undecorated function, `--reference-msign eager`), the eager torch ours is; `--reference-msign
+compiled` keeps the compiled one (inductor on CPU: the result differs in the last bits).
 """
 
 from __future__ import annotations
@@ -119,18 +126,31 @@ def import_reference(ref_dir: Path) -> tuple[types.SimpleNamespace, str]:
             urm = importlib.import_module("models.urm.urm")
             losses = importlib.import_module("models.losses")
             sparse = importlib.import_module("models.sparse_embedding")
+            muon = importlib.import_module("models.muon")
             pretrain = importlib.import_module("pretrain")
         except ImportError as e:
             raise SystemExit(f"cannot import the reference from {ref_dir}: {e} (it needs pydantic, einops, hydra "
                              "and tqdm)") from None
     note = (f"stand-in modules {stubbed + ['argdantic']} (pretrain.py imported for its lr schedule and "
-            "EMAHelper; the others never called); both sides' AdamATan2: make_adam_atan2")
-    ref = types.SimpleNamespace(Model=urm.URM, LossHead=losses.ACTLossHead, model_module=urm,
+            "EMAHelper; the others never called)")
+    ref = types.SimpleNamespace(Model=urm.URM, LossHead=losses.ACTLossHead, model_module=urm, muon_module=muon,
+                                muon=lambda head: reference_muon(muon, head),
                                 SignSGD=sparse.CastedSparseEmbeddingSignSGD_Distributed,
                                 EMAHelper=pretrain.EMAHelper, lr=pretrain.cosine_schedule_with_warmup_lr_lambda,
                                 active=lambda: reference_modules(ref_dir, modules, REFERENCE_TOP), key_map=key_map)
     ref.build = lambda cfg, batch, dtype, device: build_reference(ref, cfg, batch, dtype, device)
     return ref, note
+
+
+def reference_muon(muon: types.ModuleType, head) -> torch.optim.Optimizer:
+    """The reference's Muon as its pretrain.create_model builds it with use_muon (lr set by the
+    schedule each step; Muon's own defaults: weight decay 0.1, momentum 0.95, Nesterov, 5 steps)."""
+    params = list(head.parameters())
+    return muon.Muon([
+        {"params": [p for p in params if p.ndim == 2], "use_muon": True, "lr": 1e-4},
+        {"params": [p for p in params if p.ndim != 2], "use_muon": False, "lr": 1e-4, "weight_decay": 0.1,
+         "adamw_betas": (0.9, 0.95), "adamw_eps": 1e-8},
+    ])
 
 
 def reference_config(cfg: URMConfig, batch: int, dtype: torch.dtype) -> dict:
@@ -172,7 +192,10 @@ def key_map(cfg: URMConfig) -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
-    add_reference_args(parser, "github.com/zitian-gao/URM", "URMConfig (e.g. num_l_cycles=3 num_layers=8)")
+    add_reference_args(parser, "github.com/zitian-gao/URM", "URMConfig (e.g. num_l_cycles=3 num_layers=8)",
+                       optimizers=("adam_atan2", "muon"))
+    parser.add_argument("--reference-msign", choices=["eager", "compiled"], default="eager",
+                        help="with --optimizer muon: the reference's msign uncompiled (default) or torch.compile'd")
     parser.set_defaults(explore=REFERENCE_EXPLORATION)
     args = parser.parse_args(argv)
 
@@ -182,6 +205,13 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--explore {args.explore}: URM hard-codes its exploration probability "
                          f"{REFERENCE_EXPLORATION}, so the equivalence part runs at that value")
     ref, note = import_reference(args.reference.resolve())
+    if args.optimizer == "muon":
+        if args.reference_msign == "eager":  # its undecorated function (Muon.step looks msign up in its module)
+            ref.muon_module.msign = ref.muon_module.msign._torchdynamo_orig_callable
+        note += (f"; Muon: the reference's models/muon.py (msign {args.reference_msign}) against ours "
+                 "(training/muon.py)")
+    else:
+        note += "; both sides' AdamATan2: make_adam_atan2"
     try:
         cfg = typed({**to_dict(preset["model"]), "num_puzzle_identifiers": args.num_puzzle_ids,
                      "mlp_multiple": REFERENCE_MLP_MULTIPLE, **OmegaConf.from_dotlist(args.set)}, URMConfig, "--set ")

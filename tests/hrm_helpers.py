@@ -149,6 +149,30 @@ def train_cli(monkeypatch, data_dir, out_dir, *overrides, base=TINY_OVERRIDES) -
         return int(e.code or 0)
 
 
+def straight_and_resumed(monkeypatch, data_dir, root: Path, *overrides, base=TINY_OVERRIDES) -> tuple[dict, dict]:
+    """A 6-step run (checkpoints every 3) straight through in root/straight, and the same run in
+    root/crashed killed after step 4 (Ctrl-C: exit 130, the step-3 checkpoint kept), then resumed:
+    the two train-state files of step 6."""
+    import hrm_deeploop.training.reasoner as T
+    from hrm_deeploop import checkpoint as ckpt
+
+    args = ("train.max_steps=6", "checkpoint.every=3", *overrides)
+    assert train_cli(monkeypatch, data_dir, root / "straight", *args, base=base) == 0
+    real = T.Trainer.train_step
+
+    def crash_at_5(self, step=None, tensors=None):
+        if self.step == 4:
+            raise KeyboardInterrupt("simulated kill after step 4")
+        return real(self, step, tensors)
+
+    monkeypatch.setattr(T.Trainer, "train_step", crash_at_5)
+    assert train_cli(monkeypatch, data_dir, root / "crashed", *args, base=base) == 130
+    assert [s for s, _ in ckpt.list_checkpoints(root / "crashed")] == [3]
+    monkeypatch.setattr(T.Trainer, "train_step", real)
+    assert train_cli(monkeypatch, data_dir, root / "crashed", *args, "resume=true", base=base) == 0
+    return tuple(ckpt.load(ckpt.step_path(root / name, 6)) for name in ("straight", "crashed"))
+
+
 def ddp_grads_worker(rank: int, world: int, port: int, data_dir: str, out_file: str, grad_accum: int,
                      compile_: bool = False) -> None:
     """One rank of a gloo run: one forward/backward on the first global batch; rank 0 saves the

@@ -158,6 +158,19 @@ def test_compare_reference_urm_is_bit_identical(capsys):
     assert "EMA weights (worst)" in out and "ratio" in out and "exploration 0.1" in out
 
 
+@pytest.mark.skipif(not (URM_REFERENCE / "models/muon.py").is_file(),
+                    reason="no checkout of zitian-gao/URM at URM_REFERENCE (not shipped)")
+def test_compare_reference_urm_muon_is_bit_identical(capsys):
+    from benchmarks import compare_reference_urm
+
+    rc = compare_reference_urm.main(["--reference", str(URM_REFERENCE), "--preset", "tiny", "--device", "cpu",
+                                     "--check-steps", "2", "--optimizer", "muon", "--skip-speed"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "optimiser muon" in out and "tolerance 0)" in out and "# equivalence: ok" in out
+    assert "models/muon.py (msign eager)" in out
+
+
 def test_urm_flash_attn_stand_in_is_sdpa_in_flash_attn_layout():
     import torch
     import torch.nn.functional as F

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hrm_deeploop import checkpoint as ckpt
-from tests.hrm_helpers import ddp_grads_worker, make_dataset, read_metrics, train_cli
+from tests.hrm_helpers import ddp_grads_worker, make_dataset, read_metrics, straight_and_resumed, train_cli
 
 
 @pytest.fixture(scope="module")
@@ -33,26 +33,7 @@ def test_tiny_run_learns(monkeypatch, tmp_path, data):
 
 
 def test_resume_after_crash_is_bit_exact(monkeypatch, tmp_path, data):
-    import hrm_deeploop.training.reasoner as T
-
-    args = ("train.max_steps=6", "checkpoint.every=3", "model.halt_max_steps=3")
-    assert train_cli(monkeypatch, data, tmp_path / "straight", *args) == 0
-
-    real = T.Trainer.train_step
-
-    def crash_at_5(self, step=None, tensors=None):
-        if self.step == 4:
-            raise KeyboardInterrupt("simulated kill after step 4")
-        return real(self, step, tensors)
-
-    monkeypatch.setattr(T.Trainer, "train_step", crash_at_5)
-    assert train_cli(monkeypatch, data, tmp_path / "crashed", *args) == 130  # Ctrl-C: exit 130, one line
-    assert [s for s, _ in ckpt.list_checkpoints(tmp_path / "crashed")] == [3]
-    monkeypatch.setattr(T.Trainer, "train_step", real)
-    assert train_cli(monkeypatch, data, tmp_path / "crashed", *args, "resume=true") == 0
-
-    a = ckpt.load(ckpt.step_path(tmp_path / "straight", 6))
-    b = ckpt.load(ckpt.step_path(tmp_path / "crashed", 6))
+    a, b = straight_and_resumed(monkeypatch, data, tmp_path, "model.halt_max_steps=3")
     for k, v in a["model"].items():
         assert torch.equal(v, b["model"][k]), k
     sa, sb = a["optimizers"]["adam"]["state"], b["optimizers"]["adam"]["state"]

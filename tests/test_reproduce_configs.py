@@ -89,6 +89,7 @@ def test_urm_paper_experiments(data_dir):
     assert base.train.ema and base.train.ema_rate == 0.999 and base.train.compile
     assert (base.optim.lr, base.optim.warmup_steps, base.optim.min_lr_ratio) == (1e-4, 2000, 1.0)
     assert base.eval.interval_epochs == 2000 and base.scaling.scheme == "baseline"
+    assert base.optim.name == ("muon" if name == "urm_arc2" else "adam_atan2")  # URM_arcagi2.sh: use_muon=True
     if name == "urm_sudoku":
         assert base.data_dir == "data/sudoku-extreme-1k-aug-1000"
         assert (base.train.epochs, base.train.global_batch_size) == (50000, 128)

@@ -13,6 +13,7 @@ from tests.hrm_helpers import (
     make_dataset,
     read_metrics,
     stand_in_open_split,
+    straight_and_resumed,
     train_cli,
     use_stand_in,
 )
@@ -67,26 +68,8 @@ def test_ema_is_trms_formula_bit_for_bit_and_swaps_back_exactly():
 
 
 def test_resume_after_crash_is_bit_exact_with_the_average(monkeypatch, tmp_path, data):
-    import hrm_deeploop.training.reasoner as T
-
-    args = ("train.max_steps=6", "checkpoint.every=3", "model.halt_max_steps=3", "train.ema_rate=0.7")
-    assert trm_cli(monkeypatch, data, tmp_path / "straight", *args) == 0
-
-    real = T.Trainer.train_step
-
-    def crash_at_5(self, step=None, tensors=None):
-        if self.step == 4:
-            raise KeyboardInterrupt("simulated kill after step 4")
-        return real(self, step, tensors)
-
-    monkeypatch.setattr(T.Trainer, "train_step", crash_at_5)
-    assert trm_cli(monkeypatch, data, tmp_path / "crashed", *args) == 130
-    assert [s for s, _ in ckpt.list_checkpoints(tmp_path / "crashed")] == [3]
-    monkeypatch.setattr(T.Trainer, "train_step", real)
-    assert trm_cli(monkeypatch, data, tmp_path / "crashed", *args, "resume=true") == 0
-
-    a = ckpt.load(ckpt.step_path(tmp_path / "straight", 6))
-    b = ckpt.load(ckpt.step_path(tmp_path / "crashed", 6))
+    a, b = straight_and_resumed(monkeypatch, data, tmp_path, "model.halt_max_steps=3", "train.ema_rate=0.7",
+                                base=TRM_TINY_OVERRIDES)
     for k, v in a["model"].items():
         assert torch.equal(v, b["model"][k]), k
     for k, v in a["ema"]["shadow"].items():

@@ -39,6 +39,7 @@ import torch
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop.data.rows import row_map
 from hrm_deeploop.errors import UserError
+from hrm_deeploop.training.optim import dense_state
 
 TABLE_KEY = "puzzle_emb.weights"
 
@@ -52,7 +53,7 @@ class Start:
     weights: dict[str, torch.Tensor]  # the full state dict, the new table included
     puzzle_names: list[str] | None  # name of every table row (None: no table)
     row_map: torch.Tensor | None  # int64 [dataset ids]: dataset id -> table row (None: identity)
-    optimizer: dict | None  # the checkpoint's Adam state (adapt.optimizer_state)
+    optimizer: dict | None  # the checkpoint's dense optimiser state (adapt.optimizer_state)
     source: str  # for the log line
     kept_rows: int  # table rows copied from the checkpoint
 
@@ -139,7 +140,7 @@ def prepare(init_from: str, cfg: Any, data_dir: str, train_split: Any) -> Start:
         state = ckpt.load(loaded.path, map_location="cpu") if loaded.kind == "hrm-deeploop" else {}
         if "optimizers" not in state:
             raise UserError(f"adapt.optimizer_state=true: '{where}' holds no optimiser state (an official checkpoint?)")
-        optimizer = state["optimizers"]["adam"]
+        optimizer = dense_state(state["optimizers"], cfg.optim.name, f"adapt.optimizer_state=true: '{where}'")
     return Start(model_config, loaded.scaling, weights, names, row_map, optimizer,
                  f"{loaded.kind} {loaded.config.name.upper()} {where} (step {loaded.step}, {loaded.weights} weights)",
                  kept)

@@ -191,17 +191,22 @@ class ReasonerLoop(LoopConfig):
         at_least("train.grad_accum", self.grad_accum, 1)
 
 
+DENSE_OPTIMIZERS = ("adam_atan2", "muon")  # training/optim.py make_dense
+
+
 @dataclass
 class ReasonerOptim(OptimConfig):
     lr: float = 1e-4
     min_lr_ratio: float = 1.0  # 1.0 = constant after warmup (HRM's ARC default)
     puzzle_emb_lr: float = 1e-2
     puzzle_emb_weight_decay: float = 0.1
+    name: str = "adam_atan2"  # adam_atan2 (every parameter) | muon (Muon on the matrices, AdamW on the rest: URM ARC-AGI-2)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         positive("optim.puzzle_emb_lr", self.puzzle_emb_lr)
         at_least("optim.puzzle_emb_weight_decay", self.puzzle_emb_weight_decay, 0.0)
+        one_of("optim.name", self.name, DENSE_OPTIMIZERS)
 
 
 @dataclass
@@ -246,6 +251,10 @@ class TrainConfig(RunConfig):
         self.check_fsdp(self.train)
         if self.train.fsdp:  # freezing the network would toggle requires_grad on sharded parameters
             check(self.adapt.trains == "all", "adapt.trains", self.adapt.trains, "all with train.fsdp=true")
+        if self.optim.name == "muon":  # Newton-Schulz needs whole matrices; kappa needs Adam's diagonal preconditioner
+            check(not self.train.fsdp, "train.fsdp", self.train.fsdp, "false with optim.name=muon")
+            check(self.diagnostics.kappa_every == 0, "diagnostics.kappa_every", self.diagnostics.kappa_every,
+                  "0 with optim.name=muon")
 
     def inputs(self) -> list[str | None]:
         return [self.data_dir, self.init_from]

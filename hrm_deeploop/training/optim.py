@@ -1,4 +1,5 @@
-"""Optimisers and schedules: AdamATan2 (CUDA kernel or pure torch), sparse SignSGD, warmup+cosine."""
+"""Optimisers and schedules: AdamATan2 (CUDA kernel or pure torch), Muon (training/muon.py) as the
+other dense choice, sparse SignSGD, warmup+cosine."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import math
 import torch
 import torch.distributed as dist
 from torch import Tensor
+
+from hrm_deeploop.errors import UserError
+from hrm_deeploop.training.muon import make_muon
 
 
 class AdamATan2(torch.optim.Optimizer):
@@ -58,6 +62,32 @@ def make_adam_atan2(params, lr: float, betas: tuple[float, float], weight_decay:
         if CudaAdamATan2 is not None:
             return CudaAdamATan2(params, lr=lr, betas=betas, weight_decay=weight_decay)
     return AdamATan2(params, lr=lr, betas=betas, weight_decay=weight_decay)
+
+
+# optim.name -> the key of its state in a checkpoint's "optimizers" (AdamATan2's was always "adam")
+DENSE_STATE_KEYS = {"adam_atan2": "adam", "muon": "muon"}
+
+
+def make_dense(name: str, params, lr: float, betas: tuple[float, float], weight_decay: float,
+               device: torch.device) -> torch.optim.Optimizer:
+    """The optimiser `optim.name` names over the network's parameters: AdamATan2 on all of them, or
+    Muon on the matrices with AdamW on the rest (training/muon.py)."""
+    if name == "adam_atan2":
+        return make_adam_atan2(params, lr=lr, betas=betas, weight_decay=weight_decay, device=device)
+    if name == "muon":
+        return make_muon(params, lr=lr, betas=betas, weight_decay=weight_decay)
+    raise ValueError(f"optim.name={name!r}: not one of {sorted(DENSE_STATE_KEYS)}")
+
+
+def dense_state(optimizers: dict, name: str, where: str) -> dict:
+    """The dense optimiser's state in a checkpoint's "optimizers", for a run with optim.name=`name`
+    (`where` names the checkpoint in the error)."""
+    key = DENSE_STATE_KEYS[name]
+    if key not in optimizers:
+        other = next((n for n, k in DENSE_STATE_KEYS.items() if k in optimizers), None)
+        raise UserError(f"{where}: trained with optim.name={other}, this run has optim.name={name}" if other
+                        else f"{where}: holds no dense optimiser state")
+    return optimizers[key]
 
 
 def lr_at(step: int, base_lr: float, warmup_steps: int, total_steps: int, min_ratio: float = 1.0) -> float:

@@ -3,7 +3,8 @@
 Each step is one ACT segment for every carry slot (deep supervision): the carry persists across
 batches, halted slots load new rows, and every segment gets its own loss and optimiser step.
 Optimisers: SparseSignSGD on the puzzle table (optim.puzzle_emb_lr, optim.puzzle_emb_weight_decay),
-then AdamATan2 over every parameter; both on linear warmup + cosine to optim.min_lr_ratio. The loss
+then the dense one, `optim.name`: AdamATan2 over every parameter, or Muon on the matrices with AdamW
+on the rest (`training/muon.py`); both on linear warmup + cosine to optim.min_lr_ratio. The loss
 is divided by the global batch size. With `train.ema=true` (TRM's setups) an exponential moving
 average of the weights (`training.ema`, rate `train.ema_rate`) is updated after every step and
 used for evaluation.
@@ -58,7 +59,14 @@ from hrm_deeploop.training.loop import (
     fit,
     run_config_dict,
 )
-from hrm_deeploop.training.optim import SparseSignSGD, lr_at, make_adam_atan2, set_lr
+from hrm_deeploop.training.optim import (
+    DENSE_STATE_KEYS,
+    SparseSignSGD,
+    dense_state,
+    lr_at,
+    make_dense,
+    set_lr,
+)
 from hrm_deeploop.training.runlog import check_finite
 
 METRIC_KEYS = ("count", "accuracy", "exact_accuracy", "q_halt_accuracy", "steps",
@@ -151,10 +159,10 @@ class Trainer(Task):
         o = cfg.optim
         self.sparse = (SparseSignSGD(self.model.puzzle_emb.weights, o.puzzle_emb_lr, o.puzzle_emb_weight_decay)
                        if self.model.puzzle_emb is not None else None)
-        self.adam = make_adam_atan2(self.model.parameters(), lr=o.lr, betas=(o.beta1, o.beta2),
-                                    weight_decay=o.weight_decay, device=env.device)
+        self.dense = make_dense(o.name, self.model.parameters(), lr=o.lr, betas=(o.beta1, o.beta2),
+                                weight_decay=o.weight_decay, device=env.device)
         if start is not None and start.optimizer is not None:
-            self.adam.load_state_dict(start.optimizer)
+            self.dense.load_state_dict(start.optimizer)
         self.ema = EMA(self.model, cfg.train.ema_rate) if cfg.train.ema else None
         # Exploration draws: an explicit generator per rank (never the global RNG).
         self.generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + env.rank)
@@ -234,7 +242,7 @@ class Trainer(Task):
         self._set_dense(self.step)
         tensors = map_rows(tensors, self.rows)
         lr, lr_puzzle = self.lrs(self.step)
-        set_lr(self.adam, lr)
+        set_lr(self.dense, lr)
         sums = self.forward_backward(tensors)
         grads = [fsdp.local_shard(p.grad) for p in self.model.parameters() if p.grad is not None]
         grad_sq = (torch.stack(torch._foreach_norm(grads)).double().square().sum() if grads  # one fused kernel per dtype
@@ -258,8 +266,8 @@ class Trainer(Task):
         if puzzle is not None:
             self.sparse.lr = lr_puzzle
             self.sparse.step(*puzzle)
-        self.adam.step()
-        self.adam.zero_grad(set_to_none=True)
+        self.dense.step()
+        self.dense.zero_grad(set_to_none=True)
         if self.ema is not None:
             self.ema.update(self.model)
         metrics["lr"] = lr
@@ -307,7 +315,7 @@ class Trainer(Task):
         was = m.training
         m.eval()  # no exploration, no puzzle-row tracking
         try:
-            results = measure(blocks, forward, adam_preconditioner(self.adam), self.cfg.diagnostics.kappa_probes,
+            results = measure(blocks, forward, adam_preconditioner(self.dense), self.cfg.diagnostics.kappa_probes,
                               torch.Generator().manual_seed(self.cfg.seed * 7919 + step))
         finally:
             m.train(was)
@@ -353,15 +361,15 @@ class Trainer(Task):
         o = self.cfg.optim
         ema = self.ema.state_dict() if self.ema is not None else None
         if self.sharded:  # gathered into the unsharded layout (collective; rank 0 holds the model and optimiser)
-            model, adam = fsdp.full_model_state(self.model), fsdp.full_optim_state(self.model, self.adam)
+            model, dense = fsdp.full_model_state(self.model), fsdp.full_optim_state(self.model, self.dense)
             if ema is not None:
                 ema["shadow"] = fsdp.full_tensors(ema["shadow"])
         else:
-            model, adam = self.model.state_dict(), self.adam.state_dict()
+            model, dense = self.model.state_dict(), self.dense.state_dict()
         return {
             "model": model,
             "ema": ema,
-            "optimizers": {"adam": adam,
+            "optimizers": {DENSE_STATE_KEYS[o.name]: dense,
                            "sparse": self.sparse.state_dict() if self.sparse is not None else None},
             "schedule": {"step": self.step, "total_steps": self.total_steps,
                          "warmup_steps": o.warmup_steps, "lr_min_ratio": o.min_lr_ratio},
@@ -386,10 +394,11 @@ class Trainer(Task):
             else:  # a run resumed with train.ema=true that was trained without it
                 self.ema = EMA(self.model, self.cfg.train.ema_rate)
                 runtime.print0(f"resume: '{path}' has no weight average; train.ema starts it from the loaded weights")
+        dense = dense_state(s["optimizers"], self.cfg.optim.name, f"checkpoint '{path}'")
         if self.sharded:
-            fsdp.load_full_optim_state(self.model, self.adam, s["optimizers"]["adam"])
+            fsdp.load_full_optim_state(self.model, self.dense, dense)
         else:
-            self.adam.load_state_dict(s["optimizers"]["adam"])
+            self.dense.load_state_dict(dense)
         if self.sparse is not None and s["optimizers"]["sparse"] is not None:
             self.sparse.load_state_dict(s["optimizers"]["sparse"])
         self.sampler.load_state_dict(s["sampler"])
