@@ -3,6 +3,7 @@
     PYTHONPATH=. python docs/figures/same_budget.py [root]     # default /work/runs/study3
     PYTHONPATH=. python docs/figures/same_budget.py --speed    # CPU time per step, the four interleaved
     PYTHONPATH=. python docs/figures/same_budget.py --flops    # FLOPs per example, counted by torch
+    PYTHONPATH=. python docs/figures/same_budget.py --plot docs/figures/same_budget_sudoku6.png   # table + figure
 
 Reads <root>/<model>/sudoku6/lr<LR>/<scheme>_s<seed>/ (metrics.jsonl, summary.json), as the loop
 in section 4.8 writes them (model in hrm, trm, trm_mlp, urm; scheme baseline or deeploop), and
@@ -26,7 +27,8 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(next((a for a in sys.argv[1:] if not a.startswith("--")), "/work/runs/study3"))
+_PLOT = sys.argv[sys.argv.index("--plot") + 1] if "--plot" in sys.argv else None
+ROOT = Path(next((a for a in sys.argv[1:] if not a.startswith("--") and a != _PLOT), "/work/runs/study3"))
 
 
 def run_figures(run: Path) -> tuple[float, float, float, int] | None:
@@ -43,6 +45,10 @@ def run_figures(run: Path) -> tuple[float, float, float, int] | None:
 
 MODELS = ("hrm", "trm", "trm_mlp", "urm")
 BATCH = 32
+
+
+def label(model: str) -> str:
+    return "TRM (MLP mixer)" if model == "trm_mlp" else model.upper()
 
 
 def study_model(model: str):  # noqa: ANN201 - the composed model config of the study's run
@@ -91,7 +97,7 @@ def flops() -> None:
             net.predict(batches[2])
         evaluate = count.get_total_flops() / BATCH
         params = sum(p.numel() for p in net.parameters())
-        print(f"| {model.upper().replace('_MLP', ' (MLP mixer)')} | {params:,} | {train / 1e6:.2f} | {evaluate / 1e6:.2f} |")
+        print(f"| {label(model)} | {params:,} | {train / 1e6:.2f} | {evaluate / 1e6:.2f} |")
 
 
 def speed(steps: int = 40, warmup: int = 5) -> None:
@@ -109,7 +115,7 @@ def speed(steps: int = 40, warmup: int = 5) -> None:
     print(f"| model | ms / step (CPU time, median of {steps}, interleaved) |")
     print("|---|---|")
     for model, t in ms.items():
-        print(f"| {model.upper()} | {t:.1f} |")
+        print(f"| {label(model)} | {t:.1f} |")
 
 
 def main() -> int:
@@ -136,13 +142,54 @@ def main() -> int:
                 if len(first3) == 3 and m3 > best.get((model, scheme), (-1.0, ""))[0]:
                     best[(model, scheme)] = (m3, lr_dir.name[2:])
                 fs = list(done.values())
-                print(f"| {model.upper().replace('_MLP', ' (MLP mixer)')} | {scheme} | {lr_dir.name[2:]} | "
+                print(f"| {label(model)} | {scheme} | {lr_dir.name[2:]} | "
                       f"{fs[0][3]:,} | {', '.join(f'{e:.1f}' for e in exact)} | "
                       f"**{statistics.mean(exact):.1f}** [{min(exact):.1f}, {max(exact):.1f}] | {m3:.1f} | "
                       f"{statistics.median(f[1] for f in fs):.0f} | {min(f[2] for f in fs):.0f}-{max(f[2] for f in fs):.0f} s |")
     for (model, scheme), (m3, lr) in best.items():
         print(f"best rate, {model} {scheme}: {lr} (mean of seeds 0-2: {m3:.1f})")
+    if _PLOT is not None:
+        plot(Path(_PLOT))
     return 0
+
+
+def plot(path: Path) -> None:
+    """Final exact accuracy against the learning rate: each seed a dot, the mean of seeds 0-2 a line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
+    rates: set[str] = set()
+    for i, model in enumerate(MODELS):
+        for scheme, style in (("baseline", "-"), ("deeploop", "--")):
+            xs, means = [], []
+            for lr_dir in sorted((ROOT / model / "sudoku6").glob("lr*"), key=lambda d: float(d.name[2:])):
+                done = {int(r.name.split("_s")[1]): f[0] for r in lr_dir.glob(f"{scheme}_s*")
+                        if (f := run_figures(r)) is not None}
+                if not done:
+                    continue
+                lr = float(lr_dir.name[2:])
+                rates.add(lr_dir.name[2:])
+                ax.scatter([lr] * len(done), list(done.values()), s=10, color=f"C{i}", alpha=0.5)
+                if all(s in done for s in (0, 1, 2)):
+                    xs.append(lr)
+                    means.append(statistics.mean(done[s] for s in (0, 1, 2)))
+            if xs:
+                ax.plot(xs, means, style, color=f"C{i}", marker="o", label=f"{label(model)} {scheme}")
+    ax.set_xscale("log")
+    ticks = sorted(rates, key=float)
+    ax.set_xticks([float(t) for t in ticks], ticks)
+    ax.minorticks_off()
+    ax.set_xlabel("learning rate (optim.lr)")
+    ax.set_ylabel("final exact accuracy, % of 200 held-out puzzles")
+    ax.set_title("6x6 Sudoku, 1500 steps of batch 32: mean of seeds 0-2 (line), every seed (dots)", fontsize=8)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":
