@@ -1,9 +1,11 @@
-"""The same-budget table of docs/results.md section 4.8: HRM, TRM and URM on 6x6 Sudoku.
+"""The same-budget tables of docs/results.md sections 4.8 (6x6 Sudoku) and 4.9 (4.7's ARC tasks):
+HRM, TRM (attention and MLP mixer) and URM.
 
     PYTHONPATH=. python docs/figures/same_budget.py [root]     # default /work/runs/study3
     PYTHONPATH=. python docs/figures/same_budget.py --speed    # CPU time per step, the four interleaved
     PYTHONPATH=. python docs/figures/same_budget.py --flops    # FLOPs per example, counted by torch
     PYTHONPATH=. python docs/figures/same_budget.py --plot docs/figures/same_budget_sudoku6.png   # table + figure
+    PYTHONPATH=. python docs/figures/same_budget.py --task arc [--speed | --flops] [--plot docs/figures/same_budget_arc.png]
 
 Reads <root>/<model>/sudoku6/lr<LR>/<scheme>_s<seed>/ (metrics.jsonl, summary.json), as the loop
 in section 4.8 writes them (model in hrm, trm, trm_mlp, urm; scheme baseline or deeploop), and
@@ -18,6 +20,12 @@ vocabulary 8, EMA off) in one process, the four taking turns, as the CPU time of
 the CUDA ones; norms and pointwise ops are not counted), the FLOPs of one training step (one ACT segment forward and backward,
 HRM's extra Q-target forward included) and of one evaluation forward (all `halt_max_steps`
 segments), per example.
+
+`--task arc` does the same for section 4.9: runs under <root>/arc/<model>/lr<LR>/<scheme>_s<seed>/
+with their `evaluate` folders beside them (eval_<scheme>_s<seed>/), the table giving the share of
+single augmented test copies exactly right and the voted pass@1 and pass@2 (HRM protocol) per
+seed; `--speed` and `--flops` at 4.7's shapes (batch 8, the 30x30 canvas, vocabulary 12, 82 puzzle
+identifiers, halt_max_steps 2, HRM with 1 H + 1 L layer).
 """
 
 from __future__ import annotations
@@ -28,7 +36,10 @@ import sys
 from pathlib import Path
 
 _PLOT = sys.argv[sys.argv.index("--plot") + 1] if "--plot" in sys.argv else None
-ROOT = Path(next((a for a in sys.argv[1:] if not a.startswith("--") and a != _PLOT), "/work/runs/study3"))
+TASK = sys.argv[sys.argv.index("--task") + 1] if "--task" in sys.argv else "sudoku6"
+ROOT = Path(next((a for a in sys.argv[1:] if not a.startswith("--") and a not in (_PLOT, TASK)), "/work/runs/study3"))
+if TASK not in ("sudoku6", "arc"):
+    raise SystemExit(f"--task {TASK}: expected sudoku6 or arc")
 
 
 def run_figures(run: Path) -> tuple[float, float, float, int] | None:
@@ -44,7 +55,13 @@ def run_figures(run: Path) -> tuple[float, float, float, int] | None:
 
 
 MODELS = ("hrm", "trm", "trm_mlp", "urm")
-BATCH = 32
+BATCH = 32 if TASK == "sudoku6" else 8
+
+
+def lr_dirs(model: str) -> list[Path]:
+    """The study's lr<LR> folders of one model, by rate."""
+    base = ROOT / model / "sudoku6" if TASK == "sudoku6" else ROOT / "arc" / model
+    return sorted(base.glob("lr*"), key=lambda d: float(d.name[2:]))
 
 
 def label(model: str) -> str:
@@ -55,8 +72,12 @@ def study_model(model: str):  # noqa: ANN201 - the composed model config of the 
     from hrm_deeploop.cli import compose
 
     name, mixer = ("trm", ["model.mixer=mlp"]) if model == "trm_mlp" else (model, [])
-    return compose("train", [f"experiment={name}_tiny_cpu", "model.vocab_size=8", "model.seq_len=36",
-                             "model.num_puzzle_identifiers=1", *mixer]).model
+    if TASK == "sudoku6":
+        return compose("train", [f"experiment={name}_tiny_cpu", "model.vocab_size=8", "model.seq_len=36",
+                                 "model.num_puzzle_identifiers=1", *mixer]).model
+    hrm = ["model.num_h_layers=1", "model.num_l_layers=1"] if model == "hrm" else []
+    return compose("train", [f"model={name}_tiny", "model.vocab_size=12", "model.seq_len=900",
+                             "model.num_puzzle_identifiers=82", "model.halt_max_steps=2", *hrm, *mixer]).model
 
 
 def study_trainer(model: str, fused: bool = True):  # noqa: ANN201 - (trainer, batches) at the study's shapes
@@ -125,13 +146,15 @@ def main() -> int:
     if "--flops" in sys.argv:
         flops()
         return 0
+    if TASK == "arc":
+        return arc_table()
     print("| model | scheme | lr | params | final exact %, per seed | mean [min, max] | mean of seeds 0-2 | "
           "ms / step (median) | wall / run |")
     print("|---|---|---|---|---|---|---|---|---|")
     best: dict[tuple[str, str], tuple[float, str]] = {}
     for model in MODELS:
         for scheme in ("baseline", "deeploop"):
-            for lr_dir in sorted((ROOT / model / "sudoku6").glob("lr*"), key=lambda d: float(d.name[2:])):
+            for lr_dir in lr_dirs(model):
                 runs = sorted(lr_dir.glob(f"{scheme}_s*"), key=lambda p: int(p.name.split("_s")[1]))
                 done = {int(r.name.split("_s")[1]): f for r in runs if (f := run_figures(r)) is not None}
                 if not done:
@@ -165,7 +188,7 @@ def plot(path: Path) -> None:
     for i, model in enumerate(MODELS):
         for scheme, style in (("baseline", "-"), ("deeploop", "--")):
             xs, means = [], []
-            for lr_dir in sorted((ROOT / model / "sudoku6").glob("lr*"), key=lambda d: float(d.name[2:])):
+            for lr_dir in lr_dirs(model):
                 done = {int(r.name.split("_s")[1]): f[0] for r in lr_dir.glob(f"{scheme}_s*")
                         if (f := run_figures(r)) is not None}
                 if not done:
@@ -187,6 +210,77 @@ def plot(path: Path) -> None:
     ax.set_title("6x6 Sudoku, 1500 steps of batch 32: mean of seeds 0-2 (line), every seed (dots)", fontsize=8)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    print(f"wrote {path}")
+
+
+def arc_runs(model: str, scheme: str) -> list[tuple[str, dict[int, tuple]]]:
+    """[(lr, {seed: (exact copies %, pass@1, pass@2, solved, ms/step, wall s, params)})] of the finished
+    runs of one (model, scheme) on 4.7's ARC tasks, each with its `evaluate` folder."""
+    from study_arc import vote_figures
+
+    out = []
+    for lr_dir in lr_dirs(model):
+        done = {}
+        for run in lr_dir.glob(f"{scheme}_s*"):
+            ev = lr_dir / f"eval_{run.name}"
+            if (f := run_figures(run)) is None or not (ev / "predictions.npz").is_file():
+                continue
+            exact, rows, scores, solved, _ = vote_figures(ev, ROOT / "arc" / "data")
+            done[int(run.name.split("_s")[1])] = (100 * exact / rows, scores["1"], scores["2"], solved, *f[1:])
+        if done:
+            out.append((lr_dir.name[2:], dict(sorted(done.items()))))
+    return out
+
+
+def arc_table() -> int:
+    print("| model | scheme | lr | params | single copies exact %, seeds | mean [min, max] | pass@1, seeds | "
+          "pass@2, seeds | mean pass@1 | mean pass@2 | tasks solved at pass@2 (seeds) | ms / step (median) | wall / run |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for model in MODELS:
+        for scheme in ("baseline", "deeploop"):
+            for lr, done in arc_runs(model, scheme):
+                fs = list(done.values())
+                ex, p1, p2 = ([f[i] for f in fs] for i in range(3))
+                solved: dict[str, int] = {}
+                for f in fs:
+                    for name in filter(lambda n: n != "-", f[3].split(", ")):
+                        solved[name] = solved.get(name, 0) + 1
+                print(f"| {label(model)} | {scheme} | {lr} | {fs[0][6]:,} | {', '.join(f'{e:.1f}' for e in ex)} | "
+                      f"**{statistics.mean(ex):.1f}** [{min(ex):.1f}, {max(ex):.1f}] | "
+                      f"{', '.join(f'{v:.1f}' for v in p1)} | {', '.join(f'{v:.1f}' for v in p2)} | "
+                      f"{statistics.mean(p1):.1f} | **{statistics.mean(p2):.1f}** | "
+                      f"{', '.join(f'{n} ({c})' for n, c in sorted(solved.items())) or '-'} | "
+                      f"{statistics.median(f[4] for f in fs):.0f} | {min(f[5] for f in fs):.0f}-{max(f[5] for f in fs):.0f} s |")
+    if _PLOT is not None:
+        arc_plot(Path(_PLOT))
+    return 0
+
+
+def arc_plot(path: Path) -> None:
+    """Per model (and URM DeepLoop): single copies exact, voted pass@1 and pass@2, one dot per seed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = [(m, sc, lr, done) for m in MODELS for sc in ("baseline", "deeploop") for lr, done in arc_runs(m, sc)]
+    fig, ax = plt.subplots(figsize=(7.5, 4.0), dpi=120)
+    width = 0.8 / max(len(cells), 1)
+    for i, (model, scheme, lr, done) in enumerate(cells):
+        for j in range(3):
+            ys = [f[j] for f in done.values()]
+            x = j + (i - (len(cells) - 1) / 2) * width
+            ax.scatter([x] * len(ys), ys, s=14, color=f"C{i}", alpha=0.7, marker="o" if scheme == "baseline" else "s",
+                       label=f"{label(model)} {scheme} (lr {lr}, {len(ys)} seeds)" if j == 0 else None)
+            ax.hlines(statistics.mean(ys), x - width / 3, x + width / 3, color=f"C{i}")
+    ax.set_xticks(range(3), ["single copies exact", "voted pass@1", "voted pass@2"])
+    ax.set_ylabel("%")
+    ax.set_title("4.7's 8 ARC-1 tasks, held-out test inputs, 1500 steps of batch 8 (dot = seed, line = mean)",
+                 fontsize=8)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
     fig.savefig(path)
     print(f"wrote {path}")

@@ -45,6 +45,23 @@ def curve(run: Path) -> list[tuple[int, float]]:
     return [(r["step"], 100 * r["eval/exact_accuracy"]) for r in rows if "eval/exact_accuracy" in r]
 
 
+def vote_figures(eval_dir: Path, data: Path) -> tuple[int, int, dict, str, list[str]]:
+    """(exact single copies, copies, pass@K scores by the HRM protocol, tasks solved at pass@2,
+    one line per test input: its truth's votes and rank) of one `evaluate` folder."""
+    res = vote(load_predictions(eval_dir / "predictions.npz"), data)
+    rows = exact = 0
+    lines = []
+    for task in res.tasks:
+        for t in task.tests:
+            truth = t.candidates[t.truth_rank].votes if t.truth_rank is not None else 0
+            rows, exact = rows + t.num_votes, exact + truth
+            rank = "-" if t.truth_rank is None else str(t.truth_rank + 1)
+            lines.append(f"{task.name}: truth {truth}/{t.num_votes} votes, "
+                         f"top candidate {t.candidates[0].votes}, truth rank {rank}")
+    solved = ", ".join(t.name for t in res.tasks if t.correct_at(2)) or "-"
+    return exact, rows, res.scores["hrm"], solved, lines
+
+
 def main(root: Path) -> int:
     found = runs(root)
     if not found:
@@ -55,17 +72,8 @@ def main(root: Path) -> int:
     summary: dict[tuple[str, str], list[tuple[float, float, float]]] = {c: [] for c in cells}
     detail = []
     for scheme, lr, seed, run in found:
-        res = vote(load_predictions(root / f"eval_{run.name}" / "predictions.npz"), root / "data")
-        rows = exact = 0
-        for task in res.tasks:
-            for t in task.tests:
-                truth = t.candidates[t.truth_rank].votes if t.truth_rank is not None else 0
-                rows, exact = rows + t.num_votes, exact + truth
-                rank = "-" if t.truth_rank is None else str(t.truth_rank + 1)
-                detail.append(f"{scheme} s{seed} {task.name}: truth {truth}/{t.num_votes} votes, "
-                              f"top candidate {t.candidates[0].votes}, truth rank {rank}")
-        s = res.scores["hrm"]
-        solved = ", ".join(t.name for t in res.tasks if t.correct_at(2)) or "-"
+        exact, rows, s, solved, lines = vote_figures(root / f"eval_{run.name}", root / "data")
+        detail += [f"{scheme} s{seed} {line}" for line in lines]
         table.append(f"| {scheme} | {lr} | {seed} | {100 * exact / rows:.1f}% ({exact}/{rows}) | {s['1']:.1f} | "
                      f"{s['2']:.1f} | {s['10']:.1f} | {solved} |")
         summary[(scheme, lr)].append((100 * exact / rows, s["1"], s["2"]))
