@@ -32,6 +32,8 @@ RUN = re.compile(r"^(baseline|deeploop)_([0-9.e-]+?)(?:_s(\d+))?$")
 
 
 def runs(root: Path) -> list[tuple[str, str, int, Path]]:
+    if not root.is_dir():
+        raise SystemExit(f"{root}: no such run folder")
     out = []
     for d in sorted(root.iterdir()):
         m = RUN.match(d.name)
