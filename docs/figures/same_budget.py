@@ -273,7 +273,7 @@ def arc_plot(path: Path) -> None:
             ys = [f[j] for f in done.values()]
             x = j + (i - (len(cells) - 1) / 2) * width
             ax.scatter([x] * len(ys), ys, s=14, color=f"C{i}", alpha=0.7, marker="o" if scheme == "baseline" else "s",
-                       label=f"{label(model)} {scheme} (lr {lr}, {len(ys)} seeds)" if j == 0 else None)
+                       label=f"{label(model)} {scheme} (lr {lr}, {len(ys)} seed{'s' * (len(ys) > 1)})" if j == 0 else None)
             ax.hlines(statistics.mean(ys), x - width / 3, x + width / 3, color=f"C{i}")
     ax.set_xticks(range(3), ["single copies exact", "voted pass@1", "voted pass@2"])
     ax.set_ylabel("%")
