@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+from collections import Counter
 from pathlib import Path
 
 _PLOT = sys.argv[sys.argv.index("--plot") + 1] if "--plot" in sys.argv else None
@@ -216,7 +217,7 @@ def plot(path: Path) -> None:
 
 
 def arc_runs(model: str, scheme: str) -> list[tuple[str, dict[int, tuple]]]:
-    """[(lr, {seed: (exact copies %, pass@1, pass@2, solved, ms/step, wall s, params)})] of the finished
+    """[(lr, {seed: (exact copies %, pass@1, pass@2, tasks solved, ms/step, wall s, params)})] of the finished
     runs of one (model, scheme) on 4.7's ARC tasks, each with its `evaluate` folder."""
     from study_arc import vote_figures
 
@@ -235,37 +236,32 @@ def arc_runs(model: str, scheme: str) -> list[tuple[str, dict[int, tuple]]]:
 
 
 def arc_table() -> int:
+    cells = [(m, sc, lr, done) for m in MODELS for sc in ("baseline", "deeploop") for lr, done in arc_runs(m, sc)]
     print("| model | scheme | lr | params | single copies exact %, seeds | mean [min, max] | pass@1, seeds | "
           "pass@2, seeds | mean pass@1 | mean pass@2 | tasks solved at pass@2 (seeds) | ms / step (median) | wall / run |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for model in MODELS:
-        for scheme in ("baseline", "deeploop"):
-            for lr, done in arc_runs(model, scheme):
-                fs = list(done.values())
-                ex, p1, p2 = ([f[i] for f in fs] for i in range(3))
-                solved: dict[str, int] = {}
-                for f in fs:
-                    for name in filter(lambda n: n != "-", f[3].split(", ")):
-                        solved[name] = solved.get(name, 0) + 1
-                print(f"| {label(model)} | {scheme} | {lr} | {fs[0][6]:,} | {', '.join(f'{e:.1f}' for e in ex)} | "
-                      f"**{statistics.mean(ex):.1f}** [{min(ex):.1f}, {max(ex):.1f}] | "
-                      f"{', '.join(f'{v:.1f}' for v in p1)} | {', '.join(f'{v:.1f}' for v in p2)} | "
-                      f"{statistics.mean(p1):.1f} | **{statistics.mean(p2):.1f}** | "
-                      f"{', '.join(f'{n} ({c})' for n, c in sorted(solved.items())) or '-'} | "
-                      f"{statistics.median(f[4] for f in fs):.0f} | {min(f[5] for f in fs):.0f}-{max(f[5] for f in fs):.0f} s |")
+    for model, scheme, lr, done in cells:
+        fs = list(done.values())
+        ex, p1, p2 = ([f[i] for f in fs] for i in range(3))
+        solved = Counter(name for f in fs for name in f[3])
+        print(f"| {label(model)} | {scheme} | {lr} | {fs[0][6]:,} | {', '.join(f'{e:.1f}' for e in ex)} | "
+              f"**{statistics.mean(ex):.1f}** [{min(ex):.1f}, {max(ex):.1f}] | "
+              f"{', '.join(f'{v:.1f}' for v in p1)} | {', '.join(f'{v:.1f}' for v in p2)} | "
+              f"{statistics.mean(p1):.1f} | **{statistics.mean(p2):.1f}** | "
+              f"{', '.join(f'{n} ({c})' for n, c in sorted(solved.items())) or '-'} | "
+              f"{statistics.median(f[4] for f in fs):.0f} | {min(f[5] for f in fs):.0f}-{max(f[5] for f in fs):.0f} s |")
     if _PLOT is not None:
-        arc_plot(Path(_PLOT))
+        arc_plot(Path(_PLOT), cells)
     return 0
 
 
-def arc_plot(path: Path) -> None:
-    """Per model (and URM DeepLoop): single copies exact, voted pass@1 and pass@2, one dot per seed."""
+def arc_plot(path: Path, cells: list) -> None:
+    """Per (model, scheme, lr) of `arc_table`: single copies exact, voted pass@1 and pass@2, one dot per seed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cells = [(m, sc, lr, done) for m in MODELS for sc in ("baseline", "deeploop") for lr, done in arc_runs(m, sc)]
     fig, ax = plt.subplots(figsize=(7.5, 4.0), dpi=120)
     width = 0.8 / max(len(cells), 1)
     for i, (model, scheme, lr, done) in enumerate(cells):

@@ -47,7 +47,7 @@ def curve(run: Path) -> list[tuple[int, float]]:
     return [(r["step"], 100 * r["eval/exact_accuracy"]) for r in rows if "eval/exact_accuracy" in r]
 
 
-def vote_figures(eval_dir: Path, data: Path) -> tuple[int, int, dict, str, list[str]]:
+def vote_figures(eval_dir: Path, data: Path) -> tuple[int, int, dict, list[str], list[str]]:
     """(exact single copies, copies, pass@K scores by the HRM protocol, tasks solved at pass@2,
     one line per test input: its truth's votes and rank) of one `evaluate` folder."""
     res = vote(load_predictions(eval_dir / "predictions.npz"), data)
@@ -60,7 +60,7 @@ def vote_figures(eval_dir: Path, data: Path) -> tuple[int, int, dict, str, list[
             rank = "-" if t.truth_rank is None else str(t.truth_rank + 1)
             lines.append(f"{task.name}: truth {truth}/{t.num_votes} votes, "
                          f"top candidate {t.candidates[0].votes}, truth rank {rank}")
-    solved = ", ".join(t.name for t in res.tasks if t.correct_at(2)) or "-"
+    solved = [t.name for t in res.tasks if t.correct_at(2)]
     return exact, rows, res.scores["hrm"], solved, lines
 
 
@@ -77,7 +77,7 @@ def main(root: Path) -> int:
         exact, rows, s, solved, lines = vote_figures(root / f"eval_{run.name}", root / "data")
         detail += [f"{scheme} s{seed} {line}" for line in lines]
         table.append(f"| {scheme} | {lr} | {seed} | {100 * exact / rows:.1f}% ({exact}/{rows}) | {s['1']:.1f} | "
-                     f"{s['2']:.1f} | {s['10']:.1f} | {solved} |")
+                     f"{s['2']:.1f} | {s['10']:.1f} | {', '.join(solved) or '-'} |")
         summary[(scheme, lr)].append((100 * exact / rows, s["1"], s["2"]))
     print("\n".join(table), "\n")
     for (scheme, lr), vals in summary.items():
