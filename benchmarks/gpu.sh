@@ -8,19 +8,21 @@
 #   sapientinc/HRM is at HRM_REFERENCE (default benchmarks/out/hrm-reference)  [target: ratio >= 1],
 #   TRM vs the reference implementation at its ARC config (batch 192, bf16), when a checkout of
 #   SamsungSAILMontreal/TinyRecursiveModels is at TRM_REFERENCE (default benchmarks/out/trm-reference),
+#   URM vs the reference implementation at its published setup (batch 96, bf16), when a checkout of
+#   zitian-gao/URM is at URM_REFERENCE (default benchmarks/out/urm-reference),
 #   HRM train step at the paper config (eager / compile x fused kernel on / off),
 #   looped GPT-2 small memory at R = 1, 3, 5, 7 with / without per-round checkpointing and the
 #   largest R within MEM_BUDGET_GB (default 100),
 #   fused residual-norm kernel benchmark, fusion candidates (RoPE, SwiGLU, loss: eager vs compile).
 # The first lease (2026-11-30, docs/logs/) measured smi, pytest, gpt, nanogpt (eager), ref, trm,
-# kernels; what it left: ONLY="nanogptc ref trm hrm mem fusion" (ref and trm again: their
-# equivalence now runs under strict numerics).
+# kernels; what it left: ONLY="nanogptc ref trm urm hrm mem fusion" (ref and trm again: their
+# equivalence now runs under strict numerics; urm is new since).
 # The steps run in that order (the targets first); a step the budget no longer covers is skipped.
 #
 #   bash benchmarks/gpu.sh                      # log in ${OUT:-benchmarks/out}/gpu_<time>.log
 #   OUT=/tmp/x MEM_BUDGET_GB=120 bash benchmarks/gpu.sh
 #   INSTALL_ADAM_ATAN2=1 bash benchmarks/gpu.sh # also try to build the adam-atan2 CUDA kernel (minutes; needs its sdist)
-#   ONLY="nanogptc ref trm hrm mem fusion" bash benchmarks/gpu.sh   # a subset (what the first lease left)
+#   ONLY="nanogptc ref trm urm hrm mem fusion" bash benchmarks/gpu.sh   # a subset (what the first lease left)
 #   PYTHON=/path/to/python BUDGET_S=470 MEM_BUDGET_GB=100 ...    # the other knobs
 #
 # The reference comparison needs the reference code beside the repo (git-ignored, not shipped):
@@ -37,8 +39,9 @@ BUDGET_S=${BUDGET_S:-470}
 MEM_BUDGET_GB=${MEM_BUDGET_GB:-100}
 HRM_REFERENCE=${HRM_REFERENCE:-benchmarks/out/hrm-reference}
 TRM_REFERENCE=${TRM_REFERENCE:-benchmarks/out/trm-reference}
+URM_REFERENCE=${URM_REFERENCE:-benchmarks/out/urm-reference}
 NANOGPT_REFERENCE=${NANOGPT_REFERENCE:-benchmarks/out/nanogpt-reference}
-ONLY=${ONLY:-}  # step ids to run (default: all): smi pytest gpt nanogpt nanogptc ref trm hrm mem kernels fusion
+ONLY=${ONLY:-}  # step ids to run (default: all): smi pytest gpt nanogpt nanogptc ref trm urm hrm mem kernels fusion
 mkdir -p "$OUT"
 LOG="$OUT/gpu_$(date +%Y%m%d_%H%M%S).log"
 exec > >(tee -a "$LOG") 2>&1
@@ -125,6 +128,14 @@ if [ -d "$TRM_REFERENCE/models/recursive_reasoning" ]; then
 else
   echo; echo "# TRM vs reference: no checkout at TRM_REFERENCE=$TRM_REFERENCE, skipped"
   SUMMARY+=("$(printf '%-8s %-22s %-14s %6s' trm "TRM vs reference" "no reference" 0)")
+fi
+if [ -d "$URM_REFERENCE/models" ] && [ -f "$URM_REFERENCE/pretrain.py" ]; then
+  # the published ARC-AGI-1 setup (4 blocks, H 2 x C_L 6, loops 16, batch 96), both compiled; --tol as for TRM
+  step urm "URM vs reference" 170 "$PY" benchmarks/compare_reference_urm.py --reference "$URM_REFERENCE" \
+    --preset paper --variants compile --check-steps 2 --check-batch 8 --tol 1e-3
+else
+  echo; echo "# URM vs reference: no checkout at URM_REFERENCE=$URM_REFERENCE, skipped"
+  SUMMARY+=("$(printf '%-8s %-22s %-14s %6s' urm "URM vs reference" "no reference" 0)")
 fi
 step hrm "bench_hrm paper" 140 "$PY" benchmarks/bench_hrm.py --preset paper
 step mem "bench_gpt memory" 100 "$PY" benchmarks/bench_gpt.py --preset paper --skip-throughput \
