@@ -24,8 +24,9 @@ segments), per example.
 `--task arc` does the same for section 4.9: runs under <root>/arc/<model>/lr<LR>/<scheme>_s<seed>/
 with their `evaluate` folders beside them (eval_<scheme>_s<seed>/), the table giving the share of
 single augmented test copies exactly right and the voted pass@1 and pass@2 (HRM protocol) per
-seed; `--speed` and `--flops` at 4.7's shapes (batch 8, the 30x30 canvas, vocabulary 12, 82 puzzle
-identifiers, halt_max_steps 2, HRM with 1 H + 1 L layer).
+seed, then the two-sided Mann-Whitney U test on single copies of every pair of cells with at least
+three seeds (`hrm_deeploop.study.mann_whitney_u`); `--speed` and `--flops` at 4.7's shapes (batch 8,
+the 30x30 canvas, vocabulary 12, 82 puzzle identifiers, halt_max_steps 2, HRM with 1 H + 1 L layer).
 """
 
 from __future__ import annotations
@@ -250,6 +251,13 @@ def arc_table() -> int:
               f"{statistics.mean(p1):.1f} | **{statistics.mean(p2):.1f}** | "
               f"{', '.join(f'{n} ({c})' for n, c in sorted(solved.items())) or '-'} | "
               f"{statistics.median(f[4] for f in fs):.0f} | {min(f[5] for f in fs):.0f}-{max(f[5] for f in fs):.0f} s |")
+    from hrm_deeploop.study import mann_whitney_u
+
+    tested = [(f"{label(m)} {sc} {lr}", [f[0] for f in done.values()]) for m, sc, lr, done in cells if len(done) >= 3]
+    print("\nTwo-sided Mann-Whitney U on single copies exact (cells of at least 3 seeds):")
+    for i, (a, xs) in enumerate(tested):
+        for b, ys in tested[i + 1:]:
+            print(f"- {a} ({len(xs)} seeds) against {b} ({len(ys)}): p = {mann_whitney_u(xs, ys)[1]:.3f}")
     if _PLOT is not None:
         arc_plot(Path(_PLOT), cells)
     return 0
