@@ -217,9 +217,18 @@ def plot(path: Path) -> None:
     print(f"wrote {path}")
 
 
+def train_fit(run: Path, last: int = 100) -> float:
+    """% of the training rows that halted in the run's last `last` steps that were exactly right: how
+    well the model fits the demonstrations (the trainer logs exact accuracy over the rows that halted)."""
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows = [r for r in rows if "train/exact_accuracy" in r][-last:]
+    halted = sum(r["train/count"] for r in rows)
+    return 100 * sum(r["train/exact_accuracy"] * r["train/count"] for r in rows) / halted if halted else 0.0
+
+
 def arc_runs(model: str, scheme: str) -> list[tuple[str, dict[int, tuple]]]:
-    """[(lr, {seed: (exact copies %, pass@1, pass@2, tasks solved, ms/step, wall s, params)})] of the finished
-    runs of one (model, scheme) on 4.7's ARC tasks, each with its `evaluate` folder."""
+    """[(lr, {seed: (exact copies %, pass@1, pass@2, tasks solved, ms/step, wall s, params, training rows
+    exact %)})] of the finished runs of one (model, scheme) on 4.7's ARC tasks, each with its `evaluate` folder."""
     from study_arc import vote_figures
 
     out = []
@@ -230,7 +239,8 @@ def arc_runs(model: str, scheme: str) -> list[tuple[str, dict[int, tuple]]]:
             if (f := run_figures(run)) is None or not (ev / "predictions.npz").is_file():
                 continue
             exact, rows, scores, solved, _ = vote_figures(ev, ROOT / "arc" / "data")
-            done[int(run.name.split("_s")[1])] = (100 * exact / rows, scores["1"], scores["2"], solved, *f[1:])
+            done[int(run.name.split("_s")[1])] = (100 * exact / rows, scores["1"], scores["2"], solved, *f[1:],
+                                                  train_fit(run))
         if done:
             out.append((lr_dir.name[2:], dict(sorted(done.items()))))
     return out
@@ -239,8 +249,9 @@ def arc_runs(model: str, scheme: str) -> list[tuple[str, dict[int, tuple]]]:
 def arc_table() -> int:
     cells = [(m, sc, lr, done) for m in MODELS for sc in ("baseline", "deeploop") for lr, done in arc_runs(m, sc)]
     print("| model | scheme | lr | params | single copies exact %, seeds | mean [min, max] | pass@1, seeds | "
-          "pass@2, seeds | mean pass@1 | mean pass@2 | tasks solved at pass@2 (seeds) | ms / step (median) | wall / run |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "pass@2, seeds | mean pass@1 | mean pass@2 | tasks solved at pass@2 (seeds) | training rows exact, "
+          "last 100 steps, seeds | ms / step (median) | wall / run |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for model, scheme, lr, done in cells:
         fs = list(done.values())
         ex, p1, p2 = ([f[i] for f in fs] for i in range(3))
@@ -250,6 +261,7 @@ def arc_table() -> int:
               f"{', '.join(f'{v:.1f}' for v in p1)} | {', '.join(f'{v:.1f}' for v in p2)} | "
               f"{statistics.mean(p1):.1f} | **{statistics.mean(p2):.1f}** | "
               f"{', '.join(f'{n} ({c})' for n, c in sorted(solved.items())) or '-'} | "
+              f"{', '.join(f'{f[7]:.1f}' for f in fs)} | "
               f"{statistics.median(f[4] for f in fs):.0f} | {min(f[5] for f in fs):.0f}-{max(f[5] for f in fs):.0f} s |")
     from hrm_deeploop.study import mann_whitney_u
 
@@ -270,7 +282,7 @@ def arc_plot(path: Path, cells: list) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.0), dpi=120)
+    fig, ax = plt.subplots(figsize=(10.0, 4.0), dpi=120)
     width = 0.8 / max(len(cells), 1)
     for i, (model, scheme, lr, done) in enumerate(cells):
         for j in range(3):
@@ -283,7 +295,7 @@ def arc_plot(path: Path, cells: list) -> None:
     ax.set_ylabel("%")
     ax.set_title("4.7's 8 ARC-1 tasks, held-out test inputs, 1500 steps of batch 8 (dot = seed, line = mean)",
                  fontsize=8)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: the dots stay visible
     ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
     fig.savefig(path)
