@@ -113,30 +113,24 @@ if [ -f "$NANOGPT_REFERENCE/model.py" ]; then  # GPT-2 small at R = 1 against na
   step nanogptc "vs nanoGPT, compiled" 120 "$PY" benchmarks/compare_nanogpt.py --reference "$NANOGPT_REFERENCE" \
     --preset gpt2 --device cuda --steps 20 --compile --loops 3
 fi
-if [ -d "$HRM_REFERENCE/models/hrm" ]; then
-  step ref "HRM vs reference" 170 "$PY" benchmarks/compare_reference_hrm.py --reference "$HRM_REFERENCE" \
-    --preset paper --variants compile --schemes baseline --check-steps 2 --check-batch 8
-else
-  echo; echo "# HRM vs reference: no checkout at HRM_REFERENCE=$HRM_REFERENCE, skipped"
-  SUMMARY+=("$(printf '%-8s %-22s %-14s %6s' ref "HRM vs reference" "no reference" 0)")
-fi
-if [ -d "$TRM_REFERENCE/models/recursive_reasoning" ]; then
-  # --tol 1e-3 as for HRM: bit-identity (the script's default, tol 0) is the CPU check's; GPU kernels
-  # are not the CPU's, and the log prints every difference anyway
-  step trm "TRM vs reference" 170 "$PY" benchmarks/compare_reference_trm.py --reference "$TRM_REFERENCE" \
-    --preset paper --variants compile --check-steps 2 --check-batch 8 --tol 1e-3
-else
-  echo; echo "# TRM vs reference: no checkout at TRM_REFERENCE=$TRM_REFERENCE, skipped"
-  SUMMARY+=("$(printf '%-8s %-22s %-14s %6s' trm "TRM vs reference" "no reference" 0)")
-fi
-if [ -d "$URM_REFERENCE/models" ] && [ -f "$URM_REFERENCE/pretrain.py" ]; then
-  # the published ARC-AGI-1 setup (4 blocks, H 2 x C_L 6, loops 16, batch 96), both compiled; --tol as for TRM
-  step urm "URM vs reference" 170 "$PY" benchmarks/compare_reference_urm.py --reference "$URM_REFERENCE" \
-    --preset paper --variants compile --check-steps 2 --check-batch 8 --tol 1e-3
-else
-  echo; echo "# URM vs reference: no checkout at URM_REFERENCE=$URM_REFERENCE, skipped"
-  SUMMARY+=("$(printf '%-8s %-22s %-14s %6s' urm "URM vs reference" "no reference" 0)")
-fi
+ref_step() {  # ref_step ID NAME CHECKOUT MARKER CAP CMD...: `step` when CHECKOUT/MARKER exists, else a "no reference" row
+  local id=$1 name=$2 dir=$3 marker=$4 cap=$5; shift 5
+  if [ -e "$dir/$marker" ]; then
+    step "$id" "$name" "$cap" "$@"
+  else
+    echo; echo "# $name: no checkout at $dir, skipped"
+    SUMMARY+=("$(printf '%-8s %-22s %-14s %6s' "$id" "$name" "no reference" 0)")
+  fi
+}
+ref_step ref "HRM vs reference" "$HRM_REFERENCE" models/hrm 170 "$PY" benchmarks/compare_reference_hrm.py \
+  --reference "$HRM_REFERENCE" --preset paper --variants compile --schemes baseline --check-steps 2 --check-batch 8
+# --tol 1e-3 for TRM and URM as for HRM: bit-identity (the scripts' default, tol 0) is the CPU check's; GPU
+# kernels are not the CPU's, and the log prints every difference anyway
+ref_step trm "TRM vs reference" "$TRM_REFERENCE" models/recursive_reasoning 170 "$PY" benchmarks/compare_reference_trm.py \
+  --reference "$TRM_REFERENCE" --preset paper --variants compile --check-steps 2 --check-batch 8 --tol 1e-3
+# URM: the published ARC-AGI-1 setup (4 blocks, H 2 x C_L 6, loops 16, batch 96), both compiled
+ref_step urm "URM vs reference" "$URM_REFERENCE" models/urm 170 "$PY" benchmarks/compare_reference_urm.py \
+  --reference "$URM_REFERENCE" --preset paper --variants compile --check-steps 2 --check-batch 8 --tol 1e-3
 step hrm "bench_hrm paper" 140 "$PY" benchmarks/bench_hrm.py --preset paper
 step mem "bench_gpt memory" 100 "$PY" benchmarks/bench_gpt.py --preset paper --skip-throughput \
   --mem-rounds 1 3 5 7 --mem-budget-gb "$MEM_BUDGET_GB"

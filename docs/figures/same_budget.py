@@ -37,6 +37,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from hrm_deeploop.training.runlog import read_rows
+
 _PLOT = sys.argv[sys.argv.index("--plot") + 1] if "--plot" in sys.argv else None
 TASK = sys.argv[sys.argv.index("--task") + 1] if "--task" in sys.argv else "sudoku6"
 ROOT = Path(next((a for a in sys.argv[1:] if not a.startswith("--") and a not in (_PLOT, TASK)), "/work/runs/study3"))
@@ -44,16 +46,26 @@ if TASK not in ("sudoku6", "arc"):
     raise SystemExit(f"--task {TASK}: expected sudoku6 or arc")
 
 
-def run_figures(run: Path) -> tuple[float, float, float, int] | None:
-    """(final exact %, median ms per step, wall s, params) of a finished run, else None."""
+def run_figures(run: Path) -> tuple[float, float, float, int, float] | None:
+    """(final exact %, median ms per step, wall s, params, training rows exact % over the last 100 steps)
+    of a finished run, else None."""
     summary = run / "summary.json"
     if not summary.is_file():
         return None
     s = json.loads(summary.read_text())
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows = read_rows(run / "metrics.jsonl")
     batch = rows[0]["examples"]  # examples seen after step 1 = the global batch
     per_step = [1e3 * batch / r["perf/examples_per_s"] for r in rows if r.get("perf/examples_per_s")]
-    return 100 * s["last_eval"]["eval/exact_accuracy"], statistics.median(per_step), s["wall_time_s"], s["params"]
+    return (100 * s["last_eval"]["eval/exact_accuracy"], statistics.median(per_step), s["wall_time_s"], s["params"],
+            train_fit(rows))
+
+
+def train_fit(rows: list[dict], last: int = 100) -> float:
+    """% of the training rows that halted in the last `last` steps that were exactly right: how well the
+    model fits the demonstrations (the trainer logs exact accuracy over the rows that halted)."""
+    rows = [r for r in rows if "train/exact_accuracy" in r][-last:]
+    halted = sum(r["train/count"] for r in rows)
+    return 100 * sum(r["train/exact_accuracy"] * r["train/count"] for r in rows) / halted if halted else 0.0
 
 
 MODELS = ("hrm", "trm", "trm_mlp", "urm")
@@ -217,15 +229,6 @@ def plot(path: Path) -> None:
     print(f"wrote {path}")
 
 
-def train_fit(run: Path, last: int = 100) -> float:
-    """% of the training rows that halted in the run's last `last` steps that were exactly right: how
-    well the model fits the demonstrations (the trainer logs exact accuracy over the rows that halted)."""
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    rows = [r for r in rows if "train/exact_accuracy" in r][-last:]
-    halted = sum(r["train/count"] for r in rows)
-    return 100 * sum(r["train/exact_accuracy"] * r["train/count"] for r in rows) / halted if halted else 0.0
-
-
 def arc_runs(model: str, scheme: str) -> list[tuple[str, dict[int, tuple]]]:
     """[(lr, {seed: (exact copies %, pass@1, pass@2, tasks solved, ms/step, wall s, params, training rows
     exact %)})] of the finished runs of one (model, scheme) on 4.7's ARC tasks, each with its `evaluate` folder."""
@@ -239,8 +242,7 @@ def arc_runs(model: str, scheme: str) -> list[tuple[str, dict[int, tuple]]]:
             if (f := run_figures(run)) is None or not (ev / "predictions.npz").is_file():
                 continue
             exact, rows, scores, solved, _ = vote_figures(ev, ROOT / "arc" / "data")
-            done[int(run.name.split("_s")[1])] = (100 * exact / rows, scores["1"], scores["2"], solved, *f[1:],
-                                                  train_fit(run))
+            done[int(run.name.split("_s")[1])] = (100 * exact / rows, scores["1"], scores["2"], solved, *f[1:])
         if done:
             out.append((lr_dir.name[2:], dict(sorted(done.items()))))
     return out
