@@ -262,10 +262,11 @@ def best_arc_rates(cells: list) -> dict[tuple[str, str], tuple[str, float, float
     best: dict[tuple[str, str], tuple[str, float, float]] = {}
     for model, scheme, lr, done in cells:
         ex, p2 = mean_first3(done, 0), mean_first3(done, 2)
-        if ex is not None and (ex, p2) > best.get((model, scheme), ("", -1.0, -1.0))[1:]:
+        if scheme == "baseline" and ex is not None and (ex, p2) > best.get((model, scheme), ("", -1.0, -1.0))[1:]:
             best[(model, scheme)] = (lr, ex, p2)
-    for model, scheme, lr, done in cells:  # DeepLoop is compared at the baseline's best rate, not swept
-        if scheme == "deeploop" and best.get((model, "baseline"), ("",))[0] == lr and (ex := mean_first3(done, 0)):
+    for model, scheme, lr, done in cells:  # DeepLoop is not swept: compared at the baseline's best rate only
+        if scheme == "deeploop" and best.get((model, "baseline"), ("",))[0] == lr \
+                and (ex := mean_first3(done, 0)) is not None:
             best[(model, scheme)] = (lr, ex, mean_first3(done, 2))
     return best
 
