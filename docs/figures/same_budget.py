@@ -190,6 +190,18 @@ def main() -> int:
     return 0
 
 
+def rate_axes(ax, ticks: list[str], ylabel: str, title: str) -> None:  # noqa: ANN001 - a matplotlib Axes
+    """A learning-rate sweep's axes: log x with the rates as ticks, labels, legend, grid."""
+    ax.set_xscale("log")
+    ax.set_xticks([float(t) for t in ticks], ticks)
+    ax.minorticks_off()
+    ax.set_xlabel("learning rate (optim.lr)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=8)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+
+
 def plot(path: Path) -> None:
     """Final exact accuracy against the learning rate: each seed a dot, the mean of seeds 0-2 a line."""
     import matplotlib
@@ -215,15 +227,8 @@ def plot(path: Path) -> None:
                     means.append(statistics.mean(done[s] for s in (0, 1, 2)))
             if xs:
                 ax.plot(xs, means, style, color=f"C{i}", marker="o", label=f"{label(model)} {scheme}")
-    ax.set_xscale("log")
-    ticks = sorted(rates, key=float)
-    ax.set_xticks([float(t) for t in ticks], ticks)
-    ax.minorticks_off()
-    ax.set_xlabel("learning rate (optim.lr)")
-    ax.set_ylabel("final exact accuracy, % of 200 held-out puzzles")
-    ax.set_title("6x6 Sudoku, 1500 steps of batch 32: mean of seeds 0-2 (line), every seed (dots)", fontsize=8)
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
+    rate_axes(ax, sorted(rates, key=float), "final exact accuracy, % of 200 held-out puzzles",
+              "6x6 Sudoku, 1500 steps of batch 32: mean of seeds 0-2 (line), every seed (dots)")
     fig.tight_layout()
     fig.savefig(path)
     print(f"wrote {path}")
@@ -332,14 +337,7 @@ def arc_plot(path: Path, cells: list, best: dict) -> None:
         if line:
             sweep.plot(*zip(*line), "-" if key[1] == "baseline" else "--", color=colour[key], marker="o",
                        label=f"{label(key[0])} {key[1]}")
-    sweep.set_xscale("log")
-    sweep.set_xticks([float(r) for r in ARC_SWEEP], ARC_SWEEP)
-    sweep.minorticks_off()
-    sweep.set_xlabel("learning rate (optim.lr)")
-    sweep.set_ylabel("single test copies exact, %")
-    sweep.set_title("the sweep: dot = seed, line = mean of seeds 0-2", fontsize=8)
-    sweep.legend(fontsize=7)
-    sweep.grid(alpha=0.3)
+    rate_axes(sweep, list(ARC_SWEEP), "single test copies exact, %", "the sweep: dot = seed, line = mean of seeds 0-2")
     shown = [c for c in cells if best.get(c[:2], ("",))[0] == c[2]]
     width = 0.8 / max(len(shown), 1)
     for i, (model, scheme, lr, done) in enumerate(shown):
