@@ -174,10 +174,10 @@ def main() -> int:
                 if not done:
                     continue
                 exact = [f[0] for f in done.values()]
-                first3 = [done[s][0] for s in (0, 1, 2) if s in done]
-                m3 = statistics.mean(first3) if len(first3) == 3 else float("nan")
-                if len(first3) == 3 and m3 > best.get((model, scheme), (-1.0, ""))[0]:
+                m3 = mean_first3(done, 0)
+                if m3 is not None and m3 > best.get((model, scheme), (-1.0, ""))[0]:
                     best[(model, scheme)] = (m3, lr_dir.name[2:])
+                m3 = float("nan") if m3 is None else m3
                 fs = list(done.values())
                 print(f"| {label(model)} | {scheme} | {lr_dir.name[2:]} | "
                       f"{fs[0][3]:,} | {', '.join(f'{e:.1f}' for e in exact)} | "
