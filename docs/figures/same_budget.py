@@ -21,12 +21,22 @@ the CUDA ones; norms and pointwise ops are not counted), the FLOPs of one traini
 HRM's extra Q-target forward included) and of one evaluation forward (all `halt_max_steps`
 segments), per example.
 
-`--task arc` does the same for section 4.9: runs under <root>/arc/<model>/lr<LR>/<scheme>_s<seed>/
-with their `evaluate` folders beside them (eval_<scheme>_s<seed>/), the table giving the share of
-single augmented test copies exactly right and the voted pass@1 and pass@2 (HRM protocol) per
-seed, then the two-sided Mann-Whitney U test on single copies of every pair of cells with at least
-three seeds (`hrm_deeploop.study.mann_whitney_u`); `--speed` and `--flops` at 4.7's shapes (batch 8,
-the 30x30 canvas, vocabulary 12, 82 puzzle identifiers, halt_max_steps 2, HRM with 1 H + 1 L layer).
+`--task arc` does the same for section 4.9 from the committed records of its runs,
+docs/figures/data/same_budget_arc.jsonl (one JSON object a run: model, scheme, lr, seed, steps, the share of single
+augmented test copies exactly right, the voted pass@K by the HRM protocol, the tasks solved at pass@2, how well the
+run fits its demonstrations, time per step, the machine and where the record came from): the table per
+(model, scheme, lr, steps), the best rate by the sweep's rule, then the two-sided Mann-Whitney U test on single copies
+of every pair of cells with at least three seeds (`hrm_deeploop.study.mann_whitney_u`), at the best rates and at
+equal CPU time; `--speed` and `--flops` at 4.7's shapes (batch 8, the 30x30 canvas, vocabulary 12, 82 puzzle
+identifiers, halt_max_steps 2, HRM with 1 H + 1 L layer).
+
+    PYTHONPATH=. python docs/figures/same_budget.py --task arc --collect [root]   # record the finished runs
+
+`--collect` adds a record of every finished run under <root>/arc/<model>/lr<LR>/<scheme>_s<seed>/ (and
+<root>/arc_wall/..., the equal-CPU-time runs) with its `evaluate` folder beside it (eval_<scheme>_s<seed>/) to the
+records file, replacing an older record of the same run. Run folders live on the machine that ran them; commit the
+records as runs finish. The first 45 records were transcribed from the table this script printed before the records
+existed (their `source` says so; their run folders were lost with that machine).
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -160,6 +171,8 @@ def main() -> int:
     if "--flops" in sys.argv:
         flops()
         return 0
+    if "--collect" in sys.argv:
+        return collect()
     if TASK == "arc":
         return arc_table()
     print("| model | scheme | lr | params | final exact %, per seed | mean [min, max] | mean of seeds 0-2 | "
@@ -234,26 +247,101 @@ def plot(path: Path) -> None:
     print(f"wrote {path}")
 
 
-def arc_runs(model: str, scheme: str) -> list[tuple[str, dict[int, tuple]]]:
-    """[(lr, {seed: (exact copies %, pass@1, pass@2, tasks solved, ms/step, wall s, params, training rows
-    exact %)})] of the finished runs of one (model, scheme) on 4.7's ARC tasks, each with its `evaluate` folder."""
-    from study_arc import vote_figures
+RECORDS = Path(__file__).resolve().parent / "data" / "same_budget_arc.jsonl"
+RECORD_KEY = ("model", "scheme", "lr", "seed", "steps")
 
-    out = []
-    for lr_dir in lr_dirs(model):
-        done = {}
-        for run in lr_dir.glob(f"{scheme}_s*"):
-            ev = lr_dir / f"eval_{run.name}"
-            if (f := run_figures(run)) is None or not (ev / "predictions.npz").is_file():
-                continue
-            exact, rows, scores, solved, _ = vote_figures(ev, ROOT / "arc" / "data")
-            done[int(run.name.split("_s")[1])] = (100 * exact / rows, scores["1"], scores["2"], solved, *f[1:])
-        if done:
-            out.append((lr_dir.name[2:], dict(sorted(done.items()))))
+
+def read_records(path: Path | None = None) -> list[dict]:
+    """The committed records of section 4.9's runs (RECORDS), one JSON object a line; a malformed line is a one-line
+    error naming the file and the line."""
+    path, out = path or RECORDS, []
+    for n, line in enumerate(path.read_text().splitlines() if path.is_file() else [], 1):
+        try:
+            rec = json.loads(line)
+            missing = [k for k in (*RECORD_KEY, "exact_copies", "copies", "pass_at_k", "solved", "train_fit", "params")
+                       if k not in rec]
+        except (json.JSONDecodeError, TypeError) as e:
+            raise SystemExit(f"{path}:{n}: not a JSON object ({e})") from None
+        if missing:
+            raise SystemExit(f"{path}:{n}: a record without {', '.join(missing)}")
+        out.append(rec)
     return out
 
 
+def merge_records(old: list[dict], new: list[dict]) -> list[dict]:
+    """old with every record of new added, a record of the same run (model, scheme, lr, seed, steps) replaced;
+    sorted by that key, so the file's order does not depend on when runs finished."""
+    by_key = {tuple(r[k] for k in RECORD_KEY): r for r in old}
+    by_key.update({tuple(r[k] for k in RECORD_KEY): r for r in new})
+    return [by_key[k] for k in sorted(by_key, key=lambda k: (k[0], k[1], float(k[2]), k[3], k[4]))]
+
+
+def write_records(records: list[dict], path: Path | None = None) -> None:
+    from hrm_deeploop.checkpoint import atomic_write_bytes
+
+    path = path or RECORDS
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in records).encode())
+
+
+def machine() -> str:
+    """The CPU model and torch release of this machine, for the records it collects."""
+    import platform
+
+    import torch
+
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").is_file() else platform.processor()
+    return f"{cpu}, {platform.node()}, torch {torch.__version__}"
+
+
+def collect() -> int:
+    """Add a record of every finished run under <root>/arc (1500 steps) and <root>/arc_wall (equal CPU time) that
+    has its `evaluate` folder, to the committed records file. The run folders stay on the machine that ran them; the
+    records are what the table, the tests and the figure read."""
+    from study_arc import vote_figures
+
+    new, where = [], machine()
+    for sub in ("arc", "arc_wall"):
+        for run in sorted((ROOT / sub).glob("*/lr*/*_s*")):
+            ev = run.parent / f"eval_{run.name}"
+            if run.name.startswith("eval_") or (f := run_figures(run)) is None \
+                    or not (ev / "pass_at_k.json").is_file():
+                continue
+            summary = json.loads((run / "summary.json").read_text())
+            exact, copies, scores, solved, lines = vote_figures(ev, ROOT / "arc" / "data")
+            scheme, seed = run.name.rsplit("_s", 1)
+            new.append({"model": run.parent.parent.name, "scheme": scheme, "lr": run.parent.name[2:],
+                        "seed": int(seed), "steps": summary["steps"], "exact_copies": exact, "copies": copies,
+                        "pass_at_k": scores, "solved": solved, "ms_per_step": round(f[1], 1),
+                        "wall_s": round(f[2]), "params": f[3], "train_fit": round(f[4], 2), "test_inputs": lines,
+                        "machine": where, "source": f"run folder {run}, collected {time.strftime('%Y-%m-%d')}"})
+    old = read_records()
+    have = {tuple(r[k] for k in RECORD_KEY): r for r in old}
+    changed = [r for r in new if have.get(tuple(r[k] for k in RECORD_KEY)) != r]
+    write_records(merge_records(old, new))
+    for r in changed:
+        print("recorded:", " ".join(str(r[k]) for k in RECORD_KEY))
+    print(f"{RECORDS}: {len(changed)} of {len(new)} runs found new or changed")
+    return 0
+
+
+def arc_runs(model: str, scheme: str) -> list[tuple[str, int, dict[int, tuple]]]:
+    """[(lr, steps, {seed: (exact copies %, pass@1, pass@2, tasks solved, ms/step, wall s, params, training rows
+    exact %)})] of one (model, scheme) on 4.7's ARC tasks, from the committed records (ms/step and wall s are None
+    for the runs whose folders were lost before they were recorded)."""
+    cells: dict[tuple[str, int], dict[int, tuple]] = {}
+    for r in read_records():
+        if (r["model"], r["scheme"]) == (model, scheme):
+            cells.setdefault((r["lr"], r["steps"]), {})[r["seed"]] = (
+                100 * r["exact_copies"] / r["copies"], r["pass_at_k"]["1"], r["pass_at_k"]["2"], r["solved"],
+                r.get("ms_per_step"), r.get("wall_s"), r["params"], r["train_fit"])
+    return [(lr, steps, dict(sorted(done.items()))) for (lr, steps), done in
+            sorted(cells.items(), key=lambda c: (c[0][1], float(c[0][0])))]
+
+
 ARC_SWEEP = ("5e-4", "1e-3", "2e-3", "3e-3")  # section 4.9's rates, fixed before its sweep
+STEPS = 1500  # section 4.9's budget; other step counts are the equal-CPU-time runs
 
 
 def mean_first3(done: dict[int, tuple], i: int) -> float | None:
@@ -263,56 +351,73 @@ def mean_first3(done: dict[int, tuple], i: int) -> float | None:
 
 def best_arc_rates(cells: list) -> dict[tuple[str, str], tuple[str, float, float]]:
     """{(model, scheme): (lr, mean single copies, mean pass@2)}: the rule of 4.9's sweep, the highest mean of
-    single copies exact over seeds 0-2, ties to the higher mean pass@2 over seeds 0-2."""
+    single copies exact over seeds 0-2, ties to the higher mean pass@2 over seeds 0-2 (1500-step runs only)."""
     best: dict[tuple[str, str], tuple[str, float, float]] = {}
-    for model, scheme, lr, done in cells:
+    for model, scheme, lr, steps, done in cells:
         ex, p2 = mean_first3(done, 0), mean_first3(done, 2)
-        if scheme == "baseline" and ex is not None and (ex, p2) > best.get((model, scheme), ("", -1.0, -1.0))[1:]:
+        if scheme == "baseline" and steps == STEPS and ex is not None \
+                and (ex, p2) > best.get((model, scheme), ("", -1.0, -1.0))[1:]:
             best[(model, scheme)] = (lr, ex, p2)
-    for model, scheme, lr, done in cells:  # DeepLoop is not swept: compared at the baseline's best rate only
-        if scheme == "deeploop" and best.get((model, "baseline"), ("",))[0] == lr \
+    for model, scheme, lr, steps, done in cells:  # DeepLoop is not swept: compared at the baseline's best rate only
+        if scheme == "deeploop" and steps == STEPS and best.get((model, "baseline"), ("",))[0] == lr \
                 and (ex := mean_first3(done, 0)) is not None:
             best[(model, scheme)] = (lr, ex, mean_first3(done, 2))
     return best
 
 
+def spread(values: list, unit: str = "") -> str:
+    """min-max of the values known ("-" where none is: runs recorded without them)."""
+    known = [v for v in values if v is not None]
+    return f"{min(known):.0f}-{max(known):.0f}{unit}" if known else "-"
+
+
 def arc_table() -> int:
-    cells = [(m, sc, lr, done) for m in MODELS for sc in ("baseline", "deeploop") for lr, done in arc_runs(m, sc)]
-    print("| model | scheme | lr | params | single copies exact %, seeds | mean [min, max] | pass@1, seeds | "
+    cells = [(m, sc, lr, steps, done) for m in MODELS for sc in ("baseline", "deeploop")
+             for lr, steps, done in arc_runs(m, sc)]
+    if not cells:
+        raise SystemExit(f"{RECORDS}: no records (collect them from the run folders with --collect [root])")
+    print("| model | scheme | lr | steps | params | single copies exact %, seeds | mean [min, max] | pass@1, seeds | "
           "pass@2, seeds | mean pass@1 | mean pass@2 | seeds 0-2: mean single copies, mean pass@2 | "
-          "tasks solved at pass@2 (seeds) | training rows exact, last 100 steps, seeds | ms / step (median) | wall / run |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for model, scheme, lr, done in cells:
+          "tasks solved at pass@2 (seeds) | training rows exact, last 100 steps, seeds | ms / step | wall / run |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for model, scheme, lr, steps, done in cells:
         fs = list(done.values())
         ex, p1, p2 = ([f[i] for f in fs] for i in range(3))
         solved = Counter(name for f in fs for name in f[3])
         first3 = (mean_first3(done, 0), mean_first3(done, 2))
-        print(f"| {label(model)} | {scheme} | {lr} | {fs[0][6]:,} | {', '.join(f'{e:.1f}' for e in ex)} | "
+        print(f"| {label(model)} | {scheme} | {lr} | {steps} | {fs[0][6]:,} | {', '.join(f'{e:.1f}' for e in ex)} | "
               f"**{statistics.mean(ex):.1f}** [{min(ex):.1f}, {max(ex):.1f}] | "
               f"{', '.join(f'{v:.1f}' for v in p1)} | {', '.join(f'{v:.1f}' for v in p2)} | "
               f"{statistics.mean(p1):.1f} | **{statistics.mean(p2):.1f}** | "
               f"{'-' if first3[0] is None else f'{first3[0]:.1f}, {first3[1]:.1f}'} | "
               f"{', '.join(f'{n} ({c})' for n, c in sorted(solved.items())) or '-'} | "
-              f"{', '.join(f'{f[7]:.1f}' for f in fs)} | "
-              f"{statistics.median(f[4] for f in fs):.0f} | {min(f[5] for f in fs):.0f}-{max(f[5] for f in fs):.0f} s |")
+              f"{', '.join(f'{f[7]:.1f}' for f in fs)} | {spread([f[4] for f in fs])} | {spread([f[5] for f in fs], ' s')} |")
     best = best_arc_rates(cells)
     print()
     for model in MODELS:
-        have = {lr for m, sc, lr, done in cells if m == model and sc == "baseline" and mean_first3(done, 0) is not None}
+        have = {lr for m, sc, lr, steps, done in cells
+                if (m, sc, steps) == (model, "baseline", STEPS) and mean_first3(done, 0) is not None}
         missing = [lr for lr in ARC_SWEEP if lr not in have]
         lr, ex, p2 = best.get((model, "baseline"), ("-", float("nan"), float("nan")))
         print(f"best rate, {model} baseline: {lr} (seeds 0-2: {ex:.1f} single copies, {p2:.1f} pass@2)"
               + (f"; the sweep still lacks seeds 0-2 at {', '.join(missing)}" if missing else "; sweep complete"))
     from hrm_deeploop.study import mann_whitney_u
 
-    at_best = [(f"{label(m)} {sc} {lr}", list(done.values())) for m, sc, lr, done in cells
-               if len(done) >= 3 and best.get((m, sc), ("",))[0] == lr]
-    for what, i in (("single copies exact", 0), ("training rows exact, last 100 steps", 7)):
-        print(f"\nTwo-sided Mann-Whitney U on {what} (each model's best rate, all its seeds):")
-        for j, (a, xs) in enumerate(at_best):
-            for b, ys in at_best[j + 1:]:
-                p = mann_whitney_u([f[i] for f in xs], [f[i] for f in ys])[1]
-                print(f"- {a} ({len(xs)} seeds) against {b} ({len(ys)}): p = {p:.3f}")
+    at_best = [(f"{label(m)} {sc} {lr}", list(done.values())) for m, sc, lr, steps, done in cells
+               if steps == STEPS and len(done) >= 3 and best.get((m, sc), ("",))[0] == lr]
+    # equal CPU time: HRM's 1500 steps at its best rate against the others' longer runs at theirs
+    equal = [(f"{label(m)} {lr} {steps} steps", list(done.values())) for m, sc, lr, steps, done in cells
+             if sc == "baseline" and len(done) >= 3 and best.get((m, sc), ("",))[0] == lr
+             and (steps != STEPS or m == "hrm")]
+    for group, runs in (("each model's best rate, all its seeds", at_best), ("equal CPU time", equal)):
+        if group == "equal CPU time" and not any(not what.startswith("HRM") for what, _ in runs):
+            continue
+        for what, i in (("single copies exact", 0), ("training rows exact, last 100 steps", 7)):
+            print(f"\nTwo-sided Mann-Whitney U on {what} ({group}):")
+            for j, (a, xs) in enumerate(runs):
+                for b, ys in runs[j + 1:]:
+                    p = mann_whitney_u([f[i] for f in xs], [f[i] for f in ys])[1]
+                    print(f"- {a} ({len(xs)} seeds) against {b} ({len(ys)}): p = {p:.3f}")
     if _PLOT is not None:
         arc_plot(Path(_PLOT), cells, best)
     return 0
@@ -330,30 +435,34 @@ def arc_plot(path: Path, cells: list, best: dict) -> None:
     keys = [(m, sc) for m in MODELS for sc in ("baseline", "deeploop") if any(c[:2] == (m, sc) for c in cells)]
     colour = {k: f"C{i}" for i, k in enumerate(keys)}
     for key in keys:
-        mine = sorted(((float(lr), done) for m, sc, lr, done in cells if (m, sc) == key), key=lambda c: c[0])
+        mine = sorted(((float(lr), done) for m, sc, lr, steps, done in cells if (m, sc) == key and steps == STEPS),
+                      key=lambda c: c[0])
         for lr, done in mine:
             sweep.scatter([lr] * len(done), [f[0] for f in done.values()], s=10, color=colour[key], alpha=0.5)
         line = [(lr, mean_first3(done, 0)) for lr, done in mine if mean_first3(done, 0) is not None]
         if line:
             sweep.plot(*zip(*line), "-" if key[1] == "baseline" else "--", color=colour[key], marker="o",
                        label=f"{label(key[0])} {key[1]}")
-    rate_axes(sweep, list(ARC_SWEEP), "single test copies exact, %", "the sweep: dot = seed, line = mean of seeds 0-2")
-    shown = [c for c in cells if best.get(c[:2], ("",))[0] == c[2]]
+    rates = sorted({lr for _, _, lr, steps, _ in cells if steps == STEPS} | set(ARC_SWEEP), key=float)
+    rate_axes(sweep, rates, "single test copies exact, %", "the sweep: dot = seed, line = mean of seeds 0-2")
+    shown = [c for c in cells if best.get(c[:2], ("",))[0] == c[2]]  # at the best rate: 1500 steps, equal CPU time
     width = 0.8 / max(len(shown), 1)
-    for i, (model, scheme, lr, done) in enumerate(shown):
+    for i, (model, scheme, lr, steps, done) in enumerate(shown):
         for j in range(3):
             ys = [f[j] for f in done.values()]
             x = j + (i - (len(shown) - 1) / 2) * width
-            ax.scatter([x] * len(ys), ys, s=14, color=colour[(model, scheme)], alpha=0.7,
-                       marker="o" if scheme == "baseline" else "s",
-                       label=f"{label(model)} {scheme} (lr {lr}, {len(ys)} seed{'s' * (len(ys) > 1)})" if j == 0 else None)
+            fill = {"color": colour[(model, scheme)]} if steps == STEPS else \
+                {"edgecolors": colour[(model, scheme)], "facecolors": "none"}
+            ax.scatter([x] * len(ys), ys, s=14, alpha=0.7, marker="o" if scheme == "baseline" else "s", **fill,
+                       label=f"{label(model)} {scheme} (lr {lr}, {steps} steps, {len(ys)} seed{'s' * (len(ys) > 1)})"
+                       if j == 0 else None)
             ax.hlines(statistics.mean(ys), x - width / 3, x + width / 3, color=colour[(model, scheme)])
     ax.set_xticks(range(3), ["single copies exact", "voted pass@1", "voted pass@2"])
     ax.set_ylabel("%")
     ax.set_title("each at its best rate (dot = seed, line = mean)", fontsize=8)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: the dots stay visible
     ax.grid(alpha=0.3, axis="y")
-    fig.suptitle("4.7's 8 ARC-1 tasks, held-out test inputs, 1500 steps of batch 8", fontsize=9)
+    fig.suptitle("4.7's 8 ARC-1 tasks, held-out test inputs, batch 8 (1500 steps; hollow: HRM's CPU time)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path)
     print(f"wrote {path}")
