@@ -42,6 +42,7 @@ existed (their `source` says so; their run folders were lost with that machine).
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 import time
@@ -292,7 +293,7 @@ def machine() -> str:
 
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").is_file() else platform.processor()
-    return f"{cpu}, {platform.node()}, torch {torch.__version__}"
+    return f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}"
 
 
 def collect() -> int:
