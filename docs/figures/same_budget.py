@@ -396,9 +396,9 @@ def arc_table() -> int:
     best = best_arc_rates(cells)
     print()
     for model in MODELS:
-        have = {lr for m, sc, lr, steps, done in cells
-                if (m, sc, steps) == (model, "baseline", STEPS) and mean_first3(done, 0) is not None}
-        missing = [lr for lr in ARC_SWEEP if lr not in have]
+        mine = {lr: done for m, sc, lr, steps, done in cells if (m, sc, steps) == (model, "baseline", STEPS)}
+        missing = [lr for lr in sorted(set(ARC_SWEEP) | set(mine), key=float)
+                   if lr not in mine or mean_first3(mine[lr], 0) is None]
         lr, ex, p2 = best.get((model, "baseline"), ("-", float("nan"), float("nan")))
         print(f"best rate, {model} baseline: {lr} (seeds 0-2: {ex:.1f} single copies, {p2:.1f} pass@2)"
               + (f"; the sweep still lacks seeds 0-2 at {', '.join(missing)}" if missing else "; sweep complete"))
