@@ -91,7 +91,7 @@ def lr_dirs(model: str) -> list[Path]:
 
 
 def label(model: str) -> str:
-    return "TRM (MLP mixer)" if model == "trm_mlp" else model.upper()
+    return {"trm": "TRM, attention", "trm_mlp": "TRM, MLP mixer"}.get(model, model.upper())
 
 
 def study_model(model: str):  # noqa: ANN201 - the composed model config of the study's run
@@ -377,22 +377,28 @@ def arc_table() -> int:
              for lr, steps, done in arc_runs(m, sc)]
     if not cells:
         raise SystemExit(f"{RECORDS}: no records (collect them from the run folders with --collect [root])")
-    print("| model | scheme | lr | steps | params | single copies exact %, seeds | mean [min, max] | pass@1, seeds | "
-          "pass@2, seeds | mean pass@1 | mean pass@2 | seeds 0-2: mean single copies, mean pass@2 | "
-          "tasks solved at pass@2 (seeds) | training rows exact, last 100 steps, seeds | ms / step | wall / run |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| model | lr | steps | single copies exact, per seed | mean [min, max] | pass@1, per seed | pass@2, per seed | "
+          "mean pass@2 | seeds 0-2: mean single copies, mean pass@2 | tasks solved at pass@2 (in how many seeds) | "
+          "training rows exact, last 100 steps |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for model, scheme, lr, steps, done in cells:
         fs = list(done.values())
         ex, p1, p2 = ([f[i] for f in fs] for i in range(3))
         solved = Counter(name for f in fs for name in f[3])
         first3 = (mean_first3(done, 0), mean_first3(done, 2))
-        print(f"| {label(model)} | {scheme} | {lr} | {steps} | {fs[0][6]:,} | {', '.join(f'{e:.1f}' for e in ex)} | "
-              f"**{statistics.mean(ex):.1f}** [{min(ex):.1f}, {max(ex):.1f}] | "
+        print(f"| {label(model)}{', DeepLoop' if scheme == 'deeploop' else ''} | {lr} | {steps:,} | "
+              f"{', '.join(f'{e:.1f}' for e in ex)} | **{statistics.mean(ex):.1f}** [{min(ex):.1f}, {max(ex):.1f}] | "
               f"{', '.join(f'{v:.1f}' for v in p1)} | {', '.join(f'{v:.1f}' for v in p2)} | "
-              f"{statistics.mean(p1):.1f} | **{statistics.mean(p2):.1f}** | "
-              f"{'-' if first3[0] is None else f'{first3[0]:.1f}, {first3[1]:.1f}'} | "
+              f"**{statistics.mean(p2):.1f}** | "
+              f"{'-' if first3[0] is None else f'**{first3[0]:.1f}**, {first3[1]:.1f}'} | "
               f"{', '.join(f'{n} ({c})' for n, c in sorted(solved.items())) or '-'} | "
-              f"{', '.join(f'{f[7]:.1f}' for f in fs)} | {spread([f[4] for f in fs])} | {spread([f[5] for f in fs], ' s')} |")
+              f"{', '.join(f'{f[7]:.1f}' for f in fs)} |")
+    print("\n| model | scheme | lr | steps | params | seeds | ms / step (wall, from the trainer) | wall / run |")
+    print("|---|---|---|---|---|---|---|---|")
+    for model, scheme, lr, steps, done in cells:
+        fs = list(done.values())
+        print(f"| {label(model)} | {scheme} | {lr} | {steps:,} | {fs[0][6]:,} | {len(fs)} | {spread([f[4] for f in fs])} | "
+              f"{spread([f[5] for f in fs], ' s')} |")
     best = best_arc_rates(cells)
     print()
     for model in MODELS:
@@ -404,7 +410,8 @@ def arc_table() -> int:
               + (f"; the sweep still lacks seeds 0-2 at {', '.join(missing)}" if missing else "; sweep complete"))
     from hrm_deeploop.study import mann_whitney_u
 
-    at_best = [(f"{label(m)} {sc} {lr}", list(done.values())) for m, sc, lr, steps, done in cells
+    at_best = [(f"{label(m)}{', DeepLoop' if sc == 'deeploop' else ''} {lr}", list(done.values()))
+               for m, sc, lr, steps, done in cells
                if steps == STEPS and len(done) >= 3 and best.get((m, sc), ("",))[0] == lr]
     # equal CPU time: HRM's 1500 steps at its best rate against the others' longer runs at theirs
     equal = [(f"{label(m)} {lr} {steps} steps", list(done.values())) for m, sc, lr, steps, done in cells
