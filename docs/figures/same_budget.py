@@ -417,15 +417,21 @@ def arc_table() -> int:
     equal = [(f"{label(m)} {lr} {steps} steps", list(done.values())) for m, sc, lr, steps, done in cells
              if sc == "baseline" and len(done) >= 3 and best.get((m, sc), ("",))[0] == lr
              and (steps != STEPS or m == "hrm")]
-    for group, runs in (("each model's best rate, all its seeds", at_best), ("equal CPU time", equal)):
-        if group == "equal CPU time" and not any(not what.startswith("HRM") for what, _ in runs):
-            continue
+    by_cell = {(m, sc, lr, steps): done for m, sc, lr, steps, done in cells}
+    schemes = [[(f"{label(m)} {lr}", list(done.values())), (f"{label(m)}, DeepLoop {lr}", list(dl.values()))]
+               for (m, sc, lr, steps), done in by_cell.items() if sc == "baseline" and len(done) >= 3
+               and len(dl := by_cell.get((m, "deeploop", lr, steps), {})) >= 3]
+    groups = [("each model's best rate, all its seeds", [at_best]), ("equal CPU time", [equal] if any(
+        not what.startswith("HRM") for what, _ in equal) else []), ("baseline against DeepLoop at one rate", schemes)]
+    for group, sets in groups:
         for what, i in (("single copies exact", 0), ("training rows exact, last 100 steps", 7)):
-            print(f"\nTwo-sided Mann-Whitney U on {what} ({group}):")
-            for j, (a, xs) in enumerate(runs):
-                for b, ys in runs[j + 1:]:
-                    p = mann_whitney_u([f[i] for f in xs], [f[i] for f in ys])[1]
-                    print(f"- {a} ({len(xs)} seeds) against {b} ({len(ys)}): p = {p:.3f}")
+            if sets:
+                print(f"\nTwo-sided Mann-Whitney U on {what} ({group}):")
+            for runs in sets:
+                for j, (a, xs) in enumerate(runs):
+                    for b, ys in runs[j + 1:]:
+                        p = mann_whitney_u([f[i] for f in xs], [f[i] for f in ys])[1]
+                        print(f"- {a} ({len(xs)} seeds) against {b} ({len(ys)}): p = {p:.3f}")
     if _PLOT is not None:
         arc_plot(Path(_PLOT), cells, best)
     return 0
