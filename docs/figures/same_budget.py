@@ -291,8 +291,10 @@ def machine() -> str:
 
     import torch
 
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").is_file() else platform.processor()
+    info = Path("/proc/cpuinfo")
+    names = [line.split(":", 1)[1].strip() for line in (info.read_text().splitlines() if info.is_file() else [])
+             if line.startswith("model name")]
+    cpu = names[0] if names else platform.processor()
     return f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}"
 
 
