@@ -46,6 +46,9 @@ def test_round_trip_and_errors_name_the_line(sb, tmp_path):
     path.write_text(json.dumps(record()) + "\n{not json\n")
     with pytest.raises(SystemExit, match=r"records.jsonl:2: not a JSON object"):
         sb.read_records(path)
+    path.write_text("[1, 2]\n")
+    with pytest.raises(SystemExit, match=r"records.jsonl:1: not a JSON object \(a list\)"):
+        sb.read_records(path)
     bad = record()
     del bad["train_fit"]
     path.write_text(json.dumps(bad) + "\n")

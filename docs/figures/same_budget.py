@@ -42,7 +42,6 @@ existed (their `source` says so; their run folders were lost with that machine).
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import sys
 import time
@@ -85,9 +84,8 @@ BATCH = 32 if TASK == "sudoku6" else 8
 
 
 def lr_dirs(model: str) -> list[Path]:
-    """The study's lr<LR> folders of one model, by rate."""
-    base = ROOT / model / "sudoku6" if TASK == "sudoku6" else ROOT / "arc" / model
-    return sorted(base.glob("lr*"), key=lambda d: float(d.name[2:]))
+    """The Sudoku study's lr<LR> folders of one model, by rate (section 4.9 reads its records instead)."""
+    return sorted((ROOT / model / "sudoku6").glob("lr*"), key=lambda d: float(d.name[2:]))
 
 
 def label(model: str) -> str:
@@ -252,6 +250,11 @@ RECORDS = Path(__file__).resolve().parent / "data" / "same_budget_arc.jsonl"
 RECORD_KEY = ("model", "scheme", "lr", "seed", "steps")
 
 
+def run_key(record: dict) -> tuple:
+    """Which run a record is of: (model, scheme, lr, seed, steps)."""
+    return tuple(record[k] for k in RECORD_KEY)
+
+
 def read_records(path: Path | None = None) -> list[dict]:
     """The committed records of section 4.9's runs (RECORDS), one JSON object a line; a malformed line is a one-line
     error naming the file and the line."""
@@ -259,10 +262,12 @@ def read_records(path: Path | None = None) -> list[dict]:
     for n, line in enumerate(path.read_text().splitlines() if path.is_file() else [], 1):
         try:
             rec = json.loads(line)
-            missing = [k for k in (*RECORD_KEY, "exact_copies", "copies", "pass_at_k", "solved", "train_fit", "params")
-                       if k not in rec]
-        except (json.JSONDecodeError, TypeError) as e:
+        except json.JSONDecodeError as e:
             raise SystemExit(f"{path}:{n}: not a JSON object ({e})") from None
+        if not isinstance(rec, dict):
+            raise SystemExit(f"{path}:{n}: not a JSON object (a {type(rec).__name__})")
+        missing = [k for k in (*RECORD_KEY, "exact_copies", "copies", "pass_at_k", "solved", "train_fit", "params")
+                   if k not in rec]
         if missing:
             raise SystemExit(f"{path}:{n}: a record without {', '.join(missing)}")
         out.append(rec)
@@ -272,8 +277,7 @@ def read_records(path: Path | None = None) -> list[dict]:
 def merge_records(old: list[dict], new: list[dict]) -> list[dict]:
     """old with every record of new added, a record of the same run (model, scheme, lr, seed, steps) replaced;
     sorted by that key, so the file's order does not depend on when runs finished."""
-    by_key = {tuple(r[k] for k in RECORD_KEY): r for r in old}
-    by_key.update({tuple(r[k] for k in RECORD_KEY): r for r in new})
+    by_key = {run_key(r): r for r in [*old, *new]}
     return [by_key[k] for k in sorted(by_key, key=lambda k: (k[0], k[1], float(k[2]), k[3], k[4]))]
 
 
@@ -291,11 +295,13 @@ def machine() -> str:
 
     import torch
 
+    from hrm_deeploop.runtime import available_cpus
+
     info = Path("/proc/cpuinfo")
     names = [line.split(":", 1)[1].strip() for line in (info.read_text().splitlines() if info.is_file() else [])
              if line.startswith("model name")]
     cpu = names[0] if names else platform.processor()
-    return f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}"
+    return f"{cpu}, {available_cpus()} cores, torch {torch.__version__}"
 
 
 def collect() -> int:
@@ -320,8 +326,8 @@ def collect() -> int:
                         "wall_s": round(f[2]), "params": f[3], "train_fit": round(f[4], 2), "test_inputs": lines,
                         "machine": where, "source": f"run folder {run}, collected {time.strftime('%Y-%m-%d')}"})
     old = read_records()
-    have = {tuple(r[k] for k in RECORD_KEY): r for r in old}
-    changed = [r for r in new if have.get(tuple(r[k] for k in RECORD_KEY)) != r]
+    have = {run_key(r): r for r in old}
+    changed = [r for r in new if have.get(run_key(r)) != r]
     write_records(merge_records(old, new))
     for r in changed:
         print("recorded:", " ".join(str(r[k]) for k in RECORD_KEY))
@@ -423,8 +429,9 @@ def arc_table() -> int:
     schemes = [[(f"{label(m)} {lr}", list(done.values())), (f"{label(m)}, DeepLoop {lr}", list(dl.values()))]
                for (m, sc, lr, steps), done in by_cell.items() if sc == "baseline" and len(done) >= 3
                and len(dl := by_cell.get((m, "deeploop", lr, steps), {})) >= 3]
-    groups = [("each model's best rate, all its seeds", [at_best]), ("equal CPU time", [equal] if any(
-        not what.startswith("HRM") for what, _ in equal) else []), ("baseline against DeepLoop at one rate", schemes)]
+    groups = [("each model's best rate, all its seeds", [at_best]),
+              ("equal CPU time", [equal] if len(equal) > 1 else []),  # HRM's 1500 steps alone: none run yet
+              ("baseline against DeepLoop at one rate", schemes)]
     for group, sets in groups:
         for what, i in (("single copies exact", 0), ("training rows exact, last 100 steps", 7)):
             if sets:
