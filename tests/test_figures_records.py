@@ -74,3 +74,17 @@ def test_best_rate_rule(sb, tmp_path, monkeypatch):
     best = sb.best_arc_rates(cells_of(sb, runs, tmp_path, monkeypatch))
     assert best[("hrm", "baseline")][0] == "1e-3"  # tie on single copies, broken by pass@2
     assert best[("hrm", "deeploop")][0] == "1e-3"  # at the baseline's best rate, not its own
+
+
+def test_a_full_tie_is_named(sb, tmp_path, monkeypatch):
+    runs = [record(model="trm_mlp", lr=lr, seed=s, exact=0, p2=0.0) for lr in ("5e-4", "2e-3", "3e-3") for s in (0, 1, 2)]
+    runs[-1]["exact_copies"] = 1  # 3e-3 a copy ahead: not a tie
+    cells = cells_of(sb, runs, tmp_path, monkeypatch)
+    best = sb.best_arc_rates(cells)
+    assert best[("trm_mlp", "baseline")][0] == "3e-3"
+    assert sb.rate_ties(cells, best) == {}
+    runs[-1]["exact_copies"] = 0
+    cells = cells_of(sb, runs, tmp_path, monkeypatch)
+    best = sb.best_arc_rates(cells)
+    assert best[("trm_mlp", "baseline")][0] == "5e-4"  # all tied: the lowest rate is kept
+    assert sb.rate_ties(cells, best) == {"trm_mlp": ["2e-3", "3e-3"]}

@@ -374,6 +374,18 @@ def best_arc_rates(cells: list) -> dict[tuple[str, str], tuple[str, float, float
     return best
 
 
+def rate_ties(cells: list, best: dict) -> dict[str, list[str]]:
+    """{model: the other rates} where the baseline's best rate ties another on both of the rule's measures (then
+    the rule cannot choose, and `best_arc_rates` keeps the lowest rate)."""
+    ties: dict[str, list[str]] = {}
+    for model, scheme, lr, steps, done in cells:
+        chosen = best.get((model, "baseline"))
+        if scheme == "baseline" and steps == STEPS and chosen and lr != chosen[0] \
+                and (mean_first3(done, 0), mean_first3(done, 2)) == chosen[1:]:
+            ties.setdefault(model, []).append(lr)
+    return ties
+
+
 def spread(values: list, unit: str = "") -> str:
     """min-max of the values known ("-" where none is: runs recorded without them)."""
     known = [v for v in values if v is not None]
@@ -414,7 +426,9 @@ def arc_table() -> int:
         missing = [lr for lr in sorted(set(ARC_SWEEP) | set(mine), key=float)
                    if lr not in mine or mean_first3(mine[lr], 0) is None]
         lr, ex, p2 = best.get((model, "baseline"), ("-", float("nan"), float("nan")))
+        tied = rate_ties(cells, best).get(model, [])
         print(f"best rate, {model} baseline: {lr} (seeds 0-2: {ex:.1f} single copies, {p2:.1f} pass@2)"
+              + (f"; tied on both with {', '.join(tied)}: the rule cannot choose, the lowest rate is kept" if tied else "")
               + (f"; the sweep still lacks seeds 0-2 at {', '.join(missing)}" if missing else "; sweep complete"))
     from hrm_deeploop.study import mann_whitney_u
 
