@@ -358,15 +358,20 @@ def mean_first3(done: dict[int, tuple], i: int) -> float | None:
     return statistics.mean(done[s][i] for s in (0, 1, 2)) if all(s in done for s in (0, 1, 2)) else None
 
 
+def sweep_score(scheme: str, steps: int, done: dict[int, tuple]) -> tuple[float, float] | None:
+    """What the sweep's rule ranks a cell by, (mean single copies, mean pass@2) over seeds 0-2; None for a cell
+    outside the sweep (DeepLoop, another budget) or without all of seeds 0-2."""
+    ex = mean_first3(done, 0)
+    return (ex, mean_first3(done, 2)) if scheme == "baseline" and steps == STEPS and ex is not None else None
+
+
 def best_arc_rates(cells: list) -> dict[tuple[str, str], tuple[str, float, float]]:
     """{(model, scheme): (lr, mean single copies, mean pass@2)}: the rule of 4.9's sweep, the highest mean of
     single copies exact over seeds 0-2, ties to the higher mean pass@2 over seeds 0-2 (1500-step runs only)."""
     best: dict[tuple[str, str], tuple[str, float, float]] = {}
     for model, scheme, lr, steps, done in cells:
-        ex, p2 = mean_first3(done, 0), mean_first3(done, 2)
-        if scheme == "baseline" and steps == STEPS and ex is not None \
-                and (ex, p2) > best.get((model, scheme), ("", -1.0, -1.0))[1:]:
-            best[(model, scheme)] = (lr, ex, p2)
+        if (score := sweep_score(scheme, steps, done)) and score > best.get((model, scheme), ("", -1.0, -1.0))[1:]:
+            best[(model, scheme)] = (lr, *score)
     for model, scheme, lr, steps, done in cells:  # DeepLoop is not swept: compared at the baseline's best rate only
         if scheme == "deeploop" and steps == STEPS and best.get((model, "baseline"), ("",))[0] == lr \
                 and (ex := mean_first3(done, 0)) is not None:
@@ -379,9 +384,8 @@ def rate_ties(cells: list, best: dict) -> dict[str, list[str]]:
     the rule cannot choose, and `best_arc_rates` keeps the lowest rate)."""
     ties: dict[str, list[str]] = {}
     for model, scheme, lr, steps, done in cells:
-        chosen = best.get((model, "baseline"))
-        if scheme == "baseline" and steps == STEPS and chosen and lr != chosen[0] \
-                and (mean_first3(done, 0), mean_first3(done, 2)) == chosen[1:]:
+        chosen = best.get((model, scheme))
+        if chosen and lr != chosen[0] and sweep_score(scheme, steps, done) == chosen[1:]:
             ties.setdefault(model, []).append(lr)
     return ties
 
@@ -420,13 +424,14 @@ def arc_table() -> int:
         print(f"| {label(model)} | {scheme} | {lr} | {steps:,} | {fs[0][6]:,} | {len(fs)} | {spread([f[4] for f in fs])} | "
               f"{spread([f[5] for f in fs], ' s')} |")
     best = best_arc_rates(cells)
+    ties = rate_ties(cells, best)
     print()
     for model in MODELS:
         mine = {lr: done for m, sc, lr, steps, done in cells if (m, sc, steps) == (model, "baseline", STEPS)}
         missing = [lr for lr in sorted(set(ARC_SWEEP) | set(mine), key=float)
                    if lr not in mine or mean_first3(mine[lr], 0) is None]
         lr, ex, p2 = best.get((model, "baseline"), ("-", float("nan"), float("nan")))
-        tied = rate_ties(cells, best).get(model, [])
+        tied = ties.get(model, [])
         print(f"best rate, {model} baseline: {lr} (seeds 0-2: {ex:.1f} single copies, {p2:.1f} pass@2)"
               + (f"; tied on both with {', '.join(tied)}: the rule cannot choose, the lowest rate is kept" if tied else "")
               + (f"; the sweep still lacks seeds 0-2 at {', '.join(missing)}" if missing else "; sweep complete"))
