@@ -88,3 +88,22 @@ def test_a_full_tie_is_named(sb, tmp_path, monkeypatch):
     best = sb.best_arc_rates(cells)
     assert best[("trm_mlp", "baseline")][0] == "5e-4"  # all tied: the lowest rate is kept
     assert sb.rate_ties(cells, best) == {"trm_mlp": ["2e-3", "3e-3"]}
+
+
+def test_a_tie_over_three_seeds_is_broken_over_five(sb, tmp_path, monkeypatch):
+    runs = [record(model="trm", lr=lr, seed=s, exact=10) for lr in ("2.5e-4", "5e-4") for s in (0, 1, 2)]
+    runs += [record(model="trm", lr="5e-4", seed=s, exact=12) for s in (3, 4)]
+    cells = cells_of(sb, runs, tmp_path, monkeypatch)
+    best = sb.best_arc_rates(cells)
+    assert best[("trm", "baseline")][0] == "2.5e-4"  # 2.5e-4 lacks seeds 3-4: the tie stands, the lowest kept
+    assert "cannot choose until seeds 3-4" in sb.tie_note(cells, "trm", best[("trm", "baseline")], ["5e-4"])
+    runs += [record(model="trm", lr="2.5e-4", seed=s, exact=11) for s in (3, 4)]
+    cells = cells_of(sb, runs, tmp_path, monkeypatch)
+    best = sb.best_arc_rates(cells)
+    assert best[("trm", "baseline")][0] == "5e-4"  # seeds 0-4: 13.3 against 12.8
+    assert sb.rate_ties(cells, best) == {"trm": ["2.5e-4"]}
+    assert sb.tie_note(cells, "trm", best[("trm", "baseline")], ["2.5e-4"]).endswith(
+        "chosen over seeds 0-4 (2.5e-4 12.8 / 25.0, 5e-4 13.3 / 25.0)")
+    runs[-2:] = [record(model="trm", lr="2.5e-4", seed=s, exact=12) for s in (3, 4)]
+    best = sb.best_arc_rates(cells_of(sb, runs, tmp_path, monkeypatch))
+    assert best[("trm", "baseline")][0] == "2.5e-4"  # tied over five seeds too: the lowest rate
