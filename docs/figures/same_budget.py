@@ -186,7 +186,7 @@ def main() -> int:
                 if not done:
                     continue
                 exact = [f[0] for f in done.values()]
-                m3 = mean_first3(done, 0)
+                m3 = mean_seeds(done, 0)
                 if m3 is not None and m3 > best.get((model, scheme), (-1.0, ""))[0]:
                     best[(model, scheme)] = (m3, lr_dir.name[2:])
                 m3 = float("nan") if m3 is None else m3
@@ -353,7 +353,7 @@ ARC_SWEEP = ("5e-4", "1e-3", "2e-3", "3e-3")  # section 4.9's rates, fixed befor
 STEPS = 1500  # section 4.9's budget; other step counts are the equal-CPU-time runs
 
 
-def mean_first3(done: dict[int, tuple], i: int, seeds: tuple[int, ...] = (0, 1, 2)) -> float | None:
+def mean_seeds(done: dict[int, tuple], i: int, seeds: tuple[int, ...] = (0, 1, 2)) -> float | None:
     """Mean of field i over the seeds (0-2 unless told), None unless all of them finished."""
     return statistics.mean(done[s][i] for s in seeds) if all(s in done for s in seeds) else None
 
@@ -362,8 +362,8 @@ def sweep_score(scheme: str, steps: int, done: dict[int, tuple],
                 seeds: tuple[int, ...] = (0, 1, 2)) -> tuple[float, float] | None:
     """What the sweep's rule ranks a cell by, (mean single copies, mean pass@2) over seeds 0-2 (0-4 to break a
     tie); None for a cell outside the sweep (DeepLoop, another budget) or without all of those seeds."""
-    ex = mean_first3(done, 0, seeds)
-    return (ex, mean_first3(done, 2, seeds)) if scheme == "baseline" and steps == STEPS and ex is not None else None
+    ex = mean_seeds(done, 0, seeds)
+    return (ex, mean_seeds(done, 2, seeds)) if scheme == "baseline" and steps == STEPS and ex is not None else None
 
 
 TIE_SEEDS = (0, 1, 2, 3, 4)  # a tie over seeds 0-2 is broken by the same two measures over these
@@ -390,20 +390,17 @@ def best_arc_rates(cells: list) -> dict[tuple[str, str], tuple[str, float, float
             best[(model, scheme)] = (next(lr for s, lr in over5 if s == top), *score)
     for model, scheme, lr, steps, done in cells:  # DeepLoop is not swept: compared at the baseline's best rate only
         if scheme == "deeploop" and steps == STEPS and best.get((model, "baseline"), ("",))[0] == lr \
-                and (ex := mean_first3(done, 0)) is not None:
-            best[(model, scheme)] = (lr, ex, mean_first3(done, 2))
+                and (ex := mean_seeds(done, 0)) is not None:
+            best[(model, scheme)] = (lr, ex, mean_seeds(done, 2))
     return best
 
 
 def rate_ties(cells: list, best: dict) -> dict[str, list[str]]:
     """{model: the other rates} where the baseline's best rate ties another on both of the rule's measures over
     seeds 0-2 (then seeds 0-4 decide, once every tied rate has them; until then `best_arc_rates` keeps the lowest)."""
-    ties: dict[str, list[str]] = {}
-    for model, scheme, lr, steps, done in cells:
-        chosen = best.get((model, scheme))
-        if chosen and lr != chosen[0] and sweep_score(scheme, steps, done) == chosen[1:]:
-            ties.setdefault(model, []).append(lr)
-    return ties
+    others = {model: [lr for lr, _ in tied_cells(cells, model, chosen[1:]) if lr != chosen[0]]
+              for (model, scheme), chosen in best.items() if scheme == "baseline"}
+    return {model: lrs for model, lrs in others.items() if lrs}
 
 
 def tie_note(cells: list, model: str, chosen: tuple, tied: list[str]) -> str:
@@ -435,7 +432,7 @@ def arc_table() -> int:
         fs = list(done.values())
         ex, p1, p2 = ([f[i] for f in fs] for i in range(3))
         solved = Counter(name for f in fs for name in f[3])
-        first3 = (mean_first3(done, 0), mean_first3(done, 2))
+        first3 = (mean_seeds(done, 0), mean_seeds(done, 2))
         print(f"| {label(model)}{', DeepLoop' if scheme == 'deeploop' else ''} | {lr} | {steps:,} | "
               f"{', '.join(f'{e:.1f}' for e in ex)} | **{statistics.mean(ex):.1f}** [{min(ex):.1f}, {max(ex):.1f}] | "
               f"{', '.join(f'{v:.1f}' for v in p1)} | {', '.join(f'{v:.1f}' for v in p2)} | "
@@ -455,7 +452,7 @@ def arc_table() -> int:
     for model in MODELS:
         mine = {lr: done for m, sc, lr, steps, done in cells if (m, sc, steps) == (model, "baseline", STEPS)}
         missing = [lr for lr in sorted(set(ARC_SWEEP) | set(mine), key=float)
-                   if lr not in mine or mean_first3(mine[lr], 0) is None]
+                   if lr not in mine or mean_seeds(mine[lr], 0) is None]
         lr, ex, p2 = best.get((model, "baseline"), ("-", float("nan"), float("nan")))
         tied = ties.get(model, [])
         print(f"best rate, {model} baseline: {lr} (seeds 0-2: {ex:.1f} single copies, {p2:.1f} pass@2)"
@@ -507,7 +504,7 @@ def arc_plot(path: Path, cells: list, best: dict) -> None:
                       key=lambda c: c[0])
         for lr, done in mine:
             sweep.scatter([lr] * len(done), [f[0] for f in done.values()], s=10, color=colour[key], alpha=0.5)
-        line = [(lr, mean_first3(done, 0)) for lr, done in mine if mean_first3(done, 0) is not None]
+        line = [(lr, mean_seeds(done, 0)) for lr, done in mine if mean_seeds(done, 0) is not None]
         if line:
             sweep.plot(*zip(*line), "-" if key[1] == "baseline" else "--", color=colour[key], marker="o",
                        label=f"{label(key[0])} {key[1]}")
