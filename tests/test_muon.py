@@ -187,9 +187,10 @@ def _ddp_muon_worker(rank: int, world: int, port: int, data_dir: str, out_file: 
 def test_two_process_gloo_muon_steps_equal_one_process(tmp_path, data):
     """Under DDP every rank steps Muon on the same all-reduced gradients: the ranks' weights agree
     bit for bit, and their change over 2 steps agrees with the single process's (same global batch)
-    to 1% of that change. Not exactly: the all-reduced gradients differ from one process's in the
+    to 5% of that change. Not exactly: the all-reduced gradients differ from one process's in the
     last bits, which Newton-Schulz amplifies (its slope at 0 is about 1600 after five steps): the
-    worst parameter measured 0 after one step, 0.12% after two, 2.5% after three."""
+    worst parameter measured 0 after one step, 0.12% after two, 2.5% after three on an AMD EPYC
+    machine, and 1.6% after two on an Intel Xeon one (2026-12-02; the 1% bound of then failed there)."""
     import socket
 
     import torch.multiprocessing as mp
@@ -205,7 +206,7 @@ def test_two_process_gloo_muon_steps_equal_one_process(tmp_path, data):
         assert torch.equal(r0[k][1], r1[k][1]), k
         assert torch.equal(r0[k][0], before), k  # the same start
         step, ddp_step = after - before, r0[k][1] - before
-        assert (ddp_step - step).abs().max() <= 0.01 * step.abs().max(), k
+        assert (ddp_step - step).abs().max() <= 0.05 * step.abs().max(), k
         moved += int(step.abs().max() > 0)
     assert moved >= 15  # every dense parameter moved (and the puzzle rows)
 
