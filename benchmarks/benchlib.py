@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.gpuprof import gpu_turn
 from benchmarks.refstubs import stub_argdantic  # noqa: F401  (re-exported: the comparison scripts use it)
 from hrm_deeploop import runtime
 from hrm_deeploop.errors import ConfigError
@@ -91,17 +92,21 @@ class Timing:
 
 
 def time_steps(step: Callable[[], object], device: torch.device, warmup: int, steps: int) -> Timing:
-    """Run `step` warmup times untimed, then `steps` times, synchronising around each step."""
-    for _ in range(warmup):
+    """Run `step` warmup times untimed, then `steps` times, synchronising around each step. The
+    first warm-up step (compilation) runs outside `gpu_turn`, the rest inside it."""
+    if warmup:
         step()
-    sync(device)
-    times = []
-    t_all = time.perf_counter()
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        step()
+    with gpu_turn():
+        for _ in range(warmup - 1):
+            step()
         sync(device)
-        times.append(time.perf_counter() - t0)
+        times = []
+        t_all = time.perf_counter()
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            step()
+            sync(device)
+            times.append(time.perf_counter() - t0)
     return Timing(1e3 * statistics.median(times), steps, time.perf_counter() - t_all)
 
 
@@ -567,18 +572,22 @@ def time_interleaved(steps_by_side: dict, device: torch.device, warmup: int, ste
     On CUDA wall time; on CPU this process's CPU time (`time.process_time`), which other
     processes' load on a shared machine does not inflate (run with --threads 1)."""
     clock = time.perf_counter if device.type == "cuda" else time.process_time
-    for fn in steps_by_side.values():
-        for _ in range(warmup):
+    if warmup:  # the first call of each side (compilation) outside gpu_turn, the rest inside
+        for fn in steps_by_side.values():
             fn()
-    sync(device)
-    times: dict[str, list[float]] = {k: [] for k in steps_by_side}
-    names = list(steps_by_side)
-    for i in range(steps):
-        for k in names[i % len(names):] + names[:i % len(names)]:
-            t0 = clock()
-            steps_by_side[k]()
-            sync(device)
-            times[k].append(clock() - t0)
+    with gpu_turn():
+        for fn in steps_by_side.values():
+            for _ in range(warmup - 1):
+                fn()
+        sync(device)
+        times: dict[str, list[float]] = {k: [] for k in steps_by_side}
+        names = list(steps_by_side)
+        for i in range(steps):
+            for k in names[i % len(names):] + names[:i % len(names)]:
+                t0 = clock()
+                steps_by_side[k]()
+                sync(device)
+                times[k].append(clock() - t0)
     return {k: 1e3 * statistics.median(v) for k, v in times.items()}
 
 

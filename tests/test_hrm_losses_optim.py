@@ -67,6 +67,42 @@ def test_adam_atan2_matches_formula():
     torch.testing.assert_close(p.data.double(), ref, atol=1e-6, rtol=1e-6)
 
 
+
+def _compiled_matches_eager(device: str) -> None:
+    """AdamATan2(compiled=True) follows the eager rule over several tensors and changing lr (the
+    scalars travel as a tensor: no recompilation per step), state steps counted alike."""
+    torch.manual_seed(0)
+    shapes = [(6, 5), (7,), (4, 4)]
+    p0 = [torch.randn(s, device=device) for s in shapes]
+    a = [torch.nn.Parameter(x.clone()) for x in p0]
+    b = [torch.nn.Parameter(x.clone()) for x in p0]
+    oa = AdamATan2(a, lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1)
+    ob = AdamATan2(b, lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1, compiled=True)
+    for step in range(4):
+        for x, y in zip(a, b):
+            g = torch.randn_like(x)
+            x.grad, y.grad = g.clone(), g.clone()
+        for o in (oa, ob):
+            o.param_groups[0]["lr"] = 1e-2 * (step + 1)
+        oa.step()
+        ob.step()
+    for x, y, x0 in zip(a, b, p0):
+        assert not torch.equal(y.data, x0)  # it moved
+        torch.testing.assert_close(y.data, x.data, atol=1e-6, rtol=1e-5)
+    assert [float(ob.state[y]["step"]) for y in b] == [4.0] * 3
+
+
+@pytest.mark.slow  # compiles the update on the CPU (about 20 s)
+def test_adam_atan2_compiled_matches_eager_cpu():
+    _compiled_matches_eager("cpu")
+
+
+@pytest.mark.gpu
+def test_adam_atan2_compiled_matches_eager_cuda():
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    _compiled_matches_eager("cuda")
+
 @pytest.mark.gpu
 def test_adam_atan2_matches_cuda_kernel():
     adam_atan2 = pytest.importorskip("adam_atan2")

@@ -20,17 +20,25 @@ class AdamATan2(torch.optim.Optimizer):
         m <- b1 * m + (1 - b1) * g ;  v <- b2 * v + (1 - b2) * g^2
         p <- p - lr / (1 - b1^t) * atan2(m, sqrt(v) / sqrt(1 - b2^t))
 
-    Pure PyTorch, any device; `make_adam_atan2` uses the CUDA kernel when it imports.
+    Pure PyTorch, any device; `make_adam_atan2` uses the CUDA kernel when it imports. With
+    `compiled=True` (a GPU speed switch, off by default) each group's update is one
+    `torch.compile`d function over all its tensors (a few fused kernels instead of ~9 per
+    parameter); the rule is the same, the last bits are the compiler's (atan2 and sqrt in Triton).
     """
 
-    def __init__(self, params, lr: float = 1e-4, betas: tuple[float, float] = (0.9, 0.95), weight_decay: float = 0.1):
+    def __init__(self, params, lr: float = 1e-4, betas: tuple[float, float] = (0.9, 0.95), weight_decay: float = 0.1,
+                 compiled: bool = False):
         super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay))
+        self.compiled = compiled
 
     @torch.no_grad()
     def step(self, closure=None):
         loss = closure() if closure is not None else None
         for group in self.param_groups:
             lr, (b1, b2), wd = group["lr"], group["betas"], group["weight_decay"]
+            if self.compiled:
+                self._compiled_group_step(group, lr, b1, b2, wd)
+                continue
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -48,6 +56,38 @@ class AdamATan2(torch.optim.Optimizer):
                 denom = v.sqrt() / math.sqrt(1 - b2**t)
                 p.add_(torch.atan2(m, denom), alpha=-lr / (1 - b1**t))
         return loss
+
+    def _compiled_group_step(self, group: dict, lr: float, b1: float, b2: float, wd: float) -> None:
+        """The same update for every parameter of `group` with a gradient, in one compiled call;
+        the per-step scalars travel as one small tensor (no recompilation as lr and t change)."""
+        params = [p for p in group["params"] if p.grad is not None]
+        if not params:
+            return
+        for p in params:
+            state = self.state[p]
+            if not state:
+                state["step"] = torch.zeros((), dtype=torch.float32)
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state["step"] += 1
+        t = float(self.state[params[0]]["step"])  # every parameter of a group steps together here
+        scalars = torch.tensor([lr, 1 - b1**t, math.sqrt(1 - b2**t)], dtype=torch.float32)
+        if params[0].is_cuda:
+            scalars = scalars.pin_memory().to(params[0].device, non_blocking=True)
+        _adam_atan2_update(params, [p.grad for p in params], [self.state[p]["exp_avg"] for p in params],
+                           [self.state[p]["exp_avg_sq"] for p in params], scalars, b1, b2, wd)
+
+
+@torch.compile(dynamic=False)
+def _adam_atan2_update(params: list[Tensor], grads: list[Tensor], ms: list[Tensor], vs: list[Tensor],
+                       scalars: Tensor, b1: float, b2: float, wd: float) -> None:
+    """AdamATan2's rule over lists of tensors; scalars = (lr, 1 - b1^t, sqrt(1 - b2^t))."""
+    lr, bc1, bc2_sqrt = scalars[0], scalars[1], scalars[2]
+    for p, g, m, v in zip(params, grads, ms, vs):
+        p.mul_(1 - lr * wd)
+        m.lerp_(g, 1 - b1)
+        v.mul_(b2).addcmul_(g, g, value=1 - b2)
+        p.sub_(torch.atan2(m, v.sqrt() / bc2_sqrt) * (lr / bc1))
 
 
 def make_adam_atan2(params, lr: float, betas: tuple[float, float], weight_decay: float,
