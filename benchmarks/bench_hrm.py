@@ -32,9 +32,7 @@ import gc
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from types import SimpleNamespace
 
-import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
@@ -52,18 +50,15 @@ from benchmarks.benchlib import (  # noqa: E402
     setup_device,
     time_steps,
 )
+from benchmarks.reasoner_setup import make_trainer, random_batches  # noqa: E402
 from hrm_deeploop import runtime  # noqa: E402
-from hrm_deeploop.models.config import HRMConfig, TRMConfig  # noqa: E402
+from hrm_deeploop.models.config import HRMConfig  # noqa: E402
 from hrm_deeploop.models.core import swiglu_width  # noqa: E402
 from hrm_deeploop.models.scaling import ScalingConfig  # noqa: E402
 from hrm_deeploop.training.config import (  # noqa: E402
-    ReasonerLoop,
-    ReasonerOptim,
-    TrainConfig,
     TrainGPTConfig,
 )
 from hrm_deeploop.training.loop import mfu  # noqa: E402
-from hrm_deeploop.training.reasoner import Trainer  # noqa: E402
 
 PRESETS = {
     # The reference's ARC config per GPU: global batch 768 on 8 GPUs = 96 per GPU, bf16.
@@ -106,41 +101,6 @@ def model_flops_per_example(cfg: HRMConfig, training: bool = True) -> float:
     bwd_visits = cfg.num_l_layers + cfg.num_h_layers
     head = 2 * D * cfg.vocab_size * (segments + 2)  # lm_head forward each segment, backward once (2x)
     return T * (fwd_visits * visit + 2 * bwd_visits * visit + head)
-
-
-def fake_split(num_ids: int, examples: int = 1) -> SimpleNamespace:
-    """What `TrainSampler.__init__` reads from a dataset split (never sampled here): one group of
-    one puzzle with `examples` examples."""
-    return SimpleNamespace(group_indices=np.array([0, 1]), puzzle_indices=np.array([0, examples]),
-                           puzzle_identifiers=np.array([0], dtype=np.int32), num_examples=examples,
-                           meta=SimpleNamespace(total_groups=1, mean_puzzle_examples=examples))
-
-
-def random_batches(cfg: HRMConfig | TRMConfig, batch: int, n: int, device: torch.device, seed: int = 0) -> list[dict]:
-    """n random batches: tokens in [2, V) (0 pad, 1 end-of-row in ARC), about half the labels
-    ignored (ARC pads grids to 30x30), random puzzle ids."""
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for _ in range(n):
-        inputs = torch.randint(2, cfg.vocab_size, (batch, cfg.seq_len), generator=g, dtype=torch.int32)
-        labels = torch.randint(2, cfg.vocab_size, (batch, cfg.seq_len), generator=g, dtype=torch.int32)
-        labels[torch.rand(batch, cfg.seq_len, generator=g) < 0.5] = -100
-        ids = torch.randint(0, cfg.num_puzzle_identifiers, (batch,), generator=g, dtype=torch.int32)
-        out.append({k: v.to(device) for k, v in
-                    {"inputs": inputs, "labels": labels, "puzzle_identifiers": ids}.items()})
-    return out
-
-
-def make_trainer(model_cfg: HRMConfig | TRMConfig, scaling: ScalingConfig, device: torch.device, batch: int,
-                 compile_: bool = False, optim: ReasonerOptim | None = None, ema: bool = False,
-                 fused: bool = True) -> Trainer:
-    """The real `training.reasoner.Trainer` (one process, no logger) around a stub dataset split,
-    for random batches given to `train_step(tensors=...)` (benchmarks, reference comparisons, tests)."""
-    tcfg = TrainConfig(model=model_cfg, scaling=scaling, logger="none", device=device.type,
-                       optim=optim or ReasonerOptim(),
-                       train=ReasonerLoop(global_batch_size=batch, compile=compile_, progress=False, ema=ema))
-    env = runtime.Env(rank=0, local_rank=0, world_size=1, device=device, fused_kernel=fused)
-    return Trainer(tcfg, env, fake_split(model_cfg.num_puzzle_identifiers, batch), total_steps=10**6)
 
 
 def run_variant(v: Variant, model_cfg: HRMConfig, scaling: ScalingConfig, device: torch.device, batch: int,

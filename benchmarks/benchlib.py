@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.gpuprof import gpu_turn
+from benchmarks.reasoner_setup import make_trainer, random_batches
 from benchmarks.refstubs import stub_argdantic  # noqa: F401  (re-exported: the comparison scripts use it)
 from hrm_deeploop import runtime
 from hrm_deeploop.errors import ConfigError
@@ -410,8 +411,6 @@ def _check_reference(ref, cfg, batch: int, device: torch.device, steps: int, o, 
                      explore: float) -> tuple[list[list[str]], list[list[str]]]:
     from dataclasses import replace
 
-    # imported here, not at the top: bench_hrm imports this module
-    from benchmarks.bench_hrm import make_trainer, random_batches
     from hrm_deeploop.models.scaling import ScalingConfig
     from hrm_deeploop.official import official_state_dict
     from hrm_deeploop.training.ema import EMA
@@ -524,7 +523,6 @@ def reference_step_fn(ref, cfg, batch: int, dtype: torch.dtype, device: torch.de
     followed by its EMA update with `ema` (ema=True in every TRM and URM setup; HRM has none).
     `ref` is the reference's namespace: `build(cfg, batch, dtype, device)` -> its ACTLossHead,
     `SignSGD`, `lr(...)` (its schedule), and with `ema` its `EMAHelper`."""
-    from benchmarks.bench_hrm import random_batches
     from hrm_deeploop.training.optim import set_lr
 
     torch.manual_seed(0)
@@ -558,7 +556,6 @@ def reference_step_fn(ref, cfg, batch: int, dtype: torch.dtype, device: torch.de
 
 def our_step_fn(cfg, scheme: str, batch: int, device: torch.device, compile_: bool, o, ema: bool = True):
     """A closure running one step of our Trainer (with the weight average with `ema`)."""
-    from benchmarks.bench_hrm import make_trainer, random_batches
     from hrm_deeploop.models.scaling import ScalingConfig
 
     trainer = make_trainer(cfg, ScalingConfig(scheme=scheme), device, batch, compile_, o, ema=ema)

@@ -53,7 +53,7 @@ from omegaconf import OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from benchmarks.bench_hrm import PRESETS, random_batches  # noqa: E402
+from benchmarks.bench_hrm import PRESETS  # noqa: E402
 from benchmarks.benchlib import (  # noqa: E402
     add_common_args,
     describe,
@@ -70,6 +70,7 @@ from benchmarks.benchlib import (  # noqa: E402
     strict_numerics,
     time_steps,
 )
+from benchmarks.reasoner_setup import random_batches  # noqa: E402
 from hrm_deeploop import runtime  # noqa: E402
 from hrm_deeploop.config import to_dict, typed  # noqa: E402
 from hrm_deeploop.errors import ConfigError  # noqa: E402

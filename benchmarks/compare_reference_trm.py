@@ -67,6 +67,7 @@ from benchmarks.benchlib import (  # noqa: E402
     setup_device,
     stub_pretrain_modules,
 )
+from benchmarks.gpuprof import sdpa_in_query_layout  # noqa: E402
 from hrm_deeploop import runtime  # noqa: E402
 from hrm_deeploop.config import to_dict, typed  # noqa: E402
 from hrm_deeploop.errors import ConfigError  # noqa: E402
@@ -107,10 +108,15 @@ def import_reference(ref_dir: Path) -> tuple[types.SimpleNamespace, str]:
             sparse = importlib.import_module("models.sparse_embedding")
             ema = importlib.import_module("models.ema")
             pretrain = importlib.import_module("pretrain")
+            layers = importlib.import_module("models.layers")
         except ImportError as e:
             raise SystemExit(f"cannot import the reference from {ref_dir}: {e} (it needs pydantic and einops)") from None
+    # its attention `.view`s SDPA's output after a transpose, which only works in the layout the
+    # flash kernels return (query's, (B, S, H, D) in memory); under strict_numerics' math backend
+    # (GPU) the output is (B, H, S, D) and the view fails (second lease): the same values, relaid
+    layers.scaled_dot_product_attention = sdpa_in_query_layout
     note = (f"pretrain.py imported for its lr schedule with stand-in modules {stubbed + ['argdantic']} "
-            "(never called); both sides' AdamATan2: make_adam_atan2")
+            "(never called); both sides' AdamATan2: make_adam_atan2; its SDPA's output kept in the query's layout")
     ref = types.SimpleNamespace(Model=trm.TinyRecursiveReasoningModel_ACTV1, LossHead=losses.ACTLossHead,
                                 model_module=trm,
                                 SignSGD=sparse.CastedSparseEmbeddingSignSGD_Distributed, EMAHelper=ema.EMAHelper,

@@ -75,7 +75,7 @@ def _clone_carry(carry):
 
 def lever_step(lever: str, cfg, batch: int, device: torch.device, o: ReasonerOptim, ema: bool):
     """One step of our trainer with `lever` applied (module docstring)."""
-    from benchmarks.bench_hrm import make_trainer, random_batches
+    from benchmarks.reasoner_setup import make_trainer, random_batches
     from hrm_deeploop.models.scaling import ScalingConfig
 
     trainer = make_trainer(cfg, ScalingConfig(scheme="baseline"), device, batch, True, o, ema=ema,

@@ -40,6 +40,16 @@ def gpu_turn() -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def sdpa_in_query_layout(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **kw) -> torch.Tensor:
+    """scaled_dot_product_attention with its output stored in the query's memory layout, as the
+    flash kernels return it (the math backend returns a contiguous (B, H, S, D)): the same values,
+    so code that `.view`s the output after a transpose runs under either backend."""
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, **kw)
+    if out.stride() == query.stride() or out.transpose(1, 2).is_contiguous():
+        return out
+    return out.transpose(1, 2).contiguous().transpose(1, 2)
+
+
 def kind_of(name: str) -> str:
     return next((k for k, pat in KINDS if pat.search(name)), "other")
 
@@ -60,7 +70,9 @@ def kernel_profile(step: Callable[[], object], device: torch.device, steps: int 
                 step()
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
-    events = [e for e in prof.key_averages() if _device_us(e) > 0]
+    # CUDA runtime calls (cudaStreamSynchronize, cudaMemcpyAsync, ...) are host time, not kernels:
+    # the second lease's first profiles counted a step's host syncs as device time
+    events = [e for e in prof.key_averages() if _device_us(e) > 0 and not e.key.startswith("cuda")]
     total = sum(_device_us(e) for e in events) or 1.0
     events.sort(key=_device_us, reverse=True)
     kernels = [[e.key[:72], f"{_device_us(e) / 1e3 / steps:.3f}", f"{100 * _device_us(e) / total:.1f}%",

@@ -5,6 +5,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from benchmarks import bench_gpt, bench_hrm
 
@@ -300,3 +301,47 @@ def test_host_drawn_torch_draws_what_the_reference_draws_on_cpu():
     (a, b), (c, d) = draws
     assert torch.equal(a, c) and torch.equal(b, d) and b.dtype == d.dtype == torch.int32
     assert stand_in.where is torch.where  # everything else is torch itself
+
+
+def test_sdpa_in_query_layout_same_values_view_works():
+    """The TRM reference `.view`s SDPA's output after a transpose: under the math backend (the GPU
+    checks' strict numerics) that failed; the stand-in returns the same values in the query's layout."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from benchmarks.gpuprof import sdpa_in_query_layout
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 5, 3, 4, generator=g).transpose(1, 2) for _ in range(3))  # (B, H, S, D) views
+    with sdpa_kernel(SDPBackend.MATH):
+        plain = F.scaled_dot_product_attention(q, k, v)
+        out = sdpa_in_query_layout(q, k, v)
+    with pytest.raises(RuntimeError):
+        plain.transpose(1, 2).view(2, 5, 12)
+    assert torch.equal(out, plain)
+    assert out.transpose(1, 2).view(2, 5, 12).shape == (2, 5, 12)
+
+
+def test_gpu_turn_holds_the_lock(tmp_path, monkeypatch):
+    """With GPU_TURN_LOCK set, a second locker cannot take the GPU while a timed section runs."""
+    import fcntl
+
+    from benchmarks.gpuprof import gpu_turn
+
+    path = tmp_path / "gpu.turn"
+    monkeypatch.setenv("GPU_TURN_LOCK", str(path))
+    with gpu_turn():
+        with open(path, "a") as other:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with open(path, "a") as other:
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released after the section
+
+
+def test_kernel_profile_rows_on_cpu():
+    from benchmarks.gpuprof import kernel_profile
+
+    a = torch.randn(64, 64)
+    kernels, kinds = kernel_profile(lambda: a @ a, torch.device("cpu"), steps=2, top=3)
+    assert 1 <= len(kernels) <= 3 and kinds[-1][0] == "all"
+    assert all(not row[0].startswith("cuda") for row in kernels)

@@ -19,7 +19,8 @@ pytestmark = pytest.mark.gpu
 
 
 def _hrm_trainer(compile_: bool, fused: bool, monkeypatch):
-    from benchmarks.bench_hrm import PRESETS, make_trainer
+    from benchmarks.bench_hrm import PRESETS
+    from benchmarks.reasoner_setup import make_trainer
     from hrm_deeploop.models.scaling import ScalingConfig
 
     cfg = replace(PRESETS["tiny"]["model"], num_puzzle_identifiers=8, seq_len=64, forward_dtype="bfloat16")
@@ -29,7 +30,7 @@ def _hrm_trainer(compile_: bool, fused: bool, monkeypatch):
 @pytest.mark.parametrize("compile_,fused", [(False, True), (True, True)], ids=["eager+fused", "compile+fused"])
 def test_hrm_cuda_bf16_step_matches_eager_plain(compile_, fused, monkeypatch):
     """bf16 HRM train steps with the fused kernel and/or torch.compile match eager plain PyTorch."""
-    from benchmarks.bench_hrm import random_batches
+    from benchmarks.reasoner_setup import random_batches
     from hrm_deeploop.models.kernels import residual_norm as rn
 
     calls = {"n": 0}
@@ -61,7 +62,7 @@ def test_hrm_cuda_bf16_step_matches_eager_plain(compile_, fused, monkeypatch):
 def test_trm_cuda_bf16_step_matches_eager_plain(compile_, fused, mixer, monkeypatch):
     """bf16 TRM train steps (weight average on) with the fused kernel and/or torch.compile match
     eager plain PyTorch; the model computes in bf16 and the average stays fp32."""
-    from benchmarks.bench_hrm import make_trainer, random_batches
+    from benchmarks.reasoner_setup import make_trainer, random_batches
     from hrm_deeploop.models.config import TRMConfig
     from hrm_deeploop.models.scaling import ScalingConfig
 

@@ -161,7 +161,8 @@ def test_compiled_train_step_matches_eager():
     as eager over ACT steps that halt and reload slots (fp32 on CPU; tolerance for fused kernels)."""
     from dataclasses import replace
 
-    from benchmarks.bench_hrm import PRESETS, make_trainer, random_batches
+    from benchmarks.bench_hrm import PRESETS
+    from benchmarks.reasoner_setup import make_trainer, random_batches
     from hrm_deeploop.models.scaling import ScalingConfig
 
     cfg = replace(PRESETS["tiny"]["model"], num_puzzle_identifiers=8, seq_len=16)

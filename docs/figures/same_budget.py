@@ -107,7 +107,7 @@ def study_model(model: str):  # noqa: ANN201 - the composed model config of the 
 def study_trainer(model: str, fused: bool = True):  # noqa: ANN201 - (trainer, batches) at the study's shapes
     import torch
 
-    from benchmarks.bench_hrm import make_trainer, random_batches
+    from benchmarks.reasoner_setup import make_trainer, random_batches
     from hrm_deeploop.models.scaling import ScalingConfig
     from hrm_deeploop.training.config import ReasonerOptim
 
