@@ -1,0 +1,65 @@
+"""`hrm-deeploop ttt`'s typed config (torch-free, so `ttt --help` starts without torch)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hrm_deeploop.config import at_least, one_of, optional_at_least
+
+PROTOCOLS = ("strict", "transductive")
+LAUNCHERS = ("local", "submitit")
+
+
+@dataclass
+class PerTaskSubmitit:
+    """`submitit.*`: the shards as one submitit job array (SLURM where `sbatch` exists)."""
+
+    cluster: str = "auto"  # auto (SLURM if sbatch exists, else local processes) | slurm | local | debug
+    shards: int = 1  # jobs in the array; task i goes to shard i mod shards
+    timeout_min: int = 240
+    gpus_per_node: int = 0
+    cpus_per_task: int | None = None
+    partition: str | None = None
+    array_parallelism: int = 64
+
+
+@dataclass
+class PerTaskConfig:
+    """`hrm-deeploop ttt`: for every task of `challenges`, the pretrained `checkpoint` trained on
+    that task alone (a fresh embedding row for each of its views), then predicted and voted; the
+    tasks' attempts merged into `output_dir/submission.json`."""
+
+    checkpoint: str = ""  # required: the pretrained run folder or step_N.pt (HRM, TRM or URM)
+    challenges: str = ""  # required: ARC challenges JSON (task id -> {train, test})
+    solutions: str = ""  # optional: *_solutions.json, to score the submission at the end
+    output_dir: str = "runs/ttt"
+    num_aug: int = 100  # augmented views of each task (dihedral x colour permutations, build-arc's)
+    steps: int = 200  # training steps per task (train.max_steps)
+    batch: int = 32  # examples per step (train.global_batch_size)
+    lr: float | None = None  # optim.lr; None: the trainer's default
+    trains: str = "all"  # adapt.trains: all | embeddings | embeddings_then_all
+    train_overrides: list[str] = field(default_factory=list)  # more `train` key=value items
+    eval_overrides: list[str] = field(default_factory=list)  # more `evaluate` key=value items
+    workers: int = 1  # tasks at once on this machine (each its own process, one model each)
+    threads: int = 0  # torch threads per worker; 0: CPU count // workers
+    time_budget: float | None = None  # minutes for the whole set; each task gets a share of what is left
+    min_task_minutes: float = 0.05  # a share below this: the task is not trained (fallback attempts)
+    protocol: str = "strict"  # strict: refuse a task the checkpoint was trained on; transductive: allow, label
+    launcher: str = "local"  # local (a process pool; under torchrun, rank r takes tasks r, r+W, ...) | submitit
+    submitit: PerTaskSubmitit = field(default_factory=PerTaskSubmitit)
+    keep_work: bool = False  # keep each task's dataset, run and evaluation folders (checkpoints included)
+    seed: int = 0
+    device: str = "auto"
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        at_least("num_aug", self.num_aug, 0)
+        at_least("steps", self.steps, 0)
+        at_least("batch", self.batch, 1)
+        at_least("workers", self.workers, 1)
+        at_least("threads", self.threads, 0)
+        optional_at_least("time_budget", self.time_budget, 0)
+        one_of("protocol", self.protocol, PROTOCOLS)
+        one_of("launcher", self.launcher, LAUNCHERS)
+        one_of("trains", self.trains, ("all", "embeddings", "embeddings_then_all"))
+        at_least("submitit.shards", self.submitit.shards, 1)

@@ -1,0 +1,112 @@
+"""The plan of a per-task run, torch-free: which tasks this process owns, what is finished, how
+much time each task gets, what a task that never trained submits, and the merged submission.
+
+A task is finished when `tasks/<id>/result.json` exists: it is written atomically, last, so a
+task killed half-way has none and is redone from scratch on the next run; a finished task is
+never recomputed."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from arc_data.fsio import parse_json, save_json
+from hrm_deeploop.errors import UserError
+
+RESULT = "result.json"
+
+
+def load_challenges(path: str | os.PathLike) -> dict[str, dict]:
+    """Task id -> {"train": [...], "test": [...]}, refusing a file with no task or a malformed one."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise UserError(f"challenges={p}: cannot read it ({e.strerror or e})") from None
+    tasks = parse_json(raw, f"challenges={p}")
+    if not isinstance(tasks, dict) or not tasks:
+        raise UserError(f"challenges={p}: not an object of tasks, or no task in it")
+    for tid, t in tasks.items():
+        if not isinstance(t, dict) or not isinstance(t.get("train"), list) or not isinstance(t.get("test"), list) \
+                or not t["test"] or not all(isinstance(x, dict) and "input" in x for x in t["test"]):
+            raise UserError(f"challenges={p}: task {tid}: needs 'train' and a non-empty 'test' list of inputs")
+    return tasks
+
+
+def shard(ids: list[str], index: int, count: int) -> list[str]:
+    """The tasks of shard `index` of `count` (a torchrun rank, a job of the array): every count-th."""
+    return ids[index::count]
+
+
+def task_dir(out: Path, tid: str) -> Path:
+    return out / "tasks" / tid
+
+
+def finished(out: Path, tid: str) -> dict | None:
+    """The task's result, or None when it has none (never run, or killed before its end)."""
+    f = task_dir(out, tid) / RESULT
+    if not f.is_file():
+        return None
+    return parse_json(f.read_bytes(), str(f))
+
+
+def write_result(out: Path, tid: str, result: dict) -> None:
+    task_dir(out, tid).mkdir(parents=True, exist_ok=True)
+    save_json(task_dir(out, tid) / RESULT, result)
+
+
+def fallback_attempts(task: dict) -> list[dict]:
+    """What a task that never trained submits: its test input as both attempts (the identity is
+    right on some ARC tasks; an empty answer never is), so the submission is always complete."""
+    return [{"attempt_1": t["input"], "attempt_2": t["input"]} for t in task["test"]]
+
+
+@dataclass
+class Budget:
+    """Shares of a whole-set time budget. `share(left_tasks)`: minutes for the next task's training,
+    the time left spread over the rounds of `workers` tasks still to run, less what each task
+    spends outside training (build, start-up, prediction), estimated from the tasks finished."""
+
+    total_min: float | None
+    workers: int
+    start: float  # time.monotonic() at the start
+    overhead_s: float = 0.0  # mean seconds outside training per finished task
+    _seen: int = 0
+
+    def left_min(self, now: float) -> float:
+        return math.inf if self.total_min is None else self.total_min - (now - self.start) / 60
+
+    def share(self, left_tasks: int, now: float) -> float:
+        if self.total_min is None:
+            return math.inf
+        rounds = math.ceil(max(left_tasks, 1) / self.workers)
+        return self.left_min(now) / rounds - self.overhead_s / 60
+
+    def record(self, total_s: float, train_s: float) -> None:
+        self._seen += 1
+        self.overhead_s += (max(total_s - train_s, 0.0) - self.overhead_s) / self._seen
+
+
+def merge(out: Path, tasks: dict[str, dict]) -> tuple[dict, dict[str, int]]:
+    """The submission over every task of `tasks` (finished ones' attempts, fallbacks for the rest)
+    and the count of tasks by status."""
+    sub, counts = {}, {}
+    for tid, task in tasks.items():
+        r = finished(out, tid)
+        status = r["status"] if r else "missing"
+        sub[tid] = r["attempts"] if r else fallback_attempts(task)
+        counts[status] = counts.get(status, 0) + 1
+    return sub, counts
+
+
+AUGMENTED = re.compile(r"^(.*)_t\d+_\d{10}$")  # <task>_t<dihedral>_<10 colour digits> (arc_data.originals)
+
+
+def seen_in_pretraining(names: list[str], ids: list[str]) -> list[str]:
+    """The task ids among `ids` named (as themselves or as an augmentation `<id>_t<d>_<colours>`)
+    among the checkpoint's trained puzzle names."""
+    base = {m.group(1) if (m := AUGMENTED.match(n)) else n for n in names}
+    return [t for t in ids if t in base]

@@ -1,0 +1,87 @@
+"""One task's copy of the model, start to end, in a worker process: the task alone as a dataset
+(its augmented views, a fresh embedding row each), `train init_from=CHECKPOINT` on it under the
+task's deadline, `evaluate` (predict, un-augment, vote), and the task's attempts written last as
+`tasks/<id>/result.json`. Nothing of one task's weights or optimiser state reaches another's: each
+task is its own `train` and `evaluate`, one model in memory at a time."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import shutil
+import time
+from pathlib import Path
+
+from arc_data.fsio import parse_json, save_json
+from hrm_deeploop.pertask import plan
+from hrm_deeploop.pertask.config import PerTaskConfig
+
+WORK = "work"
+LOG = "log.txt"
+
+
+def init_worker(threads: int) -> None:
+    """A pool process: its torch threads (the CLI's own progress bars stay off)."""
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def solve(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float) -> dict:
+    """Train, predict and vote one task; returns its result (also written to result.json). What
+    its build, train and evaluate print goes to `tasks/<id>/log.txt`, not the console."""
+    root = plan.task_dir(Path(cfg.output_dir), tid)
+    work = root / WORK
+    shutil.rmtree(work, ignore_errors=True)  # a task killed half-way starts again from nothing
+    work.mkdir(parents=True)
+    with open(root / LOG, "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        try:
+            return _solve(cfg, tid, task, train_minutes, work)
+        except Exception as e:
+            print(f"ttt: {tid}: {e}", file=log)
+            raise RuntimeError(f"{e} (log: {root / LOG})") from None
+
+
+def _solve(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float, work: Path) -> dict:
+    from arc_data.arc.build import BuildConfig, build
+    from hrm_deeploop.cli import run_subcommand
+
+    out = Path(cfg.output_dir)
+    t0 = time.monotonic()
+    chal = work / "raw" / "arc-agi_task_challenges.json"
+    chal.parent.mkdir()
+    save_json(chal, {tid: task})  # no solutions beside it: the build has no test label to leak
+    build(BuildConfig(sources=[str(chal)], output_dir=str(work / "data"), test_labels="optional",
+                      num_aug=cfg.num_aug, seed=cfg.seed, progress=False))
+    train = [f"init_from={cfg.checkpoint}", f"data_dir={work / 'data'}", f"output_dir={work / 'run'}",
+             f"train.max_steps={cfg.steps}", f"train.global_batch_size={cfg.batch}", f"adapt.trains={cfg.trains}",
+             "logger=none", "train.progress=false", f"seed={cfg.seed}", f"device={cfg.device}"]
+    if math.isfinite(train_minutes):
+        train.append(f"train.time_budget={max(train_minutes, 0.0):.4f}")
+    if cfg.lr is not None:
+        train.append(f"optim.lr={cfg.lr}")
+    if not any(o.startswith("train.epochs_per_iter=") for o in cfg.train_overrides):
+        # one task is one group: a sampler epoch yields one view's demonstrations, so one iteration
+        # must span enough epochs to fill a batch
+        train.append(f"train.epochs_per_iter={max(1, math.ceil(cfg.batch / max(1, len(task['train']))))}")
+    t_train = time.monotonic()
+    rc = run_subcommand("train", train + list(cfg.train_overrides))
+    train_s = time.monotonic() - t_train
+    if rc != 0:
+        raise RuntimeError(f"task {tid}: train exited {rc}")
+    steps = parse_json((work / "run" / "summary.json").read_bytes(), "summary.json").get("steps")
+    rc = run_subcommand("evaluate", [f"checkpoint={work / 'run'}", f"data_dir={work / 'data'}",
+                                     f"output_dir={work / 'eval'}", f"challenges={chal}", "progress=false",
+                                     "report=false", f"device={cfg.device}", *cfg.eval_overrides])
+    if rc != 0:
+        raise RuntimeError(f"task {tid}: evaluate exited {rc}")
+    sub = parse_json((work / "eval" / "submission.json").read_bytes(), "submission.json")
+    result = {"task": tid, "status": "trained", "attempts": sub[tid], "steps": steps,
+              "train_seconds": round(train_s, 3), "seconds": round(time.monotonic() - t0, 3),
+              "train_minutes_given": None if not math.isfinite(train_minutes) else round(train_minutes, 4)}
+    plan.write_result(out, tid, result)  # last: its presence means finished
+    if not cfg.keep_work:
+        shutil.rmtree(work, ignore_errors=True)
+    return result

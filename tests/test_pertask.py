@@ -1,0 +1,136 @@
+"""`hrm-deeploop ttt` (hrm_deeploop/pertask): one copy of a pretrained tiny HRM per unseen task, the
+merged submission, the strict protocol's refusal, resume after a kill, a budget that runs out."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from arc_data.arc.build import BuildConfig, build
+from hrm_deeploop.cli import run_subcommand
+from hrm_deeploop.pertask import plan
+from tests.arc_synth import write_kaggle
+from tests.hrm_helpers import TINY_OVERRIDES
+
+REPO = Path(__file__).resolve().parents[1]
+TTT = ["steps=2", "batch=4", "num_aug=1", "workers=1", "threads=1", "device=cpu", "progress=false",
+       "train_overrides=['optim.warmup_steps=1']", "eval_overrides=['global_batch_size=4']"]
+
+
+def _tasks(seed: int, n: int, prefix: str) -> dict[str, dict]:
+    rng = np.random.default_rng(seed)
+    tasks = {}
+    for i in range(n):
+        perm = np.concatenate([[0], rng.permutation(np.arange(1, 10))])
+        pairs = [{"input": (g := rng.integers(0, 10, size=(2, 2))).tolist(), "output": perm[g].tolist()}
+                 for _ in range(3)]
+        tasks[f"{prefix}{i:02d}"] = {"train": pairs[:2], "test": pairs[2:]}
+    return tasks
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    """A tiny HRM pretrained on three tasks; two unseen tasks as a Kaggle challenges/solutions pair."""
+    root = tmp_path_factory.mktemp("ttt")
+    pre = write_kaggle(root / "raw", "arc-agi_training", _tasks(0, 3, "pre"), solutions=True)
+    build(BuildConfig(sources=[str(pre)], output_dir=str(root / "pre"), num_aug=1, seed=0, progress=False))
+    rc = run_subcommand("train", [*TINY_OVERRIDES, "train.global_batch_size=4", "optim.warmup_steps=1",
+                                  "model.halt_max_steps=1", f"data_dir={root / 'pre'}", f"output_dir={root / 'run'}",
+                                  "train.max_steps=2"])
+    assert rc == 0
+    unseen = write_kaggle(root / "raw", "arc-agi_evaluation", _tasks(1, 2, "new"), solutions=True)
+    return root, unseen
+
+
+def _ttt(root, chal, out, *extra) -> int:
+    return run_subcommand("ttt", [f"checkpoint={root / 'run'}", f"challenges={chal}", f"output_dir={out}", *TTT,
+                                  *extra])
+
+
+def test_every_task_trained_alone_and_submitted(pretrained, tmp_path, capsys):
+    root, chal = pretrained
+    sol = str(chal).replace("_challenges", "_solutions")
+    assert _ttt(root, chal, tmp_path / "o", f"solutions={sol}") == 0
+    out = capsys.readouterr().out
+    sub = json.loads((tmp_path / "o" / "submission.json").read_text())
+    assert sorted(sub) == ["new00", "new01"] and all(len(v) == 1 and set(v[0]) == {"attempt_1", "attempt_2"}
+                                                     for v in sub.values())
+    for tid in sub:
+        r = plan.finished(tmp_path / "o", tid)
+        assert r["status"] == "trained" and r["steps"] == 2 and r["attempts"] == sub[tid]
+        assert not (tmp_path / "o" / "tasks" / tid / "work").exists()  # keep_work=false
+    summary = json.loads((tmp_path / "o" / "ttt_summary.json").read_text())
+    assert summary["protocol"] == "strict" and summary["status"] == {"trained": 2}
+    assert 0 <= summary["overhead_fraction"] < 1 and "pass@2 (ARC Prize rule)" in summary
+    assert "pass@2 (ARC Prize rule, protocol strict)" in out and "[2/2]" in out
+
+    # a rerun finds everything finished and recomputes nothing
+    stamps = {t: (tmp_path / "o" / "tasks" / t / "result.json").stat().st_mtime_ns for t in sub}
+    assert _ttt(root, chal, tmp_path / "o") == 0
+    assert "2 already finished, 0 to run" in capsys.readouterr().out
+    assert stamps == {t: (tmp_path / "o" / "tasks" / t / "result.json").stat().st_mtime_ns for t in sub}
+
+
+def test_strict_protocol_refuses_a_task_seen_in_pretraining(pretrained, tmp_path, capsys):
+    root, _ = pretrained
+    chal = write_kaggle(tmp_path / "raw", "arc-agi_evaluation", _tasks(0, 1, "pre") | _tasks(1, 1, "new"),
+                        solutions=False)
+    assert _ttt(root, chal, tmp_path / "o") == 2
+    err = capsys.readouterr().err
+    assert "protocol=strict" in err and "pre00" in err and not (tmp_path / "o").exists()
+    assert _ttt(root, chal, tmp_path / "o", "protocol=transductive", "time_budget=0") == 0
+    assert json.loads((tmp_path / "o" / "ttt_summary.json").read_text())["protocol"] == "transductive"
+
+
+def test_budget_spent_every_task_falls_back_and_the_submission_is_complete(pretrained, tmp_path):
+    root, chal = pretrained
+    assert _ttt(root, chal, tmp_path / "o", "time_budget=0") == 0
+    sub = json.loads((tmp_path / "o" / "submission.json").read_text())
+    tasks = plan.load_challenges(chal)
+    assert sub == {t: plan.fallback_attempts(tasks[t]) for t in tasks}
+    assert json.loads((tmp_path / "o" / "ttt_summary.json").read_text())["status"] == {"fallback": 2}
+
+
+def test_sigkill_mid_set_then_rerun_redoes_only_the_unfinished(pretrained, tmp_path):
+    """Killed (SIGKILL, the whole process group) once the first task has finished: the rerun keeps
+    that task's result untouched and finishes the other, whatever it had half-written."""
+    root, chal = pretrained
+    out = tmp_path / "o"
+    cmd = [sys.executable, "-m", "hrm_deeploop.cli", "ttt", f"checkpoint={root / 'run'}", f"challenges={chal}",
+           f"output_dir={out}", *TTT, "keep_work=true"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    first = out / "tasks" / "new00" / "result.json"
+    while not first.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert first.exists()
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    stamp = first.stat().st_mtime_ns
+    second = out / "tasks" / "new01"
+    (second / "work").mkdir(parents=True, exist_ok=True)  # a half-done task's leftovers (if the kill missed it)
+    (second / "work" / "junk").write_text("half-written")
+    assert plan.finished(out, "new01") is None or plan.finished(out, "new01")["status"] == "trained"
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "1 already finished, 1 to run" in r.stdout or "2 already finished" in r.stdout
+    assert first.stat().st_mtime_ns == stamp
+    assert plan.finished(out, "new01")["status"] == "trained" and not (second / "work" / "junk").exists()
+
+
+def test_plan_pieces():
+    assert plan.shard(list("abcdefg"), 1, 3) == ["b", "e"]
+    assert plan.seen_in_pretraining(["<blank>", "abc", "def_t3_0123456789", "x_t"], ["abc", "def", "x", "zzz"]) \
+        == ["abc", "def"]
+    b = plan.Budget(total_min=10.0, workers=2, start=0.0)
+    assert b.share(4, now=0.0) == pytest.approx(5.0)  # two rounds of two
+    b.record(total_s=30.0, train_s=18.0)
+    assert b.share(4, now=60.0) == pytest.approx(9.0 / 2 - 0.2)
+    assert plan.Budget(None, 1, 0.0).share(5, 1e9) == float("inf")
