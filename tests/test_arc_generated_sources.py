@@ -126,6 +126,8 @@ def test_cli_build_is_reproducible_and_groups_by_option(tmp_path):
         assert (tmp_path / "a" / rel).read_bytes() == (tmp_path / "b" / rel).read_bytes()
     names = json.loads((tmp_path / "a" / "identifiers.json").read_text())
     assert sum("_t" not in n for n in names[1:]) == 3 + 3 + 2  # 9 pairs / 3 per task twice, 6 / 3
+    assert main(["viz-arc", f"sources=[rearc:{root},barc:{barc}]", "max_tasks=3", f"output_dir={tmp_path / 'viz'}"]) == 0
+    assert len(list((tmp_path / "viz").glob("rearc-*.png"))) == 3
 
 
 def _variants(rng):
