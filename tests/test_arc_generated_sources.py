@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from arc_data.arc.build import BuildConfig, build
-from arc_data.arc.generated import GeneratedSourceConfig, _pairs_fast, _pairs_slow, loader
+from arc_data.arc.generated import GeneratedSourceConfig, Packed, PackedPairs, _pairs_slow, loader
 from arc_data.arc.pairscan import scan_file
 from arc_data.arc.sources import load_sources
 from arc_data.errors import ArcError, DatasetError
@@ -145,7 +145,9 @@ def test_the_scanner_equals_json_and_parse_grid_on_clean_files():
             fast = scan_file(text.encode())
             assert fast is not None, text[:80]
             slow = _pairs_slow(json.loads(text), "f", "t", "error", [])
-            assert [_key(a, b) for a, b in _pairs_fast(*fast)] == [_key(a, b) for a, b in slow]
+            unit = Packed(*fast)
+            got = PackedPairs(unit, tuple(range(unit.num_pairs)))
+            assert [_key(a, b) for a, b in got] == [_key(a, b) for a, b in slow] and got == slow
 
 
 BAD = [
@@ -167,8 +169,9 @@ def test_malformed_files_are_one_line_errors_naming_file_and_entry(tmp_path, cap
     root = write_rearc(tmp_path / "re_arc", {"007bbfb7": 3})
     (root / "tasks" / "0a1b2c3d.json").write_text(text)
     with pytest.raises(DatasetError, match=rf"re_arc/tasks/0a1b2c3d\.json: task 0a1b2c3d: .*{match}"):
-        _load([f"rearc:{root}"])
-    rc = main(["build-arc", f"sources=[rearc:{root}]", "progress=false", f"output_dir={tmp_path / 'out'}"])
+        _load([f"rearc:{root}"], oversize="error")
+    rc = main(["build-arc", f"sources=[rearc:{root}]", "progress=false", "generated.oversize=error",
+               f"output_dir={tmp_path / 'out'}"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and "0a1b2c3d.json" in err
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
@@ -183,8 +186,8 @@ def test_barc_errors_name_the_line_and_oversize_can_be_skipped(tmp_path):
     big = [[1] * 31]
     barc.write_text(json.dumps({"examples": [[[[1]], [[2]]], [big, [[1]]], [[[3]], [[4]]]], "seeds": []}) + "\n")
     with pytest.raises(ArcError, match=r"b\.jsonl: task b-000001: entry 1\.input: grid is 1x31"):
-        _load([f"barc:{barc}"])
-    tasks = _load([f"barc:{barc}"], oversize="skip", pairs_per_task=2)
+        _load([f"barc:{barc}"], oversize="error")
+    tasks = _load([f"barc:{barc}"], pairs_per_task=2)  # the default skips it
     assert len(tasks) == 1 and len(tasks[0].train) == 1
 
 
@@ -200,3 +203,21 @@ def test_missing_paths_are_one_line_errors(tmp_path):
                         ("rearc:", "give a path after 'rearc:'")):
         with pytest.raises(ArcError, match=match):
             _load([spec])
+
+
+def test_packed_pairs_pack_and_slice_like_lists(tmp_path):
+    """Generated tasks hold PackedPairs (views made on reading); the plan packs them through their
+    bulk methods: the same arrays as from plain lists of pairs, and slicing works as for lists."""
+    import dataclasses
+
+    from arc_data.arc.plan import pack_grids
+    from arc_data.arc.tasksplit import as_evaluation, validation_tasks
+
+    tasks = _load([f"rearc:{write_rearc(tmp_path / 're_arc', {'007bbfb7': 11, '00d62c1b': 6})}"], pairs_per_task=5)
+    lists = [dataclasses.replace(t, train=list(t.train), test=list(t.test)) for t in tasks]
+    (ga, pa, da), (gb, pb, db) = pack_grids(tasks), pack_grids(lists)
+    for x, y in ((ga.cells, gb.cells), (ga.offset, gb.offset), (ga.shape, gb.shape), (pa, pb), (da, db)):
+        assert x.dtype == y.dtype and x.shape == y.shape and (x == y).all()
+    val, _ = validation_tasks(as_evaluation(tasks))
+    t = tasks[0]
+    assert val[0].train == t.train[:-1] and _key(*val[0].test[0]) == _key(*t.train[-1]) and len(val[0].train) == 3

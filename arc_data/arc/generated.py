@@ -30,7 +30,7 @@ import hashlib
 import os
 import re
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,9 +43,88 @@ from arc_data.format import MAX_SIDE
 from arc_data.fsio import parse_json, regular_files
 
 KINDS = ("rearc", "arcgen", "barc")
-OVERSIZE = ("error", "skip")
+OVERSIZE = ("skip", "error")
 _SEED_FILE = re.compile(r"^([0-9a-f]{8})(?:_[A-Za-z0-9]+)?(?:\.py)?$")  # BARC's seed names: <id>.py, <id>_variant.py
 _UNPLAIN = re.compile(r"[^A-Za-z0-9_\-+=,@.]")
+
+
+class Packed:
+    """One unit's grids in one buffer: grid g = cells[start[g]: start[g] + h*w] with (h, w) =
+    hw[2g: 2g + 2]; pair i = grids (2i, 2i+1). Offsets and sides are plain lists: a task reads a few
+    of them at a time, where numpy's per-call cost would dominate."""
+
+    __slots__ = ("cells", "start", "hw")
+
+    def __init__(self, cells: np.ndarray, shape: np.ndarray) -> None:
+        sizes = shape[:, 0].astype(np.int64) * shape[:, 1]
+        self.cells = cells
+        self.start = (np.cumsum(sizes) - sizes).tolist()
+        self.hw = shape.astype(np.int64).ravel().tolist()
+
+    @classmethod
+    def of(cls, pairs: list[Pair]) -> Packed:
+        grids = [g for pair in pairs for g in pair]
+        shape = np.array([g.shape for g in grids], np.int64).reshape(-1, 2)
+        return cls(np.concatenate([g.ravel() for g in grids]) if grids else np.zeros(0, np.uint8), shape)
+
+    def grid(self, g: int) -> np.ndarray:
+        h, w, a = self.hw[2 * g], self.hw[2 * g + 1], self.start[g]
+        return self.cells[a:a + h * w].reshape(h, w)
+
+    @property
+    def num_pairs(self) -> int:
+        return len(self.start) // 2
+
+
+class PackedPairs(Sequence):
+    """Some pairs of a `Packed` unit, by index: what a generated Task holds as `train` / `test`.
+    Grids are made (as views) when read, so a task costs a few small objects, not two arrays a
+    pair; a list of pairs is what `+` returns (`task.train + task.test`)."""
+
+    __slots__ = ("unit", "idx")
+
+    def __init__(self, unit: Packed, idx: tuple[int, ...]) -> None:
+        self.unit, self.idx = unit, idx
+
+    def __len__(self) -> int:
+        return len(self.idx)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return PackedPairs(self.unit, self.idx[i])
+        k = self.idx[i]
+        return self.unit.grid(2 * k), self.unit.grid(2 * k + 1)
+
+    def grid_shapes(self) -> list[tuple[int, int]]:
+        """The (h, w) of each pair's input and output, in order (`plan.pack_grids`)."""
+        hw = self.unit.hw
+        return [(hw[4 * k + j], hw[4 * k + j + 1]) for k in self.idx for j in (0, 2)]
+
+    def copy_cells(self, cells: np.ndarray, offsets: np.ndarray) -> None:
+        """Copy each grid's cells to cells[offsets[j]:] (`plan.pack_grids`), no grid objects made."""
+        unit = self.unit
+        buf, start, hw = unit.cells, unit.start, unit.hw
+        dst = offsets.tolist()
+        j = 0
+        for k in self.idx:
+            for g in (2 * k, 2 * k + 1):
+                a, n = start[g], hw[2 * g] * hw[2 * g + 1]
+                cells[dst[j]:dst[j] + n] = buf[a:a + n]
+                j += 1
+
+    def __add__(self, other) -> list[Pair]:
+        return list(self) + list(other)
+
+    def __radd__(self, other) -> list[Pair]:
+        return list(other) + list(self)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Sequence) and len(other) == len(self) and all(
+            a.shape == c.shape and b.shape == d.shape and (a == c).all() and (b == d).all()
+            for (a, b), (c, d) in zip(self, other))
+
+    def __repr__(self) -> str:
+        return f"PackedPairs({len(self)} pairs)"
 
 
 @dataclass
@@ -55,7 +134,7 @@ class GeneratedSourceConfig:
     pairs_per_task: int = 4  # pairs per task: demonstrations + test pairs
     test_pairs: int = 1  # the last this-many pairs of each task are its test pairs
     examples: int = 0  # pairs used per unit (a RE-ARC/ARC-GEN file, a BARC problem); 0 = all
-    oversize: str = "error"  # error | skip: a pair with a grid side over 30 (BARC has some)
+    oversize: str = "skip"  # skip | error: a pair with a grid side over 30 (RE-ARC's e26a3af2 has 129, BARC some)
 
     def __post_init__(self) -> None:
         if not 1 <= self.test_pairs < self.pairs_per_task:
@@ -118,15 +197,7 @@ def _pairs_slow(entries: list, file: str, unit: str, oversize: str, skipped: lis
     return pairs
 
 
-def _pairs_fast(cells: np.ndarray, shapes: np.ndarray) -> list[Pair]:
-    """Views of one packed buffer: two small array headers a pair, no copy."""
-    ends = np.cumsum(shapes[:, 0] * shapes[:, 1])
-    starts = ends - shapes[:, 0] * shapes[:, 1]
-    grids = [cells[a:b].reshape(h, w) for a, b, (h, w) in zip(starts.tolist(), ends.tolist(), shapes.tolist())]
-    return list(zip(grids[0::2], grids[1::2]))
-
-
-def _pair_file(path: Path, kind: str, grouping: GeneratedSourceConfig, digest, skipped: list[str]) -> list[Pair]:
+def _pair_file(path: Path, kind: str, grouping: GeneratedSourceConfig, digest, skipped: list[str]) -> Packed:
     try:
         data = path.read_bytes()
     except OSError as e:
@@ -134,13 +205,13 @@ def _pair_file(path: Path, kind: str, grouping: GeneratedSourceConfig, digest, s
     digest.update(path.name.encode() + b"\0" + hashlib.sha256(data).digest())
     fast = scan_file(data)
     if fast is not None:
-        return _pairs_fast(*fast)
+        return Packed(*fast)
     obj = parse_json(data, f"{path}: task {path.stem}")
     if kind == "arcgen" and isinstance(obj, dict) and isinstance(obj.get("train"), list):
         obj = obj["train"] + (obj["test"] if isinstance(obj.get("test"), list) else [])
     if not isinstance(obj, list) or not obj:
         raise ArcError(f"{path}: task {path.stem}: not a non-empty JSON list of {{\"input\", \"output\"}} pairs")
-    return _pairs_slow(obj, str(path), path.stem, grouping.oversize, skipped)
+    return Packed.of(_pairs_slow(obj, str(path), path.stem, grouping.oversize, skipped))
 
 
 def _task_files(root: Path, kind: str) -> list[Path]:
@@ -156,13 +227,13 @@ def _task_files(root: Path, kind: str) -> list[Path]:
 
 
 def _pair_units(root: Path, kind: str, grouping: GeneratedSourceConfig, digest,
-                skipped: list[str]) -> Iterator[tuple[str, tuple[str, ...], str, list[Pair]]]:
+                skipped: list[str]) -> Iterator[tuple[str, tuple[str, ...], str, Packed]]:
     for path in _task_files(root, kind):
         yield path.stem, (path.stem,), str(path), _pair_file(path, kind, grouping, digest, skipped)
 
 
 def _barc_units(root: Path, grouping: GeneratedSourceConfig, digest,
-                skipped: list[str]) -> Iterator[tuple[str, tuple[str, ...], str, list[Pair]]]:
+                skipped: list[str]) -> Iterator[tuple[str, tuple[str, ...], str, Packed]]:
     if root.is_dir():
         files, _ = regular_files(sorted(root.glob("*.jsonl"), key=lambda p: p.name))
         if not files:
@@ -186,8 +257,8 @@ def _barc_units(root: Path, grouping: GeneratedSourceConfig, digest,
                     raise ArcError(f"{where}: not a generated problem (a JSON object with a non-empty 'examples' list)")
                 seeds = obj.get("seeds") if isinstance(obj.get("seeds"), list) else []
                 imitates = tuple(sorted({m[1] for s in seeds if isinstance(s, str) and (m := _SEED_FILE.match(s))}))
-                yield unit, imitates, f"{path}: line {lineno}", _pairs_slow(obj["examples"], str(path), unit,
-                                                                              grouping.oversize, skipped)
+                yield unit, imitates, f"{path}: line {lineno}", Packed.of(
+                    _pairs_slow(obj["examples"], str(path), unit, grouping.oversize, skipped))
         digest.update(path.name.encode() + b"\0" + h.digest())
 
 
@@ -195,23 +266,23 @@ def _barc_units(root: Path, grouping: GeneratedSourceConfig, digest,
 # grouping
 
 
-def group_unit(kind: str, unit: str, imitates: tuple[str, ...], file: str, spec: str, pairs: list[Pair],
+def group_unit(kind: str, unit: str, imitates: tuple[str, ...], file: str, spec: str, pairs: Packed,
                grouping: GeneratedSourceConfig, seed: int) -> tuple[list[Task], int]:
     """One unit's pairs -> (tasks, pairs left over): a seeded shuffle, the first `examples`, chunks
     of `pairs_per_task` (a last chunk of test_pairs or fewer is left over)."""
     rng = np.random.Generator(np.random.PCG64([seed, zlib.crc32(f"{kind}:{unit}".encode())]))
-    order = rng.permutation(len(pairs))
+    order = rng.permutation(pairs.num_pairs)
     if grouping.examples:
         order = order[:grouping.examples]
     k, n_test = grouping.pairs_per_task, grouping.test_pairs
     tasks, left = [], 0
     for j, lo in enumerate(range(0, len(order), k)):
-        chunk = [pairs[i] for i in order[lo:lo + k].tolist()]
+        chunk = tuple(order[lo:lo + k].tolist())
         if len(chunk) <= n_test:
             left += len(chunk)
             continue
-        tasks.append(Task(f"{kind}-{unit}-{j:04d}", spec, file, kind, False, chunk[:-n_test], chunk[-n_test:],
-                          imitates=imitates))
+        tasks.append(Task(f"{kind}-{unit}-{j:04d}", spec, file, kind, False, PackedPairs(pairs, chunk[:-n_test]),
+                          PackedPairs(pairs, chunk[-n_test:]), imitates=imitates))
     return tasks, left
 
 
