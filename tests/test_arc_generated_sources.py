@@ -221,3 +221,22 @@ def test_packed_pairs_pack_and_slice_like_lists(tmp_path):
     val, _ = validation_tasks(as_evaluation(tasks))
     t = tasks[0]
     assert val[0].train == t.train[:-1] and _key(*val[0].test[0]) == _key(*t.train[-1]) and len(val[0].train) == 3
+
+
+@pytest.mark.parametrize("grid", [[[1, 2], [3, 4]], [[0] * 30] * 30, [[1, 2], [3]], [], [[]], [[1.0]], [[10]], [[-1]],
+                                  [["1"]], [[None]], [[1, [2]]], [[2**70]], [[1]] * 31, [[1] * 31], "x", [[1], "ab"],
+                                  [[True]], [[True, 2]]])
+def test_the_quick_grid_path_takes_only_what_parse_grid_accepts_identically(grid):
+    """On JSON without true/false, clean grids skip parse_grid's per-cell scan; anything else goes
+    to parse_grid (its message). [[True, 2]] would pass numpy, which is why bools are ruled out first."""
+    from arc_data.arc.generated import _quick_grid
+    from arc_data.arc.sources import parse_grid
+
+    quick = _quick_grid(grid)
+    try:
+        ref = parse_grid(grid, "f", "t", "w")
+    except ArcError:
+        ref = None
+    if quick is not None and grid != [[True, 2]]:
+        assert ref is not None and quick.dtype == ref.dtype and quick.shape == ref.shape and (quick == ref).all()
+    assert (quick is not None) == (grid in ([[1, 2], [3, 4]], [[0] * 30] * 30, [[True, 2]]))

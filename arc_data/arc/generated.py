@@ -176,8 +176,28 @@ def _oversize(g: object) -> bool:
     return isinstance(g, list) and (len(g) > MAX_SIDE or any(isinstance(r, list) and len(r) > MAX_SIDE for r in g))
 
 
-def _pairs_slow(entries: list, file: str, unit: str, oversize: str, skipped: list[str]) -> list[Pair]:
-    """Validated pairs from parsed entries ({"input", "output"} objects or [input, output] lists)."""
+def _quick_grid(obj: object) -> np.ndarray | None:
+    """`parse_grid`'s result for a grid it accepts, found without its per-cell Python scan; None
+    when unsure (then parse_grid decides and names the problem). Only for JSON known to hold no
+    `true`/`false` (a bool would pass numpy's int conversion)."""
+    if type(obj) is not list or not obj or len(obj) > MAX_SIDE or type(obj[0]) is not list:
+        return None
+    w = len(obj[0])
+    if not 0 < w <= MAX_SIDE or any(type(r) is not list or len(r) != w for r in obj):
+        return None
+    try:
+        arr = np.array(obj)
+    except (ValueError, TypeError, OverflowError):
+        return None
+    if arr.dtype.kind != "i" or arr.ndim != 2 or arr.min() < 0 or arr.max() > 9:
+        return None
+    return arr.astype(np.uint8)
+
+
+def _pairs_slow(entries: list, file: str, unit: str, oversize: str, skipped: list[str],
+                no_bools: bool = False) -> list[Pair]:
+    """Validated pairs from parsed entries ({"input", "output"} objects or [input, output] lists).
+    `no_bools`: the JSON text held no `true`/`false`, so `_quick_grid` may take the clean grids."""
     pairs: list[Pair] = []
     dropped = 0
     for i, e in enumerate(entries):
@@ -190,8 +210,10 @@ def _pairs_slow(entries: list, file: str, unit: str, oversize: str, skipped: lis
         if oversize == "skip" and (_oversize(raw[0]) or _oversize(raw[1])):
             dropped += 1
             continue
-        pairs.append((parse_grid(raw[0], file, unit, f"entry {i}.input"),
-                      parse_grid(raw[1], file, unit, f"entry {i}.output")))
+        a = _quick_grid(raw[0]) if no_bools else None
+        b = _quick_grid(raw[1]) if no_bools else None
+        pairs.append((a if a is not None else parse_grid(raw[0], file, unit, f"entry {i}.input"),
+                      b if b is not None else parse_grid(raw[1], file, unit, f"entry {i}.output")))
     if dropped:
         skipped.append(f"{file}: task {unit}: {dropped} pair(s) with a side over {MAX_SIDE} skipped")
     return pairs
@@ -211,7 +233,8 @@ def _pair_file(path: Path, kind: str, grouping: GeneratedSourceConfig, digest, s
         obj = obj["train"] + (obj["test"] if isinstance(obj.get("test"), list) else [])
     if not isinstance(obj, list) or not obj:
         raise ArcError(f"{path}: task {path.stem}: not a non-empty JSON list of {{\"input\", \"output\"}} pairs")
-    return Packed.of(_pairs_slow(obj, str(path), path.stem, grouping.oversize, skipped))
+    return Packed.of(_pairs_slow(obj, str(path), path.stem, grouping.oversize, skipped,
+                                 no_bools=b"true" not in data and b"false" not in data))
 
 
 def _task_files(root: Path, kind: str) -> list[Path]:
@@ -257,8 +280,9 @@ def _barc_units(root: Path, grouping: GeneratedSourceConfig, digest,
                     raise ArcError(f"{where}: not a generated problem (a JSON object with a non-empty 'examples' list)")
                 seeds = obj.get("seeds") if isinstance(obj.get("seeds"), list) else []
                 imitates = tuple(sorted({m[1] for s in seeds if isinstance(s, str) and (m := _SEED_FILE.match(s))}))
-                yield unit, imitates, f"{path}: line {lineno}", Packed.of(
-                    _pairs_slow(obj["examples"], str(path), unit, grouping.oversize, skipped))
+                yield unit, imitates, f"{path}: line {lineno}", Packed.of(_pairs_slow(
+                    obj["examples"], str(path), unit, grouping.oversize, skipped,
+                    no_bools=b"true" not in line and b"false" not in line))
         digest.update(path.name.encode() + b"\0" + h.digest())
 
 
