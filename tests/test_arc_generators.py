@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arc_data.errors import ArcError
+from arc_data.errors import ArcError, DatasetError
 from arc_data.generators.base import DIFFICULTIES, GenerationError, label_components
 from arc_data.generators.generate import GenerateArcConfig, generate
 from arc_data.generators.registry import FAMILIES, check_task, make_task, task_rng
@@ -225,3 +225,9 @@ def test_bad_options_are_one_line_errors(tmp_path, kw, match):
     with pytest.raises(ArcError, match=match):
         _cfg(tmp_path, "x", **kw)
     assert not (tmp_path / "x").exists()
+
+
+def test_a_request_too_large_is_refused_before_drawing(tmp_path, capsys):
+    with pytest.raises(DatasetError, match=r"tasks \(.* pairs at most\): needs about .* of memory.*lower tasks_per_family"):
+        generate(_cfg(tmp_path, "big", tasks_per_family=10**9))
+    assert not (tmp_path / "big").exists() and not list(tmp_path.iterdir())

@@ -17,9 +17,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from arc_data.budget import check_fits
 from arc_data.errors import ArcError, raised_as
 from arc_data.fsio import atomic_dir, checked_output_dir, package_version, progress_bar
-from arc_data.generators.base import DIFFICULTIES, MAX_SIDE, Grid
+from arc_data.generators.base import DIFFICULTIES, MAX_SIDE, SIDES, Grid
 from arc_data.generators.registry import FAMILIES, GeneratedTask, family_named, make_task, task_rng
 
 MANIFEST = "generated.json"  # marks a folder generate-arc wrote (overwrite=true replaces only those)
@@ -127,6 +128,19 @@ def write_tasks(tasks: list[GeneratedTask], held: set[str], tmp: Path, layout: s
     return {k: len(v) for k, v in splits.items()}
 
 
+def check_generate_request(cfg: GenerateArcConfig, out: Path) -> None:
+    """Refuse, before drawing, a request this machine cannot hold or write: every task is held until
+    written. Per pair about two grids of the difficulty's largest side plus 200 bytes of objects in
+    memory, 3 bytes a cell of JSON on disk; the kaggle layout also holds its two files' JSON objects
+    (about 10 bytes a cell). An estimate (tile and scale_up outputs can be larger)."""
+    tasks = len(cfg.families or FAMILIES) * cfg.tasks_per_family
+    pairs = tasks * (cfg.max_demos + cfg.num_tests)
+    cells = 2 * SIDES[cfg.difficulty][1] ** 2
+    memory = pairs * (cells + 200) + tasks * 1000 + (pairs * cells * 10 if cfg.layout == "kaggle" else 0)
+    check_fits(f"{tasks:,} tasks ({pairs:,} pairs at most)", memory=memory, disk=pairs * (3 * cells + 40),
+               at=out.parent, fix="lower tasks_per_family")
+
+
 def generate(cfg: GenerateArcConfig) -> dict:
     """Draw and write every task (atomically); returns the manifest written as generated.json."""
     with raised_as(ArcError):
@@ -138,6 +152,7 @@ def _generate(cfg: GenerateArcConfig) -> dict:
     target = checked_output_dir(cfg.output_dir, cfg.overwrite, marker=MANIFEST, writer="generate-arc")
     families = list(cfg.families) or list(FAMILIES)
     total = len(families) * cfg.tasks_per_family
+    check_generate_request(cfg, target.path)
     with progress_bar(cfg.progress, "generate-arc")(total, "tasks", "task") as bar:
         tasks = generate_tasks(cfg, bar)
     held = set(cfg.holdout_families)
