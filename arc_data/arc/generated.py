@@ -6,7 +6,8 @@
                   metadata.json beside tasks/ is not read.
     arcgen:PATH   ARC-GEN (github.com/google/ARC-GEN; `arc_gen.py generate <id> N` prints such a
                   list): PATH/<task id>.json, each a list of {"input", "output"} pairs, or a task
-                  {"train": [...], "test": [...]} whose pairs are pooled.
+                  {"train": [...], "test": [...]} whose pairs are pooled, or a NeuroGolf task file,
+                  whose "arc-gen" list alone is read.
     barc:PATH     BARC / ARC-Heavy (github.com/xu3kev/BARC, Hugging Face barc0/*): a JSONL file (or a
                   folder of *.jsonl), one generated problem a line: {"examples": [[input, output], ...],
                   "seeds": ["<ARC-1 id>.py", ...], "source": code, ...}; read one line at a time.
@@ -229,7 +230,9 @@ def _pair_file(path: Path, kind: str, grouping: GeneratedSourceConfig, digest, s
     if fast is not None:
         return Packed(*fast)
     obj = parse_json(data, f"{path}: task {path.stem}")
-    if kind == "arcgen" and isinstance(obj, dict) and isinstance(obj.get("train"), list):
+    if kind == "arcgen" and isinstance(obj, dict) and isinstance(obj.get("arc-gen"), list):
+        obj = obj["arc-gen"]  # NeuroGolf's task files: the real task's train/test plus its ARC-GEN pairs
+    elif kind == "arcgen" and isinstance(obj, dict) and isinstance(obj.get("train"), list):
         obj = obj["train"] + (obj["test"] if isinstance(obj.get("test"), list) else [])
     if not isinstance(obj, list) or not obj:
         raise ArcError(f"{path}: task {path.stem}: not a non-empty JSON list of {{\"input\", \"output\"}} pairs")
