@@ -231,3 +231,17 @@ def test_a_request_too_large_is_refused_before_drawing(tmp_path, capsys):
     with pytest.raises(DatasetError, match=r"tasks \(.* pairs at most\): needs about .* of memory.*lower tasks_per_family"):
         generate(_cfg(tmp_path, "big", tasks_per_family=10**9))
     assert not (tmp_path / "big").exists() and not list(tmp_path.iterdir())
+
+
+def test_same_bytes_across_processes_and_hash_seeds(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    for seed in ("1", "2"):
+        env = dict(os.environ, PYTHONHASHSEED=seed, PYTHONPATH=str(root))
+        subprocess.run([sys.executable, "-m", "hrm_deeploop.cli", "generate-arc", f"output_dir={tmp_path / seed}",
+                        "families=[colour_map,recolour_by_size,flood_fill]", "tasks_per_family=3", "progress=false",
+                        "holdout_families=[flood_fill]"], env=env, check=True, capture_output=True)
+    assert _tree(tmp_path / "1") == _tree(tmp_path / "2")
