@@ -28,6 +28,7 @@ Clean RE-ARC/ARC-GEN files are read by a numba scanner (`pairscan`); anything el
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
 import re
 import zlib
@@ -49,6 +50,20 @@ _SEED_FILE = re.compile(r"^([0-9a-f]{8})(?:_[A-Za-z0-9]+)?(?:\.py)?$")  # BARC's
 _UNPLAIN = re.compile(r"[^A-Za-z0-9_\-+=,@.]")
 
 
+OWN_MAP = 1 << 18  # a unit buffer this large gets its own memory map
+
+
+def _returnable(cells: np.ndarray) -> np.ndarray:
+    """`cells` in memory given back to the system as soon as it is freed: a large buffer in its own
+    anonymous map (malloc keeps freed blocks of its heap, so freeing the units while the plan packs
+    their grids would not lower the peak); a small one as it is."""
+    if cells.nbytes < OWN_MAP:
+        return cells
+    out = np.frombuffer(mmap.mmap(-1, cells.nbytes), np.uint8)
+    out[:] = cells
+    return out
+
+
 class Packed:
     """One unit's grids in one buffer: grid g = cells[start[g]: start[g] + h*w] with (h, w) =
     hw[2g: 2g + 2]; pair i = grids (2i, 2i+1). Offsets and sides are plain lists: a task reads a few
@@ -58,7 +73,7 @@ class Packed:
 
     def __init__(self, cells: np.ndarray, shape: np.ndarray) -> None:
         sizes = shape[:, 0].astype(np.int64) * shape[:, 1]
-        self.cells = cells
+        self.cells = _returnable(cells)
         self.start = (np.cumsum(sizes) - sizes).tolist()
         self.hw = shape.astype(np.int64).ravel().tolist()
 
@@ -102,16 +117,23 @@ class PackedPairs(Sequence):
         return [(hw[4 * k + j], hw[4 * k + j + 1]) for k in self.idx for j in (0, 2)]
 
     def copy_cells(self, cells: np.ndarray, offsets: np.ndarray) -> None:
-        """Copy each grid's cells to cells[offsets[j]:] (`plan.pack_grids`), no grid objects made."""
+        """Copy each grid's cells to cells[offsets[j]:] (`plan.pack_grids`), no grid objects made;
+        then read them from there: the unit's own buffer is freed once no task needs it, so packing
+        a source holds its grids about once, not twice (`cells` is never written again)."""
         unit = self.unit
         buf, start, hw = unit.cells, unit.start, unit.hw
         dst = offsets.tolist()
+        new_hw = []
         j = 0
         for k in self.idx:
             for g in (2 * k, 2 * k + 1):
-                a, n = start[g], hw[2 * g] * hw[2 * g + 1]
-                cells[dst[j]:dst[j] + n] = buf[a:a + n]
+                h, w, a = hw[2 * g], hw[2 * g + 1], start[g]
+                cells[dst[j]:dst[j] + h * w] = buf[a:a + h * w]
+                new_hw += (h, w)
                 j += 1
+        moved = Packed.__new__(Packed)
+        moved.cells, moved.start, moved.hw = cells, dst, new_hw
+        self.unit, self.idx = moved, tuple(range(len(self.idx)))
 
     def __add__(self, other) -> list[Pair]:
         return list(self) + list(other)
