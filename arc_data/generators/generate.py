@@ -73,6 +73,10 @@ class GenerateArcConfig:
             raise ArcError(f"layout={self.layout!r}: must be one of {', '.join(LAYOUTS)}")
 
 
+GenerateArcConfig.__doc__ = (f"{GenerateArcConfig.__doc__.rstrip()}\n\n    families: {', '.join(FAMILIES)} "
+                             "(docs/generated-tasks.md).")
+
+
 def task_name(seed: int, family: str, index: int) -> str:
     """`g<seed>-<family>-<index>`: the seed keeps two generations' tasks apart in one build."""
     return f"g{seed}-{family}-{index:05d}"
