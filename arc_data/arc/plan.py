@@ -103,28 +103,49 @@ class Plan:
 
 
 def pack_grids(tasks: list[Task]) -> tuple[Grids, np.ndarray, np.ndarray]:
-    """Tasks -> packed grids, task pair ranges [T+1], demo counts [T]."""
-    flat: list[np.ndarray] = []
-    shapes: list[tuple[int, int]] = []
-    task_pairs = [0]
-    num_demos = []
+    """Tasks -> packed grids, task pair ranges [T+1], demo counts [T].
+
+    Two passes (shapes, then cells copied into one buffer allocated once), so packing holds the
+    grids once more and nothing per grid (a 400k-pair source: no list of 800k views). A task's
+    `train` / `test` is a list of pairs, or a packed sequence of them (`generated.PackedPairs`)
+    that gives its grids' shapes (`grid_shapes()`) and copies its cells (`copy_cells(cells, offsets)`)
+    without making a grid object each."""
+    num_pairs = np.array([len(t.train) + len(t.test) for t in tasks], np.int64)
+    task_pairs = np.concatenate([[0], np.cumsum(num_pairs)]).astype(np.int64)
+    num_demos = np.array([len(t.train) for t in tasks], np.int64)
+    shape = np.empty((2 * int(task_pairs[-1]), 2), np.int64)
+    g = 0
     for t in tasks:
-        for inp, out in t.train + t.test:
-            # An unlabelled test input (test_labels=optional) gets an empty 0x0 output: encoded as
-            # an all-PAD label row, which the loader ignores and evaluation reads as "no solution".
-            assert out is not None or t.is_eval, f"{t.file}: task {t.name}: test output missing"
-            out = EMPTY_GRID if out is None else out
-            flat += [inp.ravel(), out.ravel()]
-            shapes += [inp.shape, out.shape]
-        task_pairs.append(task_pairs[-1] + len(t.train) + len(t.test))
-        num_demos.append(len(t.train))
-    shape = np.array(shapes, dtype=np.int64).reshape(-1, 2)
+        for pairs in (t.train, t.test):
+            if hasattr(pairs, "grid_shapes"):
+                shape[g:g + 2 * len(pairs)] = pairs.grid_shapes()
+                g += 2 * len(pairs)
+                continue
+            for inp, out in pairs:
+                # An unlabelled test input (test_labels=optional) gets an empty 0x0 output: encoded as
+                # an all-PAD label row, which the loader ignores and evaluation reads as "no solution".
+                assert out is not None or t.is_eval, f"{t.file}: task {t.name}: test output missing"
+                shape[g] = inp.shape
+                shape[g + 1] = EMPTY_GRID.shape if out is None else out.shape
+                g += 2
     sizes = shape[:, 0] * shape[:, 1]
     offset = np.zeros(len(sizes), dtype=np.int64)
     np.cumsum(sizes[:-1], out=offset[1:])
-    cells = np.concatenate(flat).astype(np.uint8) if flat else np.zeros(0, np.uint8)
+    cells = np.empty(int(sizes.sum()), np.uint8)
+    g = 0
+    for t in tasks:
+        for pairs in (t.train, t.test):
+            if hasattr(pairs, "copy_cells"):
+                pairs.copy_cells(cells, offset[g:g + 2 * len(pairs)])
+                g += 2 * len(pairs)
+                continue
+            for inp, out in pairs:
+                cells[offset[g]:offset[g] + sizes[g]] = inp.ravel()
+                if out is not None:
+                    cells[offset[g + 1]:offset[g + 1] + sizes[g + 1]] = out.ravel()
+                g += 2
     pair_grids = np.arange(len(sizes), dtype=np.int64).reshape(-1, 2)
-    return Grids(cells, offset, shape, pair_grids), np.array(task_pairs, np.int64), np.array(num_demos, np.int64)
+    return Grids(cells, offset, shape, pair_grids), task_pairs, num_demos
 
 
 def draw_trials(rng: np.random.Generator, num_tasks: int, num_aug: int) -> tuple[np.ndarray, np.ndarray]:

@@ -62,6 +62,7 @@ class Task:
     is_eval: bool  # its test pairs go to the `test` split
     train: list[Pair] = field(default_factory=list)
     test: list[Pair] = field(default_factory=list)
+    imitates: tuple[str, ...] = ()  # generated tasks (arc_data.arc.generated): the real ARC task ids they imitate
 
 
 @dataclass
@@ -321,11 +322,12 @@ def load_source(spec: str, eval_name: str = EVAL_SUBSET, require_outputs: bool =
 
 
 def load_sources(
-    specs: list[str], eval_name: str = EVAL_SUBSET, require_outputs: bool = True
+    specs: list[str], eval_name: str = EVAL_SUBSET, require_outputs: bool = True, load=load_source
 ) -> tuple[list[Task], list[SourceInfo]]:
     """All tasks of all sources in a deterministic order: sources as given, then subset, then name.
 
-    The same task id from two sources (or twice in one) is an error.
+    The same task id from two sources (or twice in one) is an error. `load` reads one spec
+    (`load_source`, or `generated.loader(...)` which adds the generators' dumps).
     """
     if not specs:
         raise ArcError("sources: no sources given (e.g. sources=[arc1])")
@@ -333,7 +335,7 @@ def load_sources(
     infos: list[SourceInfo] = []
     seen: dict[str, Task] = {}
     for spec in specs:
-        got, info = load_source(str(spec), eval_name, require_outputs)
+        got, info = load(str(spec), eval_name, require_outputs)
         got.sort(key=lambda t: (t.subset, t.name))
         for t in got:
             check_task_name(t.name, t.file)

@@ -4,7 +4,8 @@ Two rules, both decided before anything is written:
 
 - **Task-level hold-out.** `holdout_tasks=[names]` and/or `holdout_fraction=f` move whole tasks out
   of the build into a second dataset (`holdout_dir`): nothing of a held-out task (no demonstration,
-  no augmentation, no identifier) is in `output_dir`. The fraction is drawn from a pool (`all`
+  no augmentation, no identifier) is in `output_dir`, nor is any generated task that imitates it
+  (`Task.imitates`: RE-ARC, ARC-GEN and BARC tasks, arc_data/arc/generated.py). The fraction is drawn from a pool (`all`
   tasks, or only the `evaluation` tasks) by `numpy.random.Generator(PCG64([seed, 1]))`: the pool in
   source order is permuted and the first `round(f * len(pool))` tasks are held out, so the choice
   depends only on the sources, the pool and the seed (not on `num_aug`). Every held-out task is an
@@ -76,7 +77,8 @@ def split_tasks(tasks: list[Task], names: list[str], fraction: float, pool: str,
         rng = np.random.Generator(np.random.PCG64([seed, 1]))
         order = rng.permutation(len(candidates))
         held |= {candidates[i] for i in order[: int(round(fraction * len(candidates)))]}
-    kept = [t for t in tasks if t.name not in held]
+    # strict: a generated task imitating a held-out task is held out of the pretraining set too
+    kept = [t for t in tasks if t.name not in held and not held.intersection(t.imitates)]
     out = [t for t in tasks if t.name in held]
     if held and not kept:
         raise ArcError("holdout: every task is held out; nothing is left for output_dir")

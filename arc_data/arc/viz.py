@@ -172,9 +172,11 @@ def check_request(cfg: VizConfig, num_pictures: int, largest: int, first: Pictur
 
 
 def pictures_from_sources(cfg: VizConfig) -> list[Picture]:
+    from arc_data.arc.generated import GeneratedSourceConfig, loader
     from arc_data.arc.sources import load_sources
 
-    tasks, infos = load_sources(list(cfg.sources), cfg.eval_name, require_outputs=False)
+    tasks, infos = load_sources(list(cfg.sources), cfg.eval_name, require_outputs=False,
+                                load=loader(GeneratedSourceConfig(), cfg.seed))  # rearc:/arcgen:/barc: too
     for note in (n for info in infos for n in info.skipped):
         print(f"viz-arc: skipped {note}", file=sys.stderr)
     by_name = {t.name: t for t in tasks}
@@ -245,10 +247,11 @@ def visualize(cfg: VizConfig) -> Path:
 
 
 def _visualize(cfg: VizConfig) -> Path:
+    from arc_data.arc.generated import source_path
     from arc_data.arc.sources import SOURCE_NAMES
     from arc_data.fsio import check_output_dir, file_stem, staged_outputs
 
-    out = check_output_dir(cfg.output_dir, [s for s in cfg.sources if s not in SOURCE_NAMES] + [cfg.data_dir])
+    out = check_output_dir(cfg.output_dir, [source_path(s) for s in cfg.sources if s not in SOURCE_NAMES] + [cfg.data_dir])
     pics = pictures_from_sources(cfg) if cfg.sources else pictures_from_dataset(cfg)
     names = [f"{file_stem(pic.name)}.png" for pic in pics]
     with staged_outputs(out, [*names, "index.html"], True, "viz-arc") as stage:  # all pictures, or none

