@@ -286,6 +286,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "build-puzzles": ("source", "output_dir"),
     "generate-puzzles": ("output_dir",),
     "generate-arc": ("output_dir",),
+    "ttt": ("checkpoint", "challenges"),
 }
 
 

@@ -29,8 +29,8 @@ class PerTaskConfig:
     that task alone (a fresh embedding row for each of its views), then predicted and voted; the
     tasks' attempts merged into `output_dir/submission.json`."""
 
-    checkpoint: str = ""  # required: the pretrained run folder or step_N.pt (HRM, TRM or URM)
-    challenges: str = ""  # required: ARC challenges JSON (task id -> {train, test})
+    checkpoint: str | None = None  # required: the pretrained run folder or step_N.pt (HRM, TRM or URM)
+    challenges: str | None = None  # required: ARC challenges JSON (task id -> {train, test})
     solutions: str = ""  # optional: *_solutions.json, to score the submission at the end
     output_dir: str = "runs/ttt"
     num_aug: int = 100  # augmented views of each task (dihedral x colour permutations, build-arc's)
