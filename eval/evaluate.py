@@ -1,7 +1,7 @@
 """`hrm-deeploop evaluate checkpoint=CKPT data_dir=DIR output_dir=OUT`: predict, then score by task.
 
 The steps every task shares run here: find the dataset's task (`eval.tasks.evaluation_for`), refuse
-what cannot be served before the checkpoint is read, load the checkpoint (`eval.checkpoints.load_model`,
+what cannot be served before the checkpoint is read, load the checkpoint (`hrm_deeploop.loading.load_model`,
 refused in one line when this machine cannot hold it), check it fits the dataset. The rest is the
 task's room (`eval.tasks.TaskEvaluation`): ARC predicts every augmented test copy and votes
 (`eval.arc.evaluate`: predictions.npz, pass@K, submission.json, the report); Sudoku, Maze and any
@@ -83,9 +83,12 @@ class EvaluateConfig:
 
 
 def run(c: EvaluateConfig) -> int:
-    from eval.checkpoints import load_model, table_rows  # torch: here, so `evaluate --help` starts without it
     from hrm_deeploop import runtime
     from hrm_deeploop.data.puzzles import check_matches, open_dataset
+    from hrm_deeploop.loading import (  # torch: here, so `evaluate --help` starts without it
+        load_model,
+        table_rows,
+    )
 
     for key in ("checkpoint", "data_dir", "output_dir"):
         if not getattr(c, key):

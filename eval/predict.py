@@ -1,5 +1,5 @@
 """The predictions layer of `hrm-deeploop evaluate`, for every task: `predict_split` runs a model
-(loaded by `eval.checkpoints.load_model`) over every example of a split, each batch from a fresh
+(loaded by `hrm_deeploop.loading.load_model`) over every example of a split, each batch from a fresh
 carry for exactly halt_max_steps segments in eval mode (the reference's protocol), sharded across
 ranks under torchrun and gathered on rank 0 in dataset order. What a task does with the predictions (ARC's vote, the puzzles' per-segment scores) is its
 room's (`eval.arc.evaluate`, `eval.puzzles.evaluate`); the command is `eval.evaluate`.

@@ -21,8 +21,8 @@ from hrm_deeploop.errors import UserError
 
 if TYPE_CHECKING:  # annotations only: the command's config and the loaded model sit above the rooms
     from arc_data.dataset import PuzzleSplit
-    from eval.checkpoints import LoadedModel
     from eval.evaluate import EvaluateConfig
+    from hrm_deeploop.loading import LoadedModel
     from hrm_deeploop.runtime import Env
 
 TASK_CHOICES = ("auto", "sudoku", "maze", "generic")  # `evaluate task=...`

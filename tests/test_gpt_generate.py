@@ -250,8 +250,8 @@ def test_generate_cli_streams_seeded_text(byte_run, capsys):
 def test_random_depth_checkpoint_keeps_its_alpha_and_eval_gpt_exit(byte_run, capsys):
     import json
 
-    from eval.checkpoints import load_model
     from hrm_deeploop.cli import main
+    from hrm_deeploop.loading import load_model
 
     root, run = byte_run
     model = load_model(run / "checkpoints/step_6.pt", num_rounds=5).model

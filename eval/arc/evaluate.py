@@ -22,11 +22,11 @@ import numpy as np
 
 from eval.arc.report import output_names, write_vote_files
 from eval.arc.vote import VoteConfig, print_summary, read_table, vote_file
-from eval.checkpoints import LoadedModel
 from eval.outputs import check_outputs, write_outputs
 from eval.predict import predict_split
 from eval.predictions import save_predictions
 from hrm_deeploop.errors import ConfigError
+from hrm_deeploop.loading import LoadedModel
 
 if TYPE_CHECKING:
     from arc_data.dataset import PuzzleSplit

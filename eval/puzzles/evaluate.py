@@ -50,8 +50,8 @@ from hrm_deeploop.models.losses import IGNORE_LABEL
 
 if TYPE_CHECKING:
     from arc_data.dataset import PuzzleSplit
-    from eval.checkpoints import LoadedModel
     from eval.evaluate import EvaluateConfig
+    from hrm_deeploop.loading import LoadedModel
 
 
 @dataclass

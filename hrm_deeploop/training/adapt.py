@@ -6,7 +6,7 @@ torchrun, checkpoints, `train.time_budget`) and every `train.*` / `optim.*` key,
 keep in sync between two commands.
 
 What it does, before the first step (`prepare`, then `Trainer` applies it):
-- the checkpoint is read by `eval.checkpoints.load_model` (ours, HRM's or TRM's, official layouts too;
+- the checkpoint is read by `hrm_deeploop.loading.load_model` (ours, HRM's or TRM's, official layouts too;
   with its weight average when it has one); the model and scaling configs are the checkpoint's;
 - the puzzle-embedding table is rebuilt for the new dataset's identifiers, matched **by name**
   (the checkpoint's names: its `puzzle_names`, or the identifiers.json of the dataset it was trained
@@ -39,6 +39,7 @@ import torch
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop.data.rows import row_map
 from hrm_deeploop.errors import UserError
+from hrm_deeploop.loading import load_model
 from hrm_deeploop.training.optim import dense_state
 
 TABLE_KEY = "puzzle_emb.weights"
@@ -107,7 +108,6 @@ def prepare(init_from: str, cfg: Any, data_dir: str, train_split: Any) -> Start:
     """Read the checkpoint and build the starting point for a run on `data_dir`."""
     from arc_data.dataset import load_identifiers
     from arc_data.errors import DatasetError
-    from eval.checkpoints import load_model
     from hrm_deeploop.data.puzzles import check_matches
 
     loaded = load_model(init_from, "cpu", "float32", seq_len=int(train_split.meta.seq_len), ema=True, gpt=False)
