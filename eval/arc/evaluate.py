@@ -22,6 +22,7 @@ import numpy as np
 
 from eval.arc.report import output_names, write_vote_files
 from eval.arc.vote import VoteConfig, print_summary, read_table, vote_file
+from eval.evaluate_config import EvaluateConfig
 from eval.outputs import check_outputs, write_outputs
 from eval.predict import predict_split
 from eval.predictions import save_predictions
@@ -30,7 +31,6 @@ from hrm_deeploop.loading import LoadedModel
 
 if TYPE_CHECKING:
     from arc_data.dataset import PuzzleSplit
-    from eval.evaluate import EvaluateConfig
     from hrm_deeploop.runtime import Env
 
 PREDICTIONS_FILE = "predictions.npz"

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from arc_data.grid_key import row_keys
+from eval.evaluate_config import EvaluateConfig
 from eval.outputs import check_outputs, write_outputs
 from eval.predictions import save_predictions
 from eval.puzzles import tta as T
@@ -50,7 +51,6 @@ from hrm_deeploop.models.losses import IGNORE_LABEL
 
 if TYPE_CHECKING:
     from arc_data.dataset import PuzzleSplit
-    from eval.evaluate import EvaluateConfig
     from hrm_deeploop.loading import LoadedModel
 
 
