@@ -34,14 +34,11 @@ def _puzzles(task: str) -> TaskEvaluation:
     return PuzzleEvaluation(task)
 
 
-# The task rooms, by the task a dataset holds (`arc_data.dataset.task_kind`): a new task adds its row.
-# Imported when evaluate runs, so that `evaluate --help` starts without numba and the rooms' imports.
-EVALUATIONS: dict[str, Callable[[str], TaskEvaluation]] = {
-    "arc": _arc,
-    "sudoku": _puzzles,
-    "maze": _puzzles,
-    "generic": _puzzles,
-}
+# The task rooms that are not the puzzle scoring (which serves every grid task of
+# `arc_data.puzzles.registry.TASKS` and any other dataset), by the task a dataset holds
+# (`eval.tasks.evaluation_for`): a task with a room of its own adds its row. Imported when evaluate
+# runs, so that `evaluate --help` starts without numba and the rooms' imports.
+EVALUATIONS: dict[str, Callable[[str], TaskEvaluation]] = {"arc": _arc}
 
 
 def run(c: EvaluateConfig) -> int:
@@ -64,7 +61,7 @@ def run(c: EvaluateConfig) -> int:
     if pred_path.exists() and not c.overwrite:
         raise UserError(f"'{pred_path}' exists; pass overwrite=true to replace it or choose another output_dir")
     task = evaluation_for(c.data_dir, c.split, c.task)
-    evaluation = EVALUATIONS[task](task)
+    evaluation = EVALUATIONS.get(task, _puzzles)(task)
     evaluation.check(c, out)
     env = runtime.setup(c.device)
     try:

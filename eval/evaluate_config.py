@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from arc_data.puzzles.registry import TASKS
 from hrm_deeploop.config import at_least, device_name, one_of, optional_at_least
 
-TASK_CHOICES = ("auto", "sudoku", "maze", "generic")  # `evaluate task=...`
+# `evaluate task=...`: the dataset's own (auto), a grid task of the registry (the one list of them), or
+# generic (scored without cells to solve, augmentation or pictures)
+TASK_CHOICES = ("auto", *TASKS, "generic")
 
 
 @dataclass

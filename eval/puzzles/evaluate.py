@@ -29,13 +29,13 @@ import numpy as np
 import torch
 
 from arc_data.grid_key import row_keys
+from arc_data.puzzles.registry import TASKS, GridTask
 from eval.evaluate_config import EvaluateConfig
 from eval.outputs import check_outputs, write_outputs
 from eval.predictions import save_predictions
 from eval.puzzles import tta as T
 from eval.puzzles.report import FILES, PREDICTIONS_FILE, Shown, write_files
 from eval.puzzles.scoring import (
-    SOLVE_CELLS,
     RowSteps,
     row_scores,
     score_examples,
@@ -58,8 +58,8 @@ if TYPE_CHECKING:
 class Plan:
     """What to run: examples, copies, segments, the task and its group."""
 
-    task: str
-    group: T.Group | None  # None: no test-time augmentation possible (generic) or needed
+    task: GridTask | None  # None: a task that is not a grid task of the registry (generic)
+    group: T.Group | None  # None: no test-time augmentation possible (generic)
     copies: int  # 1 + tta
     segments: int
     examples: np.ndarray  # int64 [E]: the split's examples to evaluate
@@ -67,10 +67,12 @@ class Plan:
     chunk: int  # examples per forward batch
 
 
-def make_plan(task: str, split: Any, tta: int, tta_seed: int, segments: int, local_batch: int,
+def make_plan(task: GridTask | None, split: Any, tta: int, tta_seed: int, segments: int, local_batch: int,
               world_size: int, max_batches: int | None) -> Plan:
     seq_len, vocab = int(split.meta.seq_len), int(split.meta.vocab_size)
-    group = T.group_for(task, seq_len, vocab) if tta or task in ("sudoku", "maze") else None
+    group = T.group_of(task, seq_len, vocab) if task is not None else None
+    if tta and group is None:
+        raise UserError(f"tta={tta}: this task has no invertible augmentation group here; use tta=0")
     copies = 1 + tta
     chunk = max(1, local_batch // copies)
     num = int(split.num_examples)
@@ -198,7 +200,7 @@ def predict_and_score(model: ACTReasoner, split: Any, plan: Plan, env: runtime.E
 
 def _shown(split: Any, plan: Plan, res: Chunk, count: int) -> list[Shown]:
     """Up to `count` examples, half solved and half not where there are, for the pictures."""
-    if count <= 0 or plan.task not in ("sudoku", "maze"):
+    if count <= 0 or plan.task is None:
         return []
     voting = plan.copies > 1
     ok = res.scores["vote_exact" if voting else "plain_exact"][:, -1]
@@ -218,7 +220,7 @@ def _shown(split: Any, plan: Plan, res: Chunk, count: int) -> list[Shown]:
         sup = supervised_mask(y[None], split.meta.ignore_label_id)[0]
         solve = solve_mask(plan.task, x[None], y[None], sup[None])[0]
         wrong = sup & (pred != y)
-        what = "blank cells" if plan.task == "sudoku" else "path cells"
+        what = plan.task.solve_short
         caption = f"example {e}: " + ("solved" if ok[i] else f"wrong: {int(wrong.sum())} cells, "
                                       f"{int((wrong & solve).sum())} of {int(solve.sum())} {what}")
         candidate = (f"top-1 vote: copy {copy}, {int(res.scores['vote_top_votes'][i])} of {plan.copies} votes"
@@ -243,7 +245,8 @@ class PuzzleEvaluation:
     """Sudoku's, Maze's and any other task's part of `hrm-deeploop evaluate` (`eval.tasks.TaskEvaluation`)."""
 
     def __init__(self, task: str):
-        self.task = task
+        self.task = task  # the name, as metrics.json records it
+        self.grid = TASKS.get(task)  # its grid task (scoring, augmentation, pictures), None for a generic dataset
 
     def check(self, c: EvaluateConfig, out: Path) -> None:
         check_outputs(out, FILES, c.overwrite, "evaluation")
@@ -252,7 +255,7 @@ class PuzzleEvaluation:
         if c.tta or c.halt_max_steps:  # before the checkpoint is read: what cannot be served
             seq_len = int(split.meta.seq_len)
             if c.tta:
-                T.group_for(self.task, seq_len, int(split.meta.vocab_size))
+                T.group_for(self.task, seq_len, int(split.meta.vocab_size))  # refuses a task without a group
             T.check_request(c.tta, int(split.num_examples), seq_len, out, segments=c.halt_max_steps or 1)
 
     def rows_per_forward(self, local_batch: int, split: PuzzleSplit) -> int:
@@ -265,7 +268,7 @@ class PuzzleEvaluation:
         model = loaded.model
         segments = c.halt_max_steps or model.cfg.halt_max_steps
         local = max(1, global_batch_size // env.world_size)
-        plan = make_plan(self.task, split, c.tta, c.tta_seed, segments, local, env.world_size, c.max_batches)
+        plan = make_plan(self.grid, split, c.tta, c.tta_seed, segments, local, env.world_size, c.max_batches)
         res = predict_and_score(model, split, plan, env, local, c.progress)
         if res is None:
             return None
@@ -281,7 +284,7 @@ class PuzzleEvaluation:
         m = {"task": task, "data_dir": str(c.data_dir), "split": c.split, **scored.info,
              "halt_max_steps_trained": scored.halt_max_steps_trained,
              "tta": {"copies": c.tta, "seed": c.tta_seed, "group": plan.group.description if c.tta else None},
-             "cells_to_solve": SOLVE_CELLS.get(task), "units": "percent",
+             "cells_to_solve": plan.task.solve_cells if plan.task is not None else None, "units": "percent",
              "ranking": f"{RULE} (copy 0 = the input as stored)"}
         m.update(summarize(res.scores, res.num_supervised, res.num_solve))
         m["stats"] = {"num_rows": int(len(res.q_halt)), "seconds_predict_and_score": round(scored.seconds, 3)}
@@ -294,7 +297,7 @@ class PuzzleEvaluation:
         def write(stage: Path) -> None:
             save_predictions(stage / PREDICTIONS_FILE, res.puzzle_identifiers, res.inputs, res.predictions,
                              res.q_halt, extra={"example": example, "tta_copy": copy})
-            write_files(stage, m, task, shown, tta_table, c.report)
+            write_files(stage, m, plan.task, shown, tta_table, c.report)
 
         write_outputs(out, (PREDICTIONS_FILE, *FILES), c.overwrite, "evaluation", "evaluate", write)
         print(one_line(m, out))
