@@ -2,7 +2,7 @@
 
 For each test example: copy 0 is the input as stored; with tta=N, copies 1..N are seeded
 augmentations of it from the task's group (`eval.puzzles.tta`). Every copy runs `segments` ACT segments from
-a fresh carry (`ACTReasoner.predict_steps`: halt_max_steps by default, more with the
+a fresh carry (`eval.predict.run_segments`: halt_max_steps by default, more with the
 halt_max_steps= override); after each segment its argmax prediction is mapped back to the original
 frame and scored (`eval.puzzles.scoring`), and the copies of an example vote (count-first, `eval.ranking`).
 Nothing per segment is kept beyond the scores, so memory grows with the examples, not the segments.
@@ -32,6 +32,7 @@ from arc_data.grid_key import row_keys
 from arc_data.puzzles.registry import TASKS, GridTask
 from eval.evaluate_config import EvaluateConfig
 from eval.outputs import check_outputs, write_outputs
+from eval.predict import gather_on_main, run_segments
 from eval.predictions import save_predictions
 from eval.puzzles import tta as T
 from eval.puzzles.report import FILES, PREDICTIONS_FILE, Shown, write_files
@@ -110,8 +111,9 @@ def _puzzle_ids(split: Any, idx: np.ndarray) -> np.ndarray:
 
 @torch.no_grad()
 def run_chunk(model: ACTReasoner, split: Any, plan: Plan, idx: np.ndarray, device: torch.device,
-              batch_rows: int) -> Chunk:
-    """Predict and score every copy of the examples `idx` (see the module docstring)."""
+              batch_rows: int, rows_of_ids: torch.Tensor | None = None) -> Chunk:
+    """Predict and score every copy of the examples `idx` (see the module docstring); `rows_of_ids`:
+    dataset id -> puzzle-table row of a checkpoint that names its rows (`eval.predict.run_segments`)."""
     C, S = plan.copies, plan.segments
     x, y = split.examples(idx)  # original frame, [k, L]
     x, y = np.asarray(x, np.uint8), np.asarray(y, np.uint8)
@@ -137,7 +139,7 @@ def run_chunk(model: ACTReasoner, split: Any, plan: Plan, idx: np.ndarray, devic
         t = {"inputs": torch.from_numpy(x_rows[b].astype(np.int32)).to(device),
              "labels": torch.full((n, L), IGNORE_LABEL, dtype=torch.int32, device=device),
              "puzzle_identifiers": torch.from_numpy(pids[b]).to(device)}
-        for s, (_, out) in enumerate(model.predict_steps(t, S)):
+        for s, out in enumerate(run_segments(model, t, rows_of_ids, S)):
             pred = out["logits"].argmax(-1).to(torch.uint8).cpu().numpy()  # (n, L), the model's frame
             orig = plan.group.invert(pred, T.take(table, b)) if table is not None else pred
             e, tok, sol = row_scores(orig, y_rows[b], sup_rows[b], solve_rows[b] if solve_rows is not None else None)
@@ -172,7 +174,7 @@ def _merge(chunks: list[Chunk]) -> Chunk:
 
 
 def predict_and_score(model: ACTReasoner, split: Any, plan: Plan, env: runtime.Env, local_batch: int,
-                      show_progress: bool = True) -> Chunk | None:
+                      show_progress: bool = True, rows_of_ids: torch.Tensor | None = None) -> Chunk | None:
     """Every example of the plan, this rank's chunks; merged on rank 0 in example order (None elsewhere)."""
     model.eval()
     starts = list(range(0, len(plan.examples), plan.chunk))
@@ -180,19 +182,16 @@ def predict_and_score(model: ACTReasoner, split: Any, plan: Plan, env: runtime.E
     bar = runtime.progress(len(starts), "evaluate") if show_progress else None
     chunks = []
     for a in mine:
-        chunks.append(run_chunk(model, split, plan, plan.examples[a:a + plan.chunk], env.device, local_batch))
+        chunks.append(run_chunk(model, split, plan, plan.examples[a:a + plan.chunk], env.device, local_batch,
+                                rows_of_ids))
         if bar is not None:  # every rank does one chunk per turn; rank 0's bar counts them all
             bar.update(min(env.world_size, len(starts) - bar.n))
     if bar is not None:
         bar.close()
-    if env.distributed:
-        import torch.distributed as dist
-
-        gathered: list[Any] = [None] * env.world_size if env.is_main else None
-        dist.gather_object(chunks, gathered, dst=0)
-        if not env.is_main:
-            return None
-        chunks = [c for part in gathered for c in part]
+    gathered = gather_on_main(chunks, env)
+    if gathered is None:
+        return None
+    chunks = [c for part in gathered for c in part]
     if not chunks:
         raise UserError("the split has no examples to evaluate")
     return _merge(chunks)
@@ -269,7 +268,7 @@ class PuzzleEvaluation:
         segments = c.halt_max_steps or model.cfg.halt_max_steps
         local = max(1, global_batch_size // env.world_size)
         plan = make_plan(self.grid, split, c.tta, c.tta_seed, segments, local, env.world_size, c.max_batches)
-        res = predict_and_score(model, split, plan, env, local, c.progress)
+        res = predict_and_score(model, split, plan, env, local, c.progress, rows)
         if res is None:
             return None
         info = {"checkpoint": str(loaded.path), "checkpoint_kind": loaded.kind, "step": loaded.step,
