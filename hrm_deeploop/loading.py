@@ -27,7 +27,14 @@ from hrm_deeploop.config import typed
 from hrm_deeploop.data.rows import row_map
 from hrm_deeploop.errors import ConfigError, UserError
 from hrm_deeploop.models.act import ACTReasoner
-from hrm_deeploop.models.config import GPTConfig, HRMConfig, TRMConfig, URMConfig
+from hrm_deeploop.models.config import (
+    MODEL_CONFIGS,
+    GPTConfig,
+    HRMConfig,
+    ReasonerConfig,
+    TRMConfig,
+    URMConfig,
+)
 from hrm_deeploop.models.depth import scaling_rounds_of
 from hrm_deeploop.models.gpt import GPT
 from hrm_deeploop.models.reasoners import build_reasoner
@@ -47,7 +54,8 @@ class LoadedModel:
     run_config: dict | None = None  # the resolved config of the run that wrote it (ours), e.g. its data_dir
 
 
-SCHEMAS: dict[str, type] = {"hrm": HRMConfig, "trm": TRMConfig, "urm": URMConfig}
+# the reasoners' config schemas, by model.name: the models' registry (models/config.py) less the looped GPT
+REASONER_SCHEMAS: dict[str, type] = {n: c for n, c in MODEL_CONFIGS.items() if issubclass(c, ReasonerConfig)}
 
 
 def load_model(path: str | Path, device: torch.device | str = "cpu", dtype: str = "auto",
@@ -131,9 +139,9 @@ def _with_average(weights: dict[str, Any], shadow: dict[str, Any], where: str) -
 
 
 def _model_config(name: str, values: dict[str, Any], where: str) -> HRMConfig | TRMConfig | URMConfig:
-    if name not in SCHEMAS:
-        raise UserError(f"{where}: model '{name}' is not a reasoner ({', '.join(SCHEMAS)})")
-    schema = SCHEMAS[name]
+    if name not in REASONER_SCHEMAS:
+        raise UserError(f"{where}: model '{name}' is not a reasoner ({', '.join(REASONER_SCHEMAS)})")
+    schema = REASONER_SCHEMAS[name]
     known = {f.name for f in fields(schema)} - {"name"}
     unknown = sorted(set(values) - known)
     if unknown:
