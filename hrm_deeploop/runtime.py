@@ -208,17 +208,6 @@ def wrap_ddp(model: torch.nn.Module, e: Env, sync_buffers: bool = True, unused_p
                find_unused_parameters=unused_parameters, **{sync: sync_buffers})
 
 
-def unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    """The bare module under DDP and torch.compile wrappers."""
-    while True:
-        if hasattr(model, "module"):
-            model = model.module
-        elif hasattr(model, "_orig_mod"):
-            model = model._orig_mod
-        else:
-            return model
-
-
 # ---- memory, estimated before a model is allocated -----------------------------------------------
 
 # Values one block keeps per token for its backward: per hidden unit, 6 plus 6 per unit of MLP

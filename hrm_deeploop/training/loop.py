@@ -1,4 +1,4 @@
-"""The one training skeleton shared by every model (HRM, TRM, the looped GPT).
+"""The one training skeleton shared by every model (HRM, TRM, URM, the looped GPT).
 
 A model contributes a `Task`: its model, optimisers and data, one optimiser step, an evaluation,
 and its state. The skeleton (`fit`) owns everything around that, the same way for every model:
