@@ -23,7 +23,7 @@ import torch.distributed as dist
 from tqdm.auto import tqdm
 
 from hrm_deeploop.config import device_name
-from hrm_deeploop.errors import ConfigError
+from hrm_deeploop.errors import ConfigError, UserError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
 
@@ -184,6 +184,20 @@ def broadcast_object(obj):
     box = [obj]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def on_main(fn: Callable[[], Any], env: Env) -> Any:
+    """`fn()` on rank 0; its result, or its UserError, reaches every rank (none waits on a collective)."""
+    result, error = None, None
+    if env.is_main:
+        try:
+            result = fn()
+        except UserError as e:
+            error = str(e)
+    result, error = broadcast_object((result, error))
+    if error:
+        raise UserError(error)
+    return result
 
 
 def wrap_ddp(model: torch.nn.Module, e: Env, sync_buffers: bool = True, unused_parameters: bool = False
