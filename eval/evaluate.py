@@ -42,12 +42,11 @@ EVALUATIONS: dict[str, Callable[[str], TaskEvaluation]] = {"arc": _arc}
 
 
 def run(c: EvaluateConfig) -> int:
+    # torch and what imports it (here and in the branches below), so that `evaluate --help`, which
+    # imports this module for its options, starts without torch
     from hrm_deeploop import runtime
     from hrm_deeploop.data.puzzles import check_matches, open_dataset
-    from hrm_deeploop.loading import (  # torch: here, so `evaluate --help` starts without it
-        load_model,
-        table_rows,
-    )
+    from hrm_deeploop.loading import load_model, table_rows
 
     for key in ("checkpoint", "data_dir", "output_dir"):
         if not getattr(c, key):

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from hrm_deeploop import runtime
 from hrm_deeploop.data.puzzles import num_sequential_batches, sequential_batches
@@ -39,8 +40,6 @@ def gather_on_main(local: Any, env: runtime.Env) -> list[Any] | None:
     """Every rank's `local`, in rank order, on rank 0 (None on the other ranks)."""
     if not env.distributed:
         return [local]
-    import torch.distributed as dist
-
     gathered: list[Any] = [None] * env.world_size if env.is_main else None
     dist.gather_object(local, gathered, dst=0)
     return gathered if env.is_main else None
