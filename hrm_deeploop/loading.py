@@ -35,9 +35,9 @@ from hrm_deeploop.models.config import (
     TRMConfig,
     URMConfig,
 )
-from hrm_deeploop.models.depth import scaling_rounds_of
 from hrm_deeploop.models.gpt import GPT
 from hrm_deeploop.models.reasoners import build_reasoner
+from hrm_deeploop.models.rounds import scaling_rounds_of
 from hrm_deeploop.models.scaling import ScalingConfig
 
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from hrm_deeploop.models.depth import DepthConfig
 from hrm_deeploop.models.gpt import GPT, ExitRule
+from hrm_deeploop.models.rounds import DepthConfig
 from hrm_deeploop.models.scaling import ScalingConfig, alpha_beta
 from hrm_deeploop.text.generate import Sampling, generate_tokens, sample_next
 from tests.gpt_helpers import one_thread, tiny_model  # noqa: F401 - autouse fixture

@@ -262,7 +262,7 @@ class GPTConfig:
         check_heads(self.hidden_size, self.num_heads, rope=True)
 
     def depth(self, scaling: ScalingConfig) -> Depth:
-        """One loop of K blocks for R rounds: N = K*R (a drawn R's alpha/beta: models/depth.py)."""
+        """One loop of K blocks for R rounds: N = K*R (a drawn R's alpha/beta: models/rounds.py)."""
         return loop_depth("gpt", scaling, self.num_blocks, self.num_rounds, num_blocks=self.num_blocks,
                           num_rounds=self.num_rounds)
 
