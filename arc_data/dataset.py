@@ -41,7 +41,6 @@ META_KEYS = ("pad_id", "ignore_label_id", "blank_identifier_id", "vocab_size", "
 META_INT_KEYS = ("pad_id", "blank_identifier_id", "vocab_size", "seq_len", "num_puzzle_identifiers", "total_groups")
 TOKEN_CHECK_FULL_BYTES = 1 << 28  # arrays up to 256 MB are scanned whole at open
 TOKEN_CHECK_CHUNK = 1 << 16  # rows per scanned block
-TASK_KINDS = ("arc", "sudoku", "maze", "generic")
 # HRM's ARC names: an ARC-AGI task id, or any task with HRM's / TRM's augmentation suffix
 _ARC_NAME = re.compile(r"^[0-9a-f]{8}($|_|\|)|(_|\|\|\|)t[0-7](_|\|\|\|)[0-9]{10}$")
 

@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     device = setup_device(args.device, args.threads)
     run_config = None
     if args.checkpoint:
-        from eval.checkpoints import load_model
+        from hrm_deeploop.loading import load_model
         from hrm_deeploop import checkpoint as ckpt
 
         loaded = load_model(ckpt.resolve(args.checkpoint), device, num_rounds=args.num_rounds, gpt=True)

@@ -1,7 +1,7 @@
 """`hrm-deeploop evaluate checkpoint=CKPT data_dir=DIR output_dir=OUT`: predict, then score by task.
 
 The steps every task shares run here: find the dataset's task (`eval.tasks.evaluation_for`), refuse
-what cannot be served before the checkpoint is read, load the checkpoint (`eval.checkpoints.load_model`,
+what cannot be served before the checkpoint is read, load the checkpoint (`hrm_deeploop.loading.load_model`,
 refused in one line when this machine cannot hold it), check it fits the dataset. The rest is the
 task's room (`eval.tasks.TaskEvaluation`): ARC predicts every augmented test copy and votes
 (`eval.arc.evaluate`: predictions.npz, pass@K, submission.json, the report); Sudoku, Maze and any
@@ -13,12 +13,12 @@ other task are predicted and scored per ACT segment, with and without test-time 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from arc_data.fsio import check_output_dir
-from eval.tasks import TASK_CHOICES, TaskEvaluation, evaluation_for
-from hrm_deeploop.config import at_least, device_name, one_of, optional_at_least
+from eval.evaluate_config import EvaluateConfig
+from eval.tasks import TaskEvaluation, evaluation_for
 from hrm_deeploop.errors import ConfigError, UserError
 
 
@@ -34,58 +34,19 @@ def _puzzles(task: str) -> TaskEvaluation:
     return PuzzleEvaluation(task)
 
 
-# The task rooms, by the task a dataset holds (`arc_data.dataset.task_kind`): a new task adds its row.
-# Imported when evaluate runs, so that `evaluate --help` starts without numba and the rooms' imports.
-EVALUATIONS: dict[str, Callable[[str], TaskEvaluation]] = {
-    "arc": _arc,
-    "sudoku": _puzzles,
-    "maze": _puzzles,
-    "generic": _puzzles,
-}
-
-
-@dataclass
-class EvaluateConfig:
-    """`hrm-deeploop evaluate`: predict every augmented test copy with a checkpoint, then vote."""
-
-    checkpoint: str | None = None  # <run>/checkpoints/step_N.pt, a run folder, or an official HRM/TRM <dir>/step_N
-    data_dir: str | None = None
-    output_dir: str | None = None
-    split: str = "test"
-    global_batch_size: int | None = None  # None: 768 on CUDA, 16 per rank on CPU
-    device: str = "auto"
-    dtype: str = "auto"  # auto: the checkpoint's forward_dtype on CUDA, float32 on CPU
-    max_batches: int | None = None  # cap (quick looks and tests); the vote then sees a subset
-    ema: bool = True  # use the weight average of a checkpoint trained with train.ema=true
-    vote: bool = True  # ARC: run the vote step on the predictions (other tasks are always scored)
-    overwrite: bool = False  # replace an existing OUT/predictions.npz
-    progress: bool = True
-    halt_max_steps: int | None = None  # ACT segments to run (None: the checkpoint's; more = deeper than trained)
-    task: str = "auto"  # auto (the dataset's) | sudoku | maze | generic: for datasets that do not record it
-    tta: int = 0  # Sudoku/Maze: augmented copies of every test input, voted count-first (0 = off)
-    tta_seed: int = 0
-    report: bool = True  # report.html + report/*.png (ARC's vote report, or the puzzle pictures)
-    report_puzzles: int = 6  # puzzles pictured in the report (Sudoku/Maze; half solved, half not)
-    challenges: str | None = None  # ARC: submission.json covers every task and test input of this *_challenges.json
-    all_checkpoints: bool = False  # checkpoint=RUN: every checkpoint into OUT/step_N/, then curve.json/png (eval/curve.py)
-
-    def __post_init__(self) -> None:
-        optional_at_least("global_batch_size", self.global_batch_size, 1)
-        optional_at_least("max_batches", self.max_batches, 1)
-        optional_at_least("halt_max_steps", self.halt_max_steps, 1)
-        at_least("tta", self.tta, 0)
-        at_least("tta_seed", self.tta_seed, 0)
-        at_least("report_puzzles", self.report_puzzles, 0)
-        one_of("task", self.task, TASK_CHOICES)
-        device_name("device", self.device)
-        one_of("dtype", self.dtype, ("auto", "float32", "bfloat16", "float16"))
-        one_of("split", self.split, ("train", "test"))
+# The task rooms that are not the puzzle scoring (which serves every grid task of
+# `arc_data.puzzles.registry.TASKS` and any other dataset), by the task a dataset holds
+# (`eval.tasks.evaluation_for`): a task with a room of its own adds its row. Imported when evaluate
+# runs, so that `evaluate --help` starts without numba and the rooms' imports.
+EVALUATIONS: dict[str, Callable[[str], TaskEvaluation]] = {"arc": _arc}
 
 
 def run(c: EvaluateConfig) -> int:
-    from eval.checkpoints import load_model, table_rows  # torch: here, so `evaluate --help` starts without it
+    # torch and what imports it (here and in the branches below), so that `evaluate --help`, which
+    # imports this module for its options, starts without torch
     from hrm_deeploop import runtime
     from hrm_deeploop.data.puzzles import check_matches, open_dataset
+    from hrm_deeploop.loading import load_model, table_rows
 
     for key in ("checkpoint", "data_dir", "output_dir"):
         if not getattr(c, key):
@@ -99,7 +60,7 @@ def run(c: EvaluateConfig) -> int:
     if pred_path.exists() and not c.overwrite:
         raise UserError(f"'{pred_path}' exists; pass overwrite=true to replace it or choose another output_dir")
     task = evaluation_for(c.data_dir, c.split, c.task)
-    evaluation = EVALUATIONS[task](task)
+    evaluation = EVALUATIONS.get(task, _puzzles)(task)
     evaluation.check(c, out)
     env = runtime.setup(c.device)
     try:

@@ -83,9 +83,9 @@ def generate(opts: GenerateConfig) -> str:
     """Stream a continuation of opts.prompt to stdout; return it."""
     import torch  # here, with the other heavy imports, so `generate --help` starts without torch
 
-    from eval.checkpoints import load_model
     from hrm_deeploop import checkpoint as ckpt
     from hrm_deeploop import runtime
+    from hrm_deeploop.loading import load_model
     from hrm_deeploop.models.gpt import ExitRule
     from hrm_deeploop.text.generate import GenerationStats, Sampling, generate_tokens
     from hrm_deeploop.text.tokenizer import get_tokenizer

@@ -89,9 +89,11 @@ def output_dir_for(opts: EvalGPTConfig, path: Path) -> Path:
 
 
 def evaluate(opts: EvalGPTConfig) -> dict[str, Any]:
-    from eval.checkpoints import load_model  # torch: imported here, so `eval-gpt --help` starts without it
     from hrm_deeploop import checkpoint as ckpt
     from hrm_deeploop import runtime
+    from hrm_deeploop.loading import (
+        load_model,  # torch: imported here, so `eval-gpt --help` starts without it
+    )
     from hrm_deeploop.models.gpt import ExitRule
     from hrm_deeploop.text.loss import evaluate_loss, evaluate_loss_exit
 

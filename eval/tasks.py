@@ -1,7 +1,7 @@
 """Which evaluation a dataset gets, and what `evaluate` asks of a task's room.
 
 `arc_data.dataset.task_kind` says what a dataset holds ("arc", "sudoku", "maze", "generic");
-`evaluation_for` resolves it (with the `task=` override). `eval.evaluate` runs the task-neutral
+`evaluation_for` resolves it (with the `task=` override; the choices: `eval.evaluate_config`). `eval.evaluate` runs the task-neutral
 steps (checkpoint, split, memory, the predictions layer of `eval.predict`) and hands the rest to the
 task's `TaskEvaluation`: ARC's vote (`eval.arc.evaluate`) or the puzzle scoring
 (`eval.puzzles.evaluate`, every other task). The ARC vote itself refuses anything that is not ARC
@@ -17,16 +17,13 @@ from arc_data import format as fmt
 from arc_data.dataset import read_meta, task_kind
 from arc_data.errors import DatasetError
 from arc_data.fsio import why_not_a_folder
+from eval.evaluate_config import EvaluateConfig
 from hrm_deeploop.errors import UserError
 
-if TYPE_CHECKING:  # annotations only: the command's config and the loaded model sit above the rooms
+if TYPE_CHECKING:  # annotations only: torch, which `evaluate --help` does without
     from arc_data.dataset import PuzzleSplit
-    from eval.checkpoints import LoadedModel
-    from eval.evaluate import EvaluateConfig
+    from hrm_deeploop.loading import LoadedModel
     from hrm_deeploop.runtime import Env
-
-TASK_CHOICES = ("auto", "sudoku", "maze", "generic")  # `evaluate task=...`
-
 
 class TaskEvaluation(Protocol):
     """A task's part of `hrm-deeploop evaluate`, called in this order (eval.evaluate.run)."""

@@ -53,7 +53,7 @@ COMMANDS: dict[str, Command] = {
                                 "generate_puzzles", "generate Sudoku / Maze puzzles into CSVs, offline"),
     "train": Command("hrm_deeploop.training.reasoner:run", "hrm_deeploop.training.config:TrainConfig", "train",
                      "train HRM, TRM or URM (baseline or DeepLoop) on a built puzzle dataset"),
-    "evaluate": Command("eval.evaluate:run", "eval.evaluate:EvaluateConfig", "evaluate",
+    "evaluate": Command("eval.evaluate:run", "eval.evaluate_config:EvaluateConfig", "evaluate",
                         "predict with a checkpoint, then vote (ARC) or score (Sudoku, Maze, other tasks)"),
     "vote": Command("eval.arc.vote:run", "eval.arc.vote:VoteConfig", "vote",
                     "count-first voting and pass@K from a predictions.npz"),

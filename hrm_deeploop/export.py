@@ -49,7 +49,7 @@ def _load(path: Path, ema: bool) -> tuple[Any, dict[str, Any], str, dict[str, An
     if not isinstance(state, dict) or state.get("format") != ckpt.FORMAT or "config" not in state:
         raise UserError(f"checkpoint '{path}' is not an hrm-deeploop train state (official HRM/TRM checkpoints "
                         "are loaded as they are; export is for our own runs)")
-    from eval.checkpoints import load_model
+    from hrm_deeploop.loading import load_model  # torch too: here, so `export --help` starts without it
 
     loaded = load_model(path, "cpu", ema=ema)
     model, which = loaded.model, loaded.weights

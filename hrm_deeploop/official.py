@@ -7,7 +7,7 @@ verification release) `step_N` state dicts with the `all_config.yaml` beside the
 - `official_key_map` / `official_trm_key_map`: their state-dict keys -> ours, spelled out so that an
   unknown or missing key fails loudly; `official_state_dict` applies a map.
 
-`eval.checkpoints` loads through these; `checkpoint.py` owns our own train-state files.
+`hrm_deeploop.loading` loads through these; `checkpoint.py` owns our own train-state files.
 """
 
 from __future__ import annotations

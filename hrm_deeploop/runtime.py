@@ -23,7 +23,7 @@ import torch.distributed as dist
 from tqdm.auto import tqdm
 
 from hrm_deeploop.config import device_name
-from hrm_deeploop.errors import ConfigError
+from hrm_deeploop.errors import ConfigError, UserError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
 
@@ -34,7 +34,7 @@ class Env:
     local_rank: int
     world_size: int
     device: torch.device
-    fused_kernel: bool = True  # the fused Triton residual-norm kernel on CUDA (models take it as `fused`)
+    fused_kernel: bool  # the fused Triton residual-norm kernel on CUDA (models take it as `fused`): fused_kernel_enabled()
 
     @property
     def is_main(self) -> bool:
@@ -107,7 +107,9 @@ def fused_kernel_enabled() -> bool:
 
 
 def env() -> Env:
-    return _ENV if _ENV is not None else Env(0, 0, 1, torch.device("cpu"))
+    """The process's Env: `setup`'s, or before it a single CPU process (with the kernel choice
+    `setup` would make, so that a model built before `setup` is built as it would be after)."""
+    return _ENV if _ENV is not None else Env(0, 0, 1, torch.device("cpu"), fused_kernel=fused_kernel_enabled())
 
 
 def teardown() -> None:
@@ -184,6 +186,20 @@ def broadcast_object(obj):
     return box[0]
 
 
+def on_main(fn: Callable[[], Any], env: Env) -> Any:
+    """`fn()` on rank 0; its result, or its UserError, reaches every rank (none waits on a collective)."""
+    result, error = None, None
+    if env.is_main:
+        try:
+            result = fn()
+        except UserError as e:
+            error = str(e)
+    result, error = broadcast_object((result, error))
+    if error:
+        raise UserError(error)
+    return result
+
+
 def wrap_ddp(model: torch.nn.Module, e: Env, sync_buffers: bool = True, unused_parameters: bool = False
              ) -> torch.nn.Module:
     """DistributedDataParallel when running under torchrun; the bare model otherwise.
@@ -204,17 +220,6 @@ def wrap_ddp(model: torch.nn.Module, e: Env, sync_buffers: bool = True, unused_p
             else "broadcast_buffers")
     return DDP(model, device_ids=[e.device.index] if e.device.type == "cuda" else None,
                find_unused_parameters=unused_parameters, **{sync: sync_buffers})
-
-
-def unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    """The bare module under DDP and torch.compile wrappers."""
-    while True:
-        if hasattr(model, "module"):
-            model = model.module
-        elif hasattr(model, "_orig_mod"):
-            model = model._orig_mod
-        else:
-            return model
 
 
 # ---- memory, estimated before a model is allocated -----------------------------------------------
@@ -253,10 +258,9 @@ class MemoryEstimate:
                 f"{human(self.activation_bytes)} of activations (an estimate)")
 
 
-# Config fields that count identical blocks: the parameters are affine in each, so a model of
-# thousands of blocks is counted from a few small builds (building each block on the meta device
-# costs milliseconds: 100,000 of them would take minutes before the refusal).
-LAYER_FIELDS = ("num_h_layers", "num_l_layers", "num_layers", "num_blocks")
+# A model config's `layer_fields` (models/config.py) count identical blocks: the parameters are
+# affine in each, so a model of thousands of blocks is counted from a few small builds (building
+# each block on the meta device costs milliseconds: 100,000 of them would take minutes before the refusal).
 EXACT_LAYERS = 64  # up to this many blocks per field, the model itself is built on the meta device
 
 
@@ -272,8 +276,8 @@ def _sizes(build: Callable[[Any], torch.nn.Module], model_cfg: Any) -> list[int]
 def count_model(build: Callable[[Any], torch.nn.Module], model_cfg: Any) -> list[int]:
     """[parameters, bytes of parameters, bytes of buffers] of the model `build(model_cfg)` makes,
     without allocating it: built on the meta device, or, past EXACT_LAYERS blocks in a
-    LAYER_FIELDS count, from builds with 1 and 2 blocks per count (exact: the blocks are alike)."""
-    counts = {f: getattr(model_cfg, f) for f in LAYER_FIELDS if isinstance(getattr(model_cfg, f, None), int)}
+    count of the config's `layer_fields`, from builds with 1 and 2 blocks per count (exact: the blocks are alike)."""
+    counts = {f: getattr(model_cfg, f) for f in getattr(model_cfg, "layer_fields", ())}
     if all(v <= EXACT_LAYERS for v in counts.values()):
         return _sizes(build, model_cfg)
     ones = {f: 1 for f in counts}

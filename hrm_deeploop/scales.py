@@ -12,8 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hrm_deeploop.config import one_of, typed
-from hrm_deeploop.models.config import model_config
+from hrm_deeploop.models.config import MODEL_CONFIGS, model_config
 from hrm_deeploop.models.scaling import ScalingConfig, model_depth, module_exponents, module_residuals
+
+# the report's depth-convention keys, one per model that has one (`<Model>Config.depth_option`)
+DEPTH_OPTIONS = tuple(c.depth_option for c in MODEL_CONFIGS.values() if getattr(c, "depth_option", None))
 
 
 def describe(model_cfg: Any, scaling: ScalingConfig) -> dict:
@@ -33,9 +36,7 @@ def describe(model_cfg: Any, scaling: ScalingConfig) -> dict:
         "model": model_cfg.name,
         "scheme": scaling.scheme,
         "exponent": scaling.exponent,
-        "hrm_depth": scaling.hrm_depth if model_cfg.name == "hrm" else None,
-        "trm_depth": scaling.trm_depth if model_cfg.name == "trm" else None,
-        "urm_depth": scaling.urm_depth if model_cfg.name == "urm" else None,
+        **{key: getattr(scaling, key) if key == getattr(model_cfg, "depth_option", None) else None for key in DEPTH_OPTIONS},
         "N": depth.N, "M": depth.M, "N_g": depth.N_g, "M_g": depth.M_g,
         "modules": modules,
     }

@@ -10,9 +10,9 @@ import torch
 
 from arc_data.arc.build import BuildConfig, build
 from eval.arc.arcprize import arc_prize_score, load_solutions
-from eval.checkpoints import load_model
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop.cli import run_subcommand
+from hrm_deeploop.loading import load_model
 from hrm_deeploop.training.adapt import grow_table
 from tests.arc_synth import write_kaggle
 from tests.hrm_helpers import TINY_OVERRIDES, TRM_TINY_OVERRIDES

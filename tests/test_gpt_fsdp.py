@@ -78,7 +78,7 @@ def test_fsdp_two_ranks_match_one_and_checkpoints_cross_world_sizes(tmp_path):
     for k in wa:
         torch.testing.assert_close(wb[k], wa[k], rtol=1e-4, atol=1e-5, msg=k)
     assert abs(resumed["final_val_loss"] - straight["final_val_loss"]) < 1e-4
-    from eval.checkpoints import load_model
+    from hrm_deeploop.loading import load_model
 
     model = load_model(ckpt.step_path(run, 5)).model  # the sharded run's checkpoint, in eval-gpt's loader
     assert model.num_params() > 0

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from hrm_deeploop.models.depth import DepthConfig
 from hrm_deeploop.models.gpt import GPT, ExitRule
+from hrm_deeploop.models.rounds import DepthConfig
 from hrm_deeploop.models.scaling import ScalingConfig, alpha_beta
 from hrm_deeploop.text.generate import Sampling, generate_tokens, sample_next
 from tests.gpt_helpers import one_thread, tiny_model  # noqa: F401 - autouse fixture
@@ -250,8 +250,8 @@ def test_generate_cli_streams_seeded_text(byte_run, capsys):
 def test_random_depth_checkpoint_keeps_its_alpha_and_eval_gpt_exit(byte_run, capsys):
     import json
 
-    from eval.checkpoints import load_model
     from hrm_deeploop.cli import main
+    from hrm_deeploop.loading import load_model
 
     root, run = byte_run
     model = load_model(run / "checkpoints/step_6.pt", num_rounds=5).model

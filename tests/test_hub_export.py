@@ -55,7 +55,7 @@ def world(tmp_path_factory):
 
 
 def _gpt_logits(checkpoint: Path) -> torch.Tensor:
-    from eval.checkpoints import load_model
+    from hrm_deeploop.loading import load_model
 
     model = load_model(ckpt.resolve(checkpoint)).model
     x = torch.arange(32).remainder(50257).view(1, 32) * 7
@@ -64,8 +64,8 @@ def _gpt_logits(checkpoint: Path) -> torch.Tensor:
 
 
 def _reasoner_outputs(checkpoint: Path, data_dir: Path) -> dict[str, torch.Tensor]:
-    from eval.checkpoints import load_model
     from hrm_deeploop.data.puzzles import open_dataset, sequential_batches
+    from hrm_deeploop.loading import load_model
 
     loaded = load_model(checkpoint)
     batch = next(iter(sequential_batches(open_dataset(str(data_dir), "test"), 8, 0, 1)))

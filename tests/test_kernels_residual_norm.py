@@ -189,10 +189,11 @@ def test_env_var_switches_the_fused_path(value, expected):
     if value is not None:
         env["HRM_DEEPLOOP_FUSED_RESIDUAL_NORM"] = value
     env["PYTHONPATH"] = str(REPO)
-    code = "from hrm_deeploop import runtime; print(runtime.setup('cpu').fused_kernel)"
+    code = ("from hrm_deeploop import runtime; before = runtime.env().fused_kernel; "
+            "print(before, runtime.setup('cpu').fused_kernel)")  # the same choice before setup as after
     proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == str(expected)
+    assert proc.stdout.split() == [str(expected)] * 2
 
 
 def test_fused_is_a_constructor_choice(monkeypatch):

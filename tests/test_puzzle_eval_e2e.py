@@ -12,11 +12,11 @@ import torch
 
 from arc_data.dataset import open_split
 from eval.arc.results import Candidate, rank
-from eval.checkpoints import load_model
 from eval.puzzles import tta as T
 from eval.ranking import sigmoid
 from hrm_deeploop import runtime
 from hrm_deeploop.cli import run_subcommand
+from hrm_deeploop.loading import load_model
 from hrm_deeploop.models.config import HRMConfig, TRMConfig
 from hrm_deeploop.models.reasoners import build_reasoner
 

@@ -8,6 +8,7 @@ import pytest
 
 from arc_data import sudoku
 from arc_data.grid_key import row_keys
+from arc_data.puzzles.registry import TASKS
 from eval.arc.results import Candidate, rank
 from eval.puzzles import tta as T
 from eval.puzzles.scoring import (
@@ -85,7 +86,7 @@ def test_maze_group_round_trip_and_distinct_draws():
     ("arc", 900, 12, "no invertible augmentation group"),
     ("sudoku", 20, 6, "16, 36, 64 or 81"),
     ("sudoku", 16, 11, "vocab_size 6"),
-    ("maze", 20, 6, "not a square board"),
+    ("maze", 20, 6, "square board"),
     ("maze", 25, 7, "vocab_size 6"),
 ])
 def test_group_for_refuses_what_it_cannot_invert(task, seq_len, vocab, message):
@@ -157,15 +158,15 @@ def test_exact_token_and_solve_accuracy_on_constructed_predictions():
     labels = np.array([[2, 4, 5, 3], [3, 0, 4, 5]], np.uint8)
     sup = supervised_mask(labels, 0)
     assert sup.tolist() == [[True] * 4, [True, False, True, True]]
-    solve = solve_mask("sudoku", inputs, labels, sup)
+    solve = solve_mask(TASKS["sudoku"], inputs, labels, sup)
     assert solve.tolist() == [[False, True, True, False], [True, False, False, False]]
     pred = np.array([[2, 4, 5, 3], [3, 2, 4, 1]], np.uint8)  # row 0 exact; row 1 wrong at cell 3 (cell 1 ignored)
     exact, tok, sol = row_scores(pred, labels, sup, solve)
     assert exact.tolist() == [True, False] and tok.tolist() == [4, 2] and sol.tolist() == [2, 1]
     exact, tok, _ = row_scores(pred, labels, supervised_mask(labels, None), None)  # nothing ignored
     assert exact.tolist() == [True, False] and tok.tolist() == [4, 2]
-    assert solve_mask("maze", inputs, np.array([[5, 2, 5, 0]]), np.ones((1, 4), bool)).tolist() == [[True, False, True, False]]
-    assert solve_mask("generic", inputs, labels, sup) is None
+    assert solve_mask(TASKS["maze"], inputs, np.array([[5, 2, 5, 0]]), np.ones((1, 4), bool)).tolist() == [[True, False, True, False]]
+    assert solve_mask(None, inputs, labels, sup) is None  # generic
 
 
 def _rows(exact, halts, keys=None, q=None, tok=None):

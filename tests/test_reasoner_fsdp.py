@@ -90,7 +90,7 @@ def test_fsdp_two_ranks_match_one_and_checkpoints_cross_world_sizes(monkeypatch,
     for rank in (0, 1):
         for seen in json.loads((tmp_path / f"sharded.rank{rank}.json").read_text()):
             assert seen["dtensors"] == seen["params"] and seen["local"] < seen["full"], seen
-    from eval.checkpoints import load_model
+    from hrm_deeploop.loading import load_model
 
     for name, base in BASES.items():
         a, b, d = (tmp_path / f"{name}_{x}" for x in "abd")

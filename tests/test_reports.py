@@ -9,6 +9,7 @@ from PIL import Image
 
 from arc_data import sudoku
 from arc_data.arc.viz import LINE, PALETTE
+from arc_data.puzzles.registry import TASKS
 from eval.arc import report as R
 from eval.arc.vote import vote, write_vote
 from eval.html import Table, page
@@ -143,14 +144,14 @@ def test_puzzle_metrics_md_unchanged():
 
 def test_puzzle_report_html_tables_and_pictured_candidate(tmp_path):
     shown = [_shown("top-1 vote: copy 2, 3 of 4 votes"), _shown("copy 0 (the input as stored, no TTA)", True)]
-    write_files(tmp_path, _metrics(3), "sudoku", shown, None)  # what evaluate stages (eval.outputs publishes)
+    write_files(tmp_path, _metrics(3), TASKS["sudoku"], shown, None)  # what evaluate stages (eval.outputs publishes)
     html = (tmp_path / "report.html").read_text()
     assert html.count("<table>") == 2 and "|---" not in html and "<pre>" not in html
     assert "<td class='l'>last segment, TTA vote over 1 + 3 copies (top-1)</td>" in html
     assert "pictured: top-1 vote: copy 2, 3 of 4 votes" in html and "Colours: givens black" in html
     assert (tmp_path / "metrics.md").read_text() == MD_TTA
     # the candidate is written into the picture: another candidate, other pixels (above the boards only)
-    a = np.asarray(Image.open(io.BytesIO(picture("sudoku", shown[0]))).convert("L"))
-    b = np.asarray(Image.open(io.BytesIO(picture("sudoku", _shown("copy 0 (the input as stored, no TTA)")))).convert("L"))
+    a = np.asarray(Image.open(io.BytesIO(picture(TASKS["sudoku"], shown[0]))).convert("L"))
+    b = np.asarray(Image.open(io.BytesIO(picture(TASKS["sudoku"], _shown("copy 0 (the input as stored, no TTA)")))).convert("L"))
     rows = np.flatnonzero((a != b).any(axis=1)) if a.shape == b.shape else np.array([0])
     assert len(rows) and rows.max() < a.shape[0] - 4 * 20  # differs in the label and caption, not the board

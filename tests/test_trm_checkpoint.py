@@ -8,9 +8,9 @@ import pytest
 import torch
 import yaml
 
-from eval.checkpoints import load_model
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop.errors import UserError
+from hrm_deeploop.loading import load_model
 from hrm_deeploop.models.config import TRMConfig
 from hrm_deeploop.models.trm import TRM
 from hrm_deeploop.official import official_trm_key_map

@@ -84,8 +84,8 @@ def test_resume_after_crash_is_bit_exact_with_the_average(monkeypatch, tmp_path,
 
 
 def test_evaluate_cli_predicts_with_the_average(monkeypatch, tmp_path):
-    from eval.checkpoints import load_model
     from hrm_deeploop.cli import run_subcommand
+    from hrm_deeploop.loading import load_model
 
     data = make_dataset(tmp_path / "data", num_tasks=3, num_aug=1, canvas=30)  # predictions.npz is the ARC format
     assert trm_cli(monkeypatch, data, tmp_path / "run", "train.max_steps=3", "train.ema_rate=0.5", "optim.lr=3e-3",

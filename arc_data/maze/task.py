@@ -14,6 +14,7 @@ from arc_data import format as fmt
 from arc_data import maze
 from arc_data.errors import MazeError
 
+PATH = 1 + maze.CHARSET.index("o")  # the token of a path cell (5)
 NUM_AUG = (0, 7)  # 7: all eight dihedral transforms per maze (the reference's aug=True)
 
 
@@ -87,6 +88,38 @@ class Maze:
 
     def generator(self, cfg, rng: np.random.Generator) -> MazeDraws:
         return MazeDraws(cfg, rng)
+
+    # ---- evaluate (eval/puzzles): the cells to solve, the test-time augmentation group, pictures
+
+    solve_cells = "the cells of the true path ('o')"  # metrics.json's `cells_to_solve`
+    solve_short = "path cells"  # in a picture's caption
+
+    def solve_mask(self, inputs: np.ndarray, labels: np.ndarray) -> np.ndarray:
+        """bool [E, L]: the cells to solve, before the supervised mask."""
+        return labels == PATH
+
+    def num_transforms(self, n: int) -> int:
+        return 8
+
+    def describe_transforms(self, n: int) -> str:
+        return f"maze {n}x{n}: the 8 dihedral transforms"
+
+    def draw_transforms(self, n: int, rng: np.random.Generator, num_examples: int, copies: int) -> dict[str, np.ndarray]:
+        """Distinct non-identity transforms per example in a seeded order, example-major (copies <= 7)."""
+        if copies > 7:
+            raise MazeError(f"tta={copies}: a maze has 7 non-identity dihedral transforms; use tta <= 7")
+        order = np.argsort(rng.random((num_examples, 7)), axis=1)[:, :copies] + 1  # a seeded permutation of 1..7
+        return {"dihedral": order.reshape(num_examples * copies).astype(np.uint8)}
+
+    def apply_transforms(self, n: int, tokens: np.ndarray, table: dict[str, np.ndarray]) -> np.ndarray:
+        """Row p of tokens [P, n*n] under dihedral transform p of the table."""
+        return maze.apply_dihedral_rows(tokens, table["dihedral"], n)
+
+    def invert_transforms(self, n: int, tokens: np.ndarray, table: dict[str, np.ndarray]) -> np.ndarray:
+        return maze.invert_dihedral_rows(tokens, table["dihedral"], n)
+
+    def picture_cell(self, n: int) -> int:
+        return min(24, max(10, 240 // n))  # pixels per cell: boards of 240-300 px
 
     # ---- pictures
 

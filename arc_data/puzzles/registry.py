@@ -3,7 +3,9 @@
 Each task is a room of its own (`arc_data/<task>/`: the rules in `__init__.py`, numba kernels in
 `kernels.py`, pictures in `viz.py`) with a `task.py` whose one object has the hooks below; a new
 task is that folder plus one line in TASKS. The pipeline (arc_data.puzzles.build / generate) reads
-the official CSV format, checks, augments and writes the HRM layout; it reaches a task only here.
+the official CSV format, checks, augments and writes the HRM layout; it reaches a task only here, and
+so does `evaluate` (eval/puzzles: scoring, test-time augmentation, pictures). TASKS is the one list
+of grid tasks: `evaluate task=` takes its names (eval/evaluate_config.py).
 """
 
 from __future__ import annotations
@@ -48,6 +50,18 @@ class GridTask(Protocol):
     def generator(self, cfg, rng: np.random.Generator) -> Draws: ...
     def render(self, inputs, labels, prediction=None, cell: int | None = None): ...  # a PIL image
     legend: str  # what the colours of a picture with a prediction mean (the report prints it)
+    # evaluate (eval/puzzles): the cells to solve, the test-time augmentation group (tables with the
+    # columns of identity_table, one transform per row), the report's pictures
+    solve_cells: str  # what the cells to solve are (metrics.json's `cells_to_solve`)
+    solve_short: str  # the same in two words, for a picture's caption
+    def solve_mask(self, inputs: np.ndarray, labels: np.ndarray) -> np.ndarray: ...  # bool [E, L]
+    def num_transforms(self, n: int) -> int: ...
+    def describe_transforms(self, n: int) -> str: ...
+    def draw_transforms(self, n: int, rng: np.random.Generator, num_examples: int,
+                        copies: int) -> dict[str, np.ndarray]: ...  # example-major; raise `error` if too many
+    def apply_transforms(self, n: int, tokens: np.ndarray, table: dict[str, np.ndarray]) -> np.ndarray: ...
+    def invert_transforms(self, n: int, tokens: np.ndarray, table: dict[str, np.ndarray]) -> np.ndarray: ...
+    def picture_cell(self, n: int) -> int: ...  # pixels per cell in the report's pictures
 
 
 TASKS: dict[str, GridTask] = {t.name: t for t in (SUDOKU, MAZE)}

@@ -137,6 +137,42 @@ class Sudoku:
     def generator(self, cfg, rng: np.random.Generator) -> SudokuDraws:
         return SudokuDraws(cfg, rng)
 
+    # ---- evaluate (eval/puzzles): the cells to solve, the test-time augmentation group, pictures
+
+    solve_cells = "the blank cells of the input"  # metrics.json's `cells_to_solve`
+    solve_short = "blank cells"  # in a picture's caption
+
+    def solve_mask(self, inputs: np.ndarray, labels: np.ndarray) -> np.ndarray:
+        """bool [E, L]: the cells to solve, before the supervised mask."""
+        return inputs == 1  # the blank token
+
+    def num_transforms(self, n: int) -> int:
+        """Elements of the group (HRM's `shuffle_sudoku`): digit maps x transpose (square boxes) x
+        band / row-within-band and stack / column-within-stack permutations."""
+        br, bc = sudoku.box_shape(n)
+        nb, ns = n // br, n // bc
+        f = math.factorial
+        return f(n) * (2 if br == bc else 1) * f(nb) * f(br) ** nb * f(ns) * f(bc) ** ns
+
+    def describe_transforms(self, n: int) -> str:
+        return (f"sudoku {n}x{n}: digit permutation, transpose (square boxes), band/stack and "
+                f"row/column-within-band permutations ({self.num_transforms(n):.3g} elements)")
+
+    def draw_transforms(self, n: int, rng: np.random.Generator, num_examples: int, copies: int) -> dict[str, np.ndarray]:
+        """`copies` independent uniform draws per example, example-major (a copy may repeat another)."""
+        a = sudoku.random_augs(rng, n, num_examples * copies)
+        return {name: getattr(a, name) for name in AUG_FIELDS}
+
+    def apply_transforms(self, n: int, tokens: np.ndarray, table: dict[str, np.ndarray]) -> np.ndarray:
+        """Row p of tokens [P, n*n] under transform p of the table (PAD and blank move, never relabelled)."""
+        return sudoku.apply_augs(tokens, sudoku.augs_of(table), offset=1)
+
+    def invert_transforms(self, n: int, tokens: np.ndarray, table: dict[str, np.ndarray]) -> np.ndarray:
+        return sudoku.invert_augs(tokens, sudoku.augs_of(table), offset=1)
+
+    def picture_cell(self, n: int) -> int:
+        return min(40, max(20, 252 // n))  # pixels per cell: boards of 240-300 px
+
     # ---- pictures
 
     @property

@@ -14,7 +14,6 @@ all published together.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,15 +21,15 @@ import numpy as np
 
 from eval.arc.report import output_names, write_vote_files
 from eval.arc.vote import VoteConfig, print_summary, read_table, vote_file
-from eval.checkpoints import LoadedModel
+from eval.evaluate_config import EvaluateConfig
 from eval.outputs import check_outputs, write_outputs
 from eval.predict import predict_split
 from eval.predictions import save_predictions
 from hrm_deeploop.errors import ConfigError
+from hrm_deeploop.loading import LoadedModel
 
 if TYPE_CHECKING:
     from arc_data.dataset import PuzzleSplit
-    from eval.evaluate import EvaluateConfig
     from hrm_deeploop.runtime import Env
 
 PREDICTIONS_FILE = "predictions.npz"
@@ -58,9 +57,8 @@ class ArcEvaluation:
 
     def predict(self, loaded: LoadedModel, split: PuzzleSplit, env: Env, c: EvaluateConfig, global_batch_size: int,
                 rows: Any) -> dict[str, np.ndarray] | None:
-        if c.halt_max_steps:  # eval runs exactly cfg.halt_max_steps segments: the one place it is read there
-            loaded.model.cfg = replace(loaded.config, halt_max_steps=c.halt_max_steps)
-        return predict_split(loaded.model, split, env, global_batch_size, c.max_batches, c.progress, rows)
+        return predict_split(loaded.model, split, env, global_batch_size, c.max_batches, c.progress, rows,
+                             segments=c.halt_max_steps)
 
     def publish(self, preds: dict[str, np.ndarray], c: EvaluateConfig, out: Path) -> None:
         """predictions.npz and (vote=true) the vote's outputs, staged and published together: a vote

@@ -2,7 +2,7 @@
 
 For each test example: copy 0 is the input as stored; with tta=N, copies 1..N are seeded
 augmentations of it from the task's group (`eval.puzzles.tta`). Every copy runs `segments` ACT segments from
-a fresh carry (`ACTReasoner.predict_steps`: halt_max_steps by default, more with the
+a fresh carry (`eval.predict.run_segments`: halt_max_steps by default, more with the
 halt_max_steps= override); after each segment its argmax prediction is mapped back to the original
 frame and scored (`eval.puzzles.scoring`), and the copies of an example vote (count-first, `eval.ranking`).
 Nothing per segment is kept beyond the scores, so memory grows with the examples, not the segments.
@@ -29,12 +29,14 @@ import numpy as np
 import torch
 
 from arc_data.grid_key import row_keys
+from arc_data.puzzles.registry import TASKS, GridTask
+from eval.evaluate_config import EvaluateConfig
 from eval.outputs import check_outputs, write_outputs
+from eval.predict import gather_on_main, run_segments
 from eval.predictions import save_predictions
 from eval.puzzles import tta as T
 from eval.puzzles.report import FILES, PREDICTIONS_FILE, Shown, write_files
 from eval.puzzles.scoring import (
-    SOLVE_CELLS,
     RowSteps,
     row_scores,
     score_examples,
@@ -50,16 +52,15 @@ from hrm_deeploop.models.losses import IGNORE_LABEL
 
 if TYPE_CHECKING:
     from arc_data.dataset import PuzzleSplit
-    from eval.checkpoints import LoadedModel
-    from eval.evaluate import EvaluateConfig
+    from hrm_deeploop.loading import LoadedModel
 
 
 @dataclass
 class Plan:
     """What to run: examples, copies, segments, the task and its group."""
 
-    task: str
-    group: T.Group | None  # None: no test-time augmentation possible (generic) or needed
+    task: GridTask | None  # None: a task that is not a grid task of the registry (generic)
+    group: T.Group | None  # None: no test-time augmentation possible (generic)
     copies: int  # 1 + tta
     segments: int
     examples: np.ndarray  # int64 [E]: the split's examples to evaluate
@@ -67,10 +68,12 @@ class Plan:
     chunk: int  # examples per forward batch
 
 
-def make_plan(task: str, split: Any, tta: int, tta_seed: int, segments: int, local_batch: int,
+def make_plan(task: GridTask | None, split: Any, tta: int, tta_seed: int, segments: int, local_batch: int,
               world_size: int, max_batches: int | None) -> Plan:
     seq_len, vocab = int(split.meta.seq_len), int(split.meta.vocab_size)
-    group = T.group_for(task, seq_len, vocab) if tta or task in ("sudoku", "maze") else None
+    group = T.group_of(task, seq_len, vocab) if task is not None else None
+    if tta and group is None:
+        raise UserError(f"tta={tta}: this task has no invertible augmentation group here; use tta=0")
     copies = 1 + tta
     chunk = max(1, local_batch // copies)
     num = int(split.num_examples)
@@ -108,8 +111,9 @@ def _puzzle_ids(split: Any, idx: np.ndarray) -> np.ndarray:
 
 @torch.no_grad()
 def run_chunk(model: ACTReasoner, split: Any, plan: Plan, idx: np.ndarray, device: torch.device,
-              batch_rows: int) -> Chunk:
-    """Predict and score every copy of the examples `idx` (see the module docstring)."""
+              batch_rows: int, rows_of_ids: torch.Tensor | None = None) -> Chunk:
+    """Predict and score every copy of the examples `idx` (see the module docstring); `rows_of_ids`:
+    dataset id -> puzzle-table row of a checkpoint that names its rows (`eval.predict.run_segments`)."""
     C, S = plan.copies, plan.segments
     x, y = split.examples(idx)  # original frame, [k, L]
     x, y = np.asarray(x, np.uint8), np.asarray(y, np.uint8)
@@ -135,7 +139,7 @@ def run_chunk(model: ACTReasoner, split: Any, plan: Plan, idx: np.ndarray, devic
         t = {"inputs": torch.from_numpy(x_rows[b].astype(np.int32)).to(device),
              "labels": torch.full((n, L), IGNORE_LABEL, dtype=torch.int32, device=device),
              "puzzle_identifiers": torch.from_numpy(pids[b]).to(device)}
-        for s, (_, out) in enumerate(model.predict_steps(t, S)):
+        for s, out in enumerate(run_segments(model, t, rows_of_ids, S)):
             pred = out["logits"].argmax(-1).to(torch.uint8).cpu().numpy()  # (n, L), the model's frame
             orig = plan.group.invert(pred, T.take(table, b)) if table is not None else pred
             e, tok, sol = row_scores(orig, y_rows[b], sup_rows[b], solve_rows[b] if solve_rows is not None else None)
@@ -170,7 +174,7 @@ def _merge(chunks: list[Chunk]) -> Chunk:
 
 
 def predict_and_score(model: ACTReasoner, split: Any, plan: Plan, env: runtime.Env, local_batch: int,
-                      show_progress: bool = True) -> Chunk | None:
+                      show_progress: bool = True, rows_of_ids: torch.Tensor | None = None) -> Chunk | None:
     """Every example of the plan, this rank's chunks; merged on rank 0 in example order (None elsewhere)."""
     model.eval()
     starts = list(range(0, len(plan.examples), plan.chunk))
@@ -178,19 +182,16 @@ def predict_and_score(model: ACTReasoner, split: Any, plan: Plan, env: runtime.E
     bar = runtime.progress(len(starts), "evaluate") if show_progress else None
     chunks = []
     for a in mine:
-        chunks.append(run_chunk(model, split, plan, plan.examples[a:a + plan.chunk], env.device, local_batch))
+        chunks.append(run_chunk(model, split, plan, plan.examples[a:a + plan.chunk], env.device, local_batch,
+                                rows_of_ids))
         if bar is not None:  # every rank does one chunk per turn; rank 0's bar counts them all
             bar.update(min(env.world_size, len(starts) - bar.n))
     if bar is not None:
         bar.close()
-    if env.distributed:
-        import torch.distributed as dist
-
-        gathered: list[Any] = [None] * env.world_size if env.is_main else None
-        dist.gather_object(chunks, gathered, dst=0)
-        if not env.is_main:
-            return None
-        chunks = [c for part in gathered for c in part]
+    gathered = gather_on_main(chunks, env)
+    if gathered is None:
+        return None
+    chunks = [c for part in gathered for c in part]
     if not chunks:
         raise UserError("the split has no examples to evaluate")
     return _merge(chunks)
@@ -198,7 +199,7 @@ def predict_and_score(model: ACTReasoner, split: Any, plan: Plan, env: runtime.E
 
 def _shown(split: Any, plan: Plan, res: Chunk, count: int) -> list[Shown]:
     """Up to `count` examples, half solved and half not where there are, for the pictures."""
-    if count <= 0 or plan.task not in ("sudoku", "maze"):
+    if count <= 0 or plan.task is None:
         return []
     voting = plan.copies > 1
     ok = res.scores["vote_exact" if voting else "plain_exact"][:, -1]
@@ -218,7 +219,7 @@ def _shown(split: Any, plan: Plan, res: Chunk, count: int) -> list[Shown]:
         sup = supervised_mask(y[None], split.meta.ignore_label_id)[0]
         solve = solve_mask(plan.task, x[None], y[None], sup[None])[0]
         wrong = sup & (pred != y)
-        what = "blank cells" if plan.task == "sudoku" else "path cells"
+        what = plan.task.solve_short
         caption = f"example {e}: " + ("solved" if ok[i] else f"wrong: {int(wrong.sum())} cells, "
                                       f"{int((wrong & solve).sum())} of {int(solve.sum())} {what}")
         candidate = (f"top-1 vote: copy {copy}, {int(res.scores['vote_top_votes'][i])} of {plan.copies} votes"
@@ -243,7 +244,8 @@ class PuzzleEvaluation:
     """Sudoku's, Maze's and any other task's part of `hrm-deeploop evaluate` (`eval.tasks.TaskEvaluation`)."""
 
     def __init__(self, task: str):
-        self.task = task
+        self.task = task  # the name, as metrics.json records it
+        self.grid = TASKS.get(task)  # its grid task (scoring, augmentation, pictures), None for a generic dataset
 
     def check(self, c: EvaluateConfig, out: Path) -> None:
         check_outputs(out, FILES, c.overwrite, "evaluation")
@@ -252,7 +254,7 @@ class PuzzleEvaluation:
         if c.tta or c.halt_max_steps:  # before the checkpoint is read: what cannot be served
             seq_len = int(split.meta.seq_len)
             if c.tta:
-                T.group_for(self.task, seq_len, int(split.meta.vocab_size))
+                T.group_for(self.task, seq_len, int(split.meta.vocab_size))  # refuses a task without a group
             T.check_request(c.tta, int(split.num_examples), seq_len, out, segments=c.halt_max_steps or 1)
 
     def rows_per_forward(self, local_batch: int, split: PuzzleSplit) -> int:
@@ -265,8 +267,8 @@ class PuzzleEvaluation:
         model = loaded.model
         segments = c.halt_max_steps or model.cfg.halt_max_steps
         local = max(1, global_batch_size // env.world_size)
-        plan = make_plan(self.task, split, c.tta, c.tta_seed, segments, local, env.world_size, c.max_batches)
-        res = predict_and_score(model, split, plan, env, local, c.progress)
+        plan = make_plan(self.grid, split, c.tta, c.tta_seed, segments, local, env.world_size, c.max_batches)
+        res = predict_and_score(model, split, plan, env, local, c.progress, rows)
         if res is None:
             return None
         info = {"checkpoint": str(loaded.path), "checkpoint_kind": loaded.kind, "step": loaded.step,
@@ -281,7 +283,7 @@ class PuzzleEvaluation:
         m = {"task": task, "data_dir": str(c.data_dir), "split": c.split, **scored.info,
              "halt_max_steps_trained": scored.halt_max_steps_trained,
              "tta": {"copies": c.tta, "seed": c.tta_seed, "group": plan.group.description if c.tta else None},
-             "cells_to_solve": SOLVE_CELLS.get(task), "units": "percent",
+             "cells_to_solve": plan.task.solve_cells if plan.task is not None else None, "units": "percent",
              "ranking": f"{RULE} (copy 0 = the input as stored)"}
         m.update(summarize(res.scores, res.num_supervised, res.num_solve))
         m["stats"] = {"num_rows": int(len(res.q_halt)), "seconds_predict_and_score": round(scored.seconds, 3)}
@@ -294,7 +296,7 @@ class PuzzleEvaluation:
         def write(stage: Path) -> None:
             save_predictions(stage / PREDICTIONS_FILE, res.puzzle_identifiers, res.inputs, res.predictions,
                              res.q_halt, extra={"example": example, "tta_copy": copy})
-            write_files(stage, m, task, shown, tta_table, c.report)
+            write_files(stage, m, plan.task, shown, tta_table, c.report)
 
         write_outputs(out, (PREDICTIONS_FILE, *FILES), c.overwrite, "evaluation", "evaluate", write)
         print(one_line(m, out))

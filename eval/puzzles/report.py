@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from arc_data.fsio import file_stem
-from arc_data.puzzles.viz import legend, render_puzzle
+from arc_data.puzzles.registry import GridTask
 from eval.html import Table, heading, image, page, paragraph
 
 PREDICTIONS_FILE = "predictions.npz"
@@ -90,18 +90,17 @@ class Shown:
 TITLE_SIZE, LABEL_SIZE = 15, 13  # px: the caption above the boards, the panel labels
 
 
-def picture(task: str, s: Shown) -> bytes:
+def picture(task: GridTask, s: Shown) -> bytes:
     """PNG: input | truth | prediction, the prediction framed green (solved) or red and labelled
     with the candidate it is (copy 0, or the vote's top-1 and its votes)."""
     from PIL import Image, ImageDraw, ImageFont
 
     n = int(round(len(s.inputs) ** 0.5))
-    cell = min(40, max(20, 252 // n)) if task == "sudoku" else min(24, max(10, 240 // n))  # boards of 240-300 px
+    cell = task.picture_cell(n)
     verdict = "solved" if s.solved else "wrong"
-    panels = [("input", render_puzzle(task, s.inputs, s.inputs, cell=cell)),
-              ("truth", render_puzzle(task, s.inputs, s.labels, cell=cell)),
-              (f"prediction ({verdict})\n{s.candidate}",
-               render_puzzle(task, s.inputs, s.labels, prediction=s.prediction, cell=cell))]
+    panels = [("input", task.render(s.inputs, s.inputs, cell=cell)),
+              ("truth", task.render(s.inputs, s.labels, cell=cell)),
+              (f"prediction ({verdict})\n{s.candidate}", task.render(s.inputs, s.labels, prediction=s.prediction, cell=cell))]
     title_font, label_font = ImageFont.load_default(size=TITLE_SIZE), ImageFont.load_default(size=LABEL_SIZE)
     probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
     col_w = max(max(p.width for _, p in panels), *(probe.multiline_textbbox((0, 0), t, font=label_font)[2]
@@ -124,7 +123,7 @@ def picture(task: str, s: Shown) -> bytes:
     return buf.getvalue()
 
 
-def _html(m: dict, shown: list[tuple[Shown, bytes]]) -> str:
+def _html(m: dict, task: GridTask | None, shown: list[tuple[Shown, bytes]]) -> str:
     title, note, headline, intro, per_segment = tables(m)
     parts = [heading(1, f"{m['task']} evaluation report"), paragraph(title + ". " + note), headline.html(),
              paragraph(intro), per_segment.html(), heading(2, "Pictured puzzles")]
@@ -134,8 +133,8 @@ def _html(m: dict, shown: list[tuple[Shown, bytes]]) -> str:
         parts.append(paragraph("Each picture: the input, the truth, and the pictured prediction (mapped back to the "
                                "input's frame), framed green when solved, red when not; its label names the "
                                "candidate: copy 0 (the input as stored) without TTA, the vote's top-1 with it."))
-        if legend(m["task"]):
-            parts.append(paragraph(f"Colours: {legend(m['task'])}."))
+        if task is not None and task.legend:
+            parts.append(paragraph(f"Colours: {task.legend}."))
     for s, png in shown:
         parts += [heading(3, s.caption, "ok" if s.solved else "fail"), image(png, f"example {s.example}")]
     return page(f"{m['task']} evaluation report", parts)
@@ -144,10 +143,11 @@ def _html(m: dict, shown: list[tuple[Shown, bytes]]) -> str:
 # ---------------------------------------------------------------- writing
 
 
-def write_files(stage: Path, metrics: dict, task: str, shown: list[Shown], tta_table: dict | None,
+def write_files(stage: Path, metrics: dict, task: GridTask | None, shown: list[Shown], tta_table: dict | None,
                 report: bool = True) -> None:
     """metrics.json, metrics.md, tta_augmentations.npz (with a TTA table) and the report, into the
-    stage that `eval.outputs.write_outputs` publishes (with predictions.npz) together."""
+    stage that `eval.outputs.write_outputs` publishes (with predictions.npz) together. `task`: the
+    grid task that draws the pictures (None: a task without pictures, and then `shown` is empty)."""
     (stage / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     (stage / "metrics.md").write_text(markdown(metrics))
     if tta_table is not None:
@@ -158,4 +158,4 @@ def write_files(stage: Path, metrics: dict, task: str, shown: list[Shown], tta_t
         pictures = [(s, picture(task, s)) for s in shown]
         for s, png in pictures:
             (stage / "report" / f"{file_stem(f'example_{s.example}')}.png").write_bytes(png)
-        (stage / "report.html").write_text(_html(metrics, pictures))
+        (stage / "report.html").write_text(_html(metrics, task, pictures))

@@ -8,8 +8,9 @@ in the original frame (mapped back with the inverse transform) against the examp
 - supervised tokens: labels != the dataset's ignore_label_id (all of them if it is null);
 - exact: every supervised token right (examples without a supervised token are not counted);
 - token accuracy: right supervised tokens / supervised tokens, summed over the examples;
-- solve-token accuracy: the same over the cells to solve: Sudoku, the blank cells of the input;
-  Maze, the cells of the true path ('o' in the label). None for other tasks.
+- solve-token accuracy: the same over the cells to solve, as the task defines them
+  (`GridTask.solve_mask`: Sudoku, the blank cells of the input; Maze, the cells of the true path,
+  'o' in the label). None for a task that is not a grid task of the registry.
 
 Voting (`vote_copies`) is the one ranking rule (`eval.ranking`, ARC's too): the copies' predictions,
 mapped back, are grouped into distinct candidates; candidates rank by most votes, then highest mean
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from arc_data.puzzles.registry import GridTask
 from eval.ranking import rank_order, sigmoid
 
 
@@ -30,16 +32,11 @@ def supervised_mask(labels: np.ndarray, ignore_label_id: int | None) -> np.ndarr
     return np.ones(labels.shape, bool) if ignore_label_id is None else labels != ignore_label_id
 
 
-SOLVE_CELLS = {"sudoku": "the blank cells of the input", "maze": "the cells of the true path ('o')"}
-
-
-def solve_mask(task: str, inputs: np.ndarray, labels: np.ndarray, supervised: np.ndarray) -> np.ndarray | None:
-    """bool [E, L]: the cells to solve (module docstring), or None for a task without them."""
-    if task == "sudoku":
-        return supervised & (inputs == 1)  # blank token
-    if task == "maze":
-        return supervised & (labels == 5)  # 'o'
-    return None
+def solve_mask(task: GridTask | None, inputs: np.ndarray, labels: np.ndarray, supervised: np.ndarray
+               ) -> np.ndarray | None:
+    """bool [E, L]: the supervised cells to solve (the task's `solve_mask`), or None for a task
+    without them (a generic dataset: task None)."""
+    return None if task is None else supervised & task.solve_mask(inputs, labels)
 
 
 def row_scores(pred: np.ndarray, labels: np.ndarray, supervised: np.ndarray, solve: np.ndarray | None

@@ -1,7 +1,9 @@
-"""Test-time augmentation groups: each puzzle task's own invertible transforms, on token rows.
+"""Test-time augmentation groups: each grid task's own invertible transforms, on token rows.
 
 ARC's vote undoes dihedral + colour maps (`eval.arc.decode`); the puzzle evaluation does the same with
-the group the task's builder augments with (`arc_data.sudoku`, `arc_data.maze`):
+the group the task's builder augments with, which the task's registry object owns
+(`arc_data.puzzles.registry.GridTask`: `num_transforms`, `draw_transforms`, `apply_transforms`,
+`invert_transforms`, in `arc_data/<task>/task.py`); `Group` is that object at one board size:
 
 - Sudoku (n x n, boxes br x bc): relabel the digits, transpose (square boxes only), permute the bands
   and the rows within each band, the stacks and the columns within each stack (HRM's
@@ -12,10 +14,9 @@ the group the task's builder augments with (`arc_data.sudoku`, `arc_data.maze`):
   transforms in a seeded order, so tta <= 7.
 
 A table holds one transform per row, in the fields of the builders' `puzzle_augmentations.npz`
-(Sudoku: digit_map, transpose, row_perm, col_perm; Maze: dihedral). Tokens are the datasets'
-(Sudoku: PAD 0, blank 1, digit d -> d+1; Maze: PAD 0, '#' 1, ' ' 2, 'S' 3, 'G' 4, 'o' 5): `apply`
-maps inputs into the augmented frame, `invert` maps a prediction made there back; tokens outside
-the digit range (PAD, a mispredicted blank) are moved but never relabelled.
+(Sudoku: digit_map, transpose, row_perm, col_perm; Maze: dihedral). `apply` maps inputs into the
+augmented frame, `invert` maps a prediction made there back; tokens outside the digit range (PAD, a
+mispredicted blank) are moved but never relabelled.
 """
 
 from __future__ import annotations
@@ -26,9 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from arc_data import maze, sudoku
 from arc_data.budget import check_fits
-from arc_data.errors import DatasetError
+from arc_data.puzzles.registry import TASKS, GridTask
 from hrm_deeploop.errors import UserError
 
 Table = dict[str, np.ndarray]
@@ -36,68 +36,42 @@ Table = dict[str, np.ndarray]
 
 @dataclass(frozen=True)
 class Group:
-    """The augmentation group of one task at one board size."""
+    """The augmentation group of one task at one board size: the task's own transforms
+    (`GridTask.*_transforms`), with its errors as one-line UserErrors."""
 
-    task: str  # "sudoku" | "maze"
+    task: GridTask
     n: int  # board side
 
     @property
     def size(self) -> int:
         """Number of distinct transforms."""
-        if self.task == "maze":
-            return 8
-        br, bc = sudoku.box_shape(self.n)
-        nb, ns = self.n // br, self.n // bc
-        f = math.factorial
-        return f(self.n) * (2 if br == bc else 1) * f(nb) * f(br) ** nb * f(ns) * f(bc) ** ns
+        return self.task.num_transforms(self.n)
 
     @property
     def description(self) -> str:
-        if self.task == "maze":
-            return f"maze {self.n}x{self.n}: the 8 dihedral transforms"
-        return (f"sudoku {self.n}x{self.n}: digit permutation, transpose (square boxes), band/stack and "
-                f"row/column-within-band permutations ({self.size:.3g} elements)")
-
-    def max_copies(self) -> int | None:
-        """Most distinct non-identity copies `draw` can give an example (None: no limit)."""
-        return 7 if self.task == "maze" else None
+        return self.task.describe_transforms(self.n)
 
     def identity(self, count: int) -> Table:
-        if self.task == "maze":
-            return {"dihedral": np.zeros(count, np.uint8)}
-        a = sudoku.identity_augs(self.n, count)
-        return {"digit_map": a.digit_map, "transpose": a.transpose, "row_perm": a.row_perm, "col_perm": a.col_perm}
+        return self.task.identity_table(self.n, count)
 
     def draw(self, rng: np.random.Generator, num_examples: int, copies: int) -> Table:
         """`copies` transforms per example, example-major ([num_examples * copies] rows)."""
-        count = num_examples * copies
-        if self.task == "maze":
-            if copies > 7:
-                raise UserError(f"tta={copies}: a maze has 7 non-identity dihedral transforms; use tta <= 7")
-            order = np.argsort(rng.random((num_examples, 7)), axis=1)[:, :copies] + 1  # a seeded permutation of 1..7
-            return {"dihedral": order.reshape(count).astype(np.uint8)}
-        a = sudoku.random_augs(rng, self.n, count)
-        return {"digit_map": a.digit_map, "transpose": a.transpose, "row_perm": a.row_perm, "col_perm": a.col_perm}
+        try:
+            return self.task.draw_transforms(self.n, rng, num_examples, copies)
+        except self.task.error as e:
+            raise UserError(str(e)) from None
 
     def apply(self, tokens: np.ndarray, table: Table) -> np.ndarray:
         """Row p of tokens [P, n*n] under transform p of the table."""
-        if self.task == "maze":
-            return maze.apply_dihedral_rows(tokens, table["dihedral"], self.n)
-        return sudoku.apply_augs(tokens, sudoku.augs_of(table), offset=1)
+        return self.task.apply_transforms(self.n, tokens, table)
 
     def invert(self, tokens: np.ndarray, table: Table) -> np.ndarray:
         """Undo `apply` row by row (a prediction in the augmented frame -> the original frame)."""
-        if self.task == "maze":
-            return maze.invert_dihedral_rows(tokens, table["dihedral"], self.n)
-        return sudoku.invert_augs(tokens, sudoku.augs_of(table), offset=1)
+        return self.task.invert_transforms(self.n, tokens, table)
 
 
 def take(table: Table, rows: np.ndarray | slice) -> Table:
     return {k: v[rows] for k, v in table.items()}
-
-
-def concat(tables: list[Table]) -> Table:
-    return {k: np.concatenate([t[k] for t in tables]) for k in tables[0]}
 
 
 def check_request(tta: int, num_examples: int, seq_len: int, out: Path, segments: int = 1) -> None:
@@ -115,25 +89,23 @@ def check_request(tta: int, num_examples: int, seq_len: int, out: Path, segments
                fix=f"lower {' or '.join(a.split('=')[0] for a in asked)} (or evaluate fewer examples with max_batches)")
 
 
+def group_of(task: GridTask, seq_len: int, vocab_size: int) -> Group:
+    """The group of a dataset of `task`; a one-line UserError when its sizes do not fit the task."""
+    try:
+        n = task.size_of(seq_len)
+    except task.error as e:
+        raise UserError(f"task {task.name}: seq_len {seq_len}: {e}") from None
+    if vocab_size != task.vocab_size(n):
+        raise UserError(f"task {task.name}: a {n}x{n} dataset has vocab_size {task.vocab_size(n)} (PAD and "
+                        f"{task.charset(n)!r}), this one {vocab_size}")
+    return Group(task, n)
+
+
 def group_for(task: str, seq_len: int, vocab_size: int) -> Group:
-    """The group of a Sudoku or Maze dataset; a one-line UserError for any other task or for a
-    dataset whose sizes do not fit the task."""
-    if task == "sudoku":
-        try:
-            n = sudoku.size_of(seq_len)
-        except DatasetError as e:
-            raise UserError(f"task sudoku: {e}") from None
-        if vocab_size != n + 2:
-            raise UserError(f"task sudoku: a {n}x{n} dataset has vocab_size {n + 2} (PAD, blank, digits), "
-                            f"this one {vocab_size}")
-        return Group("sudoku", n)
-    if task == "maze":
-        n = math.isqrt(seq_len)
-        if n * n != seq_len or n < 2:
-            raise UserError(f"task maze: seq_len {seq_len} is not a square board")
-        if vocab_size != 6:
-            raise UserError(f"task maze: a maze dataset has vocab_size 6 (PAD '#' ' ' 'S' 'G' 'o'), this one {vocab_size}")
-        return Group("maze", n)
-    raise UserError(f"task '{task}' has no invertible augmentation group here (sudoku and maze have one; an ARC "
-                    "test split holds its augmented copies already and `hrm-deeploop vote` votes over them): "
-                    "use tta=0")
+    """The group of a dataset of the grid task named `task` (`arc_data.puzzles.registry.TASKS`); a
+    one-line UserError for any other task or for a dataset whose sizes do not fit the task."""
+    if task not in TASKS:
+        raise UserError(f"task '{task}' has no invertible augmentation group here ({' and '.join(TASKS)} have one; "
+                        "an ARC test split holds its augmented copies already and `hrm-deeploop vote` votes over "
+                        "them): use tta=0")
+    return group_of(TASKS[task], seq_len, vocab_size)

@@ -12,6 +12,15 @@ range-checked once, in `__post_init__`, so a bad value is a one-line error namin
 | gpt  | GPTConfig | hrm_deeploop.models.gpt.GPT          |
 
 HRMConfig, TRMConfig and URMConfig extend `ReasonerConfig`, the fields and checks the three share.
+
+Each dataclass declares what the rest of the library asks of a model, next to its fields:
+`depth(scaling)` (its depth accounting: N, M, N_g, M_g and per module (K, R, N), on the helpers of
+`models.scaling`), `tape_layers(tape_rounds)` (the blocks one backward keeps, for the memory
+estimate), `layer_fields` (the fields that count identical blocks, for `runtime.count_model`),
+`depth_option` (the `scaling.*_depth` field of its convention, or None). A new model is its
+model file on `core.py` plus its dataclass here with those four and one entry in MODEL_CONFIGS
+(a reasoner: `ReasonerConfig` and one entry in `models.reasoners.REASONERS`); the loaders, the
+memory estimate, `scales` and the trainers then find it by `model.name`.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from typing import Any, ClassVar
 
 from hrm_deeploop.config import at_least, check, in_range, one_of, positive, typed
 from hrm_deeploop.errors import ConfigError
+from hrm_deeploop.models.scaling import Depth, ScalingConfig, loop_depth, one_network_depth, two_module_depth
 
 COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
 
@@ -42,6 +52,8 @@ class ReasonerConfig:
 
     depth_keys: ClassVar[tuple[str, ...]] = ("num_h_cycles", "num_l_cycles")
     pos_encoding_choices: ClassVar[tuple[str, ...]] = ("rope", "learned")
+    layer_fields: ClassVar[tuple[str, ...]] = ()  # fields that count identical blocks (runtime.count_model)
+    depth_option: ClassVar[str | None] = None  # the ScalingConfig field of its depth convention (scales prints it)
 
     name: str = ""
     hidden_size: int = 512
@@ -90,12 +102,22 @@ class ReasonerConfig:
         """P: number of prefix tokens the puzzle embedding occupies (ceil(ndim / hidden))."""
         return -(self.puzzle_dim // -self.hidden_size)
 
+    def depth(self, scaling: ScalingConfig) -> Depth:
+        """N, M, N_g, M_g and each module's (K, R, N) under `scaling` (models/scaling.py's helpers)."""
+        raise NotImplementedError(f"model {self.name!r} declares no depth accounting")
+
+    def tape_layers(self, tape_rounds: int | None = None) -> int:
+        """Block applications one backward keeps activations for: the gradient-visible N_g."""
+        return self.depth(ScalingConfig()).N_g
+
 
 @dataclass
 class HRMConfig(ReasonerConfig):
     """HRM architecture (reference spec 3.1 defaults). Keys mirror HRM's `arch` section."""
 
     depth_keys: ClassVar[tuple[str, ...]] = ("num_h_layers", "num_l_layers", "num_h_cycles", "num_l_cycles")
+    layer_fields: ClassVar[tuple[str, ...]] = ("num_h_layers", "num_l_layers")
+    depth_option: ClassVar[str | None] = "hrm_depth"
 
     name: str = "hrm"
     num_h_cycles: int = 2  # C
@@ -106,6 +128,16 @@ class HRMConfig(ReasonerConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_heads(self.hidden_size, self.num_heads, rope=self.pos_encodings == "rope")
+
+    def depth(self, scaling: ScalingConfig) -> Depth:
+        """The two modules (paper eq. 15-16), N by `scaling.hrm_depth` (paper | autograd), per module
+        with `scaling.per_module` (models/scaling.py's docstring)."""
+        return two_module_depth(self.num_h_layers, self.num_l_layers, self.num_h_cycles, self.num_l_cycles,
+                                scaling.hrm_depth, scaling.per_module)
+
+    def tape_layers(self, tape_rounds: int | None = None) -> int:
+        """The one-step gradient: the last H and L updates, K_H + K_L (N_g under hrm_depth=autograd)."""
+        return self.depth(ScalingConfig(hrm_depth="autograd")).N_g
 
 
 @dataclass
@@ -118,6 +150,8 @@ class TRMConfig(ReasonerConfig):
 
     depth_keys: ClassVar[tuple[str, ...]] = ("num_layers", "num_h_cycles", "num_l_cycles")
     pos_encoding_choices: ClassVar[tuple[str, ...]] = ("rope", "learned", "none")
+    layer_fields: ClassVar[tuple[str, ...]] = ("num_layers",)
+    depth_option: ClassVar[str | None] = "trm_depth"
 
     name: str = "trm"
     num_h_cycles: int = 3  # T: deep-recursion steps per segment; the first T-1 run without grad
@@ -140,6 +174,13 @@ class TRMConfig(ReasonerConfig):
         if self.mixer == "attention":
             check_heads(self.hidden_size, self.num_heads, rope=self.pos_encodings == "rope")
 
+    def depth(self, scaling: ScalingConfig) -> Depth:
+        """T steps of n latent updates and one answer update per segment: each block visited n+1
+        times per step, N by `scaling.trm_depth` (gradient | forward | physical; docs/trm.md)."""
+        return one_network_depth("trm", scaling, self.num_layers, passes=self.num_h_cycles,
+                                 visits=self.num_l_cycles + 1, key="trm_depth", num_layers=self.num_layers,
+                                 num_h_cycles=self.num_h_cycles, num_l_cycles=self.num_l_cycles)
+
     @property
     def puzzle_len(self) -> int:
         """P: prefix positions; only the first ceil(ndim / hidden) carry the embedding, the rest are
@@ -161,6 +202,8 @@ class URMConfig(ReasonerConfig):
 
     depth_keys: ClassVar[tuple[str, ...]] = ("num_layers", "num_h_cycles", "num_l_cycles", "conv_kernel")
     pos_encoding_choices: ClassVar[tuple[str, ...]] = ("rope",)
+    layer_fields: ClassVar[tuple[str, ...]] = ("num_layers",)
+    depth_option: ClassVar[str | None] = "urm_depth"
 
     name: str = "urm"
     num_h_cycles: int = 2  # outer passes per ACT step; the first H-1 run without grad (truncated backprop)
@@ -173,10 +216,20 @@ class URMConfig(ReasonerConfig):
         super().__post_init__()
         check_heads(self.hidden_size, self.num_heads, rope=True)
 
+    def depth(self, scaling: ScalingConfig) -> Depth:
+        """H passes of C_L rounds per ACT step, N by `scaling.urm_depth` (gradient | forward |
+        physical; docs/urm.md)."""
+        return one_network_depth("urm", scaling, self.num_layers, passes=self.num_h_cycles,
+                                 visits=self.num_l_cycles, key="urm_depth", num_layers=self.num_layers,
+                                 num_h_cycles=self.num_h_cycles, num_l_cycles=self.num_l_cycles)
+
 
 @dataclass
 class GPTConfig:
     """The looped GPT (DeepLoop section 5.1): GPT-2 small by default; K blocks looped R rounds."""
+
+    layer_fields: ClassVar[tuple[str, ...]] = ("num_blocks",)
+    depth_option: ClassVar[str | None] = None
 
     name: str = "gpt"
     vocab_size: int = 50304  # GPT-2's 50257 padded to a multiple of 128
@@ -207,6 +260,15 @@ class GPTConfig:
         one_of("model.mlp", self.mlp, ("swiglu", "gelu"))
         one_of("model.init", self.init, ("lecun", "gpt2"))
         check_heads(self.hidden_size, self.num_heads, rope=True)
+
+    def depth(self, scaling: ScalingConfig) -> Depth:
+        """One loop of K blocks for R rounds: N = K*R (a drawn R's alpha/beta: models/rounds.py)."""
+        return loop_depth("gpt", scaling, self.num_blocks, self.num_rounds, num_blocks=self.num_blocks,
+                          num_rounds=self.num_rounds)
+
+    def tape_layers(self, tape_rounds: int | None = None) -> int:
+        """K x the rounds on the tape (`tape_rounds`, default R)."""
+        return self.num_blocks * (tape_rounds or self.num_rounds)
 
 
 # The looped GPT's adaptive-exit criteria at inference (`models.gpt.ExitRule`; eval-gpt's and generate's `exit=`).

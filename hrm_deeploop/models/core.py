@@ -252,6 +252,12 @@ def mlp_width(kind: str, dim: int, expansion: float, multiple: int = 256) -> int
 
 # ---- blocks ------------------------------------------------------------------------------------
 
+# Whether a model uses the fused Triton residual-norm kernel on CUDA when its builder is not told
+# (`fused=`): the one default. Every builder in the library is told: runtime.Env.fused_kernel, set
+# once by `runtime.setup` from HRM_DEEPLOOP_FUSED_RESIDUAL_NORM (docs/kernels.md).
+FUSED = True
+
+
 @dataclass(frozen=True)
 class BlockConfig:
     """What one block is built from; a `LoopedCore` builds its K blocks from one of these."""
@@ -268,7 +274,7 @@ class BlockConfig:
     conv_kernel: int = 2  # convswiglu's convolution width
     mixer: str = "attention"  # attention | mlp (TRM's token-mixing SwiGLU over `seq_len` positions)
     seq_len: int | None = None  # the mlp mixer's width
-    fused: bool = True  # the fused Triton residual-norm kernel for the Post-LN step on CUDA tensors
+    fused: bool = FUSED  # the fused Triton residual-norm kernel for the Post-LN step on CUDA tensors
 
 
 class Block(nn.Module):

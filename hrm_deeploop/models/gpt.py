@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from hrm_deeploop.models.config import EXIT_CRITERIA, GPTConfig
 from hrm_deeploop.models.core import (
+    FUSED,
     BlockConfig,
     Linear,
     LoopedCore,
@@ -71,7 +72,7 @@ class GPT(nn.Module):
     """
 
     def __init__(self, cfg: GPTConfig, scaling: ScalingConfig | None = None, scaling_rounds: float | None = None,
-                 fused: bool = True):
+                 fused: bool = FUSED):
         """scaling_rounds: the R in N = K*R for alpha and beta when training draws R per step
         (`depth.scaling_n`, docs/generation.md); None: model.num_rounds. fused: the fused Triton
         residual-norm kernel for the Post-LN steps on CUDA (`core.BlockConfig`)."""

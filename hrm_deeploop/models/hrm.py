@@ -22,7 +22,7 @@ from torch import Tensor
 
 from hrm_deeploop.models.act import ACTReasoner, block_config
 from hrm_deeploop.models.config import HRMConfig
-from hrm_deeploop.models.core import LoopedCore
+from hrm_deeploop.models.core import FUSED, LoopedCore
 from hrm_deeploop.models.scaling import ScalingConfig, model_depth, module_residuals
 
 
@@ -30,7 +30,7 @@ class HRM(ACTReasoner):
     """HRM with ACT (`ACTReasoner`): two LoopedCores, H and L, and the one-step gradient."""
 
     def __init__(self, cfg: HRMConfig, scaling: ScalingConfig | None = None,
-                 dtype: torch.dtype = torch.float32, fused: bool = True):
+                 dtype: torch.dtype = torch.float32, fused: bool = FUSED):
         """fused: the fused Triton residual-norm kernel for the Post-LN steps on CUDA (`core.BlockConfig`)."""
         super().__init__()
         self.cfg = cfg

@@ -16,6 +16,7 @@ import torch
 
 from hrm_deeploop.models.act import ACTReasoner
 from hrm_deeploop.models.config import ReasonerConfig
+from hrm_deeploop.models.core import FUSED
 from hrm_deeploop.models.hrm import HRM
 from hrm_deeploop.models.scaling import ScalingConfig
 from hrm_deeploop.models.trm import TRM
@@ -25,7 +26,7 @@ REASONERS: dict[str, type[ACTReasoner]] = {"hrm": HRM, "trm": TRM, "urm": URM}
 
 
 def build_reasoner(cfg: ReasonerConfig, scaling: ScalingConfig | None = None,
-                   dtype: torch.dtype = torch.float32, fused: bool = True) -> ACTReasoner:
+                   dtype: torch.dtype = torch.float32, fused: bool = FUSED) -> ACTReasoner:
     """The model `cfg.name` names, initialised (call under torch.manual_seed for a fixed init);
     `fused`: the fused residual-norm kernel on CUDA (the trainers pass `runtime.Env.fused_kernel`)."""
     return REASONERS[cfg.name](cfg, scaling, dtype, fused)

@@ -1,7 +1,9 @@
 """Depth accounting and residual-scaling schemes (DeepLoop paper sections 2-4).
 
-One module, used by every model. A scheme turns an unrolled depth N into a `Residual` policy
-for the blocks of one module:
+One module, used by every model. Each model's config declares its own depth accounting
+(`<Model>Config.depth`, models/config.py) on the helpers here (`two_module_depth`,
+`one_network_depth`, `loop_depth`); `model_depth` asks it. A scheme turns an unrolled depth N into
+a `Residual` policy for the blocks of one module:
 
 | scheme       | norm | alpha           | beta             |
 |--------------|------|-----------------|------------------|
@@ -127,45 +129,28 @@ class Depth:
 
 def model_depth(model_cfg: Any, scaling: ScalingConfig | None = None) -> Depth:
     """The one depth function: N, M, N_g, M_g and each module's (K, R, N used for scaling) of a model
-    config under `scaling`'s conventions (hrm_depth / trm_depth / urm_depth, per_module). Refuses
-    the options a model has no use for (per-module settings on one-network models)."""
-    scaling = scaling or ScalingConfig()
-    name = model_cfg.name
-    if name != "hrm" and (scaling.p_h is not None or scaling.p_l is not None):
-        raise ConfigError(f"scaling.p_h / scaling.p_l are HRM's per-module exponents; model={name} "
-                          "has one looped network (TRM's two roles share its blocks, so one beta per matrix)")
-    if name in ("trm", "urm") and scaling.per_module:
-        raise ConfigError(f"scaling.per_module=true applies to HRM's two modules; {name.upper()} has one network")
-    if name == "hrm":
-        return _hrm_depth(model_cfg.num_h_layers, model_cfg.num_l_layers, model_cfg.num_h_cycles,
-                          model_cfg.num_l_cycles, scaling.hrm_depth, scaling.per_module)
-    if name in ("trm", "urm"):
-        _positive(num_layers=model_cfg.num_layers, num_h_cycles=model_cfg.num_h_cycles,
-                  num_l_cycles=model_cfg.num_l_cycles)
-    if name == "trm":  # n latent updates + one answer update per step, T steps per segment
-        return _one_network_depth(model_cfg.num_layers, passes=model_cfg.num_h_cycles,
-                                  visits=model_cfg.num_l_cycles + 1, convention=scaling.trm_depth, key="trm_depth")
-    if name == "urm":  # C_L rounds per pass, H passes per ACT step
-        return _one_network_depth(model_cfg.num_layers, passes=model_cfg.num_h_cycles,
-                                  visits=model_cfg.num_l_cycles, convention=scaling.urm_depth, key="urm_depth")
-    if name == "gpt":  # one loop of K blocks for R rounds
-        k, r = model_cfg.num_blocks, model_cfg.num_rounds
-        _positive(num_blocks=k, num_rounds=r)
-        return Depth(N=k * r, M=2 * k * r, N_g=None, M_g=None, modules={"core": {"K": k, "R": r, "N": k * r}})
-    raise ConfigError(f"model.name='{name}' is not 'hrm', 'trm', 'urm' or 'gpt'")
+    config under `scaling`'s conventions. Each model's config declares its own accounting next to
+    its dataclass (`<Model>Config.depth`, models/config.py, on the helpers below) and refuses the
+    options it has no use for (per-module settings on one-network models)."""
+    return model_cfg.depth(scaling or ScalingConfig())
 
 
 def tape_layers(model_cfg: Any, tape_rounds: int | None = None) -> int:
     """Block applications one backward keeps activations for (the memory estimate's depth): HRM's
     one-step gradient K_H + K_L (the last H and L updates; N_g under `hrm_depth=autograd`), TRM's
     last recursion (n+1)K, URM's last pass C_L K (their N_g), the looped GPT's K x (rounds on the
-    tape; `tape_rounds`, default R)."""
-    if model_cfg.name == "gpt":
-        return model_cfg.num_blocks * (tape_rounds or model_cfg.num_rounds)
-    return model_depth(model_cfg, ScalingConfig(hrm_depth="autograd")).N_g
+    tape; `tape_rounds`, default R). Declared by each model config (`tape_layers`)."""
+    return model_cfg.tape_layers(tape_rounds)
 
 
-def _hrm_depth(k_h: int, k_l: int, c: int, c_l: int, convention: str, per_module: bool) -> Depth:
+def refuse_module_exponents(name: str, scaling: ScalingConfig) -> None:
+    """p_h / p_l are the per-module exponents of a two-module model (HRM): refused for one network."""
+    if scaling.p_h is not None or scaling.p_l is not None:
+        raise ConfigError(f"scaling.p_h / scaling.p_l are HRM's per-module exponents; model={name} "
+                          "has one looped network (TRM's two roles share its blocks, so one beta per matrix)")
+
+
+def two_module_depth(k_h: int, k_l: int, c: int, c_l: int, convention: str, per_module: bool) -> Depth:
     """HRM's two-module loop (paper eq. 15-16): K_H, K_L blocks, C cycles of C_L L calls and one H call."""
     _positive(num_h_layers=k_h, num_l_layers=k_l, num_h_cycles=c, num_l_cycles=c_l)
     m = 2 * c * (k_h + c_l * k_l)
@@ -186,15 +171,29 @@ def _hrm_depth(k_h: int, k_l: int, c: int, c_l: int, convention: str, per_module
     )
 
 
-def _one_network_depth(k: int, passes: int, visits: int, convention: str, key: str) -> Depth:
+def one_network_depth(name: str, scaling: ScalingConfig, k: int, passes: int, visits: int, key: str,
+                      **sizes: int) -> Depth:
     """One network of K blocks (TRM, URM): `visits` calls of each block per pass, `passes` passes per
-    segment, the last on the tape. R counted: gradient = visits, forward = passes x visits, physical 1."""
+    segment, the last on the tape; `key` names the ScalingConfig field of its convention, `sizes`
+    the config fields checked >= 1. R counted: gradient = visits, forward = passes x visits, physical 1."""
+    refuse_module_exponents(name, scaling)
+    if scaling.per_module:
+        raise ConfigError(f"scaling.per_module=true applies to HRM's two modules; {name.upper()} has one network")
+    _positive(**sizes)
+    convention = getattr(scaling, key)
     rounds = {"gradient": visits, "forward": passes * visits, "physical": 1}
     if convention not in rounds:
         raise ConfigError(f"scaling.{key}='{convention}' must be one of {', '.join(TRM_DEPTHS)}")
     r = rounds[convention]
     return Depth(N=passes * visits * k, M=2 * passes * visits * k, N_g=visits * k, M_g=2 * visits * k,
                  modules={"net": {"K": k, "R": r, "N": k * r}})
+
+
+def loop_depth(name: str, scaling: ScalingConfig, k: int, r: int, **sizes: int) -> Depth:
+    """One loop of K blocks for R rounds (the looped GPT): N = K*R, every round on the tape."""
+    refuse_module_exponents(name, scaling)
+    _positive(**sizes)
+    return Depth(N=k * r, M=2 * k * r, N_g=None, M_g=None, modules={"core": {"K": k, "R": r, "N": k * r}})
 
 
 def exponent(scheme: str, p: float | None = None) -> float | None:

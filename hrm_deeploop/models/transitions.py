@@ -53,9 +53,9 @@ class PreNorm(Transition):
 
 
 class OperLoop(Transition):
-    """EXPERIMENTAL. OperLoop, designed from its abstract alone (docs/transitions.md states every
-    interpretation): the stream is a fast weight, and each sublayer updates it by one projected
-    gradient step of a local objective.
+    """EXPERIMENTAL. OperLoop, designed from its abstract alone (docs/alignment.md, "Loop
+    transitions", states every interpretation): the stream is a fast weight, and each sublayer
+    updates it by one projected gradient step of a local objective.
 
     - projection: the state lives on the sphere of its own RMS r = RMS(x); the sublayer reads
       z = RMSNorm(x), and its prediction is projected the same way ("aligned input maps"):

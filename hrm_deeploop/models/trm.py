@@ -33,7 +33,7 @@ from torch import Tensor
 
 from hrm_deeploop.models.act import ACTReasoner, block_config
 from hrm_deeploop.models.config import TRMConfig
-from hrm_deeploop.models.core import LoopedCore
+from hrm_deeploop.models.core import FUSED, LoopedCore
 from hrm_deeploop.models.scaling import ScalingConfig, model_depth, module_residuals
 
 
@@ -41,7 +41,7 @@ class TRM(ACTReasoner):
     """TRM with ACT. `forward(carry, batch, generator) -> (carry, outputs)` as `act.ACTReasoner`."""
 
     def __init__(self, cfg: TRMConfig, scaling: ScalingConfig | None = None,
-                 dtype: torch.dtype = torch.float32, fused: bool = True):
+                 dtype: torch.dtype = torch.float32, fused: bool = FUSED):
         """fused: the fused Triton residual-norm kernel for the Post-LN steps on CUDA (`core.BlockConfig`)."""
         super().__init__()
         self.cfg = cfg

@@ -32,7 +32,7 @@ from torch import Tensor
 
 from hrm_deeploop.models.act import ACTReasoner, Carry, block_config
 from hrm_deeploop.models.config import URMConfig
-from hrm_deeploop.models.core import LoopedCore
+from hrm_deeploop.models.core import FUSED, LoopedCore
 from hrm_deeploop.models.scaling import ScalingConfig, model_depth, module_residuals
 
 
@@ -42,7 +42,7 @@ class URM(ACTReasoner):
     q_continue = False  # halt when Q(halt) > 0; no target-Q forward
 
     def __init__(self, cfg: URMConfig, scaling: ScalingConfig | None = None,
-                 dtype: torch.dtype = torch.float32, fused: bool = True):
+                 dtype: torch.dtype = torch.float32, fused: bool = FUSED):
         """fused: the fused Triton residual-norm kernel for the Post-LN steps on CUDA (`core.BlockConfig`)."""
         super().__init__()
         self.cfg = cfg

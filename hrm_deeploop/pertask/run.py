@@ -19,7 +19,7 @@ from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 
-from arc_data.fsio import save_json
+from arc_data.fsio import parse_json, save_json
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.pertask import plan, worker
 from hrm_deeploop.pertask.config import PerTaskConfig
@@ -161,12 +161,16 @@ def finish(cfg: PerTaskConfig, tasks: dict[str, dict], out: Path) -> int:
     line = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
     print(f"ttt: {len(tasks)} tasks ({line}); {out / 'submission.json'} (protocol: {cfg.protocol})"
           + ("" if overhead is None else f"; outside training: {100 * overhead:.1f}% of the tasks' time"), flush=True)
-    if cfg.solutions:
-        from eval.arc.arcprize import arc_prize_score, load_solutions
+    if cfg.solutions:  # `score`, through the CLI's table (the library never imports the evaluators)
+        from hrm_deeploop.cli import run_subcommand
 
-        score = arc_prize_score(sub, load_solutions(cfg.solutions))
-        summary["pass@2 (ARC Prize rule)"] = round(score.percent, 4)
-        print(f"ttt: pass@2 (ARC Prize rule, protocol {cfg.protocol}): {score.percent:.2f}%", flush=True)
+        scored = out / "score.json"
+        scored.unlink(missing_ok=True)  # ours, from an earlier run of this command
+        print(f"ttt: scored under protocol {cfg.protocol}:", flush=True)
+        if run_subcommand("score", [f"submission={out / 'submission.json'}", f"solutions={cfg.solutions}",
+                                    f"output={scored}", "quiet=true"]) != 0:
+            return 2
+        summary["pass@2 (ARC Prize rule)"] = round(parse_json(scored.read_bytes(), str(scored))["percent"], 4)
     save_json(out / SUMMARY, summary)
     return 1 if counts.get("missing") else 0
 

@@ -21,8 +21,16 @@ WORK = "work"
 LOG = "log.txt"
 
 
+# torchrun's variables: a worker of rank r trains its task alone, so it must not see them (its
+# `train` would join the other ranks' workers in one process group, training different tasks)
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                 "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+
+
 def init_worker(threads: int) -> None:
-    """A pool process: its torch threads (the CLI's own progress bars stay off)."""
+    """A pool process: its torch threads, and no torchrun variables (one task, one process)."""
+    for var in TORCHRUN_VARS:
+        os.environ.pop(var, None)
     os.environ["OMP_NUM_THREADS"] = str(threads)
     import torch
 

@@ -6,7 +6,7 @@ torchrun, checkpoints, `train.time_budget`) and every `train.*` / `optim.*` key,
 keep in sync between two commands.
 
 What it does, before the first step (`prepare`, then `Trainer` applies it):
-- the checkpoint is read by `eval.checkpoints.load_model` (ours, HRM's or TRM's, official layouts too;
+- the checkpoint is read by `hrm_deeploop.loading.load_model` (ours, HRM's or TRM's, official layouts too;
   with its weight average when it has one); the model and scaling configs are the checkpoint's;
 - the puzzle-embedding table is rebuilt for the new dataset's identifiers, matched **by name**
   (the checkpoint's names: its `puzzle_names`, or the identifiers.json of the dataset it was trained
@@ -36,9 +36,13 @@ from typing import Any
 
 import torch
 
+from arc_data.dataset import load_identifiers
+from arc_data.errors import DatasetError
 from hrm_deeploop import checkpoint as ckpt
+from hrm_deeploop.data.puzzles import check_matches
 from hrm_deeploop.data.rows import row_map
 from hrm_deeploop.errors import UserError
+from hrm_deeploop.loading import load_model
 from hrm_deeploop.training.optim import dense_state
 
 TABLE_KEY = "puzzle_emb.weights"
@@ -87,9 +91,6 @@ def grow_table(old: torch.Tensor, old_names: list[str] | None, new_names: list[s
 def _checkpoint_names(loaded: Any, explicit: str | None) -> list[str] | None:
     """The names of the checkpoint's table rows: adapt.identifiers, its own record, or the
     identifiers.json of the dataset its run trained on; None when none of them is there."""
-    from arc_data.dataset import load_identifiers
-    from arc_data.errors import DatasetError
-
     if explicit:
         try:
             return load_identifiers(Path(explicit).parent if Path(explicit).is_file() else explicit)
@@ -105,11 +106,6 @@ def _checkpoint_names(loaded: Any, explicit: str | None) -> list[str] | None:
 
 def prepare(init_from: str, cfg: Any, data_dir: str, train_split: Any) -> Start:
     """Read the checkpoint and build the starting point for a run on `data_dir`."""
-    from arc_data.dataset import load_identifiers
-    from arc_data.errors import DatasetError
-    from eval.checkpoints import load_model
-    from hrm_deeploop.data.puzzles import check_matches
-
     loaded = load_model(init_from, "cpu", "float32", seq_len=int(train_split.meta.seq_len), ema=True, gpt=False)
     where = str(loaded.path)
     weights = {k: v.clone() for k, v in loaded.model.state_dict().items()}

@@ -15,7 +15,7 @@ from typing import Any
 
 from hrm_deeploop.config import at_least, check, device_name, in_range, one_of, optional_at_least, positive
 from hrm_deeploop.models.config import GPTConfig, HRMConfig, TRMConfig, URMConfig, model_config
-from hrm_deeploop.models.depth import DepthConfig
+from hrm_deeploop.models.rounds import DepthConfig
 from hrm_deeploop.models.scaling import ScalingConfig, model_depth
 
 # ---- the shared config sections ------------------------------------------------------------------
@@ -339,7 +339,7 @@ class TrainGPTConfig(RunConfig):
     optim: LMOptim = field(default_factory=LMOptim)
     checkpoint: LMCheckpoint = field(default_factory=LMCheckpoint)
     eval: LMEval = field(default_factory=LMEval)
-    depth: DepthConfig = field(default_factory=DepthConfig)  # R per step, truncated backprop (models/depth.py)
+    depth: DepthConfig = field(default_factory=DepthConfig)  # R per step, truncated backprop (models/rounds.py)
     dtype: str = "bfloat16"  # autocast dtype on CUDA (CPU runs in float32)
 
     def __post_init__(self) -> None:

@@ -1,4 +1,4 @@
-"""The one training skeleton shared by every model (HRM, TRM, the looped GPT).
+"""The one training skeleton shared by every model (HRM, TRM, URM, the looped GPT).
 
 A model contributes a `Task`: its model, optimisers and data, one optimiser step, an evaluation,
 and its state. The skeleton (`fit`) owns everything around that, the same way for every model:
@@ -11,6 +11,8 @@ and its state. The skeleton (`fit`) owns everything around that, the same way fo
   that checkpoint are dropped from metrics.jsonl/csv (they are about to be logged again); a run
   whose summary.json says finished is not run again; a run fed a different dataset than it
   trained on (`Task.data_identity`) is refused;
+- checkpoints: `training.checkpointer.Checkpointer` writes and reads the train states (every rank
+  takes part: side files, pruning to `checkpoint.keep`, the last one named in errors);
 - signals: a SIGINT/SIGTERM (`interrupts`) is held back while a step runs; the loop then saves a
   checkpoint and exits with `Interrupted` naming it (SLURM's preemption); a second signal stops
   at once, keeping the previous checkpoint; a failed checkpoint write names the previous one;
@@ -45,6 +47,7 @@ from hrm_deeploop.config import (
     to_dict,
 )
 from hrm_deeploop.errors import ConfigError, TrainingDiverged, UserError
+from hrm_deeploop.training.checkpointer import Checkpointer
 from hrm_deeploop.training.runlog import RunLogger
 
 # ---- what a model contributes --------------------------------------------------------------------
@@ -150,26 +153,12 @@ def _prepare_run_dir(run_dir: Path, task: Task, resume: bool, env: runtime.Env
         return str(found) if found else None
 
     try:
-        resume_from = _on_main(prepare, env)
+        resume_from = runtime.on_main(prepare, env)
     except UserError:
         if lock is not None:
             lock.release()
         raise
     return (Path(resume_from) if resume_from else None), identity, lock
-
-
-def _on_main(fn: Callable[[], Any], env: runtime.Env) -> Any:
-    """`fn()` on rank 0; its result, or its UserError, reaches every rank (none waits on a collective)."""
-    result, error = None, None
-    if env.is_main:
-        try:
-            result = fn()
-        except UserError as e:
-            error = str(e)
-    result, error = runtime.broadcast_object((result, error))
-    if error:
-        raise UserError(error)
-    return result
 
 
 def _finished(summary_path: Path, total_steps: int) -> dict[str, Any] | None:
@@ -204,68 +193,24 @@ def _run(cfg: Any, task: Task, env: runtime.Env, resume_from: Path | None, ident
     step, wall_before = 0, 0.0
     recent: collections.deque[float] = collections.deque(maxlen=loop.trailing_steps)
     last_eval: dict[str, float] | None = None
+    checkpoints = Checkpointer(run_dir, task, env, ck.keep, lambda: {
+        "recent_losses": list(recent), "last_eval": last_eval,
+        "wall_time_s": wall_before + time.perf_counter() - started})
     if resume_from is not None:
-        state = ckpt.load(resume_from, map_location="cpu")
-        for key in ("step", "model"):
-            if key not in state:
-                raise UserError(f"checkpoint '{resume_from}' has no '{key}' (not a train-state file of hrm-deeploop)")
-        task.load_state_dict(state, resume_from)
-        step = int(state["step"])
-        ckpt.set_rng_state(state["rng"])
-        recent.extend(state.get("recent_losses", []))
-        last_eval = state.get("last_eval")
-        wall_before = float(state.get("wall_time_s", 0.0))
-        local = state.get("local")
-        if env.rank > 0:
-            side = _rank_file(resume_from, env.rank)
-            local = ckpt.load(side)["local"] if side.is_file() else None
-        task.load_local_state(local)
+        resumed = checkpoints.load(resume_from)
+        step, last_eval, wall_before = resumed.step, resumed.last_eval, resumed.wall_time_s
+        recent.extend(resumed.recent_losses)
         runtime.print0(f"resumed {run_dir} at step {step} from {resume_from.name}")
     runtime.print0(task.describe())
 
     logger = RunLogger(run_dir, cfg.logger, cfg.project, cfg.run_name or run_dir.name, task.config,
                        resume=resume_from is not None, resume_step=step)
     try:  # the resume state and the metrics log are in order: now the run folder records this run
-        _on_main(lambda: ckpt.record_run(run_dir, task.config, identity), env)
+        runtime.on_main(lambda: ckpt.record_run(run_dir, task.config, identity), env)
     except UserError:
         logger.close()
         raise
-    saved_at = step if resume_from is not None else None
-    started = time.perf_counter()
-
-    def last_saved() -> str:
-        return f"the last checkpoint is {ckpt.step_path(run_dir, saved_at)}" if saved_at is not None \
-            else "no checkpoint was written yet"
-
-    def save(at: int) -> None:
-        nonlocal saved_at
-        path = ckpt.step_path(run_dir, at)
-        local = task.local_state()
-        state = task.state_dict()  # on every rank: it may be collective (FSDP2 gathers the full tensors)
-        side_error = None  # a full disk, a read-only folder: the temp file is gone, the old ones stay
-        try:
-            if env.rank > 0 and local is not None:
-                ckpt.save(_rank_file(path, env.rank), {"local": local})
-        except UserError as e:
-            side_error = str(e)
-        if runtime.max_over_ranks(int(side_error is not None)):  # every rank stops, none waits (and a barrier)
-            raise UserError(f"{side_error or 'another rank could not write its checkpoint file'}; {last_saved()}")
-
-        def write_main() -> None:
-            try:
-                ckpt.save(path, {"step": at, **state, "rng": ckpt.rng_state(), "local": local,
-                                 "recent_losses": list(recent), "last_eval": last_eval,
-                                 "wall_time_s": wall_before + time.perf_counter() - started, "config": task.config})
-            except UserError as e:
-                raise UserError(f"{e}; {last_saved()}") from None
-            if ck.keep > 0:
-                for _, old in ckpt.list_checkpoints(run_dir)[:-ck.keep]:
-                    old.unlink(missing_ok=True)
-                    for side in old.parent.glob(f"{old.stem}.rank*.pt"):
-                        side.unlink(missing_ok=True)
-
-        _on_main(write_main, env)  # its error reaches every rank; a collective, so also the barrier
-        saved_at = at
+    started = time.perf_counter()  # this session's wall time counts from here (`wall_time_s` above)
 
     status, out_of_time = "running", False
     bar = runtime.progress(stop, task.name, initial=step) if loop.progress else None
@@ -275,8 +220,8 @@ def _run(cfg: Any, task: Task, env: runtime.Env, resume_from: Path | None, ident
             while step < stop:
                 signum = runtime.max_over_ranks(pending() or 0)
                 if signum:  # held back until the step and its evaluation were done: save, then exit
-                    if step > 0 and saved_at != step:
-                        save(step)
+                    if step > 0 and checkpoints.saved_at != step:
+                        checkpoints.save(step)
                     saved = f"saved {ckpt.step_path(run_dir, step)}" if step > 0 else "no step was done, nothing saved"
                     status = "interrupted"
                     raise interrupts.Interrupted(signum, f"{saved}; resume with resume=true")
@@ -288,7 +233,7 @@ def _run(cfg: Any, task: Task, env: runtime.Env, resume_from: Path | None, ident
                 try:
                     m = task.train_step(step + 1)
                 except TrainingDiverged as e:
-                    raise TrainingDiverged(f"{e}; {last_saved()}") from None
+                    raise TrainingDiverged(f"{e}; {checkpoints.last_saved()}") from None
                 step += 1
                 recent.append(float(m["loss"]))
                 busy += time.perf_counter() - t0
@@ -315,9 +260,9 @@ def _run(cfg: Any, task: Task, env: runtime.Env, resume_from: Path | None, ident
                         last_eval, evaluated = em, True
                         logger.log(em, step=step)
                 if (ck.every and step % ck.every == 0) or step == stop or (evaluated and ck.at_eval):
-                    save(step)
-            if out_of_time and saved_at != step:
-                save(step)
+                    checkpoints.save(step)
+            if out_of_time and checkpoints.saved_at != step:
+                checkpoints.save(step)
             status = "finished" if step >= total else "stopped"
     except TrainingDiverged:
         status = "diverged"
@@ -326,7 +271,7 @@ def _run(cfg: Any, task: Task, env: runtime.Env, resume_from: Path | None, ident
         if status == "interrupted":
             raise
         raise interrupts.Interrupted(getattr(e, "signum", signal.SIGINT),
-                                     f"stopped at step {step} without saving it; {last_saved()}") from None
+                                     f"stopped at step {step} without saving it; {checkpoints.last_saved()}") from None
     finally:
         if bar is not None:
             bar.close()
@@ -338,13 +283,8 @@ def _run(cfg: Any, task: Task, env: runtime.Env, resume_from: Path | None, ident
     if status == "stopped":
         why = f"train.time_budget={loop.time_budget} minutes" if out_of_time else "train.stop_after"
         runtime.print0(f"stopped at step {step} ({why}); resume with resume=true")
-    last = ckpt.step_path(run_dir, saved_at) if saved_at is not None else None
-    runtime.print0(f"done: step {step}, {status}, last checkpoint {last}")
+    runtime.print0(f"done: step {step}, {status}, last checkpoint {checkpoints.last_path}")
     return summary
-
-
-def _rank_file(path: Path, rank: int) -> Path:
-    return path.with_name(f"{path.stem}.rank{rank}.pt")
 
 
 def _summary(cfg: Any, task: Task, status: str, step: int, recent: collections.deque, last_eval: dict | None,

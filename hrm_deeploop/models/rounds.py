@@ -1,5 +1,7 @@
-"""Recurrence depth chosen per training step: the R a step loops, the rounds it back-propagates
-through, and the R whose N = K*R sets DeepLoop's alpha and beta (docs/generation.md derives it).
+"""Recurrence depth chosen per training step (the `depth.*` section of train-gpt): the R a step
+loops, the rounds it back-propagates through, and the R whose N = K*R sets DeepLoop's alpha and
+beta (docs/generation.md derives it). Not the depth accounting of `models/scaling.py` (N, M of a
+model config), which this only feeds an R.
 
 | depth.sampler       | R at step s                                                               |
 |---------------------|---------------------------------------------------------------------------|

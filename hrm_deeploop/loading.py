@@ -1,10 +1,14 @@
-"""One `load_model` for every checkpoint the evaluators, export and init_from read: ours (HRM, TRM,
+"""One `load_model` for every checkpoint the evaluators (`eval/`), export and init_from read: ours (HRM, TRM,
 URM, the looped GPT; `<run>/checkpoints/step_N.pt`, or a run folder for its latest checkpoint; a
 TRM run trained with `train.ema=true` loads its weight average unless `ema=false`) or an official
 one in its release layout, `<dir>/step_N` with `all_config.yaml` beside it: HRM's
 (sapientinc/HRM-checkpoint-*) or TRM's (the ARC Prize verification release
 arcprize/trm_arc_prize_verification, `arc_v1_public/step_518071`, whose weights are already TRM's
 average). `table_rows` maps a dataset's puzzle ids to the rows of a checkpoint that names them.
+
+It sits above the checkpoint formats it reads (`checkpoint.py` ours, `official.py` HRM's and TRM's,
+`hub.py` an exported folder, through `checkpoint.resolve`/`load`) and the puzzle-row map
+(`data/rows.py`), and below its readers: `eval/`, `training/adapt.py`, `export.py`.
 """
 
 from __future__ import annotations
@@ -15,15 +19,25 @@ from typing import Any
 
 import torch
 
+from arc_data.dataset import load_identifiers
+from arc_data.errors import DatasetError
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop import official, runtime
 from hrm_deeploop.config import typed
+from hrm_deeploop.data.rows import row_map
 from hrm_deeploop.errors import ConfigError, UserError
 from hrm_deeploop.models.act import ACTReasoner
-from hrm_deeploop.models.config import GPTConfig, HRMConfig, TRMConfig, URMConfig
-from hrm_deeploop.models.depth import scaling_rounds_of
+from hrm_deeploop.models.config import (
+    MODEL_CONFIGS,
+    GPTConfig,
+    HRMConfig,
+    ReasonerConfig,
+    TRMConfig,
+    URMConfig,
+)
 from hrm_deeploop.models.gpt import GPT
 from hrm_deeploop.models.reasoners import build_reasoner
+from hrm_deeploop.models.rounds import scaling_rounds_of
 from hrm_deeploop.models.scaling import ScalingConfig
 
 
@@ -40,7 +54,8 @@ class LoadedModel:
     run_config: dict | None = None  # the resolved config of the run that wrote it (ours), e.g. its data_dir
 
 
-SCHEMAS: dict[str, type] = {"hrm": HRMConfig, "trm": TRMConfig, "urm": URMConfig}
+# the reasoners' config schemas, by model.name: the models' registry (models/config.py) less the looped GPT
+REASONER_SCHEMAS: dict[str, type] = {n: c for n, c in MODEL_CONFIGS.items() if issubclass(c, ReasonerConfig)}
 
 
 def load_model(path: str | Path, device: torch.device | str = "cpu", dtype: str = "auto",
@@ -124,9 +139,9 @@ def _with_average(weights: dict[str, Any], shadow: dict[str, Any], where: str) -
 
 
 def _model_config(name: str, values: dict[str, Any], where: str) -> HRMConfig | TRMConfig | URMConfig:
-    if name not in SCHEMAS:
-        raise UserError(f"{where}: model '{name}' is not a reasoner ({', '.join(SCHEMAS)})")
-    schema = SCHEMAS[name]
+    if name not in REASONER_SCHEMAS:
+        raise UserError(f"{where}: model '{name}' is not a reasoner ({', '.join(REASONER_SCHEMAS)})")
+    schema = REASONER_SCHEMAS[name]
     known = {f.name for f in fields(schema)} - {"name"}
     unknown = sorted(set(values) - known)
     if unknown:
@@ -161,10 +176,6 @@ def table_rows(loaded: LoadedModel, data_dir: str) -> torch.Tensor | None:
     """Dataset id -> puzzle-table row for a checkpoint that names its rows (None: ids are rows)."""
     if loaded.puzzle_names is None:
         return None
-    from arc_data.dataset import load_identifiers
-    from arc_data.errors import DatasetError
-    from hrm_deeploop.data.rows import row_map
-
     try:
         names = load_identifiers(data_dir)
     except DatasetError as e:
