@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from arc_data.fsio import check_output_dir
+from arc_data.files.guard import check_output_dir
 from eval.tasks import TASK_CHOICES, TaskEvaluation, evaluation_for
 from hrm_deeploop.config import at_least, device_name, one_of, optional_at_least
 from hrm_deeploop.errors import ConfigError, UserError

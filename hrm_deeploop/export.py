@@ -110,7 +110,8 @@ def _card(meta: dict[str, Any], summary: dict[str, Any], files: list[str], repo_
 
 
 def export(opts: ExportConfig) -> Path:
-    from arc_data.fsio import atomic_dir, checked_output_dir
+    from arc_data.files.guard import checked_output_dir
+    from arc_data.files.publish import atomic_dir
     from hrm_deeploop import checkpoint as ckpt
 
     if not opts.checkpoint:

@@ -319,7 +319,7 @@ def launch_submitit(cfg: StudyConfig, runs: list[Run], root: Path) -> dict[str, 
 
 def study(cfg: StudyConfig) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """Plan, run what is not done, aggregate. Returns the per-run rows and the failures."""
-    from arc_data.fsio import check_output_dir
+    from arc_data.files.guard import check_output_dir
 
     if not cfg.output_dir:
         raise ConfigError("output_dir is not set")

@@ -32,8 +32,9 @@ from pathlib import Path
 import numpy as np
 
 from arc_data.errors import ArcError
+from arc_data.files.jsonio import parse_json
+from arc_data.files.names import check_task_name, regular_files
 from arc_data.format import MAX_SIDE
-from arc_data.fsio import check_task_name, parse_json, regular_files
 
 BUNDLED = {"arc1": "arcagi1", "arc2": "arcagi2"}
 # Task files shipped inside the package: spec -> (challenges file, sha256 of challenges, of solutions).

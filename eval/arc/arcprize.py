@@ -187,7 +187,7 @@ def run(c: ScoreConfig) -> int:
     print(f"{LABEL}: {score.percent:.2f}% ({solved:g} of {len(score.tasks)} tasks' worth of test inputs solved; "
           f"{100 * over_submitted:.2f}% over the {len(submitted)} tasks submitted, the official scorer's denominator)")
     if c.output is not None:
-        from arc_data.fsio import atomic_file
+        from arc_data.files.atomic import atomic_file
 
         record = {"rule": LABEL, "percent": score.percent, "percent_over_submitted": 100 * over_submitted,
                   "num_tasks": len(score.tasks), "num_submitted": len(submitted), "tasks": score.tasks,

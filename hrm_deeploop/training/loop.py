@@ -38,7 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from arc_data.fsio import check_output_dir
+from arc_data.files.guard import check_output_dir
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop import interrupts, runtime
 from hrm_deeploop.config import (

@@ -122,7 +122,7 @@ def run(cfg: SweepConfig) -> int:
 def sweep(opts: SweepConfig, data_for: Callable[[RunSpec], Data] | None = None) -> list[dict[str, Any]]:
     """Run (or skip) every planned run, then write the tables and plots. `data_for` replaces the
     shard loaders for in-process runs (tests)."""
-    from arc_data.fsio import check_output_dir
+    from arc_data.files.guard import check_output_dir
 
     root = check_output_dir(opts.output_dir, opts.inputs())
     results = []
