@@ -225,6 +225,8 @@ def _kaggle(path: Path, spec: str, eval_name: str, require_outputs: bool, digest
     challenges = _read_json(path, "(whole file)", digest, path.name)
     if not isinstance(challenges, dict):
         raise ArcError(f"{path}: not a JSON object mapping task ids to tasks")
+    if not challenges:
+        raise ArcError(f"{path}: holds no tasks (an empty JSON object); give a challenges file with tasks")
     solutions: dict | None = None
     if sol_path.exists() and not sol_path.is_file():
         raise ArcError(f"{sol_path}: not a regular file (a FIFO or a folder?); solutions must be a JSON file")

@@ -95,11 +95,11 @@ def lock_holder(folder: Path) -> str | None:
 
 
 def held_by(path: Path) -> tuple[Path, str] | None:
-    """(the run folder, its holder) if a live run holds `path` itself or a folder above it."""
+    """(the run folder, its holder) if a live run of another process holds `path` itself or a
+    folder above it; a lock this very process holds (a trainer writing its own folder) is no conflict."""
+    own = f"PID {os.getpid()} on {socket.gethostname()}"
     for folder in [path, *path.parents]:
         holder = lock_holder(folder)
-        if holder is not None:
+        if holder is not None and holder != own:
             return folder, holder
     return None
-
-

@@ -3,21 +3,24 @@
 `atomic_dirs` / `atomic_dir`: whole output folders written in a temp folder beside them, fsynced,
 published with a no-replace rename, all or none. `staged_outputs` / `publish_files`: outputs a
 command drops into an existing folder (vote, evaluate, viz-arc), staged in a hidden folder inside
-it and moved in together.
+it and moved in together. `publish_file`: one named output file (`score output=`), checked by
+`guard.check_output_file`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
+import stat
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from arc_data.errors import DatasetError
 from arc_data.files.atomic import fsync_tree, remove_stale_tmp, rename_noreplace, stop_point
-from arc_data.files.guard import OutputDir, identity
+from arc_data.files.guard import OutputDir, OutputFile, identity
 from arc_data.files.names import os_error_line, temp_name
 
 
@@ -187,3 +190,57 @@ def staged_outputs(out: Path, names: Iterable[str], overwrite: bool, writer: str
                 break
 
 
+
+
+def publish_file(target: OutputFile, data: bytes) -> None:
+    """Write `data` to the checked output file: a temp file beside it (`.<name>.tmp-<pid>`, created
+    exclusively, never through a link), fsynced, then renamed over the file found by the check and
+    only that one (a no-replace rename when there was none). A file that appeared, or was swapped
+    for another, meanwhile is left untouched; any OSError (a full disk, a file-size limit, a
+    read-only folder) is one line naming the path and errno; the temp file and the folders made
+    for it are removed whenever nothing was published, Ctrl-C included."""
+    out = target.path
+    tmp = out.parent / temp_name(out)
+    made = []  # the folders made for the output, deepest first
+    p = out.parent
+    while not os.path.lexists(p) and p.parent != p:
+        made.append(p)
+        p = p.parent
+    published = False
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if os.path.lexists(tmp) and not os.path.isdir(tmp):
+            os.unlink(tmp)  # this pid's name: a temp file of an earlier process that had our pid
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        stop_point("publish")
+        if target.found is None:
+            rename_noreplace(tmp, out)
+        else:
+            st = os.lstat(out)
+            if (st.st_dev, st.st_ino) != target.found or not stat.S_ISREG(st.st_mode):
+                raise DatasetError(f"{out}: replaced by something else while {target.writer} ran; left it untouched "
+                                   "and wrote nothing (run again to replace it)")
+            os.replace(tmp, out)
+        published = True
+    except FileExistsError:
+        raise DatasetError(f"{out}: appeared while {target.writer} ran (it was not there at the start); left it "
+                           "untouched and wrote nothing: remove it or pass overwrite=true") from None
+    except FileNotFoundError as e:
+        if e.filename is not None and Path(e.filename) == out:  # removed meanwhile
+            raise DatasetError(f"{out}: removed while {target.writer} ran; wrote nothing") from None
+        raise DatasetError(f"{target.writer}: {os_error_line(e, out)}; wrote nothing, {out} is as it was") from None
+    except OSError as e:
+        raise DatasetError(f"{target.writer}: {os_error_line(e, out)}; wrote nothing, {out} is as it was") from None
+    finally:
+        if not published:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            for d in made:
+                try:
+                    os.rmdir(d)  # only while empty
+                except OSError:
+                    break

@@ -128,7 +128,7 @@ def fit(cfg: Any, build: Callable[[runtime.Env], Task]) -> dict[str, Any]:
     """
     if not cfg.output_dir:
         raise ConfigError("output_dir is not set (output_dir=PATH for checkpoints and logs)")
-    check_output_dir(cfg.output_dir, cfg.inputs())
+    check_output_dir(cfg.output_dir, cfg.inputs(), locked_by_caller=True)  # its RunLock checks the folder itself
     env = runtime.setup(cfg.device)
     try:
         return _fit(cfg, build(env), env)
