@@ -296,3 +296,36 @@ def _first_diff(a: Any, b: Any, path: str) -> str | None:
                 return d
         return None
     return None if a == b else f"'{path}' ({a!r} saved, {b!r} now)"
+
+
+def load_weights(model: torch.nn.Module, weights: dict[str, Any], where: str) -> None:
+    """The one safe way weights enter a model: the tensor set, each tensor's shape and kind of dtype
+    (a float model takes floating-point tensors: int8 ones would be rounded silently) and finiteness
+    (NaN/inf would reach the sampler) are checked first, each failure one line naming `where` and
+    the tensor; then a strict `load_state_dict` (same-kind dtypes are cast as torch casts them)."""
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(weights))
+    extra = sorted(set(weights) - set(expected))
+    if missing or extra:
+        said = "; ".join(part for part in (
+            f"{len(missing)} tensor(s) missing (e.g. '{missing[0]}')" if missing else "",
+            f"{len(extra)} tensor(s) the model lacks (e.g. '{extra[0]}')" if extra else "") if part)
+        raise UserError(f"checkpoint '{where}' does not fit its model config: {said}")
+    for key, want in expected.items():
+        got = weights[key]
+        if not isinstance(got, torch.Tensor):
+            raise UserError(f"checkpoint '{where}': '{key}' is a {type(got).__name__}, not a tensor")
+        if tuple(got.shape) != tuple(want.shape):
+            raise UserError(f"checkpoint '{where}': tensor '{key}' has shape {tuple(got.shape)}, the model "
+                            f"{tuple(want.shape)}")
+        if got.dtype.is_floating_point != want.dtype.is_floating_point or got.dtype.is_complex or \
+                (got.dtype == torch.bool) != (want.dtype == torch.bool):
+            raise UserError(f"checkpoint '{where}': tensor '{key}' holds {str(got.dtype).removeprefix('torch.')}, "
+                            f"the model {str(want.dtype).removeprefix('torch.')} (loading would change its values)")
+        if got.dtype.is_floating_point and not bool(torch.isfinite(got).all()):
+            bad = int((~torch.isfinite(got)).sum())
+            raise UserError(f"checkpoint '{where}': tensor '{key}' holds {bad:,} NaN or infinite value(s)")
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as e:
+        raise UserError(f"checkpoint '{where}' does not fit its model config: {str(e).splitlines()[0]}") from None

@@ -271,8 +271,14 @@ def _run(cfg: Any, task: Task, env: runtime.Env, resume_from: Path | None, ident
     bar = runtime.progress(stop, task.name, initial=step) if loop.progress else None
     busy, work_since = 0.0, 0  # training seconds and work since the last log (eval and saving excluded)
     try:
-        with interrupts.deferred() as pending:
+        polled, longest = time.perf_counter(), 0.0  # a held signal waits 10 s or twice the longest step, not more
+
+        def grace() -> float:
+            return max(10.0, 2 * longest)
+
+        with interrupts.deferred(grace) as pending:
             while step < stop:
+                longest, polled = max(longest, time.perf_counter() - polled), time.perf_counter()
                 signum = runtime.max_over_ranks(pending() or 0)
                 if signum:  # held back until the step and its evaluation were done: save, then exit
                     if step > 0 and saved_at != step:
