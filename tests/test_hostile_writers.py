@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -221,3 +223,40 @@ def test_export_into_the_checkpoints_own_run_folder_is_refused(tmp_path, monkeyp
     (tmp_path / "run" / "checkpoints" / "step_1.pt").write_bytes(b"not read: refused before")
     refused(tmp_path, capsys, ["export", "checkpoint=run", "output_dir=run/export"],
             "output_dir=run/export lies inside the input", "run")
+
+
+# ---- study: a signal stops the children and starts nothing more ---------------------------------------
+
+@pytest.mark.slow
+def test_sigterm_stops_a_study_and_its_running_child_and_a_rerun_resumes(tmp_path):
+    from tests.test_hardening_runs import GPT, byte_shards
+
+    byte_shards(tmp_path)
+    base = ",".join(a.replace("=", ":", 1) for a in GPT if not a.startswith("data.train"))
+    base = "base={" + base + ",data.train:'" + str(tmp_path / "train_*.bin") + "',checkpoint.every:1"
+    argv = [sys.executable, "-m", "hrm_deeploop.cli", "study", "trainer=train-gpt", "output_dir=st",
+            "grid={scaling:[baseline]}", "seeds=[0,1,2]", "jobs=1"]
+    study = subprocess.Popen([*argv, base + ",train.max_steps:100000}"], cwd=tmp_path, env=ENV,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = tmp_path / "st" / "scaling-baseline"
+    deadline = time.monotonic() + 120
+    while not list((run / "s0" / "checkpoints").glob("step_*.pt")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    child = int((run / "s0" / "run.lock").read_text().split()[1])
+    t0 = time.monotonic()
+    study.send_signal(signal.SIGTERM)
+    _, err = study.communicate(timeout=120)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert study.returncode == 143 and time.monotonic() - t0 < 30, err[-2000:]
+    assert len(lines) == 1 and "interrupted by SIGTERM: stopped the running run(s) (scaling-baseline/s0)" in lines[0]
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)  # the child is gone too
+    assert not (run / "s1").exists() and not (run / "s2").exists()  # the queued seeds never started
+    assert "interrupted by SIGTERM: saved" in (tmp_path / "st" / "logs" / "scaling-baseline__s0.log").read_text()
+    saved = max(int(p.stem.split("_")[1]) for p in (run / "s0" / "checkpoints").glob("step_*.pt"))
+    again = subprocess.run([*argv, base + f",train.max_steps:100000,train.stop_after:{saved + 2}}}"], cwd=tmp_path,
+                           env=ENV, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"resumed {run / 's0'} at step {saved}" in (tmp_path / "st" / "logs" / "scaling-baseline__s0.log").read_text() \
+        or f"at step {saved} from step_{saved}.pt" in (tmp_path / "st" / "logs" / "scaling-baseline__s0.log").read_text()
+    assert all(json.loads((run / f"s{i}" / "summary.json").read_text())["status"] == "stopped" for i in range(3))
