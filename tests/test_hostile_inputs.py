@@ -283,3 +283,20 @@ def test_sigterm_stops_a_million_cycle_training_within_seconds(sudoku_set, tmp_p
     assert time.monotonic() - t0 < 20 and p.returncode == 143, err  # the grace is 10 s before the first step
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert len(lines) == 1 and "hrm-deeploop train: interrupted by SIGTERM" in lines[0], err  # in the step or before
+
+
+def test_a_collective_that_lost_its_peer_is_one_line_per_rank(monkeypatch):
+    """Under torchrun (WORLD_SIZE > 1) gloo's error when another rank dies becomes one line naming this rank and
+    the peer's address (measured on two gloo ranks, one kill -9ed: docs/robustness.md); anything else stays."""
+    import torch.distributed  # noqa: F401  (imported, as under any trainer)
+
+    from hrm_deeploop.cli import lost_peer
+
+    gloo = RuntimeError("[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:42386: "
+                        "Connection reset by peer. This is typically caused by a remote worker hanging")
+    assert lost_peer(gloo) is None  # a single process: not a distributed failure
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    assert lost_peer(gloo) == ("rank 0 of 2: lost its peer at 127.0.0.1:42386 in a collective (another rank died: "
+                               "see its own output); this rank stops too")
+    assert lost_peer(RuntimeError("shape mismatch")) is None  # a bug stays a traceback
