@@ -560,7 +560,16 @@ def write_reports(cfg: StudyConfig, rows: list[dict[str, Any]], root: Path) -> d
     atomic_write_bytes(out["study.csv"], buf.getvalue().encode())
     atomic_write_bytes(root / "study.json", (json.dumps({"trainer": cfg.trainer, "metric": cfg.metrics,
                                                          "rows": rows}, indent=1) + "\n").encode())
-    out["study.png"] = plot(cfg, rows, root / "study.png")
+    tmp = root / ".study.tmp.png"  # drawn beside it, then renamed: never a half-written picture
+    try:
+        plot(cfg, rows, tmp)
+        os.replace(tmp, root / "study.png")
+    except OSError as e:
+        from hrm_deeploop.errors import os_error
+
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"cannot write '{root / 'study.png'}': {os_error(e)}") from None
+    out["study.png"] = root / "study.png"
     return out
 
 

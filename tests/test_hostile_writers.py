@@ -260,3 +260,21 @@ def test_sigterm_stops_a_study_and_its_running_child_and_a_rerun_resumes(tmp_pat
     assert f"resumed {run / 's0'} at step {saved}" in (tmp_path / "st" / "logs" / "scaling-baseline__s0.log").read_text() \
         or f"at step {saved} from step_{saved}.pt" in (tmp_path / "st" / "logs" / "scaling-baseline__s0.log").read_text()
     assert all(json.loads((run / f"s{i}" / "summary.json").read_text())["status"] == "stopped" for i in range(3))
+
+
+def test_study_reports_past_the_file_size_limit_are_one_line(tmp_path):
+    """A study whose runs are all finished writes only its reports: under the file-size limit, one line
+    (the picture was matplotlib's traceback, half-written)."""
+    from tests.test_hardening_runs import GPT, byte_shards
+
+    byte_shards(tmp_path)
+    for seed in (0, 1):
+        run = tmp_path / "st" / "scaling-baseline" / f"s{seed}"
+        run.mkdir(parents=True)
+        (run / "summary.json").write_text(json.dumps({"status": "finished", "steps": 2, "final_val_loss": 5.0 + seed}))
+    base = "base={" + ",".join(a.replace("=", ":", 1) for a in GPT if not a.startswith("data.train")) + \
+        ",data.train:'" + str(tmp_path / "train_*.bin") + "',train.max_steps:2}"
+    p = limited(tmp_path, ["study", "trainer=train-gpt", "output_dir=st", base, "grid={scaling:[baseline]}",
+                           "seeds=[0,1]"], 8000)  # the tables fit, the picture does not
+    one_line(p, "cannot write", "st/study.png", "EFBIG")
+    assert not [q.name for q in (tmp_path / "st").iterdir() if q.name.startswith(".") or q.suffix == ".png"]
