@@ -45,6 +45,7 @@ from arc_data.budget import check_fits
 from arc_data.errors import DatasetError
 from arc_data.files import locks
 from arc_data.files.atomic import atomic_file
+from arc_data.files.jsonio import read_json
 from arc_data.files.names import why_not_a_file
 from hrm_deeploop import __version__, hub
 from hrm_deeploop.errors import UserError, os_error
@@ -244,9 +245,9 @@ def prepare_run_dir(run_dir: str | Path, config: dict[str, Any], resume: bool,
                                 f"'{saved_cfg_path}' (architecture changes need a new output_dir)")
     if ckpt is not None and identity is not None and identity_path.exists():
         try:
-            saved_identity = json.loads(identity_path.read_text())
-        except (OSError, UnicodeDecodeError, ValueError) as e:
-            raise UserError(f"cannot resume '{run_dir}': '{identity_path}' is unreadable ({e})") from None
+            saved_identity = read_json(identity_path, "dataset record")
+        except DatasetError as e:
+            raise UserError(f"cannot resume '{run_dir}': {e}") from None
         diff = _identity_diff(saved_identity.get("files") if isinstance(saved_identity, dict) else None, identity)
         if diff:
             raise UserError(f"cannot resume '{run_dir}': the dataset is not the one the run trained on ({diff}; "

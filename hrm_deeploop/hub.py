@@ -16,7 +16,6 @@ Needs the optional extra `hub` (huggingface_hub, safetensors); without it the on
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -129,11 +128,14 @@ def _safetensors() -> Any:
 
 def read_export(folder: Path) -> dict[str, Any]:
     """An exported folder as the train-state entries the loaders read: model, config, step, ema (None)."""
+    from arc_data.errors import DatasetError
+    from arc_data.files.jsonio import read_json
+
     config_path = folder / CONFIG
-    try:
-        meta = json.loads(config_path.read_text())
-    except (OSError, ValueError) as e:
-        raise UserError(f"'{config_path}' is unreadable: {e}") from None
+    try:  # the one JSON reader: a FIFO, deep nesting or a key twice is one line too
+        meta = read_json(config_path, "exported config")
+    except DatasetError as e:
+        raise UserError(str(e)) from None
     if not isinstance(meta, dict) or meta.get("format") != EXPORT_FORMAT:
         raise UserError(f"'{config_path}' is not an hrm-deeploop export (format {EXPORT_FORMAT})")
     for key in ("model", "scaling", "config"):
