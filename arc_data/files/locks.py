@@ -17,6 +17,7 @@ import errno
 import os
 import socket
 import stat
+import time
 from pathlib import Path
 
 from arc_data.errors import DatasetError
@@ -43,7 +44,14 @@ class RunLock:
             os.close(self._fd)
             raise DatasetError(f"cannot lock output_dir '{self.path.parent}': '{self.path}' is not a regular file")
         try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            for wait in (0.02, 0.05, 0.1, 0.2, None):  # another writer's probe (`lock_holder`) holds it for microseconds
+                try:
+                    fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as e:
+                    if wait is None or e.errno not in (errno.EAGAIN, errno.EACCES):
+                        raise
+                    time.sleep(wait)
         except OSError as e:
             holder = os.pread(self._fd, 200, 0).decode(errors="replace").strip()
             os.close(self._fd)
