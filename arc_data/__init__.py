@@ -8,7 +8,9 @@ The format (these root modules own it; no task room is imported by them):
                         layout), DatasetMeta (split.meta: dataset.json, typed), task_kind,
                         load_identifiers, load_augmentations, load_npz, resolve_examples
     arc_data.compact    the compact layout's encoder (numba), shared by the reader and build-arc
-    arc_data.fsio       the writing rules: atomic dataset writes, output-folder checks, JSON/npy
+    arc_data.files      the writing rules (one room per purpose): the path guard, atomic writes,
+                        publishing, run locks, the JSON reader
+    arc_data.progress   progress bars and the package version a manifest records
     arc_data.budget     memory and disk estimates checked before any work
     arc_data.grid_key   grid_key, row_keys: the one 128-bit key of a grid (every vote groups by it)
     arc_data.originals  ARC's augmentation table (AugTable) and each task's un-augmented test

@@ -34,7 +34,8 @@ import numpy as np
 
 from arc_data import format as fmt
 from arc_data.errors import DatasetError
-from arc_data.fsio import parse_json, why_not_a_file
+from arc_data.files.jsonio import parse_json
+from arc_data.files.names import why_not_a_file
 
 META_KEYS = ("pad_id", "ignore_label_id", "blank_identifier_id", "vocab_size", "seq_len",
              "num_puzzle_identifiers", "total_groups", "mean_puzzle_examples", "sets")

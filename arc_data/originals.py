@@ -18,7 +18,8 @@ import numpy as np
 
 from arc_data import format as fmt
 from arc_data.errors import DatasetError
-from arc_data.fsio import parse_json, why_not_a_file
+from arc_data.files.jsonio import parse_json
+from arc_data.files.names import why_not_a_file
 
 IDENTITY_COLOURS = np.arange(10, dtype=np.uint8)
 

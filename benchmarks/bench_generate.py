@@ -125,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     device = setup_device(args.device, args.threads)
     run_config = None
     if args.checkpoint:
-        from hrm_deeploop.loading import load_model
         from hrm_deeploop import checkpoint as ckpt
+        from hrm_deeploop.loading import load_model
 
         loaded = load_model(ckpt.resolve(args.checkpoint), device, num_rounds=args.num_rounds, gpt=True)
         model, run_config = loaded.model, loaded.run_config or {}

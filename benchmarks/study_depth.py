@@ -19,8 +19,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from hrm_deeploop.loading import load_model  # noqa: E402
 from hrm_deeploop import checkpoint as ckpt  # noqa: E402
+from hrm_deeploop.loading import load_model  # noqa: E402
 from hrm_deeploop.models.gpt import ExitRule  # noqa: E402
 from hrm_deeploop.text.loader import iter_eval_batches  # noqa: E402
 from hrm_deeploop.text.loss import evaluate_loss, evaluate_loss_exit  # noqa: E402

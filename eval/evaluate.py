@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from arc_data.fsio import check_output_dir
+from arc_data.files.guard import check_output_dir
 from eval.evaluate_config import EvaluateConfig
 from eval.tasks import TaskEvaluation, evaluation_for
 from hrm_deeploop.errors import ConfigError, UserError

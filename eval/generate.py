@@ -92,6 +92,11 @@ def generate(opts: GenerateConfig) -> str:
 
     if not opts.checkpoint:
         raise ConfigError("checkpoint= is required (a step_N.pt file or a train-gpt run folder)")
+    try:  # a prompt read from a file of another encoding ($(cat f)) arrives with its bytes escaped
+        opts.prompt.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ConfigError(f"prompt is not UTF-8 text (byte 0x{ord(opts.prompt[e.start]) & 0xFF:02x} at character "
+                          f"{e.start}); convert it, e.g. with iconv -t UTF-8") from None
     device = runtime.setup(opts.device).device
     path = ckpt.resolve(opts.checkpoint)
     loaded = load_model(path, device, num_rounds=opts.num_rounds, gpt=True)
@@ -105,22 +110,66 @@ def generate(opts: GenerateConfig) -> str:
     if len(ids) + opts.max_new_tokens > model.cfg.seq_len:
         raise UserError(f"prompt ({len(ids)} tokens) + max_new_tokens ({opts.max_new_tokens}) exceeds the model's "
                         f"context of {model.cfg.seq_len} tokens")
+    check_generation(model, len(ids), opts, device)
     gen = torch.Generator().manual_seed(opts.seed)
     sampling = Sampling(opts.temperature, opts.top_k, opts.top_p)
     rule = None if opts.exit == "none" else ExitRule(opts.exit, opts.exit_threshold)
     stats = GenerationStats()
     stream = TextStream(tokenizer)
-    sys.stdout.write(opts.prompt)
     t0 = time.perf_counter()
     tokens = generate_tokens(model, torch.tensor([ids]), opts.max_new_tokens, sampling, gen, opts.cache,
                              opts.num_rounds, rule, vocab_limit=tokenizer.n_vocab, stats=stats)
-    for tok in tokens:
-        if opts.stop_at_eot and int(tok[0]) == tokenizer.eot_token:
-            break
-        stream.push(int(tok[0]))
-    text = stream.close()
+    try:
+        sys.stdout.write(opts.prompt)
+        for tok in tokens:
+            if opts.stop_at_eot and int(tok[0]) == tokenizer.eot_token:
+                break
+            stream.push(int(tok[0]))
+        text = stream.close()
+    except OSError as e:  # stdout is a closed pipe (`| head`), a full disk, a file-size limit
+        _silence_stdout()
+        from hrm_deeploop.errors import os_error
+
+        why = "it is a pipe whose reader has gone" if isinstance(e, BrokenPipeError) else os_error(e)
+        raise UserError(f"cannot write the text to stdout ({why}); stopped after {stats.new_tokens} tokens") from None
     dt = time.perf_counter() - t0
     print(f"generate: {stats.new_tokens} tokens in {dt:.2f} s ({stats.new_tokens / dt:.1f} tokens/s), "
           f"R={model.cfg.num_rounds}, mean rounds {stats.mean_rounds:.2f}, cache={opts.cache}, seed={opts.seed}",
           file=sys.stderr)
     return text
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush of it cannot fail again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no file descriptor (a captured stream): nothing is flushed to a pipe
+        pass
+
+
+def check_generation(model, prompt_tokens: int, opts: GenerateConfig, device) -> None:
+    """The loop counts and the KV cache, before anything is sampled: `num_rounds=1000000` is refused
+    (or announced) by its time, like the trainers' loop counts, and by its cache's memory."""
+    import torch
+
+    from arc_data.budget import check_fits
+    from hrm_deeploop import runtime
+
+    m = model.cfg
+    rounds = opts.num_rounds or m.num_rounds
+    calls = m.num_blocks * rounds * (1 + opts.max_new_tokens)  # the prompt in one pass, then one per token
+    runtime.check_loop_time(f"generate: {m.num_blocks} blocks x {rounds} rounds", calls,
+                            calls * runtime.block_flops(m.hidden_size) * max(1, prompt_tokens), device,
+                            "for the generation", fix="lower num_rounds or max_new_tokens")
+    if opts.cache != "none":  # a (1, H, seq_len, D) buffer of keys and one of values per slot
+        slots = m.num_blocks * (rounds if opts.cache == "rounds" else 1)
+        size = next(model.parameters()).element_size()
+        free = {"available": torch.cuda.mem_get_info(device)[0], "where": f"free on {device}"} \
+            if device.type == "cuda" else {}
+        check_fits(f"generate: the KV cache of {slots:,} slots (cache={opts.cache}, {m.num_blocks} blocks x {rounds} "
+                   "rounds)", memory=2 * slots * m.seq_len * m.hidden_size * size,
+                   fix="lower num_rounds, or cache=shared (one slot per block)", say=None, **free)

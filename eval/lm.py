@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from arc_data.fsio import check_output_dir
+from arc_data.files.guard import check_output_dir
 from hrm_deeploop.config import at_least, device_name, one_of, optional_at_least, positive, typed
 from hrm_deeploop.errors import ConfigError, UserError
 from hrm_deeploop.models.config import EXIT_CRITERIA

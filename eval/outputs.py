@@ -1,6 +1,6 @@
 """Every evaluation output folder's one rule: refuse before any work when outputs exist and
 overwrite is off, then stage every file in a hidden folder and publish them together
-(`arc_data.fsio.staged_outputs`), so a crash, a full disk or Ctrl-C never leaves half-written
+(`arc_data.files.publish.staged_outputs`), so a crash, a full disk or Ctrl-C never leaves half-written
 outputs and an earlier good set stays. The task rooms name their files and write them into the stage.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from arc_data.fsio import staged_outputs
+from arc_data.files.publish import staged_outputs
 from hrm_deeploop.errors import UserError
 
 

@@ -31,7 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from arc_data.fsio import atomic_file, why_not_a_file
+from arc_data.files.atomic import atomic_file
+from arc_data.files.names import why_not_a_file
 from hrm_deeploop.errors import UserError
 
 FIELDS: dict[str, tuple[np.dtype, int]] = {

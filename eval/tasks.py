@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from arc_data import format as fmt
 from arc_data.dataset import read_meta, task_kind
 from arc_data.errors import DatasetError
-from arc_data.fsio import why_not_a_folder
+from arc_data.files.names import why_not_a_folder
 from eval.evaluate_config import EvaluateConfig
 from hrm_deeploop.errors import UserError
 

@@ -25,14 +25,10 @@ the process ends however it ends) for as long as a trainer runs.
 from __future__ import annotations
 
 import contextlib
-import errno
 import io
 import json
-import os
 import pickle
 import re
-import socket
-import stat
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -46,7 +42,11 @@ except ImportError:  # numpy 1.x
     from numpy.core.multiarray import _reconstruct as _np_reconstruct
 
 from arc_data.budget import check_fits
-from arc_data.fsio import atomic_file, why_not_a_file
+from arc_data.errors import DatasetError
+from arc_data.files import locks
+from arc_data.files.atomic import atomic_file
+from arc_data.files.jsonio import read_json
+from arc_data.files.names import why_not_a_file
 from hrm_deeploop import __version__, hub
 from hrm_deeploop.errors import UserError, os_error
 
@@ -66,7 +66,7 @@ def code_version() -> str:
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write `<path>.tmp`, fsync, rename over `path` (arc_data.fsio.atomic_file). On any failure (a full disk, a file-size
+    """Write `<path>.tmp`, fsync, rename over `path` (arc_data.files.atomic.atomic_file). On any failure (a full disk, a file-size
     limit, a read-only folder, Ctrl-C) the temp file is removed and `path` is left as it was; an
     OSError becomes one line naming the path and the errno."""
     path = Path(path)
@@ -190,46 +190,18 @@ def set_rng_state(state: dict[str, Any], **generators: torch.Generator) -> None:
 
 
 IDENTITY_FILE = "data_identity.json"  # the dataset a run trains on (`data.puzzles.dataset_identity`)
-LOCK_FILE = "run.lock"
+LOCK_FILE = locks.LOCK_FILE
 
 
-class RunLock:
-    """One run per folder: an exclusive `fcntl.flock` on `<run>/run.lock`, held until `release`
-    (or until the process ends, however it ends: the kernel drops the lock with the file
-    descriptor, so a crashed or killed run never leaves the folder stuck). The holder's PID and
-    host are written into the file for the error a second run gets. Creates the folder."""
+class RunLock(locks.RunLock):
+    """`arc_data.files.locks.RunLock` (one run per folder: an exclusive flock on `<run>/run.lock`),
+    its refusal a UserError (what the trainer broadcasts to every rank)."""
 
     def __init__(self, run_dir: str | Path):
-        import fcntl
-
-        self.path = Path(run_dir) / LOCK_FILE
-        try:  # never through a symlink (its target could be anyone's file) nor on a non-file
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
-        except OSError as e:
-            raise UserError(f"cannot lock output_dir '{self.path.parent}': '{self.path}': {os_error(e)}") from None
-        if not stat.S_ISREG(os.fstat(self._fd).st_mode):
-            os.close(self._fd)
-            raise UserError(f"cannot lock output_dir '{self.path.parent}': '{self.path}' is not a regular file")
         try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            holder = os.pread(self._fd, 200, 0).decode(errors="replace").strip()
-            os.close(self._fd)
-            self._fd = None
-            if e.errno not in (errno.EAGAIN, errno.EACCES):
-                raise UserError(f"cannot lock output_dir '{self.path.parent}': {os_error(e)}") from None
-            by = f" ({holder})" if holder else ""
-            raise UserError(f"output_dir '{self.path.parent}' is in use by another run{by}; wait for it to end "
-                            "or choose another output_dir") from None
-        with contextlib.suppress(OSError):  # who holds it, for the next one's error; the lock is what counts
-            os.ftruncate(self._fd, 0)
-            os.pwrite(self._fd, f"PID {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing the descriptor drops the flock
-            self._fd = None
+            super().__init__(run_dir)
+        except DatasetError as e:
+            raise UserError(str(e)) from None
 
 
 def prepare_run_dir(run_dir: str | Path, config: dict[str, Any], resume: bool,
@@ -273,9 +245,9 @@ def prepare_run_dir(run_dir: str | Path, config: dict[str, Any], resume: bool,
                                 f"'{saved_cfg_path}' (architecture changes need a new output_dir)")
     if ckpt is not None and identity is not None and identity_path.exists():
         try:
-            saved_identity = json.loads(identity_path.read_text())
-        except (OSError, UnicodeDecodeError, ValueError) as e:
-            raise UserError(f"cannot resume '{run_dir}': '{identity_path}' is unreadable ({e})") from None
+            saved_identity = read_json(identity_path, "dataset record")
+        except DatasetError as e:
+            raise UserError(f"cannot resume '{run_dir}': {e}") from None
         diff = _identity_diff(saved_identity.get("files") if isinstance(saved_identity, dict) else None, identity)
         if diff:
             raise UserError(f"cannot resume '{run_dir}': the dataset is not the one the run trained on ({diff}; "
@@ -325,3 +297,36 @@ def _first_diff(a: Any, b: Any, path: str) -> str | None:
                 return d
         return None
     return None if a == b else f"'{path}' ({a!r} saved, {b!r} now)"
+
+
+def load_weights(model: torch.nn.Module, weights: dict[str, Any], where: str) -> None:
+    """The one safe way weights enter a model: the tensor set, each tensor's shape and kind of dtype
+    (a float model takes floating-point tensors: int8 ones would be rounded silently) and finiteness
+    (NaN/inf would reach the sampler) are checked first, each failure one line naming `where` and
+    the tensor; then a strict `load_state_dict` (same-kind dtypes are cast as torch casts them)."""
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(weights))
+    extra = sorted(set(weights) - set(expected))
+    if missing or extra:
+        said = "; ".join(part for part in (
+            f"{len(missing)} tensor(s) missing (e.g. '{missing[0]}')" if missing else "",
+            f"{len(extra)} tensor(s) the model lacks (e.g. '{extra[0]}')" if extra else "") if part)
+        raise UserError(f"checkpoint '{where}' does not fit its model config: {said}")
+    for key, want in expected.items():
+        got = weights[key]
+        if not isinstance(got, torch.Tensor):
+            raise UserError(f"checkpoint '{where}': '{key}' is a {type(got).__name__}, not a tensor")
+        if tuple(got.shape) != tuple(want.shape):
+            raise UserError(f"checkpoint '{where}': tensor '{key}' has shape {tuple(got.shape)}, the model "
+                            f"{tuple(want.shape)}")
+        if got.dtype.is_floating_point != want.dtype.is_floating_point or got.dtype.is_complex or \
+                (got.dtype == torch.bool) != (want.dtype == torch.bool):
+            raise UserError(f"checkpoint '{where}': tensor '{key}' holds {str(got.dtype).removeprefix('torch.')}, "
+                            f"the model {str(want.dtype).removeprefix('torch.')} (loading would change its values)")
+        if got.dtype.is_floating_point and not bool(torch.isfinite(got).all()):
+            bad = int((~torch.isfinite(got)).sum())
+            raise UserError(f"checkpoint '{where}': tensor '{key}' holds {bad:,} NaN or infinite value(s)")
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as e:
+        raise UserError(f"checkpoint '{where}' does not fit its model config: {str(e).splitlines()[0]}") from None

@@ -393,6 +393,13 @@ def run_subcommand(name: str, overrides: list[str]) -> int:
         task = getattr(e, "task", None)  # a task room's DatasetError: the line names the task
         print(f"hrm-deeploop {name}: error: " + (f"{task}: " if task else "") + str(e), file=sys.stderr)
         return 2
+    except Exception as e:
+        lost = lost_peer(e)
+        if lost is None:
+            raise
+        close_progress_bars()
+        print(f"hrm-deeploop {name}: error: {lost}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM made one by `interrupts.handled`
         signum = getattr(e, "signum", signal.SIGINT)
         by = "" if signum == signal.SIGINT else f" by {signal.Signals(signum).name}"
@@ -407,6 +414,23 @@ def close_progress_bars() -> None:
     tqdm = sys.modules.get("tqdm")
     for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", ()) or ()):
         bar.close()
+
+
+def lost_peer(e: Exception) -> str | None:
+    """Under torchrun, a collective that failed because another rank died (killed, out of memory) as
+    one line naming this rank and the peer's address, instead of each surviving rank's traceback;
+    None for any other error (which stays a traceback: a bug)."""
+    dist = sys.modules.get("torch.distributed")  # the group itself is gone by now (runtime.teardown)
+    if dist is None or int(os.environ.get("WORLD_SIZE", "1")) < 2:
+        return None
+    text = " ".join(str(e).split())
+    if not (isinstance(e, getattr(dist, "DistError", ())) or any(
+            w in text for w in ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "NCCL"))):
+        return None
+    peer = re.search(r"\[([0-9a-fA-F.:]+)\]:(\d+)", text)
+    return (f"rank {os.environ.get('RANK', '?')} of {os.environ['WORLD_SIZE']}: lost its peer"
+            + (f" at {peer.group(1)}:{peer.group(2)}" if peer else "") + " in a collective (another rank died: see "
+            "its own output); this rank stops too")
 
 
 def _data_errors() -> tuple[type[BaseException], ...]:

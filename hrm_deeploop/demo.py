@@ -141,7 +141,7 @@ MARKER = ".hrm-deeploop-demo"  # written first into every demo folder: overwrite
 
 
 def run(c: DemoConfig) -> int:
-    from arc_data.fsio import check_output_dir, check_replaceable
+    from arc_data.files.guard import check_output_dir, check_replaceable
 
     out = check_output_dir(c.output_dir)
     if out.exists():

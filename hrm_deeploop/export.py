@@ -110,7 +110,8 @@ def _card(meta: dict[str, Any], summary: dict[str, Any], files: list[str], repo_
 
 
 def export(opts: ExportConfig) -> Path:
-    from arc_data.fsio import atomic_dir, checked_output_dir
+    from arc_data.files.guard import checked_output_dir
+    from arc_data.files.publish import atomic_dir
     from hrm_deeploop import checkpoint as ckpt
 
     if not opts.checkpoint:
@@ -118,7 +119,8 @@ def export(opts: ExportConfig) -> Path:
     if not opts.output_dir:
         raise ConfigError("output_dir= is required (the folder to write)")
     path = ckpt.resolve(opts.checkpoint)
-    target = checked_output_dir(opts.output_dir, opts.overwrite, [str(path.parent)], marker=hub.CONFIG,
+    run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent  # never into the run itself
+    target = checked_output_dir(opts.output_dir, opts.overwrite, [str(run_dir)], marker=hub.CONFIG,
                                 writer="hrm-deeploop export")
     model, state, which, summary = _load(path, opts.ema)
     config = state["config"]

@@ -16,7 +16,6 @@ Needs the optional extra `hub` (huggingface_hub, safetensors); without it the on
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -30,7 +29,8 @@ WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 OFFICIAL_CONFIG = "all_config.yaml"  # beside an official HRM/TRM `step_N` file
 INSTALL = "pip install 'hrm-deeploop[hub]'"
-_REPO_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_REPO_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}")  # the Hub's own limit: 96 characters a part
+_REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")  # a branch, tag or commit; never a path
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,7 @@ def parse(spec: str) -> HubRef:
     owner, (name, _, revision) = parts[0], parts[1].partition("@")
     path = "/".join(parts[2:]).strip("/")
     if not (_REPO_PART.fullmatch(owner) and _REPO_PART.fullmatch(name)) or (_ and not revision) \
+            or ".." in owner + name or (revision and (not _REVISION.fullmatch(revision) or ".." in revision)) \
             or any(p in ("", ".", "..") for p in path.split("/") if path):
         raise UserError(f"checkpoint '{spec}': a Hub checkpoint is hf://OWNER/NAME[@REVISION][/PATH]")
     return HubRef(f"{owner}/{name}", revision or None, path)
@@ -74,7 +75,7 @@ def fetch(spec: str) -> Path:
     ref = parse(spec)
     try:
         import huggingface_hub
-        from huggingface_hub import errors
+        from huggingface_hub import constants, errors
     except ImportError:
         raise UserError(f"checkpoint '{spec}' is on the Hugging Face Hub, which needs huggingface_hub: {INSTALL}") from None
     try:
@@ -90,10 +91,24 @@ def fetch(spec: str) -> Path:
                         "network, or HF_HUB_OFFLINE=1): download it once with network") from None
     except errors.HfHubHTTPError as e:
         raise UserError(f"checkpoint '{spec}': the Hub refused the download: {str(e).splitlines()[0]}") from None
+    except (ValueError, OSError) as e:  # HFValidationError (a ValueError), a cache folder that is not one
+        raise UserError(f"checkpoint '{spec}': {' '.join(str(e).split())[:300]}") from None
     local = root / ref.path if ref.path else root
     if not local.exists():
         raise UserError(f"checkpoint '{spec}': the repo has no file or folder '{ref.path}'")
+    _confine(local, Path(constants.HF_HUB_CACHE), spec)
     return local
+
+
+def _confine(local: Path, cache: Path, spec: str) -> None:
+    """Everything read for `spec` lies inside the Hugging Face cache: a hand-edited `refs/main` or a
+    snapshot link naming a path outside it is refused (it would load a model from anywhere)."""
+    cache = cache.expanduser().resolve()
+    for p in [local, *(local.rglob("*") if local.is_dir() else ())]:
+        real = p.resolve()
+        if real != cache and cache not in real.parents:
+            raise UserError(f"checkpoint '{spec}': '{p}' leads to '{real}', outside the Hugging Face cache {cache} "
+                            "(a hand-edited refs/ file or link?); refusing to read it")
 
 
 # ---- the exported folder -------------------------------------------------------------------------
@@ -113,11 +128,14 @@ def _safetensors() -> Any:
 
 def read_export(folder: Path) -> dict[str, Any]:
     """An exported folder as the train-state entries the loaders read: model, config, step, ema (None)."""
+    from arc_data.errors import DatasetError
+    from arc_data.files.jsonio import read_json
+
     config_path = folder / CONFIG
-    try:
-        meta = json.loads(config_path.read_text())
-    except (OSError, ValueError) as e:
-        raise UserError(f"'{config_path}' is unreadable: {e}") from None
+    try:  # the one JSON reader: a FIFO, deep nesting or a key twice is one line too
+        meta = read_json(config_path, "exported config")
+    except DatasetError as e:
+        raise UserError(str(e)) from None
     if not isinstance(meta, dict) or meta.get("format") != EXPORT_FORMAT:
         raise UserError(f"'{config_path}' is not an hrm-deeploop export (format {EXPORT_FORMAT})")
     for key in ("model", "scaling", "config"):
@@ -135,6 +153,10 @@ def read_export(folder: Path) -> dict[str, Any]:
 
 
 def write_weights(path: Path, weights: dict[str, Any], metadata: dict[str, str]) -> None:
-    """model.safetensors; tied tensors are stored once per key (cloned), as safetensors requires."""
-    _safetensors().save_file({k: v.detach().cpu().contiguous().clone() for k, v in weights.items()}, str(path),
-                             metadata=metadata)
+    """model.safetensors; tied tensors are stored once per key (cloned), as safetensors requires. The
+    bytes are made in memory and written with open(), so a full disk or a file-size limit is an
+    OSError naming its errno (safetensors' own writer raises its own error type)."""
+    data = _safetensors().save({k: v.detach().cpu().contiguous().clone() for k, v in weights.items()},
+                               metadata=metadata)
+    with open(path, "wb") as f:
+        f.write(data)

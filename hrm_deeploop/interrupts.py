@@ -8,12 +8,15 @@ runs for SIGTERM too, and the CLI exits 128 + the signal number (130, 143) with 
 A trainer cannot stop in the middle of an optimiser step and save a consistent state, so it asks
 for the signal to be held back while it works (`deferred`): the first signal is recorded and the
 trainer polls it between steps, checkpoints and exits; a second one raises at once (the run stops
-without saving, the previous checkpoint stays). Torch-free, so `--help` and the builders stay light.
+without saving, the previous checkpoint stays). A signal nobody polls within the block's grace
+(a step that loops a million cycles) is raised anyway once the grace is over: any command stops
+within seconds of a SIGTERM. Torch-free, so `--help` and the builders stay light.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -34,13 +37,27 @@ class Interrupted(KeyboardInterrupt):
 
 
 _held: list[int] | None = None  # None: not deferring; else the signals received meanwhile
+_grace: Callable[[], float] | None = None  # seconds a held signal waits to be polled
+_timer: threading.Timer | None = None
 
 
 def _on_signal(signum: int, frame: object) -> None:
+    global _timer
     if _held is not None and not _held:
         _held.append(signum)
+        if _grace is not None:  # not polled in time: the same signal again, which raises at once
+            _timer = threading.Timer(_grace(), os.kill, (os.getpid(), signum))
+            _timer.daemon = True
+            _timer.start()
         return
     raise Interrupted(signum)
+
+
+def _polled() -> None:
+    global _timer
+    if _timer is not None:
+        _timer.cancel()
+        _timer = None
 
 
 @contextlib.contextmanager
@@ -61,14 +78,24 @@ def handled() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def deferred() -> Iterator[Callable[[], int | None]]:
+def deferred(grace: Callable[[], float] | None = None) -> Iterator[Callable[[], int | None]]:
     """Hold back the first SIGINT/SIGTERM while the block runs; yields a poll that returns the
-    signal received (or None). A second signal raises `Interrupted` at once. Only effective where
-    `handled` installed the handler (elsewhere Python's own SIGINT handler raises at once)."""
-    global _held
+    signal received (or None). A second signal raises `Interrupted` at once, and so does the first
+    when `grace()` seconds pass without a poll that sees it. Only effective where `handled`
+    installed the handler (elsewhere Python's own SIGINT handler raises at once)."""
+    global _held, _grace
     outer, _held = _held, []
+    outer_grace, _grace = _grace, grace
     held = _held
+
+    def poll() -> int | None:
+        if held:
+            _polled()
+            return held[0]
+        return None
+
     try:
-        yield lambda: held[0] if held else None
+        yield poll
     finally:
-        _held = outer
+        _polled()
+        _held, _grace = outer, outer_grace

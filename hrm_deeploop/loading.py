@@ -119,10 +119,7 @@ def load_model(path: str | Path, device: torch.device | str = "cpu", dtype: str 
                    f"parameters){per_forward}", est, device,
                    fix=("lower global_batch_size, or " if batch else "") + "load it on a machine with more memory")
     model = build_reasoner(cfg, scaling, run_dtype, runtime.env().fused_kernel)
-    try:
-        model.load_state_dict(weights)
-    except RuntimeError as e:
-        raise UserError(f"checkpoint '{p}' does not fit its model config: {str(e).splitlines()[0]}") from None
+    ckpt.load_weights(model, weights, str(p))
     model.to(device).eval()
     ours = kind == "hrm-deeploop"
     return LoadedModel(model=model, config=cfg, kind=kind, step=step, path=p, weights=which, scaling=scaling,
@@ -167,7 +164,7 @@ def _load_gpt(path: Path, state: dict[str, Any], device: torch.device, num_round
                        f"({est.parameters:,} parameters){per_forward}", est, device,
                        fix=("lower batch_size, or " if batch else "") + "load it on a machine with more memory")
     model = GPT(model_cfg, scaling, scaling_rounds=scaling_rounds, fused=runtime.env().fused_kernel)
-    model.load_state_dict(ckpt.strip_prefixes(state["model"]))
+    ckpt.load_weights(model, ckpt.strip_prefixes(state["model"]), str(path))
     return LoadedModel(model=model.to(device).eval(), config=model_cfg, kind="hrm-deeploop", step=state.get("step"),
                        path=path, scaling=scaling, run_config=config)
 

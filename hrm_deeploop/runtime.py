@@ -335,3 +335,37 @@ def check_memory(what: str, est: MemoryEstimate, device: torch.device, fix: str)
         error = e
     if max_over_ranks(int(error is not None)):
         raise error or DatasetError(f"{what}: another rank cannot hold it (its error says how much it needs)")
+
+
+# ---- loop counts: time before a loop is run ------------------------------------------------------
+
+BLOCK_CALL_S = 5e-6  # the least one block call costs on any device (its norms, projections, attention, MLP)
+PEAK_FLOPS = {"cuda": 2e15, "cpu": 2e11}  # per device, per CPU thread: above what any device here reaches
+ANNOUNCE_S, REFUSE_S = 10.0, 3600.0
+
+
+def _duration(s: float) -> str:
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+        if s >= size:
+            return f"{s / size:,.1f} {unit}"
+    return f"{s:.0f} s"
+
+
+def check_loop_time(what: str, block_calls: int, flops: float, device: torch.device, unit: str, fix: str) -> None:
+    """Loop counts decide time as layer widths decide memory: refuse in one line a configuration one
+    `unit` of which (a training step, a generation) cannot take less than an hour, and announce on
+    stderr one that cannot take less than 10 s, before anything runs. The bound is optimistic, so a
+    refusal is never wrong: `block_calls` x 5 us, or `flops` at a peak above any device's (CUDA 2
+    PFLOP/s; CPU 200 GFLOP/s per thread), whichever is more. Every rank decides alike (no collective)."""
+    peak = PEAK_FLOPS["cuda"] if device.type == "cuda" else PEAK_FLOPS["cpu"] * max(1, torch.get_num_threads())
+    least = max(block_calls * BLOCK_CALL_S, flops / peak)
+    said = f"{what}: {block_calls:,} block calls {unit}: at least {_duration(least)} {unit} (a lower bound)"
+    if least >= REFUSE_S:
+        raise ConfigError(f"{said}, refused; {fix}")
+    if least >= ANNOUNCE_S:
+        print0(f"note: {said}; Ctrl-C or SIGTERM stops it within seconds", file=sys.stderr)
+
+
+def block_flops(hidden_size: int) -> float:
+    """The least FLOPs one block call spends per token: 2 x (4 h^2 attention projections + 4 h^2 of MLP)."""
+    return 16.0 * hidden_size * hidden_size

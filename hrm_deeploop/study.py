@@ -24,6 +24,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import itertools
 import json
@@ -254,22 +255,58 @@ def _launch(cfg: StudyConfig, run: Run) -> Launch:
 
 
 def launch_local(cfg: StudyConfig, runs: list[Run], root: Path) -> dict[str, str]:
-    """Run each in its own process, `jobs` at once; returns run name -> failure text."""
+    """Run each in its own process, `jobs` at once; returns run name -> failure text. Ctrl-C or
+    SIGTERM stops the study: no queued run starts, every running one gets a SIGTERM (it checkpoints
+    and exits: a rerun resumes it, and skips the finished ones) and is waited for."""
+    import signal
+    import threading
+
+    from hrm_deeploop import interrupts
+
     jobs = cfg.jobs or max(1, (os.cpu_count() or 1) // (cfg.threads * cfg.nproc_per_node))
     logs = root / "logs"
     logs.mkdir(parents=True, exist_ok=True)
+    live: dict[str, subprocess.Popen] = {}
+    guard, stopping = threading.Lock(), threading.Event()
 
     def one(run: Run) -> tuple[str, str | None]:
         log = logs / (run.name.replace("/", "__") + ".log")
-        print(f"study: {run.name} started (log {log})", flush=True)
         launch = _launch(cfg, run)
         with open(log, "ab") as f:
-            code = subprocess.run(launch.argv(), env=launch.environ(), stdout=f, stderr=subprocess.STDOUT).returncode
+            with guard:
+                if stopping.is_set():
+                    return run.name, "not started: the study was interrupted"
+                print(f"study: {run.name} started (log {log})", flush=True)
+                live[run.name] = proc = subprocess.Popen(launch.argv(), env=launch.environ(), stdout=f,
+                                                         stderr=subprocess.STDOUT)
+            code = proc.wait()
+        with guard:
+            live.pop(run.name, None)
         print(f"study: {run.name} exited {code}", flush=True)
         return run.name, (None if code == 0 else f"exit {code}, see {log}")
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:  # each worker waits on its own process
-        return {name: err for name, err in pool.map(one, runs) if err}
+    pool = ThreadPoolExecutor(max_workers=jobs)  # each worker waits on its own process
+    try:
+        results = list(pool.map(one, runs))
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (interrupts.Interrupted)
+        with guard:
+            stopping.set()
+            running = list(live.items())
+        for _, proc in running:
+            with contextlib.suppress(OSError):
+                proc.send_signal(signal.SIGTERM)
+        for _, proc in running:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        pool.shutdown(wait=True, cancel_futures=True)
+        names = ", ".join(name for name, _ in running) or "none"
+        raise interrupts.Interrupted(getattr(e, "signum", signal.SIGINT),
+                                     f"stopped the running run(s) ({names}) and started no more; run the study "
+                                     "again to resume them (finished runs are skipped)") from None
+    pool.shutdown()
+    return {name: err for name, err in results if err}
 
 
 def submitit_executor(cfg: StudyConfig, root: Path) -> Any:
@@ -319,7 +356,7 @@ def launch_submitit(cfg: StudyConfig, runs: list[Run], root: Path) -> dict[str, 
 
 def study(cfg: StudyConfig) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """Plan, run what is not done, aggregate. Returns the per-run rows and the failures."""
-    from arc_data.fsio import check_output_dir
+    from arc_data.files.guard import check_output_dir
 
     if not cfg.output_dir:
         raise ConfigError("output_dir is not set")
@@ -523,7 +560,16 @@ def write_reports(cfg: StudyConfig, rows: list[dict[str, Any]], root: Path) -> d
     atomic_write_bytes(out["study.csv"], buf.getvalue().encode())
     atomic_write_bytes(root / "study.json", (json.dumps({"trainer": cfg.trainer, "metric": cfg.metrics,
                                                          "rows": rows}, indent=1) + "\n").encode())
-    out["study.png"] = plot(cfg, rows, root / "study.png")
+    tmp = root / ".study.tmp.png"  # drawn beside it, then renamed: never a half-written picture
+    try:
+        plot(cfg, rows, tmp)
+        os.replace(tmp, root / "study.png")
+    except OSError as e:
+        from hrm_deeploop.errors import os_error
+
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"cannot write '{root / 'study.png'}': {os_error(e)}") from None
+    out["study.png"] = root / "study.png"
     return out
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arc_data.fsio import atomic_file, save_json
+from arc_data.files.atomic import atomic_file
+from arc_data.files.jsonio import save_json
 from eval.predictions import save_predictions
 from hrm_deeploop.checkpoint import atomic_write_bytes
 from hrm_deeploop.text.shards import write_shard

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arc_data.fsio import temp_name
+from arc_data.files.names import temp_name
 from hrm_deeploop.cli import main
 from tests.arc_synth import synthetic_tasks, write_layout
 from tests.test_bad_inputs import run_bad, tree
@@ -194,7 +194,7 @@ def test_overwrite_replaces_only_the_folder_it_checked(tmp_path, inputs):
 def test_rename_noreplace_never_replaces(tmp_path, monkeypatch, native):
     """renameat2(RENAME_NOREPLACE), and the fallback where it is missing: an empty folder or a file at
     the target is refused (plain rename(2) would replace both)."""
-    from arc_data import fsio
+    from arc_data.files import atomic as fsio
 
     if not native:
         monkeypatch.setattr(fsio, "_RENAMEAT2", None)

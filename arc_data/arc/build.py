@@ -31,15 +31,11 @@ from arc_data.arc.tasksplit import (
 )
 from arc_data.dataset import resolve_examples
 from arc_data.errors import ArcError, raised_as
-from arc_data.fsio import (
-    atomic_dirs,
-    checked_output_dir,
-    dir_size,
-    package_version,
-    progress_bar,
-    save_json,
-    save_npy,
-)
+from arc_data.files.atomic import dir_size, save_npy
+from arc_data.files.guard import checked_output_dir
+from arc_data.files.jsonio import save_json
+from arc_data.files.publish import atomic_dirs
+from arc_data.progress import package_version, progress_bar
 
 ENCODE_CHUNK = 1 << 13  # examples per encoded block: 2 x 7.4 MB buffers, two slots (fresh pages cost system time)
 

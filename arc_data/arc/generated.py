@@ -41,8 +41,9 @@ import numpy as np
 from arc_data.arc.pairscan import scan_file
 from arc_data.arc.sources import EVAL_SUBSET, Pair, SourceInfo, Task, load_source, parse_grid
 from arc_data.errors import ArcError
+from arc_data.files.jsonio import parse_json
+from arc_data.files.names import regular_files
 from arc_data.format import MAX_SIDE
-from arc_data.fsio import parse_json, regular_files
 
 KINDS = ("rearc", "arcgen", "barc")
 OVERSIZE = ("skip", "error")

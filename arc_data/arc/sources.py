@@ -32,8 +32,9 @@ from pathlib import Path
 import numpy as np
 
 from arc_data.errors import ArcError
+from arc_data.files.jsonio import parse_json
+from arc_data.files.names import check_task_name, regular_files
 from arc_data.format import MAX_SIDE
-from arc_data.fsio import check_task_name, parse_json, regular_files
 
 BUNDLED = {"arc1": "arcagi1", "arc2": "arcagi2"}
 # Task files shipped inside the package: spec -> (challenges file, sha256 of challenges, of solutions).
@@ -225,6 +226,8 @@ def _kaggle(path: Path, spec: str, eval_name: str, require_outputs: bool, digest
     challenges = _read_json(path, "(whole file)", digest, path.name)
     if not isinstance(challenges, dict):
         raise ArcError(f"{path}: not a JSON object mapping task ids to tasks")
+    if not challenges:
+        raise ArcError(f"{path}: holds no tasks (an empty JSON object); give a challenges file with tasks")
     solutions: dict | None = None
     if sol_path.exists() and not sol_path.is_file():
         raise ArcError(f"{sol_path}: not a regular file (a FIFO or a folder?); solutions must be a JSON file")

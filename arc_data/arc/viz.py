@@ -249,7 +249,9 @@ def visualize(cfg: VizConfig) -> Path:
 def _visualize(cfg: VizConfig) -> Path:
     from arc_data.arc.generated import source_path
     from arc_data.arc.sources import SOURCE_NAMES
-    from arc_data.fsio import check_output_dir, file_stem, staged_outputs
+    from arc_data.files.guard import check_output_dir
+    from arc_data.files.names import file_stem
+    from arc_data.files.publish import staged_outputs
 
     out = check_output_dir(cfg.output_dir, [source_path(s) for s in cfg.sources if s not in SOURCE_NAMES] + [cfg.data_dir])
     pics = pictures_from_sources(cfg) if cfg.sources else pictures_from_dataset(cfg)

@@ -19,9 +19,11 @@ from pathlib import Path
 
 from arc_data.budget import check_fits
 from arc_data.errors import ArcError, raised_as
-from arc_data.fsio import atomic_dir, checked_output_dir, package_version, progress_bar
+from arc_data.files.guard import checked_output_dir
+from arc_data.files.publish import atomic_dir
 from arc_data.generators.base import DIFFICULTIES, MAX_SIDE, SIDES, Grid
 from arc_data.generators.registry import FAMILIES, GeneratedTask, family_named, make_task, task_rng
+from arc_data.progress import package_version, progress_bar
 
 MANIFEST = "generated.json"  # marks a folder generate-arc wrote (overwrite=true replaces only those)
 LAYOUTS = ("files", "kaggle")

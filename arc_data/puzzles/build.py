@@ -40,15 +40,11 @@ from arc_data import format as fmt
 from arc_data.budget import check_fits
 from arc_data.dataset import load_npz
 from arc_data.errors import DatasetError, raised_as
-from arc_data.fsio import (
-    atomic_dir,
-    checked_output_dir,
-    dir_size,
-    package_version,
-    progress_bar,
-    save_json,
-    save_npy,
-)
+from arc_data.files.atomic import dir_size, save_npy
+from arc_data.files.guard import checked_output_dir
+from arc_data.files.jsonio import save_json
+from arc_data.files.publish import atomic_dir
+from arc_data.progress import package_version, progress_bar
 from arc_data.puzzles.config import BuildPuzzlesConfig
 from arc_data.puzzles.csvfile import PuzzleCsv, read_puzzle_csv
 from arc_data.puzzles.registry import GridTask, task_named

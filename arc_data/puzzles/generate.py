@@ -17,7 +17,10 @@ import numpy as np
 
 from arc_data.budget import check_count, check_fits
 from arc_data.errors import DatasetError, raised_as
-from arc_data.fsio import atomic_dir, checked_output_dir, package_version, progress_bar, save_json
+from arc_data.files.guard import checked_output_dir
+from arc_data.files.jsonio import save_json
+from arc_data.files.publish import atomic_dir
+from arc_data.progress import package_version, progress_bar
 from arc_data.puzzles.config import GeneratePuzzlesConfig
 from arc_data.puzzles.csvfile import write_puzzle_csv
 from arc_data.puzzles.registry import task_named

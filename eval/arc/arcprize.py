@@ -58,11 +58,15 @@ def cover(sub: dict[str, list[dict[str, Grid]]], challenges: dict[str, Any], whe
     test input the vote has nothing for gets [[0]] twice. Returns (submission, warnings)."""
     if not isinstance(challenges, dict):
         raise UserError(f"{where}: not a JSON object mapping task ids to tasks")
+    if not challenges:
+        raise UserError(f"{where}: holds no tasks (an empty JSON object)")
     warnings = []
     out: dict[str, list[dict[str, Grid]]] = {}
     for name, task in challenges.items():
         if not isinstance(task, dict) or not isinstance(task.get("test"), list):
             raise UserError(f"{where}: task {name}: not a task with a 'test' list")
+        if not task["test"]:
+            raise UserError(f"{where}: task {name}: no test inputs (an empty 'test' list)")
         have = sub.get(name, [])
         if name not in sub:
             warnings.append(f"task {name} of {Path(where).name} is not in the dataset: submitted as [[0]]")
@@ -81,13 +85,15 @@ def solutions_of(tasks: list[Any]) -> dict[str, list[Grid]]:
 
 
 def read_json(path: str | Path, what: str) -> Any:
-    p = Path(path)
+    """A user's JSON file through the one reader (`arc_data.files.jsonio`: a regular file, valid JSON,
+    no key twice in one object, not nested beyond the parser), its refusal a UserError."""
+    from arc_data.errors import DatasetError
+    from arc_data.files.jsonio import read_json as read
+
     try:
-        return json.loads(p.read_bytes())
-    except OSError as e:
-        raise UserError(f"{what} '{p}': cannot read ({e.strerror})") from None
-    except (ValueError, UnicodeDecodeError) as e:
-        raise UserError(f"{what} '{p}': not valid JSON ({e})") from None
+        return read(path, what)
+    except DatasetError as e:
+        raise UserError(str(e)) from None
 
 
 @dataclass
@@ -150,9 +156,13 @@ def load_solutions(path: str | Path) -> dict[str, list[Grid]]:
     sol = read_json(path, "solutions")
     if not isinstance(sol, dict):
         raise UserError(f"solutions '{path}': not a JSON object mapping task ids to lists of grids")
+    if not sol:
+        raise UserError(f"solutions '{path}': holds no tasks (an empty JSON object): there is nothing to score")
     for name, grids in sol.items():
         if not isinstance(grids, list) or not all(_is_grid(g) for g in grids):
             raise UserError(f"solutions '{path}': task {name}: not a list of grids")
+        if not grids:
+            raise UserError(f"solutions '{path}': task {name}: no solution grids (an empty list): it cannot be scored")
     return sol
 
 
@@ -169,10 +179,16 @@ class ScoreConfig:
     submission: str = MISSING  # the submission.json (Kaggle format: {task: [{attempt_1, attempt_2}, ...]})
     solutions: str = MISSING  # the *_solutions.json ({task: [grid, ...]})
     output: str | None = None  # also write the scores here as JSON (total, per task, warnings)
+    overwrite: bool = False  # replace an existing `output` file (never a folder, a device, a link or an input)
     quiet: bool = False  # the total only, no per-task lines
 
 
 def run(c: ScoreConfig) -> int:
+    target = None
+    if c.output is not None:  # "may I write there" is decided before anything is read
+        from arc_data.files.guard import check_output_file
+
+        target = check_output_file(c.output, c.overwrite, [c.submission, c.solutions], "output", "score")
     sol = load_solutions(c.solutions)
     sub = read_json(c.submission, "submission")
     score = arc_prize_score(sub, sol)
@@ -186,12 +202,11 @@ def run(c: ScoreConfig) -> int:
     solved = sum(score.tasks.values())
     print(f"{LABEL}: {score.percent:.2f}% ({solved:g} of {len(score.tasks)} tasks' worth of test inputs solved; "
           f"{100 * over_submitted:.2f}% over the {len(submitted)} tasks submitted, the official scorer's denominator)")
-    if c.output is not None:
-        from arc_data.fsio import atomic_file
+    if target is not None:
+        from arc_data.files.publish import publish_file
 
         record = {"rule": LABEL, "percent": score.percent, "percent_over_submitted": 100 * over_submitted,
                   "num_tasks": len(score.tasks), "num_submitted": len(submitted), "tasks": score.tasks,
                   "warnings": score.warnings, "submission": str(c.submission), "solutions": str(c.solutions)}
-        with atomic_file(c.output) as f:
-            f.write((json.dumps(record, indent=1) + "\n").encode())
+        publish_file(target, (json.dumps(record, indent=1) + "\n").encode())
     return 0

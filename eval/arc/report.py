@@ -19,7 +19,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from arc_data.arc.viz import LINE, UNKNOWN, grid_indices
 from arc_data.arc.viz import PALETTE as ARC_PALETTE
-from arc_data.fsio import file_stem
+from arc_data.files.names import file_stem
 from eval.arc.arcprize import LABEL as PRIZE_LABEL
 from eval.arc.arcprize import submission as arc_submission
 from eval.arc.results import ARC_PRIZE, TaskResult, VoteResult

@@ -299,7 +299,7 @@ def vote(
 
 def run(c: VoteConfig) -> int:
     """`hrm-deeploop vote predictions=FILE data_dir=DIR output_dir=OUT [ks=[1,2]] [overwrite=true]`."""
-    from arc_data.fsio import check_output_dir
+    from arc_data.files.guard import check_output_dir
     from eval.arc.report import output_names
 
     out = check_output_dir(c.output_dir, [c.data_dir])

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from arc_data.fsio import file_stem
+from arc_data.files.names import file_stem
 from arc_data.puzzles.registry import GridTask
 from eval.html import Table, heading, image, page, paragraph
 

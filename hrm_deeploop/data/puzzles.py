@@ -49,7 +49,7 @@ def open_split(data_dir: str | Path, split: str) -> Any:
 def open_dataset(data_dir: str | None, split: str) -> Any:
     """`open_split` with one-line errors naming the folder (data_dir unset, missing, unreadable)."""
     from arc_data.errors import DatasetError
-    from arc_data.fsio import why_not_a_folder
+    from arc_data.files.names import why_not_a_folder
 
     if not data_dir:
         raise ConfigError("data_dir is not set (data_dir=PATH to a dataset built by hrm-deeploop build-arc)")

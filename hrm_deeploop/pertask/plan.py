@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from arc_data.fsio import parse_json, save_json
+from arc_data.files.jsonio import parse_json, save_json
 from hrm_deeploop.errors import UserError
 
 RESULT = "result.json"

@@ -19,7 +19,7 @@ from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 
-from arc_data.fsio import parse_json, save_json
+from arc_data.files.jsonio import parse_json, save_json
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.pertask import plan, worker
 from hrm_deeploop.pertask.config import PerTaskConfig

@@ -13,7 +13,7 @@ import shutil
 import time
 from pathlib import Path
 
-from arc_data.fsio import parse_json, save_json
+from arc_data.files.jsonio import parse_json, save_json
 from hrm_deeploop.pertask import plan
 from hrm_deeploop.pertask.config import PerTaskConfig
 

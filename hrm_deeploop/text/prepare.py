@@ -19,7 +19,10 @@ import numpy as np
 from omegaconf import MISSING
 
 from arc_data.budget import check_fits
-from arc_data.fsio import atomic_dir, checked_output_dir, parse_json, why_not_a_file
+from arc_data.files.guard import checked_output_dir
+from arc_data.files.jsonio import parse_json
+from arc_data.files.names import why_not_a_file
+from arc_data.files.publish import atomic_dir
 from hrm_deeploop.config import at_least, one_of, optional_at_least
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.models.config import GPTConfig

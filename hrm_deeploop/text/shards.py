@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from arc_data.errors import DatasetError
-from arc_data.fsio import parse_json
+from arc_data.files.jsonio import parse_json
 from hrm_deeploop.errors import UserError
 
 SHARD_MAGIC = 20240520

@@ -162,6 +162,11 @@ def check_training_memory(cfg: TrainGPTConfig, env: runtime.Env, dtype: torch.dt
     runtime.check_memory(f"train-gpt: hidden_size={m.hidden_size}, {m.num_blocks} blocks x {rounds} rounds on the tape "
                        f"({est.parameters:,} parameters) at {rows} x {m.seq_len} tokens per micro-batch", est,
                        env.device, fix="lower model.hidden_size, model.num_blocks or train.micro_batch_size")
+    calls = m.num_blocks * (rounds + m.num_rounds if not d.varies else 2 * rounds)  # forward, backward of the tape
+    accum = grad_accum_steps(cfg.train.global_batch_tokens, rows, m.seq_len, env.world_size)
+    runtime.check_loop_time(f"train-gpt: {m.num_blocks} blocks x {m.num_rounds} rounds", calls * accum,
+                            calls * accum * runtime.block_flops(m.hidden_size) * rows * m.seq_len, env.device,
+                            "per step", fix="lower model.num_rounds or model.num_blocks")
 
 
 # ---- the step --------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from arc_data.fsio import check_output_dir
+from arc_data.files.guard import check_output_dir
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop import interrupts, runtime
 from hrm_deeploop.config import (
@@ -131,7 +131,7 @@ def fit(cfg: Any, build: Callable[[runtime.Env], Task]) -> dict[str, Any]:
     """
     if not cfg.output_dir:
         raise ConfigError("output_dir is not set (output_dir=PATH for checkpoints and logs)")
-    check_output_dir(cfg.output_dir, cfg.inputs())
+    check_output_dir(cfg.output_dir, cfg.inputs(), locked_by_caller=True)  # its RunLock checks the folder itself
     env = runtime.setup(cfg.device)
     try:
         return _fit(cfg, build(env), env)
@@ -216,8 +216,14 @@ def _run(cfg: Any, task: Task, env: runtime.Env, resume_from: Path | None, ident
     bar = runtime.progress(stop, task.name, initial=step) if loop.progress else None
     busy, work_since = 0.0, 0  # training seconds and work since the last log (eval and saving excluded)
     try:
-        with interrupts.deferred() as pending:
+        polled, longest = time.perf_counter(), 0.0  # a held signal waits 10 s or twice the longest step, not more
+
+        def grace() -> float:
+            return max(10.0, 2 * longest)
+
+        with interrupts.deferred(grace) as pending:
             while step < stop:
+                longest, polled = max(longest, time.perf_counter() - polled), time.perf_counter()
                 signum = runtime.max_over_ranks(pending() or 0)
                 if signum:  # held back until the step and its evaluation were done: save, then exit
                     if step > 0 and checkpoints.saved_at != step:

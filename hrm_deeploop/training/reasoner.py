@@ -49,7 +49,7 @@ from hrm_deeploop.errors import UserError
 from hrm_deeploop.models.act import ACTReasoner, Carry, carry_from_state, carry_state, carry_to
 from hrm_deeploop.models.losses import IGNORE_LABEL, act_loss
 from hrm_deeploop.models.reasoners import build_reasoner
-from hrm_deeploop.models.scaling import tape_layers
+from hrm_deeploop.models.scaling import model_depth, tape_layers
 from hrm_deeploop.training import fsdp
 from hrm_deeploop.training.adapt import Start, dense_trainable, prepare
 from hrm_deeploop.training.config import TrainConfig
@@ -113,6 +113,10 @@ def check_training_memory(cfg: TrainConfig, env: runtime.Env, dtype: torch.dtype
     runtime.check_memory(f"train: model={m.name} hidden_size={m.hidden_size} ({est.parameters:,} parameters) at {what}",
                          est, env.device, fix="lower model.hidden_size or the layer counts, or train.global_batch_size / "
                                               "eval.global_batch_size (or raise train.grad_accum)")
+    calls = (model_depth(m).N + tape_layers(m)) * cfg.train.grad_accum  # forwards, and the backwards of the tape
+    runtime.check_loop_time(f"train: model={m.name} ({', '.join(f'{k}={getattr(m, k)}' for k in m.depth_keys)})",
+                            calls, calls * runtime.block_flops(m.hidden_size) * rows * tokens,
+                            env.device, "per step", fix="lower the cycle or layer counts")
 
 
 class Trainer(Task):

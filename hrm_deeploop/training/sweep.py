@@ -122,7 +122,7 @@ def run(cfg: SweepConfig) -> int:
 def sweep(opts: SweepConfig, data_for: Callable[[RunSpec], Data] | None = None) -> list[dict[str, Any]]:
     """Run (or skip) every planned run, then write the tables and plots. `data_for` replaces the
     shard loaders for in-process runs (tests)."""
-    from arc_data.fsio import check_output_dir
+    from arc_data.files.guard import check_output_dir
 
     root = check_output_dir(opts.output_dir, opts.inputs())
     results = []
@@ -155,7 +155,11 @@ def run_done(summary: dict[str, Any] | None, stop_after: int | None) -> bool:
 
 def read_summary(run_dir: Path) -> dict[str, Any] | None:
     path = run_dir / "summary.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    try:  # one a crash or a hand left unreadable is no summary: the run is resumed, which writes it again
+        summary = json.loads(path.read_text()) if path.exists() else None
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) else None
 
 
 def run_config(opts: SweepConfig, spec: RunSpec, run_dir: Path) -> TrainGPTConfig:

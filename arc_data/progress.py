@@ -1,0 +1,30 @@
+"""What a builder shows and records about itself: its progress bars and the package version it
+writes into every manifest."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def package_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("hrm-deeploop")
+    except Exception:  # not installed (a source checkout): read pyproject.toml
+        try:
+            import tomllib
+
+            pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+            return tomllib.loads(pyproject.read_text())["project"]["version"] + "+src"
+        except (OSError, KeyError, ImportError, ValueError):
+            return "unknown"
+
+
+def progress_bar(enabled: bool, prefix: str):
+    """A tqdm bar factory on stderr: `bar(total, desc, unit)`; disabled bars are no-ops."""
+    from tqdm import tqdm
+
+    return lambda total, desc, unit="it": tqdm(total=total, desc=f"{prefix} {desc}", unit=unit, unit_scale=True,
+                                               file=sys.stderr, dynamic_ncols=True, disable=not enabled)
