@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 from hrm_deeploop.config import at_least, check, in_range, one_of, positive, typed
 from hrm_deeploop.errors import ConfigError
+from hrm_deeploop.models.loopvit_config import LoopViTConfig
 
 COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
 
@@ -212,8 +213,9 @@ class GPTConfig:
 # The looped GPT's adaptive-exit criteria at inference (`models.gpt.ExitRule`; eval-gpt's and generate's `exit=`).
 EXIT_CRITERIA = ("kl", "hidden")
 
-MODEL_CONFIGS: dict[str, type] = {"hrm": HRMConfig, "trm": TRMConfig, "urm": URMConfig, "gpt": GPTConfig}
-ModelConfig = HRMConfig | TRMConfig | URMConfig | GPTConfig
+MODEL_CONFIGS: dict[str, type] = {"hrm": HRMConfig, "trm": TRMConfig, "urm": URMConfig, "gpt": GPTConfig,
+                                  "loopvit": LoopViTConfig}
+ModelConfig = HRMConfig | TRMConfig | URMConfig | GPTConfig | LoopViTConfig
 
 
 def model_config(cfg: Any) -> ModelConfig:

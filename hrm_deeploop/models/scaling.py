@@ -148,11 +148,13 @@ def model_depth(model_cfg: Any, scaling: ScalingConfig | None = None) -> Depth:
     if name == "urm":  # C_L rounds per pass, H passes per ACT step
         return _one_network_depth(model_cfg.num_layers, passes=model_cfg.num_h_cycles,
                                   visits=model_cfg.num_l_cycles, convention=scaling.urm_depth, key="urm_depth")
+    if name == "loopvit":  # K blocks x T loops, all on the tape (models/loopvit_config.loopvit_depth)
+        return model_cfg.depth(scaling)
     if name == "gpt":  # one loop of K blocks for R rounds
         k, r = model_cfg.num_blocks, model_cfg.num_rounds
         _positive(num_blocks=k, num_rounds=r)
         return Depth(N=k * r, M=2 * k * r, N_g=None, M_g=None, modules={"core": {"K": k, "R": r, "N": k * r}})
-    raise ConfigError(f"model.name='{name}' is not 'hrm', 'trm', 'urm' or 'gpt'")
+    raise ConfigError(f"model.name='{name}' is not 'hrm', 'trm', 'urm', 'gpt' or 'loopvit'")
 
 
 def tape_layers(model_cfg: Any, tape_rounds: int | None = None) -> int:
