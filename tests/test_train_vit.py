@@ -1,0 +1,78 @@
+"""`hrm-deeploop train-vit`: a few LoopViT steps on a tiny ARC-format dataset (seconds on CPU),
+the summary and metrics, bit-exact resume, the loss by hand, and the config's refusals."""
+
+import json
+
+import pytest
+import torch
+
+from hrm_deeploop.cli import compose, run_subcommand
+from hrm_deeploop.errors import ConfigError
+from hrm_deeploop.models.loopvit import LoopViTOutput
+from hrm_deeploop.training.vision import gate_regularisers, vision_loss
+from tests.hrm_helpers import make_dataset, read_metrics, use_stand_in
+
+BASE = ["experiment=loopvit_tiny_cpu", "train.progress=false", "train.global_batch_size=4", "optim.warmup_steps=2"]
+
+
+def train_vit(monkeypatch, data_dir, out_dir, *overrides) -> int:
+    use_stand_in(monkeypatch)
+    try:
+        return run_subcommand("train-vit", [*BASE, f"data_dir={data_dir}", f"output_dir={out_dir}", *overrides])
+    except SystemExit as e:
+        return int(e.code or 0)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return make_dataset(tmp_path_factory.mktemp("arc"), num_tasks=3, train_per_puzzle=3, test_per_puzzle=1, side=3)
+
+
+def test_a_few_steps_finish_with_metrics_and_an_evaluation(monkeypatch, data, tmp_path):
+    assert train_vit(monkeypatch, data, tmp_path / "run", "train.max_steps=4", "eval.every=2") == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["steps"] == 4 and summary["model"] == "loopvit"
+    rows = [r for r in read_metrics(tmp_path / "run") if "train/loss" in r]
+    assert len(rows) == 4 and all(0 < r["train/loss"] < 10 and 0 <= r["train/accuracy"] <= 1 for r in rows)
+    assert summary["last_eval"]["eval/count"] > 0
+
+
+def test_resume_is_bit_exact(monkeypatch, data, tmp_path):
+    from hrm_deeploop import checkpoint as ckpt
+
+    assert train_vit(monkeypatch, data, tmp_path / "straight", "train.max_steps=4", "checkpoint.every=2") == 0
+    assert train_vit(monkeypatch, data, tmp_path / "cut", "train.max_steps=4", "checkpoint.every=2",
+                     "train.stop_after=2") == 0
+    assert train_vit(monkeypatch, data, tmp_path / "cut", "train.max_steps=4", "checkpoint.every=2", "resume=true") == 0
+    a = ckpt.load(tmp_path / "straight" / "checkpoints" / "step_4.pt")["model"]
+    b = ckpt.load(tmp_path / "cut" / "checkpoints" / "step_4.pt")["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_loss_by_hand():
+    logits = torch.randn(2, 4, 4, 12)
+    target = torch.full((2, 4, 4), 10)
+    target[:, 1, 1:3] = torch.tensor([3, 11])
+    g = torch.tensor([[0.2, 0.7], [0.5, 0.9]])
+    loss, parts = vision_loss(LoopViTOutput(logits, g, None), target, 0.5, 0.25, num_loops=2)
+    valid = target != 10
+    ce = torch.nn.functional.cross_entropy(logits[valid], target[valid])
+    h = -(g * torch.log(g + 1e-6) + (1 - g) * torch.log(1 - g + 1e-6))
+    torch.testing.assert_close(loss, ce - 0.5 * h.mean() + 0.25 * 1.0)
+    torch.testing.assert_close(parts["gate_entropy"], h.mean())
+    neg, steps = gate_regularisers(g, torch.tensor([1, 2]), num_loops=2)
+    assert steps.item() == pytest.approx(0.75)
+
+
+def test_config_refusals():
+    with pytest.raises(ConfigError, match="model.name"):
+        compose("train-vit", ["model=urm_tiny"])
+    with pytest.raises(ConfigError, match="pre-norm"):
+        compose("train-vit", ["model=loopvit_tiny", "scaling=deeploop"])
+    cfg = compose("train-vit", ["model=loopvit_b6", "scaling=deeploop"])
+    assert cfg.model.block == "vanilla"
+
+
+def test_a_dataset_that_is_not_arc_grids_is_refused(monkeypatch, tmp_path):
+    small = make_dataset(tmp_path / "small", num_tasks=2, canvas=8)
+    assert train_vit(monkeypatch, small, tmp_path / "run", "train.max_steps=2") == 2
