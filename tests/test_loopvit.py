@@ -197,3 +197,17 @@ def test_flavour_errors():
         flavour("huge")
     with pytest.raises(ConfigError, match="model.block"):
         replace(FLAVOURS["tiny"], block="conv")
+
+
+def test_parameters_are_registered_in_the_official_order():
+    """Gradient clipping sums per-parameter norms in registration order: the official order keeps
+    the clipped step bit-identical (compare_reference_loopvit.py)."""
+    names = [n for n, _ in LoopViT(tiny()).named_parameters()]
+    assert names[:5] == ["pos_embed", "color_embed.weight", "task_embed.weight", "patch_embed.weight",
+                         "patch_embed.bias"]
+    assert names[-6:] == ["gate.fc2.weight", "gate.fc2.bias", "norm.weight", "norm.bias", "head.weight", "head.bias"]
+    inverse = {ours: theirs for theirs, ours in official_key_map(tiny()).items() if ours}
+    block = [inverse[n].split(".", 2)[2] for n in names if n.startswith("layers.0.")]
+    assert block == ["self_attn.qkv.weight", "self_attn.qkv.bias", "self_attn.proj.weight", "self_attn.proj.bias",
+                     "norm1.scale", "mlp.fc1.weight", "mlp.fc1.bias", "mlp.dwconv.weight", "mlp.dwconv.bias",
+                     "mlp.fc2.weight", "mlp.fc2.bias", "norm2.scale"]

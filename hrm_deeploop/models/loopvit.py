@@ -82,10 +82,11 @@ class LoopViT(nn.Module):
         self.depth = loopvit_depth(cfg, self.scaling)  # refuses a scheme the block has no form for
         self.residual = module_residuals(self.scaling, self.depth)["core"]
         D, p, G = cfg.hidden_size, cfg.patch_size, cfg.grid_size
+        # registered in the official order: gradient clipping sums the per-parameter norms in this order
         self.color_embed = nn.Embedding(NUM_COLORS, D)
+        self.task_embed = nn.Embedding(cfg.num_tasks, D)
         self.patch_embed = nn.Conv2d(D, D, kernel_size=p, stride=p, bias=True)
         self.pos_embed = nn.Parameter(torch.zeros(1, G * G, D))
-        self.task_embed = nn.Embedding(cfg.num_tasks, D)
         self.drop = nn.Dropout(cfg.dropout)
         if cfg.block == "hybrid":
             self.layers = nn.ModuleList(HybridBlock(D, cfg.num_heads, cfg.mlp_dim, cfg.dropout, PREFIX, G, self.residual)
