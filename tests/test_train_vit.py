@@ -76,3 +76,45 @@ def test_config_refusals():
 def test_a_dataset_that_is_not_arc_grids_is_refused(monkeypatch, tmp_path):
     small = make_dataset(tmp_path / "small", num_tasks=2, canvas=8)
     assert train_vit(monkeypatch, small, tmp_path / "run", "train.max_steps=2") == 2
+
+
+def _official_file(path, block: str, num_tasks: int):
+    """An official-layout LoopViT file ({model_state, config, scaler_state}) of a tiny model."""
+    from hrm_deeploop.models.loopvit import LoopViT, official_key_map
+    from hrm_deeploop.models.loopvit_config import flavour
+
+    torch.manual_seed(3)
+    m = LoopViT(flavour("tiny", block=block, num_tasks=num_tasks))
+    ours = m.state_dict()
+    state = {"_orig_mod." + theirs: (m.rope_cos if theirs.endswith("cos") else m.rope_sin) if mine is None
+             else ours[mine] for theirs, mine in official_key_map(m.cfg).items()}
+    args = {"architecture": {"hybrid": "loop_vit1", "vanilla": "loop_vit"}[block], "embed_dim": 32, "num_heads": 2,
+            "mlp_dim": 48, "loop_core_depth": 2, "max_loop_steps": 3, "min_loop_steps": 3, "image_size": 16,
+            "patch_size": 2, "dropout": 0.0, "num_colors": 12, "num_task_tokens": 1, "disable_exit_gate": False,
+            "no_step_embedding": False, "save_path": "checkpoints/loop_vit_base.pt"}
+    torch.save({"model_state": state, "config": args, "scaler_state": {"scale": 65536.0}}, path)
+    return m
+
+
+@pytest.mark.parametrize("block", ["hybrid", "vanilla"])
+def test_init_from_an_official_checkpoint(monkeypatch, data, tmp_path, block):
+    from hrm_deeploop import runtime
+    from hrm_deeploop.training import vision
+
+    src = _official_file(tmp_path / "loop_vit_base.pt", block, num_tasks=400)
+    use_stand_in(monkeypatch)
+    cfg = compose("train-vit", [*BASE, f"data_dir={data}", f"output_dir={tmp_path / 'run'}",
+                                f"init_from={tmp_path / 'loop_vit_base.pt'}"])
+    trainer = vision.build(cfg, runtime.Env(rank=0, local_rank=0, world_size=1, device=torch.device("cpu")))
+    assert trainer.cfg.model.block == block and trainer.model.task_embed.weight.shape[0] != 400  # fresh table
+    got, want = trainer.model.state_dict(), src.state_dict()
+    assert all(torch.equal(got[k], want[k]) for k in want if k != "task_embed.weight")
+    assert train_vit(monkeypatch, data, tmp_path / "run", "train.max_steps=2",
+                     f"init_from={tmp_path / 'loop_vit_base.pt'}") == 0
+
+
+def test_init_from_refuses_a_file_that_would_run_code(monkeypatch, data, tmp_path):
+    import argparse
+
+    torch.save({"model_state": {}, "config": argparse.Namespace(architecture="loop_vit")}, tmp_path / "bad.pt")
+    assert train_vit(monkeypatch, data, tmp_path / "run", "train.max_steps=2", f"init_from={tmp_path / 'bad.pt'}") == 2

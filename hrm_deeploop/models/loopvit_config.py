@@ -134,3 +134,28 @@ def flavour(name: str, **over: Any) -> LoopViTConfig:
     if name not in FLAVOURS:
         raise ConfigError(f"LoopViT flavour {name!r}: must be one of {', '.join(FLAVOURS)}")
     return replace(FLAVOURS[name], **over)
+
+
+OFFICIAL_BLOCKS = {"loop_vit": "vanilla", "loop_vit1": "hybrid"}  # the official --architecture values
+
+
+def official_config(args: dict[str, Any], num_tasks: int = 1) -> LoopViTConfig:
+    """The config of an official checkpoint from its saved arguments (`config`: `vars(args)` of
+    its offline or TTT script). Refuses what this model does not build (loop_vit2's relative-position
+    bias, several task tokens, a palette other than 12 colours)."""
+    arch = args.get("architecture")
+    if arch not in OFFICIAL_BLOCKS:
+        raise ConfigError(f"official checkpoint: architecture={arch!r} is not one LoopViT builds "
+                          f"({', '.join(OFFICIAL_BLOCKS)}; loop_vit2's relative-position bias is not built)")
+    for key, want in (("num_task_tokens", 1), ("num_colors", NUM_COLORS)):
+        if args.get(key, want) != want:
+            raise ConfigError(f"official checkpoint: {key}={args.get(key)!r}, this model builds {want}")
+    try:
+        return LoopViTConfig(block=OFFICIAL_BLOCKS[arch], hidden_size=args["embed_dim"], num_heads=args["num_heads"],
+                             mlp_dim=args["mlp_dim"], num_blocks=args["loop_core_depth"],
+                             num_loops=args["max_loop_steps"], image_size=args["image_size"],
+                             patch_size=args["patch_size"], dropout=args["dropout"],
+                             step_embeddings=not args.get("no_step_embedding", False),
+                             exit_gate=not args.get("disable_exit_gate", False), num_tasks=num_tasks)
+    except KeyError as e:
+        raise ConfigError(f"official checkpoint: its config has no {e.args[0]!r}") from None

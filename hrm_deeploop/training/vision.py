@@ -18,6 +18,11 @@ Single process by default; under torchrun, DistributedDataParallel with rank-sha
 Evaluation: the test split at a fixed scale (`canvas.eval_scale`) and corner (1, 1), as the
 official validation: pixel accuracy over valid pixels and exact match per example.
 Checkpoints: model, optimiser, weight average, sampler position, step, RNG (the skeleton's).
+`init_from=PATH` starts from an official LoopViT `.pt` (its `model_state` through
+`models.loopvit.load_official`, the architecture from its saved arguments) or a train-vit checkpoint
+(its model config and weights), read by the one safe loader (`checkpoint.load`: no code from the
+file). A task table whose row count differs from the dataset's starts fresh, as the official
+test-time training does; the run's optimiser starts fresh.
 """
 
 from __future__ import annotations
@@ -30,12 +35,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop import runtime
 from hrm_deeploop.data.canvas import IGNORE, canvas_batch
 from hrm_deeploop.data.puzzles import TrainSampler, dataset_identity, num_sequential_batches, open_dataset
 from hrm_deeploop.errors import UserError
-from hrm_deeploop.models.loopvit import LoopViT, LoopViTOutput
-from hrm_deeploop.models.loopvit_config import NUM_COLORS
+from hrm_deeploop.models.loopvit import LoopViT, LoopViTOutput, load_official
+from hrm_deeploop.models.loopvit_config import NUM_COLORS, LoopViTConfig, official_config
 from hrm_deeploop.training.ema import EMA
 from hrm_deeploop.training.loop import Task, fit, run_config_dict
 from hrm_deeploop.training.optim import lr_at, set_lr
@@ -87,7 +93,8 @@ def to_tensors(batch: dict[str, np.ndarray], device: torch.device) -> dict[str, 
 class VisionTrainer(Task):
     work_unit = "examples"
 
-    def __init__(self, cfg: TrainViTConfig, env: runtime.Env, train_split: Any, test_split: Any = None):
+    def __init__(self, cfg: TrainViTConfig, env: runtime.Env, train_split: Any, test_split: Any = None,
+                 start: dict[str, Any] | None = None):
         self.cfg, self.env = cfg, env
         self.train_split, self.test_split = train_split, test_split
         self.total_steps = int(cfg.train.max_steps)
@@ -97,8 +104,10 @@ class VisionTrainer(Task):
         self.config = run_config_dict(cfg)
         self.sampler = TrainSampler(train_split, cfg.train.global_batch_size, cfg.seed, env.rank, env.world_size)
         torch.manual_seed(cfg.seed)  # the same init on every rank
-        self.model = LoopViT(cfg.model, cfg.scaling).to(env.device)
-        self.model.train()
+        self.model = LoopViT(cfg.model, cfg.scaling)
+        if start is not None:
+            start_weights(self.model, start, cfg.init_from)
+        self.model.to(env.device).train()
         self.ddp = runtime.wrap_ddp(self.model, env)
         o = cfg.optim
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=o.lr, betas=(o.beta1, o.beta2),
@@ -227,6 +236,39 @@ def evaluate(model: LoopViT, split: Any, env: runtime.Env, global_batch_size: in
     return {"accuracy": right / max(valid, 1.0), "exact_accuracy": exact / count, "count": count}
 
 
+def read_start(path: str) -> tuple[LoopViTConfig, dict[str, Any]]:
+    """The model config and weights of `init_from`: an official LoopViT file ({model_state, config,
+    ...}) or a train-vit checkpoint ({model, config, ...}); {"official": bool, "weights": state}."""
+    from hrm_deeploop.config import typed
+
+    state = ckpt.load(path)
+    if "model_state" in state and isinstance(state.get("config"), dict):  # the official scripts' files
+        weights = {k.removeprefix("_orig_mod."): v for k, v in state["model_state"].items()}
+        rows = weights.get("task_token_embed.weight")
+        cfg = official_config(state["config"], num_tasks=int(rows.shape[0]) if rows is not None else 1)
+        return cfg, {"official": True, "weights": weights}
+    model = (state.get("config") or {}).get("model") if isinstance(state.get("config"), dict) else None
+    if "model" not in state or not isinstance(model, dict) or model.get("name") != "loopvit":
+        raise UserError(f"init_from '{path}' is neither an official LoopViT checkpoint nor a train-vit one")
+    return typed(model, LoopViTConfig, "init_from model."), {"official": False, "weights": state["model"]}
+
+
+def start_weights(model: LoopViT, start: dict[str, Any], path: str | None) -> None:
+    """Load `read_start`'s weights into `model`; a task table of another row count stays fresh."""
+    w = start["weights"]
+    try:
+        if start["official"]:
+            skipped = load_official(model, w, strict_tasks=False)
+        else:
+            table = w.get("task_embed.weight")
+            skipped = ["task_embed.weight"] if table is not None and table.shape != model.task_embed.weight.shape else []
+            model.load_state_dict({k: v for k, v in w.items() if k not in skipped}, strict=not skipped)
+    except (ValueError, RuntimeError) as e:
+        raise UserError(f"init_from '{path}' does not fit the model: {str(e).splitlines()[0]}") from None
+    runtime.print0(f"init_from: {path}" + ("; a fresh task table (its rows do not match the dataset's)" if skipped
+                                           else ""))
+
+
 def build(cfg: TrainViTConfig, env: runtime.Env) -> VisionTrainer:
     """Open and check the data, size the task table to it, build the trainer (nothing written)."""
     from dataclasses import replace
@@ -236,11 +278,15 @@ def build(cfg: TrainViTConfig, env: runtime.Env) -> VisionTrainer:
     if int(meta.seq_len) != 900 or int(meta.vocab_size) != 12:
         raise UserError(f"data_dir '{cfg.data_dir}' is not an ARC grid dataset (seq_len {meta.seq_len}, vocab "
                         f"{meta.vocab_size}; train-vit reads 30 x 30 grids built by build-arc)")
+    start = None
+    if cfg.init_from:  # the architecture is the checkpoint's
+        cfg.model, start = read_start(cfg.init_from)
+        cfg.model.depth(cfg.scaling)
     cfg.model = replace(cfg.model, num_tasks=int(meta.num_puzzle_identifiers))
     test_split = None
     if (Path(cfg.data_dir) / "test").is_dir():
         test_split = open_dataset(cfg.data_dir, "test")
-    return VisionTrainer(cfg, env, train_split, test_split)
+    return VisionTrainer(cfg, env, train_split, test_split, start)
 
 
 def run(cfg: TrainViTConfig) -> int:

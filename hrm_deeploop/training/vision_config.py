@@ -77,6 +77,7 @@ class TrainViTConfig(RunConfig):
     example drawn as a canvas view (data/canvas.py), one task token per puzzle identifier."""
 
     data_dir: str | None = None  # a dataset built by `hrm-deeploop build-arc` (train/ and test/ inside)
+    init_from: str | None = None  # start from these weights: an official LoopViT .pt or a train-vit checkpoint
     train: VisionLoop = field(default_factory=VisionLoop)
     optim: VisionOptim = field(default_factory=VisionOptim)
     canvas: CanvasConfig = field(default_factory=CanvasConfig)
@@ -95,7 +96,7 @@ class TrainViTConfig(RunConfig):
         check(not self.train.fsdp, "train.fsdp", self.train.fsdp, "false for train-vit (not built yet)")
 
     def inputs(self) -> list[str | None]:
-        return [self.data_dir]
+        return [self.data_dir, self.init_from]
 
     @property
     def evaluates(self) -> bool:
