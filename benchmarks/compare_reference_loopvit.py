@@ -87,10 +87,14 @@ class PatchEmbed(nn.Module):
         return self.norm(self.proj(x).flatten(2).transpose(1, 2))  # NCHW -> NLC
 
 
+_STUBBED: list[str] = []  # module names stood in for while the reference imports; removed after
+
+
 def _stub(name: str, **attrs) -> None:
     mod = types.ModuleType(name)
     mod.__dict__.update(attrs)
     sys.modules[name] = mod
+    _STUBBED.append(name)
 
 
 def stub_modules() -> list[str]:
@@ -128,6 +132,10 @@ def import_reference(ref_dir: Path) -> tuple[types.SimpleNamespace, str]:
             offline = importlib.import_module("offline_train_loop_ARC")
         except ImportError as e:
             raise SystemExit(f"cannot import the reference from {ref_dir}: {e} (it needs einops and PIL)") from None
+        finally:  # its modules keep what they imported; nothing else in this process sees the stand-ins
+            for name in _STUBBED:
+                sys.modules.pop(name, None)
+            _STUBBED.clear()
     ref = types.SimpleNamespace(Model=loop.LoopARCViT, layers={"vanilla": vit.ARCTransformerEncoderLayer,
                                                                "hybrid": vit1.ARCTransformerEncoderLayer},
                                 loader=loader, gate_regularizers=offline._compute_gate_regularizers)
