@@ -21,7 +21,9 @@ Needs a checkout of the official code, which this project does not ship:
 2. Canvas: the official loader's `process_per_example` (its RNG replaced by one that returns the
    view ours drew, after checking that it asks for the same ranges) against `data.canvas.place`
    on random pairs: inputs, masks and targets must be equal.
-3. Throughput: a training step of each side (eager), interleaved, median CPU time per step.
+3. Throughput: the canvas of one example (ours from the dataset's encoded rows, the official
+   loader's from its JSON lists), then a training step of each side (eager), interleaved, median
+   CPU time per step.
 
 Stand-ins (printed in the header): `timm`, whose only use is `PatchEmbed` (a Conv2d D -> D, kernel =
 stride = p, flattened row-major to (B, N, D), strict about the image size: timm's semantics; timm
@@ -275,6 +277,46 @@ def check_canvas(ref, size: int, count: int, seed: int) -> int:
     return bad
 
 
+def time_canvases(ref, size: int, count: int, seed: int) -> tuple[float, float]:
+    """Microseconds per example to turn a pair into (canvas, mask, target) at a random view: ours
+    from the dataset's encoded 30 x 30 rows (`grid_of`, `draw_view`, `place`), the official loader's
+    `process_per_example` from the JSON lists it holds (its random.Random(42)); CPU time, best of 3."""
+    import random
+    import time
+
+    from arc_data.format import encode_grid
+    from hrm_deeploop.data.canvas import grid_of
+
+    rng = np.random.default_rng(seed)
+    side = min(30, size - 2)
+    pairs = [(rng.integers(0, 10, size=rng.integers(1, side + 1, size=2)).astype(np.uint8),
+              rng.integers(0, 10, size=rng.integers(1, side + 1, size=2)).astype(np.uint8)) for _ in range(count)]
+    rows = [(encode_grid(a), encode_grid(b)) for a, b in pairs]
+    lists = [{"input": a.tolist(), "output": b.tolist()} for a, b in pairs]
+    this = types.SimpleNamespace(max_size=size, resolution_enabled=True, fix_scale_factor=1)
+
+    def ours():
+        g = np.random.default_rng(seed)
+        for x, y in rows:
+            a, b = grid_of(x), grid_of(y)
+            place(a, b, size, draw_view(a.shape, b.shape, size, g))
+
+    def theirs():
+        r = random.Random(42)
+        for ex in lists:
+            ref.loader.ARCDataset.process_per_example(this, ex, 0, "t", 0, r)
+
+    def best(fn) -> float:
+        times = []
+        for _ in range(3):
+            t0 = time.process_time()
+            fn()
+            times.append(time.process_time() - t0)
+        return 1e6 * min(times) / count
+
+    return best(ours), best(theirs)
+
+
 # ---- part 3: throughput ----------------------------------------------------------------------------
 
 
@@ -332,6 +374,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n## canvas: {args.canvas_pairs} random pairs on a {cfg.image_size} canvas, the official "
           f"process_per_example vs data.canvas.place: {bad} differ")
     failed |= bad > 0
+    if not args.skip_speed:
+        us_ours, us_ref = time_canvases(ref, 64, 2000, args.seed)
+        print(f"# canvas speed, 64 x 64, 2000 random pairs up to 30 x 30: ours {us_ours:.1f} us/example (from the "
+              f"dataset's encoded rows), official loader {us_ref:.1f} us/example (from JSON lists): "
+              f"{us_ref / us_ours:.2f}x")
     if not args.skip_speed:
         print(f"\n## throughput: training step (forward, loss, backward, clip, AdamW), batch {batch}, eager, "
               f"median CPU time of this process over {args.steps} interleaved steps")
