@@ -118,3 +118,9 @@ def test_init_from_refuses_a_file_that_would_run_code(monkeypatch, data, tmp_pat
 
     torch.save({"model_state": {}, "config": argparse.Namespace(architecture="loop_vit")}, tmp_path / "bad.pt")
     assert train_vit(monkeypatch, data, tmp_path / "run", "train.max_steps=2", f"init_from={tmp_path / 'bad.pt'}") == 2
+
+
+def test_without_the_entropy_term_the_gate_gets_no_gradient_and_training_runs(monkeypatch, data, tmp_path):
+    assert train_vit(monkeypatch, data, tmp_path / "run", "train.max_steps=2", "optim.gate_entropy_weight=0") == 0
+    with pytest.raises(ConfigError, match="train.compile"):
+        compose("train-vit", ["train.compile=true"])

@@ -108,7 +108,9 @@ class VisionTrainer(Task):
         if start is not None:
             start_weights(self.model, start, cfg.init_from)
         self.model.to(env.device).train()
-        self.ddp = runtime.wrap_ddp(self.model, env)
+        # without the entropy term nothing reaches the gate's weights: DDP must be told
+        gate_unused = cfg.model.exit_gate and cfg.optim.gate_entropy_weight == 0
+        self.ddp = runtime.wrap_ddp(self.model, env, unused_parameters=gate_unused)
         o = cfg.optim
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=o.lr, betas=(o.beta1, o.beta2),
                                            weight_decay=o.weight_decay)
