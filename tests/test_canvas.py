@@ -7,6 +7,7 @@ import pytest
 
 from arc_data.format import encode_grid
 from hrm_deeploop.data.canvas import BACKGROUND, BORDER, View, canvas_batch, decode, draw_view, grid_of, place
+from hrm_deeploop.errors import UserError
 from tests.hrm_helpers import make_dataset, stand_in_open_split
 
 
@@ -80,3 +81,5 @@ def test_canvas_batch_from_a_split(tmp_path):
         assert b["mask"][k].sum() == 9 * v.scale ** 2
     again = canvas_batch(split, idx, np.array([1, 1, 2, 2]), 16, np.random.default_rng(0))
     assert all(np.array_equal(b[k], again[k]) for k in b)  # a function of the generator
+    with pytest.raises(UserError, match="example 0 of the dataset.*model.image_size"):
+        canvas_batch(split, idx, np.array([1, 1, 2, 2]), 4, np.random.default_rng(0))  # 3 x 3 grids, sides up to 2

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from arc_data import format as fmt
+from hrm_deeploop.errors import UserError
 
 BACKGROUND = 10  # the input canvas around the grid; also the ignored target cells (the official IGNORE_INDEX)
 BORDER = 11  # the output's right column and bottom row (the official PAD_INDEX)
@@ -125,7 +126,11 @@ def canvas_batch(split: Any, idx: np.ndarray, puzzle_ids: np.ndarray, size: int,
     views = np.empty((B, 3), dtype=np.int64)
     for b in range(B):
         inp, res = grid_of(x[b]), grid_of(y[b])
-        v = draw_view(inp.shape, res.shape, size, rng, resolution, translation, fix_scale)
+        try:
+            v = draw_view(inp.shape, res.shape, size, rng, resolution, translation, fix_scale)
+        except ValueError as e:
+            raise UserError(f"example {int(idx[b])} of the dataset: {e} (raise model.image_size: 64 holds 30 x 30 "
+                            "grids; at evaluation, or lower canvas.eval_scale)") from None
         out["canvas"][b], out["mask"][b], out["target"][b] = place(inp, res, size, v)
         views[b] = (v.scale, v.x0, v.y0)
     return out | {"task_ids": np.asarray(puzzle_ids, dtype=np.int64), "views": views}
