@@ -7,7 +7,8 @@ Needs a checkout of the official code, which this project does not ship:
     python benchmarks/compare_reference_loopvit.py --reference ... --preset cpu --blocks vanilla
 
 1. Equivalence, per block (`--blocks`: hybrid = its `loop_vit1`, vanilla = `loop_vit`), fp32,
-   dropout 0: its `LoopARCViT` is built (torch.manual_seed(--seed)), its state dict loaded into our
+   dropout 0 (or `--dropout p`: the global RNG is seeded alike before each side's forward, so
+   equal results mean the same dropout masks in the same places): its `LoopARCViT` is built (torch.manual_seed(--seed)), its state dict loaded into our
    `LoopViT` through `models.loopvit.official_key_map` (the RoPE tables checked equal, not
    loaded), and both run `--check-steps` training steps on the same pre-built canvas batches
    (`data.canvas`, random grids): its step as `offline_train_loop_ARC.train` does it (cross-entropy
@@ -204,8 +205,10 @@ def check_block(ref, cfg: LoopViTConfig, batches: list[dict], held_out: dict, lr
         rows.append([str(step), q, fmt_diff(q, v)])
 
     for step, b in enumerate(batches, 1):
+        torch.manual_seed(seed + step)  # the same dropout draws on both sides (with --dropout > 0)
         logits, meta, inter = theirs(b["canvas"], b["task_ids"], attention_mask=b["mask"], dynamic_exit=False,
                                      return_intermediates=True)
+        torch.manual_seed(seed + step)
         out = ours(b["canvas"], b["task_ids"], b["mask"], intermediates=True)
         row(step, "logits", rel_diff(out.logits, logits.permute(0, 2, 3, 1)))
         row(step, "every loop's logits", max(rel_diff(a, r.permute(0, 2, 3, 1))
@@ -342,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check-steps", type=int, default=3)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dropout", type=float, default=0.0,
+                        help="dropout of both models in the training steps (the global RNG seeded alike before each)")
     parser.add_argument("--tol", type=float, default=0.0, help="largest relative difference accepted (0: bit-identical)")
     parser.add_argument("--canvas-pairs", type=int, default=200)
     parser.add_argument("--steps", type=int, default=10, help="timed steps per side")
@@ -355,10 +360,10 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--device: the comparison runs on CPU (fp32)")
     ref, note = import_reference(args.reference.resolve())
     preset = PRESETS[args.preset]
-    cfg, batch = replace(preset["model"], num_tasks=5, dropout=0.0), preset["batch"]
+    cfg, batch = replace(preset["model"], num_tasks=5, dropout=args.dropout), preset["batch"]
     print(f"# LoopViT vs official ({args.reference}), preset {args.preset}: {describe(device)}")
     print(f"# canvas {cfg.image_size}, patch {cfg.patch_size}, d {cfg.hidden_size}, {cfg.num_heads} heads, mlp "
-          f"{cfg.mlp_dim}, {cfg.num_blocks} blocks x {cfg.num_loops} loops, batch {batch}, dropout 0, AdamW lr {args.lr}")
+          f"{cfg.mlp_dim}, {cfg.num_blocks} blocks x {cfg.num_loops} loops, batch {batch}, dropout {cfg.dropout:g}, AdamW lr {args.lr}")
     print(f"# {note}")
     batches = make_batches(cfg, batch, args.check_steps + 1, args.seed)
     failed = False
