@@ -124,3 +124,28 @@ def test_without_the_entropy_term_the_gate_gets_no_gradient_and_training_runs(mo
     assert train_vit(monkeypatch, data, tmp_path / "run", "train.max_steps=2", "optim.gate_entropy_weight=0") == 0
     with pytest.raises(ConfigError, match="train.compile"):
         compose("train-vit", ["train.compile=true"])
+
+
+def test_the_trainer_step_is_the_compared_step(monkeypatch, data, tmp_path):
+    """VisionTrainer.train_step = vision_loss, clip 1.0 and AdamW at the schedule's lr: the
+    composition compare_reference_loopvit.py checks against the official step, bit for bit."""
+    import copy
+
+    from hrm_deeploop import runtime
+    from hrm_deeploop.training import vision
+    from hrm_deeploop.training.optim import lr_at
+
+    use_stand_in(monkeypatch)
+    cfg = compose("train-vit", [*BASE, f"data_dir={data}", f"output_dir={tmp_path}", "train.max_steps=10"])
+    t = vision.build(cfg, runtime.Env(rank=0, local_rank=0, world_size=1, device=torch.device("cpu")))
+    twin = copy.deepcopy(t.model)
+    batch = t.next_batch(1)
+    t.train_step(1, tensors=batch)
+    o = cfg.optim
+    opt = torch.optim.AdamW(twin.parameters(), lr=lr_at(1, o.lr, o.warmup_steps, 10, o.min_lr_ratio),
+                            betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
+    out = twin(batch["canvas"], batch["task_ids"], batch["mask"])
+    vision_loss(out, batch["target"], o.gate_entropy_weight, o.loop_penalty_weight, cfg.model.num_loops)[0].backward()
+    torch.nn.utils.clip_grad_norm_(twin.parameters(), 1.0)
+    opt.step()
+    assert all(torch.equal(a, b) for a, b in zip(t.model.parameters(), twin.parameters()))
