@@ -17,8 +17,9 @@ Needs a checkout of the official code, which this project does not ship:
    same clip and AdamW (as `VisionTrainer.train_step`). Compared after each step: the logits,
    every loop's logits (`return_intermediates`), the gate probabilities, the loss, every gradient,
    every weight after the step, and the argmax predictions; then evaluation mode on a held-out
-   batch. Exit 1 when a relative difference exceeds `--tol` (0: bit-identical) or a prediction
-   differs.
+   batch, also with its gate's dynamic exit (min loops 1, the threshold at the median gate after
+   the first loop, so that some samples exit early): logits and each sample's exit loop. Exit 1
+   when a relative difference exceeds `--tol` (0: bit-identical) or a prediction differs.
 2. Canvas: the official loader's `process_per_example` (its RNG replaced by one that returns the
    view ours drew, after checking that it asks for the same ranges) against `data.canvas.place`
    on random pairs: inputs, masks and targets must be equal.
@@ -59,7 +60,7 @@ from benchmarks.benchlib import (  # noqa: E402
     time_interleaved,
 )
 from hrm_deeploop.data.canvas import View, draw_view, place  # noqa: E402
-from hrm_deeploop.models.loopvit import LoopViT, load_official, official_key_map  # noqa: E402
+from hrm_deeploop.models.loopvit import ExitRule, LoopViT, load_official, official_key_map  # noqa: E402
 from hrm_deeploop.models.loopvit_config import NUM_COLORS, LoopViTConfig, flavour  # noqa: E402
 from hrm_deeploop.training.vision import vision_loss  # noqa: E402
 
@@ -238,6 +239,19 @@ def check_block(ref, cfg: LoopViTConfig, batches: list[dict], held_out: dict, lr
         out = ours(held_out["canvas"], held_out["task_ids"], held_out["mask"])
     row("eval", "logits", rel_diff(out.logits, logits.permute(0, 2, 3, 1)))
     row("eval", "argmax (mismatches)", float((out.logits.argmax(-1) != logits.argmax(1)).sum()))
+    # the gate's dynamic exit, as its forward runs it (min loops 1; the threshold: the median gate
+    # after the first loop, so that some samples exit early and some do not)
+    with torch.no_grad():
+        first = ours(held_out["canvas"], held_out["task_ids"], held_out["mask"], num_loops=1).gate_probs[:, 0]
+        thr = float(first.median())
+        theirs.min_loop_steps = 1
+        logits, meta = theirs(held_out["canvas"], held_out["task_ids"], attention_mask=held_out["mask"],
+                              dynamic_exit=True, gate_threshold=thr)
+        out = ours(held_out["canvas"], held_out["task_ids"], held_out["mask"],
+                   exit_rule=ExitRule("gate", min_loops=1, gate_threshold=thr))
+    row("exit", "logits (gate exit)", rel_diff(out.logits, logits.permute(0, 2, 3, 1)))
+    row("exit", "exit steps (mismatches)", float((out.exit_steps != meta.exit_steps).sum()))
+    row("exit", "(exit steps)", float(out.exit_steps.float().mean()))
     return rows
 
 

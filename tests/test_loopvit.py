@@ -211,3 +211,29 @@ def test_parameters_are_registered_in_the_official_order():
     assert block == ["self_attn.qkv.weight", "self_attn.qkv.bias", "self_attn.proj.weight", "self_attn.proj.bias",
                      "norm1.scale", "mlp.fc1.weight", "mlp.fc1.bias", "mlp.dwconv.weight", "mlp.dwconv.bias",
                      "mlp.fc2.weight", "mlp.fc2.bias", "norm2.scale"]
+
+
+def test_exit_rules_freeze_exited_samples_and_match_their_post_hoc_form():
+    from hrm_deeploop.models.loopvit import ExitRule, entropy_exit_steps
+
+    torch.manual_seed(0)
+    m = LoopViT(tiny()).eval()
+    canvas, tasks, mask = batch(m.cfg, B=4)
+    with torch.no_grad():
+        two = m(canvas, tasks, mask, num_loops=2).logits
+        full = m(canvas, tasks, mask, num_loops=5, intermediates=True)
+        for rule in (ExitRule("gate", min_loops=2, gate_threshold=0.0), ExitRule("threshold", min_loops=2, tau=99.0)):
+            out = m(canvas, tasks, mask, num_loops=5, exit_rule=rule)
+            assert out.exit_steps.tolist() == [2] * 4 and torch.equal(out.logits, two)
+            assert out.gate_probs.shape == (4, 2)  # the loop ended when every sample had exited
+        never = m(canvas, tasks, mask, num_loops=5, exit_rule=ExitRule("threshold", tau=0.0))
+        assert never.exit_steps.tolist() == [5] * 4 and torch.equal(never.logits, full.logits)
+        for rule in (ExitRule("plateau", pct=10.0), ExitRule("plateau"), ExitRule("plateau", pct=0.01, patience=1)):
+            out = m(canvas, tasks, mask, num_loops=5, exit_rule=rule)
+            steps = entropy_exit_steps(full.intermediates, rule)
+            assert torch.equal(out.exit_steps, steps)
+            for b, s in enumerate(steps.tolist()):  # the official picks the exit loop's logits afterwards
+                assert torch.equal(out.logits[b], full.intermediates[s - 1][b])
+        assert m(canvas, tasks, mask, num_loops=5, exit_rule=ExitRule("plateau", pct=10.0)).exit_steps.tolist() == [3] * 4
+    with pytest.raises(ValueError, match="exit gate"):
+        LoopViT(tiny(exit_gate=False))(canvas, tasks, mask, exit_rule=ExitRule("gate"))

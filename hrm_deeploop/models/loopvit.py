@@ -45,9 +45,79 @@ PREFIX = 1  # task tokens before the patches (the official num_task_tokens; only
 
 @dataclass
 class LoopViTOutput:
-    logits: Tensor  # (B, S, S, 12), the last loop's
-    gate_probs: Tensor | None  # (B, T) the exit gate after each loop; None without a gate
+    logits: Tensor  # (B, S, S, 12), the last loop's (with an exit rule: each sample's exit loop's)
+    gate_probs: Tensor | None  # (B, loops run) the exit gate after each loop; None without a gate
     intermediates: list[Tensor] | None  # each loop's logits (B, S, S, 12), with intermediates=True
+    exit_steps: Tensor | None = None  # (B,) the loop (1-based) each sample exited at, with an exit rule
+
+
+EXIT_KINDS = ("gate", "plateau", "threshold")
+
+
+@dataclass(frozen=True)
+class ExitRule:
+    """When a sample stops looping (inference). A stopped sample's state is frozen; the loop ends
+    when every sample of the batch has stopped (the only compute saved, as in the official code).
+
+    - gate: the official `dynamic_exit`: exit gate >= `gate_threshold` after loop t >= `min_loops`;
+    - plateau: the official evaluation's rule (as coded): the mean canvas entropy fell by less than
+      `pct` (relative) on `patience` consecutive loops; the official one computes every loop and
+      picks the exit loop's logits afterwards (`entropy_exit_steps`), this one stops;
+    - threshold: the paper's rule (as written): mean canvas entropy < `tau`, loop t >= `min_loops`.
+    """
+
+    kind: str = "gate"
+    min_loops: int = 1
+    gate_threshold: float = 0.6
+    pct: float = 0.05
+    patience: int = 2
+    tau: float = 0.05
+
+    def __post_init__(self) -> None:
+        assert self.kind in EXIT_KINDS, f"exit rule {self.kind!r}: one of {', '.join(EXIT_KINDS)}"
+
+
+def canvas_entropy(logits: Tensor) -> Tensor:
+    """(B, S, S, C) -> (B,): mean over every canvas pixel of -sum_c p ln p, in fp32 (the official
+    `compute_entropy`, background and ignored cells included)."""
+    x = logits.float()
+    return -(F.softmax(x, dim=-1) * F.log_softmax(x, dim=-1)).sum(-1).flatten(1).mean(1)
+
+
+class _EntropyExit:
+    """The per-sample state of the plateau / threshold rules over successive loops."""
+
+    def __init__(self, rule: ExitRule, batch: int, device: torch.device):
+        self.rule = rule
+        self.prev: Tensor | None = None
+        self.count = torch.zeros(batch, dtype=torch.long, device=device)
+
+    def __call__(self, t: int, logits: Tensor) -> Tensor:
+        """Whether each sample stops after loop t + 1 (not yet masked by the finished ones)."""
+        ent, r = canvas_entropy(logits), self.rule
+        if r.kind == "threshold":
+            return (ent < r.tau) & (t + 1 >= r.min_loops)
+        stop = torch.zeros_like(self.count, dtype=torch.bool)
+        if self.prev is not None:
+            flat = (self.prev - ent) / (self.prev + 1e-8) < r.pct
+            self.count = torch.where(flat, self.count + 1, torch.zeros_like(self.count))
+            stop = self.count >= r.patience
+        self.prev = ent
+        return stop
+
+
+def entropy_exit_steps(intermediates: list[Tensor], rule: ExitRule) -> Tensor:
+    """(B,) the 1-based loop each sample exits at under an entropy rule, from every loop's logits
+    (the official evaluation's post-hoc form; the last loop when the rule never fires)."""
+    check = _EntropyExit(rule, intermediates[0].shape[0], intermediates[0].device)
+    exit_at = torch.full((intermediates[0].shape[0],), len(intermediates), dtype=torch.long,
+                         device=intermediates[0].device)
+    done = torch.zeros_like(exit_at, dtype=torch.bool)
+    for t, logits in enumerate(intermediates):
+        now = check(t, logits) & ~done
+        exit_at = torch.where(now, t + 1, exit_at)
+        done |= now
+    return exit_at
 
 
 class ExitGate(nn.Module):
@@ -166,13 +236,21 @@ class LoopViT(nn.Module):
         return y.reshape(B, G * p, G * p, NUM_COLORS)
 
     def forward(self, canvas: Tensor, task_ids: Tensor, attention_mask: Tensor | None = None,
-                num_loops: int | None = None, intermediates: bool = False) -> LoopViTOutput:
+                num_loops: int | None = None, intermediates: bool = False,
+                exit_rule: ExitRule | None = None) -> LoopViTOutput:
         """num_loops: loops to run (default T; beyond T the last step embedding repeats, the
-        official identity extrapolation)."""
+        official identity extrapolation). exit_rule: stop samples early (`ExitRule`)."""
         z = self.embed(canvas, task_ids)
+        B = z.shape[0]
         pad = self.pad_mask(attention_mask) if attention_mask is not None else None
         rope = (self.rope_cos.to(z.dtype), self.rope_sin.to(z.dtype))
         steps = self.cfg.num_loops if num_loops is None else num_loops
+        if exit_rule is not None and exit_rule.kind == "gate" and self.gate is None:
+            raise ValueError("exit rule 'gate' needs the exit gate (model.exit_gate=true)")
+        entropy = _EntropyExit(exit_rule, B, z.device) if exit_rule is not None and exit_rule.kind != "gate" else None
+        finished = torch.zeros(B, dtype=torch.bool, device=z.device)
+        exit_steps = torch.full((B,), steps, dtype=torch.long, device=z.device)
+        cached = torch.zeros_like(z) if exit_rule is not None else None
         gates, inter = [], []
         for t in range(steps):
             if self.step_embed is not None:
@@ -183,8 +261,21 @@ class LoopViT(nn.Module):
                 inter.append(self.readout(z))
             if self.gate is not None:
                 gates.append(torch.sigmoid(self.gate(z[:, 0])))
+            if exit_rule is not None:  # the official freeze-on-exit: the exited keep their state
+                if entropy is None:
+                    now = (gates[-1] >= exit_rule.gate_threshold) & (t + 1 >= exit_rule.min_loops) & ~finished
+                else:
+                    now = entropy(t, inter[-1] if intermediates else self.readout(z)) & ~finished
+                if now.any():
+                    cached[now] = z[now]
+                    exit_steps[now] = t + 1
+                    finished = finished | now
+                z = torch.where(finished.view(B, 1, 1), cached, z)
+                if finished.all():
+                    break
         return LoopViTOutput(logits=self.readout(z), gate_probs=torch.stack(gates, dim=1) if gates else None,
-                             intermediates=inter if intermediates else None)
+                             intermediates=inter if intermediates else None,
+                             exit_steps=exit_steps if exit_rule is not None else None)
 
 
 def official_key_map(cfg: LoopViTConfig) -> dict[str, str | None]:
