@@ -237,3 +237,27 @@ def test_exit_rules_freeze_exited_samples_and_match_their_post_hoc_form():
         assert m(canvas, tasks, mask, num_loops=5, exit_rule=ExitRule("plateau", pct=10.0)).exit_steps.tolist() == [3] * 4
     with pytest.raises(ValueError, match="exit gate"):
         LoopViT(tiny(exit_gate=False))(canvas, tasks, mask, exit_rule=ExitRule("gate"))
+
+
+def test_the_compact_exit_drops_exited_samples_with_the_same_exits_and_logits():
+    from hrm_deeploop.models.loopvit import ExitRule, canvas_entropy
+
+    torch.manual_seed(0)
+    m = LoopViT(tiny()).eval()
+    canvas, tasks, mask = batch(m.cfg, B=6)
+    with torch.no_grad():
+        full = m(canvas, tasks, mask, num_loops=6, intermediates=True)
+        gate = float(full.gate_probs[:, 1].median())
+        ent = [canvas_entropy(x) for x in full.intermediates]
+        tau = float(ent[2].median())
+        rel = [(ent[t - 1] - ent[t]) / (ent[t - 1] + 1e-8) for t in (1, 2)]
+        pct = float(torch.maximum(*rel).median())  # about half the samples plateau by loop 3
+        for rule in (ExitRule("gate", min_loops=2, gate_threshold=gate), ExitRule("plateau", pct=pct),
+                     ExitRule("threshold", tau=tau)):
+            frozen = m(canvas, tasks, mask, num_loops=6, exit_rule=rule)
+            compact = m.forward_compact(canvas, tasks, mask, rule, num_loops=6)
+            assert torch.equal(compact.exit_steps, frozen.exit_steps)
+            assert 1 < len(set(compact.exit_steps.tolist()))  # some exit early, some later: rows really leave
+            torch.testing.assert_close(compact.logits, frozen.logits, rtol=1e-5, atol=1e-6)
+            seen = torch.arange(6)[None, :] < compact.exit_steps[:, None]  # gates recorded up to each exit
+            assert (~compact.gate_probs.isnan() == seen).all()

@@ -105,6 +105,11 @@ class _EntropyExit:
         self.prev = ent
         return stop
 
+    def keep(self, rows: Tensor) -> None:
+        """Keep the state of these rows only (`LoopViT.forward_compact` drops exited samples)."""
+        self.count = self.count[rows]
+        self.prev = self.prev[rows] if self.prev is not None else None
+
 
 def entropy_exit_steps(intermediates: list[Tensor], rule: ExitRule) -> Tensor:
     """(B,) the 1-based loop each sample exits at under an entropy rule, from every loop's logits
@@ -276,6 +281,47 @@ class LoopViT(nn.Module):
         return LoopViTOutput(logits=self.readout(z), gate_probs=torch.stack(gates, dim=1) if gates else None,
                              intermediates=inter if intermediates else None,
                              exit_steps=exit_steps if exit_rule is not None else None)
+
+    def forward_compact(self, canvas: Tensor, task_ids: Tensor, attention_mask: Tensor | None = None,
+                        exit_rule: ExitRule = ExitRule(), num_loops: int | None = None) -> LoopViTOutput:
+        """`forward` with an exit rule whose exited samples leave the batch: each sample costs only
+        its own loops (sum(exit_steps) block-stack passes instead of B x loops), with the same exits
+        and logits as the freezing form. Gate probabilities after a sample's exit are NaN."""
+        z = self.embed(canvas, task_ids)
+        B = z.shape[0]
+        pad = self.pad_mask(attention_mask) if attention_mask is not None else None
+        rope = (self.rope_cos.to(z.dtype), self.rope_sin.to(z.dtype))
+        steps = self.cfg.num_loops if num_loops is None else num_loops
+        if exit_rule.kind == "gate" and self.gate is None:
+            raise ValueError("exit rule 'gate' needs the exit gate (model.exit_gate=true)")
+        entropy = _EntropyExit(exit_rule, B, z.device) if exit_rule.kind != "gate" else None
+        active = torch.arange(B, device=z.device)  # the rows still looping
+        final = torch.empty_like(z)
+        exit_steps = torch.full((B,), steps, dtype=torch.long, device=z.device)
+        gates = torch.full((B, steps), float("nan"), device=z.device) if self.gate is not None else None
+        for t in range(steps):
+            if self.step_embed is not None:
+                z = z + self.step_embed.weight[min(t, self.cfg.num_loops - 1)].view(1, 1, -1)
+            for block in self.layers:
+                z = block(z, rope, pad)
+            g = torch.sigmoid(self.gate(z[:, 0])) if self.gate is not None else None
+            if gates is not None:
+                gates[active, t] = g.to(gates.dtype)
+            if entropy is None:
+                now = (g >= exit_rule.gate_threshold) & (t + 1 >= exit_rule.min_loops)
+            else:
+                now = entropy(t, self.readout(z))
+            done = now | (t == steps - 1)
+            final[active[done]] = z[done]
+            exit_steps[active[now]] = t + 1
+            keep = ~done
+            active, z = active[keep], z[keep]
+            pad = pad[keep] if pad is not None else None
+            if entropy is not None:
+                entropy.keep(keep)
+            if not len(active):
+                break
+        return LoopViTOutput(logits=self.readout(final), gate_probs=gates, intermediates=None, exit_steps=exit_steps)
 
 
 def official_key_map(cfg: LoopViTConfig) -> dict[str, str | None]:
