@@ -14,6 +14,9 @@ transformer that maps an input canvas to an output canvas (docs/loopvit.md).
   `training/vision.py`).
 - Readout: LayerNorm, drop the task token, Linear(D, 12 p^2) per patch, un-patchified to
   (B, S, S, 12) logits. `intermediates=True` also returns every loop's logits.
+- Exit rules at inference (`ExitRule`): the official gate's dynamic exit, its evaluation's entropy
+  plateau, the paper's entropy threshold; exited samples freeze (`forward`) or leave the batch
+  (`forward_compact`, which saves their compute).
 - Residual scaling: `scaling=` through `loopvit_config.loopvit_depth` (N = K * T): alpha / beta on the
   vanilla block, looped_eps's eps on the hybrid block.
 
