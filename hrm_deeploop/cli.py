@@ -53,6 +53,8 @@ COMMANDS: dict[str, Command] = {
                                 "generate_puzzles", "generate Sudoku / Maze puzzles into CSVs, offline"),
     "train": Command("hrm_deeploop.training.reasoner:run", "hrm_deeploop.training.config:TrainConfig", "train",
                      "train HRM, TRM or URM (baseline or DeepLoop) on a built puzzle dataset"),
+    "train-vit": Command("hrm_deeploop.training.vision:run", "hrm_deeploop.training.vision_config:TrainViTConfig",
+                         "train_vit", "train LoopViT (baseline or DeepLoop) on canvases of a built ARC dataset"),
     "evaluate": Command("eval.evaluate:run", "eval.evaluate_config:EvaluateConfig", "evaluate",
                         "predict with a checkpoint, then vote (ARC) or score (Sudoku, Maze, other tasks)"),
     "vote": Command("eval.arc.vote:run", "eval.arc.vote:VoteConfig", "vote",
@@ -86,6 +88,7 @@ GROUP_SCHEMAS: dict[tuple[str, str], str] = {
     ("model", "_schema_trm"): "hrm_deeploop.models.config:TRMConfig",
     ("model", "_schema_urm"): "hrm_deeploop.models.config:URMConfig",
     ("model", "_schema_gpt"): "hrm_deeploop.models.config:GPTConfig",
+    ("model", "_schema_loopvit"): "hrm_deeploop.models.loopvit_config:LoopViTConfig",
 }
 
 # Old spellings that the docs or users already use: rewritten (with a one-line notice) to the
@@ -279,6 +282,7 @@ def _known_keys(name: str) -> list[str]:
 # subcommand without each of these keys and checks the refusal names it, so this table cannot drift.
 REQUIRED: dict[str, tuple[str, ...]] = {
     "train": ("data_dir", "output_dir"),
+    "train-vit": ("data_dir", "output_dir"),
     "evaluate": ("checkpoint", "data_dir", "output_dir"),
     "eval-gpt": ("checkpoint",),
     "generate": ("checkpoint",),

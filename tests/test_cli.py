@@ -166,14 +166,18 @@ def test_yaml_files_hold_only_what_differs_from_the_dataclass():
     from hrm_deeploop.demo import DemoPreset
     from hrm_deeploop.models.config import MODEL_CONFIGS
     from hrm_deeploop.training.config import TrainConfig, TrainGPTConfig
+    from hrm_deeploop.training.vision_config import TrainViTConfig
 
     for f in (config_dir() / "experiment").glob("*.yaml"):
         values = yaml.safe_load(f.read_text())
         lm = "override /model: gpt" in f.read_text()
-        defaults = to_dict(OmegaConf.to_container(OmegaConf.structured(TrainGPTConfig if lm else TrainConfig)))
+        vit = "override /model: loopvit" in f.read_text()
+        command, schema = ("train-gpt", TrainGPTConfig) if lm else ("train-vit", TrainViTConfig) if vit \
+            else ("train", TrainConfig)
+        defaults = to_dict(OmegaConf.to_container(OmegaConf.structured(schema)))
         assert restated(values, defaults) == [], f.name
         # it composes, and its model section restates nothing of the model it composes
-        model = compose("train-gpt" if lm else "train", [f"experiment={f.stem}"]).model
+        model = compose(command, [f"experiment={f.stem}"]).model
         model_defaults = to_dict(MODEL_CONFIGS[model.name]())
         assert restated(values.get("model") or {}, model_defaults) == [], f.name
     preset_defaults = to_dict(OmegaConf.to_container(OmegaConf.structured(DemoPreset)))

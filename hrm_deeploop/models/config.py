@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 from hrm_deeploop.config import at_least, check, in_range, one_of, positive, typed
 from hrm_deeploop.errors import ConfigError
+from hrm_deeploop.models.loopvit_config import LoopViTConfig
 from hrm_deeploop.models.scaling import Depth, ScalingConfig, loop_depth, one_network_depth, two_module_depth
 
 COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
@@ -274,8 +275,9 @@ class GPTConfig:
 # The looped GPT's adaptive-exit criteria at inference (`models.gpt.ExitRule`; eval-gpt's and generate's `exit=`).
 EXIT_CRITERIA = ("kl", "hidden")
 
-MODEL_CONFIGS: dict[str, type] = {"hrm": HRMConfig, "trm": TRMConfig, "urm": URMConfig, "gpt": GPTConfig}
-ModelConfig = HRMConfig | TRMConfig | URMConfig | GPTConfig
+MODEL_CONFIGS: dict[str, type] = {"hrm": HRMConfig, "trm": TRMConfig, "urm": URMConfig, "gpt": GPTConfig,
+                                  "loopvit": LoopViTConfig}
+ModelConfig = HRMConfig | TRMConfig | URMConfig | GPTConfig | LoopViTConfig
 
 
 def model_config(cfg: Any) -> ModelConfig:

@@ -246,7 +246,7 @@ class TrainConfig(RunConfig):
         super().__post_init__()
         self.model = HRMConfig() if self.model is None else model_config(self.model)
         check(isinstance(self.model, REASONERS), "model.name", self.model.name,
-              "a reasoner (hrm, trm, urm); the looped GPT trains with train-gpt")
+              "a reasoner (hrm, trm, urm); the looped GPT trains with train-gpt, LoopViT with train-vit")
         model_depth(self.model, self.scaling)  # the depth convention fits the model (e.g. no per_module for TRM)
         self.check_fsdp(self.train)
         if self.train.fsdp:  # freezing the network would toggle requires_grad on sharded parameters

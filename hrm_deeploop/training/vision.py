@@ -1,0 +1,297 @@
+"""`hrm-deeploop train-vit`: LoopViT (model=loopvit) on canvases of a built ARC dataset (docs/loopvit.md).
+
+The model's part of the one training skeleton (`training.loop.fit`: run folder, resume, cadence,
+NaN guard, time budget, summary). Each step:
+
+1. the puzzle sampler (`data.puzzles.TrainSampler`: the same global batches as `train`) picks the
+   examples; each becomes a canvas view (`data.canvas`) with a random upscale and corner drawn from
+   `numpy.random.default_rng([seed, step, rank])`: a function of the step, so a resumed run draws
+   what the uninterrupted one drew and the sampler's position is the only data state;
+2. `vision_loss`: cross-entropy over the target's valid pixels (the output, its border; 10 is
+   ignored) averaged over the batch's pixels, plus the official gate regularisers
+   w_e * (-mean binary entropy of the exit gate over samples and loops) + w_p * mean(exit step / T)
+   (1 without dynamic exit: a constant, as in the official offline training);
+3. gradient-norm clipping (`optim.grad_clip`), AdamW at `lr_at(step)` (linear warm-up, cosine to
+   `optim.min_lr_ratio` x lr), the weight average when `train.ema`.
+
+Single process by default; under torchrun, DistributedDataParallel with rank-sharded batches.
+Evaluation: the test split at a fixed scale (`canvas.eval_scale`) and corner (1, 1), as the
+official validation: pixel accuracy over valid pixels and exact match per example.
+Checkpoints: model, optimiser, weight average, sampler position, step, RNG (the skeleton's).
+`init_from=PATH` starts from an official LoopViT `.pt` (its `model_state` through
+`models.loopvit.load_official`, the architecture from its saved arguments) or a train-vit checkpoint
+(its model config and weights), read by the one safe loader (`checkpoint.load`: no code from the
+file). A task table whose row count differs from the dataset's starts fresh, as the official
+test-time training does; the run's optimiser starts fresh.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from hrm_deeploop import checkpoint as ckpt
+from hrm_deeploop import runtime
+from hrm_deeploop.data.canvas import IGNORE, canvas_batch
+from hrm_deeploop.data.puzzles import TrainSampler, dataset_identity, num_sequential_batches, open_dataset
+from hrm_deeploop.errors import UserError
+from hrm_deeploop.models.loopvit import LoopViT, LoopViTOutput, load_official
+from hrm_deeploop.models.loopvit_config import NUM_COLORS, LoopViTConfig, official_config
+from hrm_deeploop.training.ema import EMA
+from hrm_deeploop.training.loop import Task, fit, run_config_dict
+from hrm_deeploop.training.optim import lr_at, set_lr
+from hrm_deeploop.training.runlog import check_finite
+from hrm_deeploop.training.vision_config import TrainViTConfig
+
+
+def gate_regularisers(gate_probs: torch.Tensor | None, exit_steps: torch.Tensor | None = None,
+                      num_loops: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """The official offline terms: -mean_{b,t} H(g_bt) (H the binary entropy, eps 1e-6 inside the
+    logs) and mean_b(exit_b / T) (exit_steps None: every sample ran T loops, so 1)."""
+    if gate_probs is None:
+        zero = torch.zeros(())
+        return zero, zero
+    eps = 1e-6
+    g = gate_probs  # (B, T)
+    entropy = -(g * torch.log(g + eps) + (1 - g) * torch.log(1 - g + eps))
+    steps = (exit_steps.float() / num_loops if exit_steps is not None
+             else torch.full((g.shape[0],), float(num_loops), device=g.device) / num_loops)
+    return -entropy.mean(), steps.mean()
+
+
+def vision_loss(out: LoopViTOutput, target: torch.Tensor, gate_entropy_weight: float, loop_penalty_weight: float,
+                num_loops: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Cross-entropy (ignore 10) over the batch's valid pixels + the weighted gate regularisers."""
+    ce = F.cross_entropy(out.logits.reshape(-1, NUM_COLORS), target.reshape(-1).long(), ignore_index=IGNORE)
+    neg_entropy, penalty = gate_regularisers(out.gate_probs, None, num_loops)
+    loss = ce
+    if gate_entropy_weight > 0:
+        loss = loss + gate_entropy_weight * neg_entropy
+    if loop_penalty_weight > 0:
+        loss = loss + loop_penalty_weight * penalty
+    return loss, {"ce": ce.detach(), "gate_entropy": -neg_entropy.detach()}
+
+
+def canvas_scores(logits: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(correct valid pixels, valid pixels, exactly right examples among those with valid pixels)."""
+    valid = target != IGNORE
+    right = (logits.argmax(-1) == target) & valid
+    labelled = valid.flatten(1).any(1)
+    exact = (right.flatten(1).sum(1) == valid.flatten(1).sum(1)) & labelled
+    return right.sum(), valid.sum(), exact.sum()
+
+
+def to_tensors(batch: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: torch.from_numpy(v).to(device, non_blocking=True) for k, v in batch.items()}
+
+
+class VisionTrainer(Task):
+    work_unit = "examples"
+
+    def __init__(self, cfg: TrainViTConfig, env: runtime.Env, train_split: Any, test_split: Any = None,
+                 start: dict[str, Any] | None = None):
+        self.cfg, self.env = cfg, env
+        self.train_split, self.test_split = train_split, test_split
+        self.total_steps = int(cfg.train.max_steps)
+        self.eval_every = cfg.eval.every
+        self.work_per_step = cfg.train.global_batch_size
+        self.name = "loopvit"
+        self.config = run_config_dict(cfg)
+        self.sampler = TrainSampler(train_split, cfg.train.global_batch_size, cfg.seed, env.rank, env.world_size)
+        torch.manual_seed(cfg.seed)  # the same init on every rank
+        self.model = LoopViT(cfg.model, cfg.scaling)
+        if start is not None:
+            start_weights(self.model, start, cfg.init_from)
+        self.model.to(env.device).train()
+        # without the entropy term nothing reaches the gate's weights: DDP must be told
+        gate_unused = cfg.model.exit_gate and cfg.optim.gate_entropy_weight == 0
+        self.ddp = runtime.wrap_ddp(self.model, env, unused_parameters=gate_unused)
+        o = cfg.optim
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=o.lr, betas=(o.beta1, o.beta2),
+                                           weight_decay=o.weight_decay)
+        self.ema = EMA(self.model, cfg.train.ema_rate) if cfg.train.ema else None
+        self.step = 0
+
+    def describe(self) -> str:
+        m = self.cfg.model
+        return (f"LoopViT ({m.block}, d {m.hidden_size}, K {m.num_blocks} x T {m.num_loops}) "
+                f"{self.model.num_params():,} parameters (task table excluded), scaling={self.cfg.scaling.scheme}, "
+                f"device={self.env.device}, world={self.env.world_size}, steps={self.total_steps}")
+
+    def next_batch(self, step: int) -> dict[str, torch.Tensor]:
+        """This rank's canvases for `step` (views from (seed, step, rank): module docstring)."""
+        idx, pids = self.sampler.next_global()
+        B, r = self.sampler.local_batch_size, self.env.rank
+        rng = np.random.default_rng([self.cfg.seed, step, r])
+        c = self.cfg.canvas
+        batch = canvas_batch(self.train_split, idx[r * B:(r + 1) * B], pids[r * B:(r + 1) * B],
+                             self.cfg.model.image_size, rng, c.resolution, c.translation)
+        return to_tensors(batch, self.env.device)
+
+    def train_step(self, step: int | None = None, tensors: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
+        """One optimiser step on the sampler's next batch (or on `tensors`: canvas, mask, target, task_ids)."""
+        self.step = self.step + 1 if step is None else step
+        t = self.next_batch(self.step) if tensors is None else tensors
+        o, m = self.cfg.optim, self.cfg.model
+        lr = lr_at(self.step, o.lr, o.warmup_steps, self.total_steps, o.min_lr_ratio)
+        set_lr(self.optimizer, lr)
+        out = self.ddp(t["canvas"], t["task_ids"], t["mask"])
+        loss, parts = vision_loss(out, t["target"], o.gate_entropy_weight, o.loop_penalty_weight, m.num_loops)
+        loss.backward()
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        if o.grad_clip > 0:
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, o.grad_clip)
+        else:
+            grad_norm = torch.stack(torch._foreach_norm([p.grad for p in params])).norm()
+        right, valid, exact = canvas_scores(out.logits.detach(), t["target"])
+        sums = torch.stack([loss.detach().double(), parts["ce"].double(), parts["gate_entropy"].double(),
+                            right.double(), valid.double(), exact.double()])
+        runtime.all_reduce_(sums)
+        loss_v, ce, ent, right_v, valid_v, exact_v = sums.tolist()
+        W, rows = self.env.world_size, t["canvas"].shape[0] * self.env.world_size
+        metrics = {"loss": loss_v / W, "ce": ce / W, "gate_entropy": ent / W, "grad_norm": float(grad_norm),
+                   "accuracy": right_v / max(valid_v, 1.0), "exact_accuracy": exact_v / rows, "lr": lr}
+        check_finite(self.step, loss=metrics["loss"], grad_norm=metrics["grad_norm"])
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.ema is not None:
+            self.ema.update(self.model)
+        return metrics
+
+    def progress(self, m: dict[str, float]) -> dict[str, str]:
+        return {"loss": f"{m['loss']:.4f}", "acc": f"{m['accuracy']:.3f}"}
+
+    def evaluate(self, step: int) -> dict[str, float] | None:
+        if self.test_split is None:
+            return None
+        with self.ema.applied(self.model) if self.ema is not None else contextlib.nullcontext():
+            em = evaluate(self.model, self.test_split, self.env, self.cfg.eval.global_batch_size or
+                          self.cfg.train.global_batch_size, self.cfg.canvas.eval_scale, self.cfg.eval.max_batches)
+        if em is None:
+            runtime.print0(f"step {step}: eval: the test split has no labelled examples; nothing to score")
+            return None
+        runtime.print0(f"step {step}: eval exact_accuracy={em['exact_accuracy']:.4f} accuracy={em['accuracy']:.4f} "
+                       f"over {int(em['count'])} examples")
+        return {f"eval/{k}": v for k, v in em.items()}
+
+    def summary(self, status: str, last_eval: dict[str, float] | None, train_loss: float | None) -> dict[str, Any]:
+        return {"params": self.model.num_params(), "model": "loopvit", "block": self.cfg.model.block,
+                "scaling": {"scheme": self.cfg.scaling.scheme, "p": self.cfg.scaling.p}}
+
+    def data_identity(self) -> dict[str, Any]:
+        return dataset_identity(self.cfg.data_dir)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), "ema": self.ema.state_dict() if self.ema is not None else None,
+                "optimizers": {"adamw": self.optimizer.state_dict()}, "sampler": self.sampler.state_dict()}
+
+    def load_state_dict(self, s: dict[str, Any], path: Path) -> None:
+        for key in ("model", "optimizers", "sampler"):
+            if key not in s:
+                raise UserError(f"checkpoint '{path}' has no '{key}' (not a train-vit train-state file)")
+        try:
+            self.model.load_state_dict(s["model"])
+            self.optimizer.load_state_dict(s["optimizers"]["adamw"])
+        except (RuntimeError, KeyError, ValueError) as e:
+            raise UserError(f"checkpoint '{path}' does not fit this LoopViT run: {str(e).splitlines()[0]}") from None
+        if self.ema is not None and s.get("ema") is not None:
+            self.ema.load_state_dict(s["ema"])
+        self.sampler.load_state_dict(s["sampler"])
+        self.step = int(s["step"])
+
+
+@torch.no_grad()
+def evaluate(model: LoopViT, split: Any, env: runtime.Env, global_batch_size: int, scale: int,
+             max_batches: int | None = None) -> dict[str, float] | None:
+    """Pixel accuracy and exact match on a split's canvases at `scale`, corner (1, 1); None when no
+    example has a label."""
+    if global_batch_size % env.world_size:
+        raise UserError(f"eval batch {global_batch_size} is not divisible by the world size {env.world_size}")
+    was = model.training
+    model.eval()
+    B = global_batch_size // env.world_size
+    pi, pids = np.asarray(split.puzzle_indices, np.int64), np.asarray(split.puzzle_identifiers, np.int64)
+    total, sums = int(split.num_examples), torch.zeros(4, dtype=torch.float64, device=env.device)
+    rng = np.random.default_rng(0)  # unused: no random view at evaluation
+    for k in range(num_sequential_batches(split, global_batch_size, max_batches)):
+        lo = min(k * global_batch_size + env.rank * B, total)
+        idx = np.arange(lo, min(lo + B, total, (k + 1) * global_batch_size), dtype=np.int64)
+        if not len(idx):
+            continue
+        puzzle = np.searchsorted(pi, idx, side="right") - 1
+        t = to_tensors(canvas_batch(split, idx, pids[puzzle], model.cfg.image_size, rng, resolution=False,
+                                    translation=False, fix_scale=scale), env.device)
+        out = model(t["canvas"], t["task_ids"], t["mask"])
+        right, valid, exact = canvas_scores(out.logits, t["target"])
+        labelled = (t["target"] != IGNORE).flatten(1).any(1).sum()
+        sums += torch.stack([right, valid, exact, labelled]).double()
+    runtime.all_reduce_(sums)
+    model.train(was)
+    right, valid, exact, count = sums.tolist()
+    if count == 0:
+        return None
+    return {"accuracy": right / max(valid, 1.0), "exact_accuracy": exact / count, "count": count}
+
+
+def read_start(path: str) -> tuple[LoopViTConfig, dict[str, Any]]:
+    """The model config and weights of `init_from`: an official LoopViT file ({model_state, config,
+    ...}) or a train-vit checkpoint ({model, config, ...}); {"official": bool, "weights": state}."""
+    from hrm_deeploop.config import typed
+
+    state = ckpt.load(path)
+    if "model_state" in state and isinstance(state.get("config"), dict):  # the official scripts' files
+        weights = {k.removeprefix("_orig_mod."): v for k, v in state["model_state"].items()}
+        rows = weights.get("task_token_embed.weight")
+        cfg = official_config(state["config"], num_tasks=int(rows.shape[0]) if rows is not None else 1)
+        return cfg, {"official": True, "weights": weights}
+    model = (state.get("config") or {}).get("model") if isinstance(state.get("config"), dict) else None
+    if "model" not in state or not isinstance(model, dict) or model.get("name") != "loopvit":
+        raise UserError(f"init_from '{path}' is neither an official LoopViT checkpoint nor a train-vit one")
+    return typed(model, LoopViTConfig, "init_from model."), {"official": False, "weights": state["model"]}
+
+
+def start_weights(model: LoopViT, start: dict[str, Any], path: str | None) -> None:
+    """Load `read_start`'s weights into `model`; a task table of another row count stays fresh."""
+    w = start["weights"]
+    try:
+        if start["official"]:
+            skipped = load_official(model, w, strict_tasks=False)
+        else:
+            table = w.get("task_embed.weight")
+            skipped = ["task_embed.weight"] if table is not None and table.shape != model.task_embed.weight.shape else []
+            model.load_state_dict({k: v for k, v in w.items() if k not in skipped}, strict=not skipped)
+    except (ValueError, RuntimeError) as e:
+        raise UserError(f"init_from '{path}' does not fit the model: {str(e).splitlines()[0]}") from None
+    runtime.print0(f"init_from: {path}" + ("; a fresh task table (its rows do not match the dataset's)" if skipped
+                                           else ""))
+
+
+def build(cfg: TrainViTConfig, env: runtime.Env) -> VisionTrainer:
+    """Open and check the data, size the task table to it, build the trainer (nothing written)."""
+    from dataclasses import replace
+
+    train_split = open_dataset(cfg.data_dir, "train")
+    meta = train_split.meta
+    if int(meta.seq_len) != 900 or int(meta.vocab_size) != 12:
+        raise UserError(f"data_dir '{cfg.data_dir}' is not an ARC grid dataset (seq_len {meta.seq_len}, vocab "
+                        f"{meta.vocab_size}; train-vit reads 30 x 30 grids built by build-arc)")
+    start = None
+    if cfg.init_from:  # the architecture is the checkpoint's
+        cfg.model, start = read_start(cfg.init_from)
+        cfg.model.depth(cfg.scaling)
+    cfg.model = replace(cfg.model, num_tasks=int(meta.num_puzzle_identifiers))
+    test_split = None
+    if (Path(cfg.data_dir) / "test").is_dir():
+        test_split = open_dataset(cfg.data_dir, "test")
+    return VisionTrainer(cfg, env, train_split, test_split, start)
+
+
+def run(cfg: TrainViTConfig) -> int:
+    fit(cfg, lambda env: build(cfg, env))
+    return 0
+

@@ -1,0 +1,151 @@
+"""`hrm-deeploop train-vit`: a few LoopViT steps on a tiny ARC-format dataset (seconds on CPU),
+the summary and metrics, bit-exact resume, the loss by hand, and the config's refusals."""
+
+import json
+
+import pytest
+import torch
+
+from hrm_deeploop.cli import compose, run_subcommand
+from hrm_deeploop.errors import ConfigError
+from hrm_deeploop.models.loopvit import LoopViTOutput
+from hrm_deeploop.training.vision import gate_regularisers, vision_loss
+from tests.hrm_helpers import make_dataset, read_metrics, use_stand_in
+
+BASE = ["experiment=loopvit_tiny_cpu", "train.progress=false", "train.global_batch_size=4", "optim.warmup_steps=2"]
+
+
+def train_vit(monkeypatch, data_dir, out_dir, *overrides) -> int:
+    use_stand_in(monkeypatch)
+    try:
+        return run_subcommand("train-vit", [*BASE, f"data_dir={data_dir}", f"output_dir={out_dir}", *overrides])
+    except SystemExit as e:
+        return int(e.code or 0)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return make_dataset(tmp_path_factory.mktemp("arc"), num_tasks=3, train_per_puzzle=3, test_per_puzzle=1, side=3)
+
+
+def test_a_few_steps_finish_with_metrics_and_an_evaluation(monkeypatch, data, tmp_path):
+    assert train_vit(monkeypatch, data, tmp_path / "run", "train.max_steps=4", "eval.every=2") == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["steps"] == 4 and summary["model"] == "loopvit"
+    rows = [r for r in read_metrics(tmp_path / "run") if "train/loss" in r]
+    assert len(rows) == 4 and all(0 < r["train/loss"] < 10 and 0 <= r["train/accuracy"] <= 1 for r in rows)
+    assert summary["last_eval"]["eval/count"] > 0
+
+
+def test_resume_is_bit_exact(monkeypatch, data, tmp_path):
+    from hrm_deeploop import checkpoint as ckpt
+
+    assert train_vit(monkeypatch, data, tmp_path / "straight", "train.max_steps=4", "checkpoint.every=2") == 0
+    assert train_vit(monkeypatch, data, tmp_path / "cut", "train.max_steps=4", "checkpoint.every=2",
+                     "train.stop_after=2") == 0
+    assert train_vit(monkeypatch, data, tmp_path / "cut", "train.max_steps=4", "checkpoint.every=2", "resume=true") == 0
+    a = ckpt.load(tmp_path / "straight" / "checkpoints" / "step_4.pt")["model"]
+    b = ckpt.load(tmp_path / "cut" / "checkpoints" / "step_4.pt")["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_loss_by_hand():
+    logits = torch.randn(2, 4, 4, 12)
+    target = torch.full((2, 4, 4), 10)
+    target[:, 1, 1:3] = torch.tensor([3, 11])
+    g = torch.tensor([[0.2, 0.7], [0.5, 0.9]])
+    loss, parts = vision_loss(LoopViTOutput(logits, g, None), target, 0.5, 0.25, num_loops=2)
+    valid = target != 10
+    ce = torch.nn.functional.cross_entropy(logits[valid], target[valid])
+    h = -(g * torch.log(g + 1e-6) + (1 - g) * torch.log(1 - g + 1e-6))
+    torch.testing.assert_close(loss, ce - 0.5 * h.mean() + 0.25 * 1.0)
+    torch.testing.assert_close(parts["gate_entropy"], h.mean())
+    neg, steps = gate_regularisers(g, torch.tensor([1, 2]), num_loops=2)
+    assert steps.item() == pytest.approx(0.75)
+
+
+def test_config_refusals():
+    with pytest.raises(ConfigError, match="model.name"):
+        compose("train-vit", ["model=urm_tiny"])
+    with pytest.raises(ConfigError, match="pre-norm"):
+        compose("train-vit", ["model=loopvit_tiny", "scaling=deeploop"])
+    cfg = compose("train-vit", ["model=loopvit_b6", "scaling=deeploop"])
+    assert cfg.model.block == "vanilla"
+
+
+def test_a_dataset_that_is_not_arc_grids_is_refused(monkeypatch, tmp_path):
+    small = make_dataset(tmp_path / "small", num_tasks=2, canvas=8)
+    assert train_vit(monkeypatch, small, tmp_path / "run", "train.max_steps=2") == 2
+
+
+def _official_file(path, block: str, num_tasks: int):
+    """An official-layout LoopViT file ({model_state, config, scaler_state}) of a tiny model."""
+    from hrm_deeploop.models.loopvit import LoopViT, official_key_map
+    from hrm_deeploop.models.loopvit_config import flavour
+
+    torch.manual_seed(3)
+    m = LoopViT(flavour("tiny", block=block, num_tasks=num_tasks))
+    ours = m.state_dict()
+    state = {"_orig_mod." + theirs: (m.rope_cos if theirs.endswith("cos") else m.rope_sin) if mine is None
+             else ours[mine] for theirs, mine in official_key_map(m.cfg).items()}
+    args = {"architecture": {"hybrid": "loop_vit1", "vanilla": "loop_vit"}[block], "embed_dim": 32, "num_heads": 2,
+            "mlp_dim": 48, "loop_core_depth": 2, "max_loop_steps": 3, "min_loop_steps": 3, "image_size": 16,
+            "patch_size": 2, "dropout": 0.0, "num_colors": 12, "num_task_tokens": 1, "disable_exit_gate": False,
+            "no_step_embedding": False, "save_path": "checkpoints/loop_vit_base.pt"}
+    torch.save({"model_state": state, "config": args, "scaler_state": {"scale": 65536.0}}, path)
+    return m
+
+
+@pytest.mark.parametrize("block", ["hybrid", "vanilla"])
+def test_init_from_an_official_checkpoint(monkeypatch, data, tmp_path, block):
+    from hrm_deeploop import runtime
+    from hrm_deeploop.training import vision
+
+    src = _official_file(tmp_path / "loop_vit_base.pt", block, num_tasks=400)
+    use_stand_in(monkeypatch)
+    cfg = compose("train-vit", [*BASE, f"data_dir={data}", f"output_dir={tmp_path / 'run'}",
+                                f"init_from={tmp_path / 'loop_vit_base.pt'}"])
+    trainer = vision.build(cfg, runtime.Env(rank=0, local_rank=0, world_size=1, device=torch.device("cpu")))
+    assert trainer.cfg.model.block == block and trainer.model.task_embed.weight.shape[0] != 400  # fresh table
+    got, want = trainer.model.state_dict(), src.state_dict()
+    assert all(torch.equal(got[k], want[k]) for k in want if k != "task_embed.weight")
+    assert train_vit(monkeypatch, data, tmp_path / "run", "train.max_steps=2",
+                     f"init_from={tmp_path / 'loop_vit_base.pt'}") == 0
+
+
+def test_init_from_refuses_a_file_that_would_run_code(monkeypatch, data, tmp_path):
+    import argparse
+
+    torch.save({"model_state": {}, "config": argparse.Namespace(architecture="loop_vit")}, tmp_path / "bad.pt")
+    assert train_vit(monkeypatch, data, tmp_path / "run", "train.max_steps=2", f"init_from={tmp_path / 'bad.pt'}") == 2
+
+
+def test_without_the_entropy_term_the_gate_gets_no_gradient_and_training_runs(monkeypatch, data, tmp_path):
+    assert train_vit(monkeypatch, data, tmp_path / "run", "train.max_steps=2", "optim.gate_entropy_weight=0") == 0
+    with pytest.raises(ConfigError, match="train.compile"):
+        compose("train-vit", ["train.compile=true"])
+
+
+def test_the_trainer_step_is_the_compared_step(monkeypatch, data, tmp_path):
+    """VisionTrainer.train_step = vision_loss, clip 1.0 and AdamW at the schedule's lr: the
+    composition compare_reference_loopvit.py checks against the official step, bit for bit."""
+    import copy
+
+    from hrm_deeploop import runtime
+    from hrm_deeploop.training import vision
+    from hrm_deeploop.training.optim import lr_at
+
+    use_stand_in(monkeypatch)
+    cfg = compose("train-vit", [*BASE, f"data_dir={data}", f"output_dir={tmp_path}", "train.max_steps=10"])
+    t = vision.build(cfg, runtime.Env(rank=0, local_rank=0, world_size=1, device=torch.device("cpu")))
+    twin = copy.deepcopy(t.model)
+    batch = t.next_batch(1)
+    t.train_step(1, tensors=batch)
+    o = cfg.optim
+    opt = torch.optim.AdamW(twin.parameters(), lr=lr_at(1, o.lr, o.warmup_steps, 10, o.min_lr_ratio),
+                            betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
+    out = twin(batch["canvas"], batch["task_ids"], batch["mask"])
+    vision_loss(out, batch["target"], o.gate_entropy_weight, o.loop_penalty_weight, cfg.model.num_loops)[0].backward()
+    torch.nn.utils.clip_grad_norm_(twin.parameters(), 1.0)
+    opt.step()
+    assert all(torch.equal(a, b) for a, b in zip(t.model.parameters(), twin.parameters()))
