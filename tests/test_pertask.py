@@ -134,3 +134,26 @@ def test_plan_pieces():
     b.record(total_s=30.0, train_s=18.0)
     assert b.share(4, now=60.0) == pytest.approx(9.0 / 2 - 0.2)
     assert plan.Budget(None, 1, 0.0).share(5, 1e9) == float("inf")
+
+
+def test_hostile_outputs_and_inputs_are_one_line_refusals(pretrained, tmp_path, capsys):
+    """A folder ttt did not write, a resume with other settings, the challenges' own folder, a
+    challenges file with no task or a repeated key: each refused in one line, exit 2, nothing written."""
+    root, chal = pretrained
+    stranger = tmp_path / "theirs"
+    stranger.mkdir()
+    (stranger / "notes.txt").write_text("keep me")
+    assert _ttt(root, chal, stranger, "time_budget=0") == 2
+    assert "not empty and not a ttt run" in capsys.readouterr().err and (stranger / "notes.txt").read_text() == "keep me"
+    assert _ttt(root, chal, tmp_path / "o", "time_budget=0") == 0
+    assert _ttt(root, chal, tmp_path / "o", "time_budget=0", "num_aug=3") == 2
+    assert "other num_aug" in capsys.readouterr().err
+    assert _ttt(root, chal, chal.parent, "time_budget=0") == 2  # would write beside (around) its own input
+    assert "contains the input" in capsys.readouterr().err
+    for bad in ("{}", '{"a": {"train": [], "test": [{"input": [[1]]}]}, "a": {}}', "[" * 100000):
+        f = tmp_path / "bad_challenges.json"
+        f.write_text(bad)
+        assert _ttt(root, f, tmp_path / "b", "time_budget=0") == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "bad_challenges.json" in err and "Traceback" not in err
+        assert not (tmp_path / "b").exists()

@@ -7,6 +7,7 @@ never recomputed."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import re
@@ -17,6 +18,10 @@ from arc_data.files.jsonio import parse_json, save_json
 from hrm_deeploop.errors import UserError
 
 RESULT = "result.json"
+PLAN = "ttt_plan.json"
+# the settings a task's result depends on: a rerun into the same folder must have the same
+IDENTITY = ("checkpoint", "challenges", "num_aug", "steps", "batch", "lr", "trains", "train_overrides",
+            "eval_overrides", "protocol", "seed")
 
 
 def load_challenges(path: str | os.PathLike) -> dict[str, dict]:
@@ -34,6 +39,26 @@ def load_challenges(path: str | os.PathLike) -> dict[str, dict]:
                 or not t["test"] or not all(isinstance(x, dict) and "input" in x for x in t["test"]):
             raise UserError(f"challenges={p}: task {tid}: needs 'train' and a non-empty 'test' list of inputs")
     return tasks
+
+
+def claim(out: Path, cfg) -> None:
+    """Make `out` this run's folder, or check that it is: a folder holding anything else than an
+    earlier run of the same set with the same settings (its `ttt_plan.json`) is refused in one line,
+    so a resume never mixes two sets of results and never writes into a stranger's folder."""
+    marker = out / PLAN
+    identity = {k: getattr(cfg, k) for k in IDENTITY}
+    identity["challenges_sha256"] = hashlib.sha256(Path(cfg.challenges).read_bytes()).hexdigest()
+    if marker.is_file():
+        before = parse_json(marker.read_bytes(), str(marker))
+        diff = sorted(k for k in identity if before.get(k) != identity[k])
+        if diff:
+            raise UserError(f"output_dir={out}: holds a ttt run with other {', '.join(diff)} ({PLAN}); rerun with its "
+                            "settings to resume it, or choose another folder")
+        return
+    if out.is_dir() and any(out.iterdir()):
+        raise UserError(f"output_dir={out}: not empty and not a ttt run (no {PLAN}): choose a new or empty folder")
+    out.mkdir(parents=True, exist_ok=True)
+    save_json(marker, identity)
 
 
 def shard(ids: list[str], index: int, count: int) -> list[str]:

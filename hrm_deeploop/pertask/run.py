@@ -19,6 +19,7 @@ from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 
+from arc_data.files.guard import check_output_dir
 from arc_data.files.jsonio import parse_json, save_json
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.pertask import plan, worker
@@ -33,9 +34,9 @@ def run(cfg: PerTaskConfig) -> int:
     if not cfg.challenges:
         raise UserError("challenges: required (an ARC challenges JSON file)")
     tasks = plan.load_challenges(cfg.challenges)
-    out = Path(cfg.output_dir)
+    out = check_output_dir(cfg.output_dir, [cfg.challenges, cfg.checkpoint, cfg.solutions or None])
     check_protocol(cfg, list(tasks))
-    out.mkdir(parents=True, exist_ok=True)
+    plan.claim(out, cfg)  # a folder of this very set only: resumed, never mixed with another
     if cfg.launcher == "submitit":
         return launch_submitit(cfg, tasks, out)
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
