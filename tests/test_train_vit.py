@@ -105,7 +105,7 @@ def test_init_from_an_official_checkpoint(monkeypatch, data, tmp_path, block):
     use_stand_in(monkeypatch)
     cfg = compose("train-vit", [*BASE, f"data_dir={data}", f"output_dir={tmp_path / 'run'}",
                                 f"init_from={tmp_path / 'loop_vit_base.pt'}"])
-    trainer = vision.build(cfg, runtime.Env(rank=0, local_rank=0, world_size=1, device=torch.device("cpu")))
+    trainer = vision.build(cfg, runtime.Env(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"), fused_kernel=False))
     assert trainer.cfg.model.block == block and trainer.model.task_embed.weight.shape[0] != 400  # fresh table
     got, want = trainer.model.state_dict(), src.state_dict()
     assert all(torch.equal(got[k], want[k]) for k in want if k != "task_embed.weight")
@@ -137,7 +137,7 @@ def test_the_trainer_step_is_the_compared_step(monkeypatch, data, tmp_path):
 
     use_stand_in(monkeypatch)
     cfg = compose("train-vit", [*BASE, f"data_dir={data}", f"output_dir={tmp_path}", "train.max_steps=10"])
-    t = vision.build(cfg, runtime.Env(rank=0, local_rank=0, world_size=1, device=torch.device("cpu")))
+    t = vision.build(cfg, runtime.Env(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"), fused_kernel=False))
     twin = copy.deepcopy(t.model)
     batch = t.next_batch(1)
     t.train_step(1, tensors=batch)
