@@ -149,3 +149,18 @@ def test_the_trainer_step_is_the_compared_step(monkeypatch, data, tmp_path):
     torch.nn.utils.clip_grad_norm_(twin.parameters(), 1.0)
     opt.step()
     assert all(torch.equal(a, b) for a, b in zip(t.model.parameters(), twin.parameters()))
+
+
+@pytest.mark.parametrize("poison", ["nan", "int8"])
+def test_init_from_refuses_poisoned_weights(monkeypatch, data, tmp_path, capsys, poison):
+    """NaN weights or int8 tensors in an official-layout file: one line naming the tensor, exit 2."""
+    _official_file(tmp_path / "ok.pt", "hybrid", num_tasks=4)
+    state = torch.load(tmp_path / "ok.pt", weights_only=True)
+    key = next(k for k, v in state["model_state"].items() if k.endswith(".weight") and v.dtype.is_floating_point)
+    w = state["model_state"][key]
+    state["model_state"][key] = w.clone().fill_(float("nan")) if poison == "nan" else w.to(torch.int8)
+    torch.save(state, tmp_path / "bad.pt")
+    assert train_vit(monkeypatch, data, tmp_path / "run", "train.max_steps=2", f"init_from={tmp_path / 'bad.pt'}") == 2
+    err = capsys.readouterr().err
+    assert key.removeprefix("_orig_mod.") in err and ("NaN" in err if poison == "nan" else "int8" in err)
+    assert not (tmp_path / "run" / "checkpoints").exists()

@@ -256,8 +256,19 @@ def read_start(path: str) -> tuple[LoopViTConfig, dict[str, Any]]:
 
 
 def start_weights(model: LoopViT, start: dict[str, Any], path: str | None) -> None:
-    """Load `read_start`'s weights into `model`; a task table of another row count stays fresh."""
+    """Load `read_start`'s weights into `model`; a task table of another row count stays fresh.
+    Every tensor is checked first, as `checkpoint.load_weights` checks the reasoners': a value that
+    is not a tensor, an integer tensor where a weight is, NaN or infinity: one line naming it."""
     w = start["weights"]
+    for key, t in w.items():
+        if not isinstance(t, torch.Tensor):
+            raise UserError(f"init_from '{path}': '{key}' is a {type(t).__name__}, not a tensor")
+        if not t.dtype.is_floating_point and key.rsplit(".", 1)[-1] in ("weight", "bias"):
+            raise UserError(f"init_from '{path}': tensor '{key}' holds {str(t.dtype).removeprefix('torch.')}, a "
+                            "floating-point weight is expected (loading would change its values)")
+        if t.dtype.is_floating_point and not bool(torch.isfinite(t).all()):
+            raise UserError(f"init_from '{path}': tensor '{key}' holds {int((~torch.isfinite(t)).sum()):,} NaN or "
+                            "infinite value(s)")
     try:
         if start["official"]:
             skipped = load_official(model, w, strict_tasks=False)
