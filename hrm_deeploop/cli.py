@@ -374,13 +374,30 @@ def describe(name: str, overrides: list[str]) -> str:
                       "override with key=value; ??? = required):", "", OmegaConf.to_yaml(cfg).rstrip()])
 
 
+# Overrides a subcommand derives from its own command line before composing: `train init_from=RUN`
+# inherits the pretraining run's optimiser, schedule and logger (training/inherit.py).
+PREPARE: dict[str, str] = {"train": "hrm_deeploop.training.inherit:inherit"}
+
+
+def prepare(name: str, overrides: list[str]) -> list[str]:
+    """The overrides with what PREPARE adds; the keys an `experiment=` sets count as given."""
+    if name not in PREPARE:
+        return overrides
+    preset: set[str] = set()
+    for o in overrides:
+        key, _, value = o.partition("=")
+        if key == "experiment" and value and (config_dir() / "experiment" / f"{value}.yaml").is_file():
+            preset |= _read_group_file("experiment", value)[1]
+    return resolve(PREPARE[name])(overrides, preset)
+
+
 def run_subcommand(name: str, overrides: list[str]) -> int:
     """Compose, convert, run. Returns the exit code (2 for user errors, 130 for Ctrl-C)."""
     try:
         if any(o in ("-h", "--help") for o in overrides):
             print(describe(name, [o for o in overrides if o not in ("-h", "--help")]))
             return 0
-        cfg = compose(name, overrides)
+        cfg = compose(name, prepare(name, overrides))
         return int(resolve(COMMANDS[name].target)(cfg) or 0)
     except (UserError, *_data_errors()) as e:
         close_progress_bars()

@@ -48,13 +48,17 @@ def test_demo_micro_end_to_end(tmp_path, capsys):
     assert (out / "arc_eval_baseline" / "report.html").exists()
     printed = capsys.readouterr().out
     assert "total wall time" in printed
-    # every step: its command first, one summary line at its end, its output in a log
+    # one console line per stage with its result; every step's command in commands.sh, its output in a log
+    stages = re.findall(r"^\[(\d)/9\] (.+?) \([\d.]+ s|^\[(\d)/9\] (.+?) \(\d+ min", printed, re.M)
+    assert [int(a or c) for a, _, c, _ in stages] == list(range(1, 10)), printed
+    assert re.search(r"^\[3/9\] train HRM on Sudoku 6x6 \(.*\): baseline s0: train loss [\d.]+; baseline s1: .*"
+                     r"deeploop s1: train loss [\d.]+ \[.* so far, about .* left\]$", printed, re.M), printed
+    assert re.search(r"^\[7/9\] evaluate and vote on ARC \(.*\): baseline: pass@1 [\d.]+%, pass@2 ", printed, re.M)
+    assert "this run has" in printed and "not compared" in printed  # micro sizes: no documented ranges
     titles = [t for t, _ in results["steps"]]
     assert len(titles) == 2 + 4 + 4 + 1 + 2 + 2 + 1 + 4 and len(set(titles)) == len(titles)
-    for title in titles:
-        assert f"=== {title}\n$ hrm-deeploop " in printed and re.search(rf"^done {re.escape(title)} in ", printed, re.M)
-    assert re.search(r"^done train HRM on Sudoku 6x6 \(deeploop, seed 1\) in [\d.]+ s: finished, 3 steps", printed, re.M)
-    assert re.search(r"^done evaluate HRM on ARC \(baseline\) in [\d.]+ s: pass@1 ", printed, re.M)
+    commands = (out / "logs" / "commands.sh").read_text()
+    assert all(f"# {t}\n" in commands for t in titles) and commands.count("hrm-deeploop ") == len(titles)
     assert len(list((out / "logs").glob("*.log"))) == len(titles)
     # refuses to overwrite
     assert main(["demo", f"output_dir={out}"]) == 2
@@ -100,14 +104,14 @@ def test_cpu_threads_follow_the_cpus_this_process_may_use(monkeypatch):
     (None, 2, 6, 1), (None, 2, 1, 2), (None, 4, 2, 2), (None, 1, 6, 1), ("2", 2, 6, 2), ("1", 2, 1, 1)])
 def test_demo_steps_share_the_cpus(monkeypatch, tmp_path, omp, cpus, group, threads):
     """A group of independent steps never runs more threads than CPUs, unless OMP_NUM_THREADS says so."""
-    from hrm_deeploop import demo
+    from hrm_deeploop import steps
 
     monkeypatch.setattr(runtime, "available_cpus", lambda: cpus)
     if omp is None:
         monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     else:
         monkeypatch.setenv("OMP_NUM_THREADS", omp)
-    pool = demo.Pool(tmp_path)
+    pool = steps.Pool(tmp_path)
     assert pool.threads(group) == threads
     if omp is None:
         assert min(group, cpus // threads) * threads <= cpus
