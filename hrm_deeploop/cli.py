@@ -321,10 +321,11 @@ _ABSENT = object()
 _GROUP_ORDER = ("model", "scaling", "experiment", "preset")
 
 
-def describe_groups(cfg: Any, picked: dict[str, str | None]) -> list[str]:
+def describe_groups(cfg: Any, picked: dict[str, str | None], models: tuple[type, ...] | None = None) -> list[str]:
     """`SUB --help`'s config-group lines: every choice on disk, the one in use starred; models
     grouped by the model they are (hrm, trm, urm, gpt), experiments likewise, listing only those
-    whose keys all exist in this command's config (train's paper setups, not train-gpt's)."""
+    whose keys all exist in this command's config (train's paper setups, not train-gpt's); with
+    `models` (the schema's MODELS), only the models of those configs (train offers no GPT)."""
     import textwrap
 
     from omegaconf import OmegaConf
@@ -341,11 +342,13 @@ def describe_groups(cfg: Any, picked: dict[str, str | None]) -> list[str]:
         if group in ("model", "experiment"):
             default_model = OmegaConf.select(cfg, "model.name") if group == "experiment" else None
             in_use = OmegaConf.select(cfg, "model.name")  # its family first: what this command trains
-            by: dict[str, list[str]] = {fam: [] for fam in sorted(MODEL_CONFIGS, key=lambda f: f != in_use)}
+            families = [f for f in MODEL_CONFIGS if models is None or MODEL_CONFIGS[f] in models]
+            by: dict[str, list[str]] = {fam: [] for fam in sorted(families, key=lambda f: f != in_use)}
             for n in names:
                 model, keys = _read_group_file(group, n)
-                if group == "model" or n == current or fits(keys):
-                    by.setdefault(model or default_model or "other", []).append(n)
+                family = model or default_model or "other"
+                if (group == "model" or n == current or fits(keys)) and (family in by or family == "other"):
+                    by.setdefault(family, []).append(n)
             parts = [f"{fam}: " + ", ".join(n + "*" * (n == current) for n in ns) for fam, ns in by.items() if ns]
         else:
             parts = [", ".join(n + "*" * (n == current) for n in names)]
@@ -358,20 +361,24 @@ def describe_groups(cfg: Any, picked: dict[str, str | None]) -> list[str]:
 
 def describe(name: str, overrides: list[str]) -> str:
     """`SUB --help`: the help line, the schema's docstring, the config groups' choices and the
-    composed settings as YAML (??? for a required key still unset)."""
+    composed settings as YAML, each key with its description (??? for a required key still unset)."""
     from omegaconf import OmegaConf
+
+    from hrm_deeploop.helptext import settings
 
     cmd = COMMANDS[name]
     cfg, picked = compose(name, overrides, convert=False, choices=True)  # shown as composed, even unfinished
-    groups = (["", "config groups (GROUP=NAME picks configs/GROUP/NAME.yaml; * = in use):", *describe_groups(cfg, picked)]
+    models = getattr(resolve(cmd.schema), "MODELS", None)
+    groups = (["", "config groups (GROUP=NAME picks configs/GROUP/NAME.yaml; * = in use):",
+               *describe_groups(cfg, picked, models)]
               if picked else [])
     for key in REQUIRED.get(name, ()):
-        if OmegaConf.select(cfg, key) is None:
+        if OmegaConf.select(cfg, key) in (None, ""):  # unset: None, or '' for a path (generate's checkpoint)
             OmegaConf.update(cfg, key, "???")
     doc = (resolve(cmd.schema).__doc__ or "").strip()
     return "\n".join([f"hrm-deeploop {name}: {cmd.help}", "", doc, *groups, "",
                       f"settings (defaults: {cmd.schema.replace(':', '.')}; configs/{cmd.config}.yaml; "
-                      "override with key=value; ??? = required):", "", OmegaConf.to_yaml(cfg).rstrip()])
+                      "override with key=value; ??? = required):", "", settings(cfg)])
 
 
 # Overrides a subcommand derives from its own command line before composing: `train init_from=RUN`

@@ -52,33 +52,33 @@ class DemoPreset:
     configs/preset/full.yaml holds what the full CPU comparison changes, configs/preset/gpu.yaml what
     the one-GPU flavour changes."""
 
-    name: str = "cpu"
+    name: str = "cpu"  # the preset's name (configs/preset/NAME.yaml); its documented ranges are keyed by it
     # Puzzles the tiny HRM learns within the budget (docs/results.md, "A reasoner that learns on a CPU").
     puzzle_task: str = "sudoku"  # sudoku | maze (generate-puzzles)
-    puzzle_size: int = 6
+    puzzle_size: int = 6  # side of the board
     puzzle_givens: int = 20  # Sudoku: exactly this many givens (16 of 36 cells to fill); 0 = minimal puzzles
     puzzle_min_path: int = 0  # Maze: shortest path >= this
-    puzzle_train: int = 1000
-    puzzle_test: int = 200
+    puzzle_train: int = 1000  # training puzzles
+    puzzle_test: int = 200  # held-out puzzles evaluated
     puzzle_num_aug: int = 3  # Sudoku: any; Maze: 0 or 7
-    puzzle_model: str = "hrm_tiny"
-    puzzle_steps: int = 1000
+    puzzle_model: str = "hrm_tiny"  # model= of the puzzle trainings
+    puzzle_steps: int = 1000  # training steps per run
     # training seeds per scheme (demo seed, seed + 1, ...): one run's DeepLoop figure moves by tens of
     # points between machines (docs/demo.md), so preset=full trains 3 and reports mean [min, max]
     puzzle_seeds: int = 1
-    puzzle_batch: int = 32
+    puzzle_batch: int = 32  # train.global_batch_size of the puzzle trainings
     puzzle_lr: float = 1e-3  # the baseline's best rate on this task (results.md section 4.2)
     # DeepLoop's own best rate there (it starts its residual branches small, so it wants a larger
     # one); set it equal to puzzle_lr for a shared-rate comparison, where DeepLoop trails far behind.
     puzzle_lr_deeploop: float = 2e-3
-    puzzle_warmup: int = 10
-    puzzle_overrides: list[str] = field(default_factory=list)
+    puzzle_warmup: int = 10  # optim.warmup_steps of the puzzle trainings
+    puzzle_overrides: list[str] = field(default_factory=list)  # more `train` overrides for the puzzle trainings
     puzzle_tta: int = 4  # augmented copies voted at evaluation (Maze: at most 7)
     puzzle_eval_segments: int = 8  # ACT segments at evaluation (the model trains with halt_max_steps)
     arc_max_side_train: int = 6  # training tasks whose grids all fit in this side
-    arc_max_side_eval: int = 8
-    arc_train_tasks: int = 16
-    arc_eval_tasks: int = 8
+    arc_max_side_eval: int = 8  # evaluation tasks (without arc_heldout_tasks) whose grids all fit in this side
+    arc_train_tasks: int = 16  # ARC-1 training tasks trained on
+    arc_eval_tasks: int = 8  # ARC-1 evaluation tasks evaluated (without arc_heldout_tasks)
     # When set: these ARC-1 *training* tasks are the evaluation tasks (their demonstration pairs are
     # trained on, their test inputs held out) instead of the first small evaluation tasks. The CPU
     # default: eight tasks whose output is a per-cell or local function of the input (colour maps,
@@ -86,23 +86,23 @@ class DemoPreset:
     # 1500 steps (docs/results.md section 4.7); rotations and flips need far longer.
     arc_heldout_tasks: list[str] = field(default_factory=lambda: [
         "0d3d703e", "b1948b0a", "c8f0f002", "d511f180", "f76d97a5", "25ff71a9", "a79310a0", "5582e5ca"])
-    num_aug: int = 8
-    hrm_model: str = "hrm_tiny"
-    hrm_steps: int = 20
-    hrm_batch: int = 8
-    hrm_lr: float = 1e-3
-    hrm_warmup: int = 5
-    hrm_overrides: list[str] = field(
+    num_aug: int = 8  # build-arc augmentations per ARC task
+    hrm_model: str = "hrm_tiny"  # model= of the ARC trainings
+    hrm_steps: int = 20  # ARC training steps per scheme
+    hrm_batch: int = 8  # train.global_batch_size of the ARC trainings
+    hrm_lr: float = 1e-3  # optim.lr of the ARC trainings
+    hrm_warmup: int = 5  # optim.warmup_steps of the ARC trainings
+    hrm_overrides: list[str] = field(  # more `train` overrides for the ARC trainings
         default_factory=lambda: ["model.num_h_layers=1", "model.num_l_layers=1", "model.halt_max_steps=2"])
-    gpt_model: str = "gpt_tiny"
-    gpt_rounds: list[int] = field(default_factory=lambda: [1, 3])
-    gpt_steps: int = 300
-    gpt_seq_len: int = 64
-    gpt_batch: int = 16
-    gpt_lr: float = 1e-3
-    gpt_overrides: list[str] = field(default_factory=list)
+    gpt_model: str = "gpt_tiny"  # model= of train-gpt
+    gpt_rounds: list[int] = field(default_factory=lambda: [1, 3])  # loop counts R trained, each with both schemes
+    gpt_steps: int = 300  # train-gpt steps per run
+    gpt_seq_len: int = 64  # context length
+    gpt_batch: int = 16  # sequences per step
+    gpt_lr: float = 1e-3  # optim.lr of train-gpt
+    gpt_overrides: list[str] = field(default_factory=list)  # more `train-gpt` overrides
     gpt_vocab_size: int = 320  # byte tokenizer (257 ids) padded; 50304 for gpt2
-    text_docs: int = 2000
+    text_docs: int = 2000  # documents of the generated corpus
     text_tokenizer: str = "bytes"  # bytes keeps the tiny model's head cheap on a CPU; gpt2 for real runs
     device: str = "auto"
 
@@ -133,12 +133,12 @@ class DemoConfig:
     scheme, about 15 minutes); preset=gpu: one GPU (not run yet)."""
 
     preset: DemoPreset = field(default_factory=DemoPreset)
-    output_dir: str = "demo_out"
-    overwrite: bool = False
-    seed: int = 0
-    skip_gpt: bool = False
-    skip_hrm: bool = False  # the ARC part
-    skip_puzzles: bool = False
+    output_dir: str = "demo_out"  # the report folder (every step's output inside)
+    overwrite: bool = False  # replace an earlier demo folder
+    seed: int = 0  # the data's seed and the first training seed
+    skip_gpt: bool = False  # leave out the looped-GPT part
+    skip_hrm: bool = False  # leave out the ARC part
+    skip_puzzles: bool = False  # leave out the puzzle part
 
     def __post_init__(self) -> None:
         at_least("seed", self.seed, 0)

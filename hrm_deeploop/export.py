@@ -38,7 +38,7 @@ class ExportConfig:
     output_dir: str | None = None  # the folder to write (model.safetensors, config.json, README.md, ...)
     ema: bool = True  # reasoners: export the weight average when the checkpoint holds one
     repo_id: str | None = None  # OWNER/NAME named in the model card's usage lines (default: a placeholder)
-    overwrite: bool = False
+    overwrite: bool = False  # replace an earlier export (a folder holding config.json)
 
 
 def _load(path: Path, ema: bool) -> tuple[Any, dict[str, Any], str, dict[str, Any]]:

@@ -55,11 +55,11 @@ class SubmititConfig:
     """`submitit.*`: one job per run (AutoExecutor parameters; slurm_* apply on SLURM only)."""
 
     cluster: str = "auto"  # auto (SLURM if sbatch exists, else local) | slurm | local | debug
-    timeout_min: int = 60
+    timeout_min: int = 60  # the job's time limit (minutes)
     nodes: int = 1  # nodes per run; > 1: multi-node torchrun with c10d rendezvous
-    gpus_per_node: int = 0
+    gpus_per_node: int = 0  # GPUs per node of each run
     cpus_per_task: int | None = None  # None: submitit's default
-    mem_gb: int | None = None
+    mem_gb: int | None = None  # memory per node (GB; None: the cluster's default)
     partition: str | None = None  # slurm_partition
     account: str | None = None  # slurm_account
     qos: str | None = None  # slurm_qos
@@ -87,10 +87,10 @@ class StudyConfig:
     'grid={scaling:[baseline,deeploop],optim.lr:[1e-3,3e-3]}' seeds=[0,1,2,3,4]"""
 
     trainer: str = "train"  # train (HRM, TRM, ...) | train-gpt
-    output_dir: str | None = "runs/study"
+    output_dir: str | None = "runs/study"  # the study folder: one run folder per cell and seed, the reports
     base: Any = None  # {key: value} every run gets (its command line); Any: Hydra replaces it whole
     grid: Any = None  # {key: [values]}; the cells are their product; Any: Hydra replaces it whole
-    seeds: list[int] = field(default_factory=lambda: [0])
+    seeds: list[int] = field(default_factory=lambda: [0])  # the repeats of every cell
     metric: list[str] | None = None  # summary.json paths, the first present is used; None: per trainer
     compare: str | None = None  # the grid key whose values are ranked; None: scaling if in grid, else the first key
     launcher: str = "local"  # local | submitit
