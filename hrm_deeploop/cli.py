@@ -57,6 +57,9 @@ COMMANDS: dict[str, Command] = {
                     "count-first voting and pass@K from a predictions.npz"),
     "score": Command("eval.arc.arcprize:run", "eval.arc.arcprize:ScoreConfig", "score",
                      "score a submission.json against a *_solutions.json by the ARC Prize rule"),
+    "make-challenges": Command("arc_data.arc.challenges:run", "arc_data.arc.challenges:ChallengesConfig",
+                               "make_challenges", "ARC tasks (a build-arc dataset or task files) as challenges.json + "
+                               "solutions.json"),
     "prepare-text": Command("hrm_deeploop.text.prepare:run", "hrm_deeploop.text.prepare:PrepareTextConfig",
                             "prepare_text", "tokenise text/JSONL/Parquet into GPT-2 token shards"),
     "train-gpt": Command("hrm_deeploop.training.lm:run", "hrm_deeploop.training.config:TrainGPTConfig", "train_gpt",
@@ -279,6 +282,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "eval-gpt": ("checkpoint",),
     "generate": ("checkpoint",),
     "export": ("checkpoint", "output_dir"),
+    "make-challenges": ("source", "output_dir"),
     "build-puzzles": ("source", "output_dir"),
     "generate-puzzles": ("output_dir",),
 }

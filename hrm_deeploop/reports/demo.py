@@ -47,8 +47,10 @@ def comparison_table(results: dict[str, Any]) -> str:
         lines += [f"HRM on {results['puzzle_task']}: exact accuracy on {one['num_examples']} held-out puzzles (%),",
                   f"after the trained {T} ACT segments and after {S} (deeper than trained), without and with a",
                   f"vote over 1 + {K} augmented copies (test-time augmentation); each scheme at its own learning",
-                  f"rate (docs/results.md section 4.2); {n} training seeds per scheme: mean [min, max]. The seeds'",
-                  "range is the spread to expect: one run moves within it on another machine (docs/demo.md)", "",
+                  *([f"rate (docs/results.md section 4.2); {n} training seeds per scheme: mean [min, max]. The seeds'",
+                     "range is the spread to expect: one run moves within it on another machine (docs/demo.md)"]
+                    if n > 1 else ["rate (docs/results.md section 4.2); one training seed per scheme: one draw, which",
+                                   "moves by tens of points with the seed and the machine (preset=full: three seeds)"]), "",
                   f"| scheme | lr | exact, {T} seg, per seed | exact, {T} seg | exact, {S} seg | token, {S} seg "
                   f"| exact, TTA vote | pass@2, TTA |", "|---|---|---|---|---|---|---|---|"]
         for scheme, r in results["puzzles"].items():
