@@ -130,7 +130,7 @@ class DemoPreset:
 class DemoConfig:
     """`hrm-deeploop demo`: the whole pipeline end to end on bundled data. preset=cpu (default): the
     tour, a few minutes of 2 CPU cores; preset=full: the comparison of docs/demo.md (three seeds per
-    scheme, about 15 minutes); preset=gpu: one GPU (not run yet)."""
+    scheme, 11-14 minutes measured under load); preset=gpu: one GPU (not run yet)."""
 
     preset: DemoPreset = field(default_factory=DemoPreset)
     output_dir: str = "demo_out"  # the report folder (every step's output inside)

@@ -44,7 +44,7 @@ TINY: dict[str, dict[str, str]] = {
 # Keys rewritten where a line sets them but never added: an ARC evaluation takes no `tta` (its test
 # split holds the augmented copies already).
 REWRITE_ONLY = {("evaluate", "tta")}
-SLOW = {"arc-data", "evaluation", "gpt"}  # workflows over ~20 s on the 2-core machine: `-m slow`
+SLOW = {"arc-data", "evaluation", "gpt", "make-challenges"}  # workflows over ~20 s on the 2-core machine: `-m slow`
 
 GROUPS = {"model", "scaling", "experiment", "preset", "launcher", "trainer", "kind"}
 PLACEHOLDER = re.compile(r"\.\.\.|\$|<|^\[?[A-Z][A-Z0-9_]*\]?$")
