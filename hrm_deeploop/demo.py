@@ -48,11 +48,12 @@ __all__ = ["DemoConfig", "DemoPreset", "puzzle_summary", "run", "write_arc_subse
 
 @dataclass
 class DemoPreset:
-    """Sizes for one demo flavour. The defaults are the CPU tour (preset=cpu: 2 cores, a few minutes);
-    configs/preset/full.yaml holds what the full CPU comparison changes, configs/preset/gpu.yaml what
-    the one-GPU flavour changes."""
+    """Sizes for one demo flavour. The defaults are the full CPU comparison (preset=full, 2 cores, the
+    figures of docs/demo.md; benchmarks/study_demo.py runs its puzzle part); configs/preset/cpu.yaml
+    holds what the tour (the default preset, a few minutes) changes, configs/preset/gpu.yaml what the
+    one-GPU flavour changes."""
 
-    name: str = "cpu"  # the preset's name (configs/preset/NAME.yaml); its documented ranges are keyed by it
+    name: str = "full"  # the preset's name (configs/preset/NAME.yaml); its documented ranges are keyed by it
     # Puzzles the tiny HRM learns within the budget (docs/results.md, "A reasoner that learns on a CPU").
     puzzle_task: str = "sudoku"  # sudoku | maze (generate-puzzles)
     puzzle_size: int = 6  # side of the board
@@ -64,8 +65,8 @@ class DemoPreset:
     puzzle_model: str = "hrm_tiny"  # model= of the puzzle trainings
     puzzle_steps: int = 1000  # training steps per run
     # training seeds per scheme (demo seed, seed + 1, ...): one run's DeepLoop figure moves by tens of
-    # points between machines (docs/demo.md), so preset=full trains 3 and reports mean [min, max]
-    puzzle_seeds: int = 1
+    # points between machines (docs/demo.md), so the table reports mean [min, max] (the tour: 1 seed)
+    puzzle_seeds: int = 3
     puzzle_batch: int = 32  # train.global_batch_size of the puzzle trainings
     puzzle_lr: float = 1e-3  # the baseline's best rate on this task (results.md section 4.2)
     # DeepLoop's own best rate there (it starts its residual branches small, so it wants a larger
@@ -73,7 +74,7 @@ class DemoPreset:
     puzzle_lr_deeploop: float = 2e-3
     puzzle_warmup: int = 10  # optim.warmup_steps of the puzzle trainings
     puzzle_overrides: list[str] = field(default_factory=list)  # more `train` overrides for the puzzle trainings
-    puzzle_tta: int = 4  # augmented copies voted at evaluation (Maze: at most 7)
+    puzzle_tta: int = 8  # augmented copies voted at evaluation (Maze: at most 7)
     puzzle_eval_segments: int = 8  # ACT segments at evaluation (the model trains with halt_max_steps)
     arc_max_side_train: int = 6  # training tasks whose grids all fit in this side
     arc_max_side_eval: int = 8  # evaluation tasks (without arc_heldout_tasks) whose grids all fit in this side
@@ -88,7 +89,7 @@ class DemoPreset:
         "0d3d703e", "b1948b0a", "c8f0f002", "d511f180", "f76d97a5", "25ff71a9", "a79310a0", "5582e5ca"])
     num_aug: int = 8  # build-arc augmentations per ARC task
     hrm_model: str = "hrm_tiny"  # model= of the ARC trainings
-    hrm_steps: int = 20  # ARC training steps per scheme
+    hrm_steps: int = 100  # ARC training steps per scheme
     hrm_batch: int = 8  # train.global_batch_size of the ARC trainings
     hrm_lr: float = 1e-3  # optim.lr of the ARC trainings
     hrm_warmup: int = 5  # optim.warmup_steps of the ARC trainings
@@ -96,7 +97,7 @@ class DemoPreset:
         default_factory=lambda: ["model.num_h_layers=1", "model.num_l_layers=1", "model.halt_max_steps=2"])
     gpt_model: str = "gpt_tiny"  # model= of train-gpt
     gpt_rounds: list[int] = field(default_factory=lambda: [1, 3])  # loop counts R trained, each with both schemes
-    gpt_steps: int = 300  # train-gpt steps per run
+    gpt_steps: int = 600  # train-gpt steps per run
     gpt_seq_len: int = 64  # context length
     gpt_batch: int = 16  # sequences per step
     gpt_lr: float = 1e-3  # optim.lr of train-gpt
@@ -261,6 +262,7 @@ def run(c: DemoConfig) -> int:
           flush=True)
     pool.run_plan(stages)
     results = collect(c, out)
+    results["threads_set"] = pool.user_threads
     results["wall_seconds"] = time.time() - t0
     results["steps"] = pool.steps
     table = comparison_table(results)

@@ -150,20 +150,25 @@ def _results(b_exact: float, d_exact: float, tta: float, r1: tuple[float, float]
 
 
 def test_figures_beside_ranges_flag_the_outside_and_check_what_holds():
-    from hrm_deeploop.demo import DemoPreset
+    import dataclasses
+
+    from hrm_deeploop.cli import compose
     from hrm_deeploop.reports.demo import beside_ranges
 
-    lines, outside = beside_ranges(_results(80.0, 30.0, 97.0, (0.95, 1.70)), DemoPreset())
+    tour = compose("demo", []).preset  # preset=cpu, the default
+    assert tour.name == "cpu" and tour.puzzle_seeds == 1 and compose("demo", ["preset=full"]).preset.puzzle_seeds == 3
+
+    lines, outside = beside_ranges(_results(80.0, 30.0, 97.0, (0.95, 1.70)), tour)
     text = "\n".join(lines)
     assert outside == 0 and "OUTSIDE" not in text and "DOES NOT HOLD" not in text, text
     assert "sudoku.baseline.exact_trained_depth: 80.0  [documented 75.5 - 83.0]" in text
-    lines, outside = beside_ranges(_results(90.0, 30.0, 50.0, (1.20, 1.10)), DemoPreset())
+    lines, outside = beside_ranges(_results(90.0, 30.0, 50.0, (1.20, 1.10)), tour)
     text = "\n".join(lines)
     # baseline exact 90 (4 and 8 seg) and vote 50 are outside, as are both GPT losses
     assert outside == 5 and text.count("OUTSIDE (1 of 1)") == 5, text
     assert "the vote solves at least as many puzzles as one pass: 1 of 2 run(s)  DOES NOT HOLD here" in text
     assert "DeepLoop loss above the baseline's: 0 of 1 loop count(s)  DOES NOT HOLD here" in text
-    lines, outside = beside_ranges(_results(80.0, 30.0, 97.0, (0.95, 1.70)), DemoPreset(puzzle_steps=500))
+    lines, outside = beside_ranges(_results(80.0, 30.0, 97.0, (0.95, 1.70)), dataclasses.replace(tour, puzzle_steps=500))
     assert outside == 0 and "preset.puzzle_steps=1000, this run has 500" in lines[0] and "not compared" in lines[0]
 
 
