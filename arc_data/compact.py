@@ -12,7 +12,7 @@ is called with one fixed set of dtypes, so each compiles once per machine.
 
 from __future__ import annotations
 
-from numba import njit
+from arc_data.jit import njit
 
 from arc_data.format import COLOUR_OFFSET, EOS, MAX_SIDE
 

@@ -24,16 +24,16 @@ class GenerateConfig:
 
     checkpoint: str = ""  # step_N.pt or a run folder (latest checkpoint)
     prompt: str = ""  # empty: start from the end-of-text token
-    max_new_tokens: int = 64
+    max_new_tokens: int = 64  # tokens to sample after the prompt
     temperature: float = 0.8  # 0 = greedy
-    top_k: int | None = None
-    top_p: float | None = None
-    seed: int = 0
+    top_k: int | None = None  # sample among the k likeliest tokens only (null: all)
+    top_p: float | None = None  # nucleus sampling: the smallest set of tokens with this much probability (null: all)
+    seed: int = 0  # the sampler's seed
     num_rounds: int | None = None  # R at inference (default: as trained); alpha/beta stay as trained
     cache: str = "rounds"  # rounds: one KV slot per (block, round), exact | shared: one per block | none
     exit: str = "none"  # adaptive exit: none | kl | hidden
-    exit_threshold: float = 1e-3
-    stop_at_eot: bool = True
+    exit_threshold: float = 1e-3  # adaptive exit: stop looping a token once the criterion falls below this
+    stop_at_eot: bool = True  # stop at the end-of-text token
     device: str = "auto"
 
     def __post_init__(self) -> None:

@@ -61,6 +61,9 @@ COMMANDS: dict[str, Command] = {
                     "count-first voting and pass@K from a predictions.npz"),
     "score": Command("eval.arc.arcprize:run", "eval.arc.arcprize:ScoreConfig", "score",
                      "score a submission.json against a *_solutions.json by the ARC Prize rule"),
+    "make-challenges": Command("arc_data.arc.challenges:run", "arc_data.arc.challenges:ChallengesConfig",
+                               "make_challenges", "ARC tasks (a build-arc dataset or task files) as challenges.json + "
+                               "solutions.json"),
     "prepare-text": Command("hrm_deeploop.text.prepare:run", "hrm_deeploop.text.prepare:PrepareTextConfig",
                             "prepare_text", "tokenise text/JSONL/Parquet into GPT-2 token shards"),
     "train-gpt": Command("hrm_deeploop.training.lm:run", "hrm_deeploop.training.config:TrainGPTConfig", "train_gpt",
@@ -287,6 +290,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "eval-gpt": ("checkpoint",),
     "generate": ("checkpoint",),
     "export": ("checkpoint", "output_dir"),
+    "make-challenges": ("source", "output_dir"),
     "build-puzzles": ("source", "output_dir"),
     "generate-puzzles": ("output_dir",),
     "generate-arc": ("output_dir",),
@@ -331,10 +335,11 @@ _ABSENT = object()
 _GROUP_ORDER = ("model", "scaling", "experiment", "preset")
 
 
-def describe_groups(cfg: Any, picked: dict[str, str | None]) -> list[str]:
+def describe_groups(cfg: Any, picked: dict[str, str | None], models: tuple[type, ...] | None = None) -> list[str]:
     """`SUB --help`'s config-group lines: every choice on disk, the one in use starred; models
     grouped by the model they are (hrm, trm, urm, gpt), experiments likewise, listing only those
-    whose keys all exist in this command's config (train's paper setups, not train-gpt's)."""
+    whose keys all exist in this command's config (train's paper setups, not train-gpt's); with
+    `models` (the schema's MODELS), only the models of those configs (train offers no GPT)."""
     import textwrap
 
     from omegaconf import OmegaConf
@@ -351,11 +356,13 @@ def describe_groups(cfg: Any, picked: dict[str, str | None]) -> list[str]:
         if group in ("model", "experiment"):
             default_model = OmegaConf.select(cfg, "model.name") if group == "experiment" else None
             in_use = OmegaConf.select(cfg, "model.name")  # its family first: what this command trains
-            by: dict[str, list[str]] = {fam: [] for fam in sorted(MODEL_CONFIGS, key=lambda f: f != in_use)}
+            families = [f for f in MODEL_CONFIGS if models is None or MODEL_CONFIGS[f] in models]
+            by: dict[str, list[str]] = {fam: [] for fam in sorted(families, key=lambda f: f != in_use)}
             for n in names:
                 model, keys = _read_group_file(group, n)
-                if group == "model" or n == current or fits(keys):
-                    by.setdefault(model or default_model or "other", []).append(n)
+                family = model or default_model or "other"
+                if (group == "model" or n == current or fits(keys)) and (family in by or family == "other"):
+                    by.setdefault(family, []).append(n)
             parts = [f"{fam}: " + ", ".join(n + "*" * (n == current) for n in ns) for fam, ns in by.items() if ns]
         else:
             parts = [", ".join(n + "*" * (n == current) for n in names)]
@@ -368,20 +375,41 @@ def describe_groups(cfg: Any, picked: dict[str, str | None]) -> list[str]:
 
 def describe(name: str, overrides: list[str]) -> str:
     """`SUB --help`: the help line, the schema's docstring, the config groups' choices and the
-    composed settings as YAML (??? for a required key still unset)."""
+    composed settings as YAML, each key with its description (??? for a required key still unset)."""
     from omegaconf import OmegaConf
+
+    from hrm_deeploop.helptext import settings
 
     cmd = COMMANDS[name]
     cfg, picked = compose(name, overrides, convert=False, choices=True)  # shown as composed, even unfinished
-    groups = (["", "config groups (GROUP=NAME picks configs/GROUP/NAME.yaml; * = in use):", *describe_groups(cfg, picked)]
+    models = getattr(resolve(cmd.schema), "MODELS", None)
+    groups = (["", "config groups (GROUP=NAME picks configs/GROUP/NAME.yaml; * = in use):",
+               *describe_groups(cfg, picked, models)]
               if picked else [])
     for key in REQUIRED.get(name, ()):
-        if OmegaConf.select(cfg, key) is None:
+        if OmegaConf.select(cfg, key) in (None, ""):  # unset: None, or '' for a path (generate's checkpoint)
             OmegaConf.update(cfg, key, "???")
     doc = (resolve(cmd.schema).__doc__ or "").strip()
     return "\n".join([f"hrm-deeploop {name}: {cmd.help}", "", doc, *groups, "",
                       f"settings (defaults: {cmd.schema.replace(':', '.')}; configs/{cmd.config}.yaml; "
-                      "override with key=value; ??? = required):", "", OmegaConf.to_yaml(cfg).rstrip()])
+                      "override with key=value; ??? = required):", "", settings(cfg)])
+
+
+# Overrides a subcommand derives from its own command line before composing: `train init_from=RUN`
+# inherits the pretraining run's optimiser, schedule and logger (training/inherit.py).
+PREPARE: dict[str, str] = {"train": "hrm_deeploop.training.inherit:inherit"}
+
+
+def prepare(name: str, overrides: list[str]) -> list[str]:
+    """The overrides with what PREPARE adds; the keys an `experiment=` sets count as given."""
+    if name not in PREPARE:
+        return overrides
+    preset: set[str] = set()
+    for o in overrides:
+        key, _, value = o.partition("=")
+        if key == "experiment" and value and (config_dir() / "experiment" / f"{value}.yaml").is_file():
+            preset |= _read_group_file("experiment", value)[1]
+    return resolve(PREPARE[name])(overrides, preset)
 
 
 def run_subcommand(name: str, overrides: list[str]) -> int:
@@ -390,7 +418,7 @@ def run_subcommand(name: str, overrides: list[str]) -> int:
         if any(o in ("-h", "--help") for o in overrides):
             print(describe(name, [o for o in overrides if o not in ("-h", "--help")]))
             return 0
-        cfg = compose(name, overrides)
+        cfg = compose(name, prepare(name, overrides))
         return int(resolve(COMMANDS[name].target)(cfg) or 0)
     except (UserError, *_data_errors()) as e:
         close_progress_bars()

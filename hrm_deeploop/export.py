@@ -9,18 +9,26 @@ The folder (`hub` module: its format and reader):
   `config`;
 - `tokenizer_config.json` (looped GPT: the tokenizer id, its vocabulary size and end-of-text id) or
   `dataset.json` + `identifiers.json` (reasoners: the training split's metadata and puzzle names,
-  copied from `data_dir` when it is readable here);
-- `README.md`: a model card (Hub front matter; model, data, training config, the figures of the
-  run's summary.json, the command that reproduces the run, how to use and upload it).
+  copied from the run's dataset, found as `_dataset_metadata` says, or an error);
+- `README.md`: a model card (Hub front matter; what the model is, its data, the figures of the
+  run's summary.json, how to use and upload it; the settings and the command that reproduces the
+  run folded below).
 
-`checkpoint=FOLDER` (or `hf://OWNER/NAME` once uploaded) loads it back wherever a checkpoint is
-taken, with bit-identical outputs. The folder is written beside the target and renamed into place;
-overwrite=true replaces only a folder that holds a `config.json` (an earlier export).
+Reproducible bytes: nothing written depends on where or when export runs (no path of the
+exporting shell, no time), so two exports of one run are byte-identical and the Hub sees no new
+revision; files are 0644 (under the usual umask), not the private modes of temporary files.
+`checkpoint=FOLDER` (or `hf://OWNER/NAME` once uploaded; offline, `HRM_DEEPLOOP_HUB_DIR`, see
+`hub`) loads it back wherever a checkpoint is taken, with bit-identical outputs. The folder is
+written beside the target and renamed into place; overwrite=true replaces only a folder that holds
+a `config.json` (an earlier export).
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +46,8 @@ class ExportConfig:
     output_dir: str | None = None  # the folder to write (model.safetensors, config.json, README.md, ...)
     ema: bool = True  # reasoners: export the weight average when the checkpoint holds one
     repo_id: str | None = None  # OWNER/NAME named in the model card's usage lines (default: a placeholder)
-    overwrite: bool = False
+    data_dir: str | None = None  # reasoners: the training dataset, when the run's own data_dir is not found from here
+    overwrite: bool = False  # replace an earlier export (a folder holding config.json)
 
 
 def _load(path: Path, ema: bool) -> tuple[Any, dict[str, Any], str, dict[str, Any]]:
@@ -78,35 +87,59 @@ def reproduce_command(config: dict[str, Any]) -> str:
                                                               for p in parts)
 
 
-def _card(meta: dict[str, Any], summary: dict[str, Any], files: list[str], repo_id: str, source: str) -> str:
+def _card(meta: dict[str, Any], summary: dict[str, Any], files: list[str], repo_id: str, dataset: dict[str, Any]
+          ) -> str:
+    """The model card: what the model is, its data, its measured figures and how to use it first;
+    the settings (model, scaling, training config) and the reproducing command folded below."""
     import yaml
 
     model, scaling, config = meta["model"], meta["scaling"], meta["config"]
     gpt = model["name"] == "gpt"
-    data = (config.get("data") or {}) if gpt else {"data_dir": config.get("data_dir")}
+    scheme = scaling.get("scheme")
+    params = summary.get("params")
+    what = (f"A looped GPT language model (R = {model.get('num_rounds')} rounds of {model.get('num_layers')} "
+            f"layers, width {model.get('hidden_size')})" if gpt else
+            f"A {model['name'].upper()} reasoner (width {model.get('hidden_size')}, up to "
+            f"{model.get('halt_max_steps')} ACT segments)")
+    what += (f", {params:,} parameters" if isinstance(params, int) else "") + f", with {scheme} residual scaling, " \
+        f"trained for {meta['step']} steps; weights: {meta['weights']}" + (
+            " (the weight average)" if meta["weights"] == "ema" else "") + "."
+    if gpt:
+        data = config.get("data") or {}
+        data_lines = [f"Token shards `{data.get('train')}` (validation `{data.get('val')}`), tokenizer "
+                      f"`{data.get('tokenizer_id')}` (`tokenizer_config.json`)."]
+    else:
+        keys = ("task", "vocab_size", "seq_len", "num_puzzle_identifiers", "total_groups")
+        shown = {k: dataset[k] for k in keys if k in dataset}
+        data_lines = [f"The dataset `{Path(str(config.get('data_dir') or '?')).name}` as the training command named it "
+                      "(its training split's `dataset.json` and its `identifiers.json` are in this folder, "
+                      "so `evaluate` can check a dataset against the model):", "",
+                      *(f"- {k}: {v}" for k, v in shown.items())]
     figures = {k: summary[k] for k in ("status", "steps", "final_train_loss", "final_val_loss", "last_eval",
-                                       "wall_time_s", "params", "unigram_entropy") if summary.get(k) is not None}
+                                       "wall_time_s", "unigram_entropy") if summary.get(k) is not None}
     use = (f"hrm-deeploop eval-gpt checkpoint=hf://{repo_id} data=VAL_SHARDS output_dir=OUT\n"
            f"hrm-deeploop generate checkpoint=hf://{repo_id} prompt='...'" if gpt else
            f"hrm-deeploop evaluate checkpoint=hf://{repo_id} data_dir=DATASET output_dir=OUT")
     front = {"library_name": "hrm-deeploop", "license": "apache-2.0",
-             "tags": ["hrm-deeploop", model["name"], f"scaling-{scaling.get('scheme')}"]}
+             "tags": ["hrm-deeploop", model["name"], f"scaling-{scheme}"]}
     return "\n".join([
         "---", yaml.safe_dump(front, sort_keys=False).strip(), "---", "",
-        f"# {model['name'].upper()} ({scaling.get('scheme')} scaling), step {meta['step']}", "",
-        f"Exported by `hrm-deeploop export` ({meta['code_version']}) from `{source}`; weights: {meta['weights']}"
-        + (" (the weight average)" if meta["weights"] == "ema" else "") + ".", "",
-        "## Files", "", *[f"- `{f}`" for f in files], "",
-        "## Model", "", "```yaml", yaml.safe_dump({"model": model, "scaling": scaling}, sort_keys=False).strip(),
-        "```", "",
-        "## Data", "", "```yaml", yaml.safe_dump(data, sort_keys=False).strip(), "```", "",
-        "## Figures measured (the run's summary.json)", "",
+        f"# {model['name'].upper()} ({scheme} scaling), step {meta['step']}", "", what, "",
+        "## Data", "", *data_lines, "",
+        "## Measured (the run's summary.json)", "",
         *(["```json", json.dumps(figures, indent=2), "```"] if figures else
           ["No summary.json was found beside the checkpoint."]), "",
-        "## Training config", "", "```yaml", yaml.safe_dump(config, sort_keys=False).strip(), "```", "",
-        "## Reproduce", "", "```bash", reproduce_command(config), "```", "",
         "## Use", "", "```bash", "pip install 'hrm-deeploop[hub]'", use, "```", "",
-        "## Upload", "", "```bash", f"hf upload {repo_id} THIS_FOLDER .", "```", ""])
+        "Before uploading, or offline: `HRM_DEEPLOOP_HUB_DIR=DIR` makes `hf://OWNER/NAME` read the folder "
+        "`DIR/OWNER/NAME` (docs/hub.md).", "",
+        "## Upload", "", "```bash", f"hf upload {repo_id} THIS_FOLDER .", "```", "",
+        "## Files", "", *[f"- `{f}`" for f in sorted(files)], "",
+        "<details><summary>Settings: model, scaling, training config, the command that reproduces the run"
+        "</summary>", "",
+        "```yaml", yaml.safe_dump({"model": model, "scaling": scaling}, sort_keys=False).strip(), "```", "",
+        "```yaml", yaml.safe_dump(config, sort_keys=False).strip(), "```", "",
+        "```bash", reproduce_command(config), "```", "", "</details>", "",
+        f"Exported by `hrm-deeploop export` ({meta['code_version']}).", ""])
 
 
 def export(opts: ExportConfig) -> Path:
@@ -130,6 +163,15 @@ def export(opts: ExportConfig) -> Path:
             "puzzle_names": state.get("puzzle_names"),
             "config": {k: v for k, v in config.items() if k not in ("model", "scaling")}}
     files = [hub.WEIGHTS, hub.CONFIG, "README.md"]
+    dataset: dict[str, Any] = {}
+    sources: list[Path] = []
+    if model_cfg["name"] != "gpt":
+        run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
+        sources = _dataset_metadata(config.get("data_dir"), run_dir, opts.data_dir)
+        from arc_data.format import META_FILE
+
+        meta_file = next((f for f in sources if f.name == META_FILE), None)
+        dataset = json.loads(meta_file.read_text()) if meta_file else {}
     with atomic_dir(target) as tmp:
         hub.write_weights(tmp / hub.WEIGHTS, model.state_dict(), {"format": "pt", "step": str(meta["step"])})
         if model_cfg["name"] == "gpt":
@@ -140,26 +182,65 @@ def export(opts: ExportConfig) -> Path:
             (tmp / "tokenizer_config.json").write_text(json.dumps(
                 {"tokenizer_id": tid, "n_vocab": tok.n_vocab, "eot_token": tok.eot_token}, indent=2) + "\n")
             files.append("tokenizer_config.json")
-        else:
-            files += _copy_dataset_metadata(config.get("data_dir"), tmp)
+        for src in sources:
+            shutil.copyfile(src, tmp / src.name)
+            files.append(src.name)
         (tmp / hub.CONFIG).write_text(json.dumps(meta, indent=2) + "\n")
         (tmp / "README.md").write_text(_card({**meta, "config": config}, summary, files,
-                                             opts.repo_id or "OWNER/NAME", str(path)))
+                                             opts.repo_id or "OWNER/NAME", dataset))
+        _shareable(tmp)
     return target.path
 
 
-def _copy_dataset_metadata(data_dir: str | None, out: Path) -> list[str]:
-    """The training split's dataset.json and the identifiers.json of a puzzle dataset, when readable here."""
-    from arc_data.format import IDENTIFIERS_FILE, META_FILE
+def _shareable(folder: Path) -> None:
+    """Modes as any other file the user writes (0644 under the usual umask 022, group-writable under
+    002), not the private 0600 / 0700 of temporary files: a group that shares a model folder reads it."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(folder, 0o777 & ~umask)
+    for f in folder.iterdir():
+        os.chmod(f, 0o666 & ~umask)
 
-    if not data_dir:
+
+def _dataset_metadata(data_dir: str | None, run_dir: Path | None, given: str | None) -> list[Path]:
+    """The training split's dataset.json and the dataset's identifiers.json (what `evaluate` checks
+    a dataset against). The run records `data_dir` as its training command named it, relative to
+    wherever that ran: it is looked for as given, then beside the run folder and each folder above
+    it, and a candidate counts only when its files are the ones the run recorded
+    (data_identity.json). `given` (export data_dir=) overrides the search. Not found: one line."""
+    from arc_data.format import IDENTIFIERS_FILE, META_FILE
+    from hrm_deeploop.checkpoint import IDENTITY_FILE
+
+    if not data_dir and not given:
         return []
-    copied = []
-    for src in (Path(data_dir) / "train" / META_FILE, Path(data_dir) / IDENTIFIERS_FILE):
-        if src.is_file():
-            shutil.copyfile(src, out / src.name)
-            copied.append(src.name)
-    return copied
+    recorded: dict[str, Any] = {}
+    if run_dir is not None and (run_dir / IDENTITY_FILE).is_file():
+        with contextlib.suppress(ValueError, OSError):
+            recorded = json.loads((run_dir / IDENTITY_FILE).read_text()).get("files") or {}
+    wanted = {("train", META_FILE): Path("train") / META_FILE, (".", IDENTIFIERS_FILE): Path(IDENTIFIERS_FILE)}
+
+    def matches(root: Path) -> bool:
+        if not (root / "train" / META_FILE).is_file():
+            return False
+        for (folder, name), rel in wanted.items():
+            want = (recorded.get(folder) or {}).get(name)
+            if want and (root / rel).is_file() and hashlib.sha256((root / rel).read_bytes()).hexdigest() != want.get("sha256"):
+                return False
+        return True
+
+    if given:
+        candidates = [Path(given)]
+    else:
+        p = Path(str(data_dir))
+        above = [] if run_dir is None else [run_dir.resolve(), *run_dir.resolve().parents]
+        candidates = [p] if p.is_absolute() else [p, *(folder / p for folder in above)]
+    root = next((c for c in candidates if matches(c)), None)
+    if root is None:
+        where = f"data_dir={given}" if given else f"the run's data_dir '{data_dir}'"
+        raise UserError(f"export: {where} holds no train/{META_FILE} that the run trained on (looked as given and "
+                        "beside the run folder); the export needs its dataset.json and identifiers.json to be "
+                        "evaluated: pass data_dir=PATH of the training dataset")
+    return [root / rel for rel in wanted.values() if (root / rel).is_file()]
 
 
 def run(opts: ExportConfig) -> int:

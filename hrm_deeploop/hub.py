@@ -4,7 +4,9 @@
   `all_config.yaml` beside it that official HRM/TRM checkpoints need, or a folder) is downloaded
   with `huggingface_hub.snapshot_download` into its normal cache (`HF_HOME` / `HF_HUB_CACHE`,
   default `~/.cache/huggingface/hub`); with `HF_HUB_OFFLINE=1` it is read from that cache without
-  the network. `checkpoint.resolve` calls `fetch` and then treats the local path as any other.
+  the network. With `HRM_DEEPLOOP_HUB_DIR=DIR` it is read from the plain folder `DIR/OWNER/NAME`
+  instead (an export before its upload, a clone of the repo): `hf://` tried offline without a Hub
+  cache. `checkpoint.resolve` calls `fetch` and then treats the local path as any other.
 - An exported folder (`hrm-deeploop export`, `hrm_deeploop.export`): `model.safetensors` (the
   weights) and `config.json` (`format`, the model and scaling sections that rebuild the model, the
   step, which weights, the run's whole resolved config), plus `README.md` and metadata files.
@@ -16,6 +18,7 @@ Needs the optional extra `hub` (huggingface_hub, safetensors); without it the on
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -70,9 +73,29 @@ def _patterns(path: str) -> list[str] | None:
     return [path, f"{path}/*", beside]
 
 
+LOCAL_ENV = "HRM_DEEPLOOP_HUB_DIR"  # hf://OWNER/NAME reads DIR/OWNER/NAME: the Hub repo's files, kept locally
+
+
+def local_folder(ref: HubRef, root: str) -> Path:
+    """`hf://OWNER/NAME[@REVISION][/PATH]` in a local folder laid out like the Hub (`root/OWNER/NAME`
+    holding the repo's files, e.g. an export before upload or a clone of the repo; a revision is a
+    folder `root/OWNER/NAME@REVISION`), read as it is, without huggingface_hub or the network."""
+    repo = Path(root).expanduser() / (ref.repo_id + (f"@{ref.revision}" if ref.revision else ""))
+    if not repo.is_dir():
+        raise UserError(f"checkpoint '{ref}': {LOCAL_ENV}={root} has no folder {repo} (the repo's files go in "
+                        f"{LOCAL_ENV}/OWNER/NAME, a revision's in OWNER/NAME@REVISION)")
+    target = repo / ref.path if ref.path else repo
+    if not target.exists():
+        raise UserError(f"checkpoint '{ref}': the repo has no file or folder '{ref.path}' (in {repo})")
+    return target
+
+
 def fetch(spec: str) -> Path:
-    """Download (or, offline, find in the cache) a Hub checkpoint; returns the local file or folder."""
+    """Download (or, offline, find in the cache) a Hub checkpoint; returns the local file or folder.
+    With HRM_DEEPLOOP_HUB_DIR set, the repo is read from that local folder instead (`local_folder`)."""
     ref = parse(spec)
+    if os.environ.get(LOCAL_ENV):
+        return local_folder(ref, os.environ[LOCAL_ENV])
     try:
         import huggingface_hub
         from huggingface_hub import constants, errors

@@ -19,15 +19,14 @@
   deviation, min and max of `metric` over seeds; between the values of the `compare` axis (the
   schemes) the two-sided Mann-Whitney U test of each value against the first, at every setting
   of the other axes (exact distribution without ties and either sample <= 8, else the normal
-  approximation with tie and continuity correction: scipy's `method='auto'`, computed here).
+  approximation with tie and continuity correction: scipy's `method='auto'`); the report and its
+  statistics are `hrm_deeploop.reports.study` and `reports.stats`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import csv
 import itertools
-import json
 import math
 import os
 import re
@@ -41,6 +40,7 @@ from typing import Any
 
 from hrm_deeploop.config import at_least, check, one_of, optional_at_least
 from hrm_deeploop.errors import ConfigError, UserError
+from hrm_deeploop.reports.study import command_value, write_reports
 
 TRAINERS = ("train", "train-gpt")
 LAUNCHERS = ("local", "submitit")
@@ -56,11 +56,11 @@ class SubmititConfig:
     """`submitit.*`: one job per run (AutoExecutor parameters; slurm_* apply on SLURM only)."""
 
     cluster: str = "auto"  # auto (SLURM if sbatch exists, else local) | slurm | local | debug
-    timeout_min: int = 60
+    timeout_min: int = 60  # the job's time limit (minutes)
     nodes: int = 1  # nodes per run; > 1: multi-node torchrun with c10d rendezvous
-    gpus_per_node: int = 0
+    gpus_per_node: int = 0  # GPUs per node of each run
     cpus_per_task: int | None = None  # None: submitit's default
-    mem_gb: int | None = None
+    mem_gb: int | None = None  # memory per node (GB; None: the cluster's default)
     partition: str | None = None  # slurm_partition
     account: str | None = None  # slurm_account
     qos: str | None = None  # slurm_qos
@@ -88,10 +88,10 @@ class StudyConfig:
     'grid={scaling:[baseline,deeploop],optim.lr:[1e-3,3e-3]}' seeds=[0,1,2,3,4]"""
 
     trainer: str = "train"  # train (HRM, TRM, ...) | train-gpt
-    output_dir: str | None = "runs/study"
+    output_dir: str | None = "runs/study"  # the study folder: one run folder per cell and seed, the reports
     base: Any = None  # {key: value} every run gets (its command line); Any: Hydra replaces it whole
     grid: Any = None  # {key: [values]}; the cells are their product; Any: Hydra replaces it whole
-    seeds: list[int] = field(default_factory=lambda: [0])
+    seeds: list[int] = field(default_factory=lambda: [0])  # the repeats of every cell
     metric: list[str] | None = None  # summary.json paths, the first present is used; None: per trainer
     compare: str | None = None  # the grid key whose values are ranked; None: scaling if in grid, else the first key
     launcher: str = "local"  # local | submitit
@@ -120,7 +120,7 @@ class StudyConfig:
         for key, values in self.grid.items():
             check(key not in OWN_KEYS, "grid", key, f"a key other than {'/'.join(OWN_KEYS)} (seeds are `seeds`)")
             check(isinstance(values, list) and len(values) > 0, f"grid.{key}", values, "a non-empty list")
-            check(len({_value(v) for v in values}) == len(values), f"grid.{key}", values, "without repeats")
+            check(len({command_value(v) for v in values}) == len(values), f"grid.{key}", values, "without repeats")
         if self.compare is not None:
             one_of("compare", self.compare, list(self.grid))
         if isinstance(self.submitit, dict):
@@ -159,19 +159,6 @@ class Run:
         return f"{self.cell_name}/s{self.seed}"
 
 
-def _value(v: Any) -> str:
-    """A grid value as a command-line value: bare where Hydra reads it back unchanged."""
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return str(v).lower()
-    if isinstance(v, str) and re.fullmatch(r"[A-Za-z0-9_./+-]+", v):
-        return v
-    from hrm_deeploop.training.sweep import hydra_value
-
-    return hydra_value(v)
-
-
 def cell_name(cell: tuple[tuple[str, str], ...]) -> str:
     """Folder name of a cell: key-value pairs joined by '__', other characters replaced by '_'."""
     if not cell:
@@ -184,7 +171,7 @@ def plan(cfg: StudyConfig, root: Path) -> list[Run]:
     from hrm_deeploop.cli import compose
 
     keys = list(cfg.grid)
-    cells = [tuple(zip(keys, (_value(v) for v in combo))) for combo in itertools.product(*cfg.grid.values())]
+    cells = [tuple(zip(keys, (command_value(v) for v in combo))) for combo in itertools.product(*cfg.grid.values())]
     names = [cell_name(c) for c in cells]
     if len(set(names)) != len(names):
         raise ConfigError("grid: two cells map to the same folder name; use values that differ in letters or digits")
@@ -192,8 +179,8 @@ def plan(cfg: StudyConfig, root: Path) -> list[Run]:
     for cell in cells:
         for seed in cfg.seeds:
             run_dir = root / cell_name(cell) / f"s{seed}"
-            overrides = (*(f"{k}={_value(v)}" for k, v in cfg.base.items()), *(f"{k}={v}" for k, v in cell), f"seed={seed}",
-                         f"output_dir={_value(str(run_dir))}", "resume=true")
+            overrides = (*(f"{k}={command_value(v)}" for k, v in cfg.base.items()), *(f"{k}={v}" for k, v in cell), f"seed={seed}",
+                         f"output_dir={command_value(str(run_dir))}", "resume=true")
             try:
                 composed = compose(cfg.trainer, list(overrides))
             except UserError as e:
@@ -407,203 +394,3 @@ def _row(cfg: StudyConfig, run: Run, failure: str | None) -> dict[str, Any]:
     return {"cell": run.cell_name, **dict(run.cell), "seed": run.seed, "status": status, "steps": s.get("steps"),
             "metric": metric, "value": value if status in ("finished", "stopped") else None,
             "wall_time_s": s.get("wall_time_s"), "run_dir": str(run.run_dir), "failure": failure or ""}
-
-
-# ---- statistics ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Spread:
-    n: int
-    mean: float
-    std: float  # sample standard deviation (n - 1); 0 for one value
-    min: float
-    max: float
-
-
-def spread(xs: list[float]) -> Spread | None:
-    if not xs:
-        return None
-    mean = sum(xs) / len(xs)
-    var = sum((x - mean) ** 2 for x in xs) / (len(xs) - 1) if len(xs) > 1 else 0.0
-    return Spread(len(xs), mean, math.sqrt(var), min(xs), max(xs))
-
-
-def _ranks(values: list[float]) -> list[float]:
-    """Ranks from 1, ties sharing their mean rank."""
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    ranks = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    return ranks
-
-
-def _u_counts(n1: int, n2: int) -> list[int]:
-    """Number of arrangements with U = u, u = 0 .. n1*n2, of two samples without ties."""
-    # f[m][k][u]: arrangements of m and k items with statistic u; f(m,k,u) = f(m-1,k,u-k) + f(m,k-1,u)
-    table = {(0, k): [1] for k in range(n2 + 1)} | {(m, 0): [1] for m in range(n1 + 1)}
-    for m in range(1, n1 + 1):
-        for k in range(1, n2 + 1):
-            a, b = table[m - 1, k], table[m, k - 1]
-            out = [0] * (m * k + 1)
-            for u, c in enumerate(a):
-                out[u + k] += c
-            for u, c in enumerate(b):
-                out[u] += c
-            table[m, k] = out
-    return table[n1, n2]
-
-
-def mann_whitney_u(x: list[float], y: list[float]) -> tuple[float, float]:
-    """Two-sided Mann-Whitney U test: (U of x, p-value), as scipy.stats.mannwhitneyu(x, y) (method auto)."""
-    n1, n2 = len(x), len(y)
-    if n1 == 0 or n2 == 0:
-        raise ValueError("mann_whitney_u needs two non-empty samples")
-    ranks = _ranks(list(x) + list(y))
-    u1 = sum(ranks[:n1]) - n1 * (n1 + 1) / 2
-    u = max(u1, n1 * n2 - u1)
-    ties = len(set(ranks)) < len(ranks)
-    if not (n1 > 8 and n2 > 8) and not ties:
-        counts = _u_counts(n1, n2)
-        p = 2 * sum(counts[int(u):]) / sum(counts)
-    else:
-        n = n1 + n2
-        sizes: dict[float, int] = {}
-        for r in ranks:
-            sizes[r] = sizes.get(r, 0) + 1
-        tie_term = sum(t ** 3 - t for t in sizes.values())
-        s = math.sqrt(n1 * n2 / 12 * ((n + 1) - tie_term / (n * (n - 1))))
-        numerator = u - n1 * n2 / 2 - 0.5  # continuity correction
-        z = numerator / s if s > 0 else math.copysign(math.inf, numerator)  # s = 0: every value tied
-        p = 2 * 0.5 * math.erfc(z / math.sqrt(2))
-    return u1, min(1.0, p)
-
-
-# ---- reports -------------------------------------------------------------------------------------
-
-
-def _fmt(v: float | None) -> str:
-    return "-" if v is None else f"{v:.4g}"
-
-
-def cell_table(cfg: StudyConfig, rows: list[dict[str, Any]]) -> str:
-    keys = list(cfg.grid)
-    head = ["| " + " | ".join([*keys, "runs", "mean", "std", "min", "max", "per seed"]) + " |",
-            "|" + "---|" * (len(keys) + 6)]
-    for group in _by(rows, "cell").values():
-        sp = spread([r["value"] for r in group if r["value"] is not None])
-        per = ", ".join(f"s{r['seed']}: " + (_fmt(r["value"]) if r["value"] is not None else r["status"]) for r in group)
-        done = sum(r["value"] is not None for r in group)
-        head.append("| " + " | ".join([*(str(group[0][k]) for k in keys), f"{done}/{len(group)}",
-                                       *(["-"] * 4 if sp is None else [_fmt(sp.mean), _fmt(sp.std), _fmt(sp.min),
-                                                                        _fmt(sp.max)]), per]) + " |")
-    return "\n".join(head)
-
-
-def compare_table(cfg: StudyConfig, rows: list[dict[str, Any]]) -> str:
-    key = cfg.compare_key
-    if key is None or len(cfg.grid[key]) < 2:
-        return ""
-    others = [k for k in cfg.grid if k != key]
-    ref = _value(cfg.grid[key][0])
-    lines = [f"Two-sided Mann-Whitney U of each `{key}` against `{key}={ref}` (U of the first sample; "
-             "Δ = difference of means)", "",
-             "| " + " | ".join([*others, key, "n", f"n ({ref})", "Δ mean", "U", "p"]) + " |",
-             "|" + "---|" * (len(others) + 6)]
-    for setting, group in _by(rows, *others).items():
-        by_value = _by(group, key)
-        base = [r["value"] for r in by_value.get((ref,), []) if r["value"] is not None]
-        for value, rs in by_value.items():
-            if value == (ref,):
-                continue
-            xs = [r["value"] for r in rs if r["value"] is not None]
-            if xs and base:
-                u, p = mann_whitney_u(xs, base)
-                stats = [_fmt(spread(xs).mean - spread(base).mean), f"{u:g}", f"{p:.3g}"]
-            else:
-                stats = ["-", "-", "-"]
-            lines.append("| " + " | ".join([*setting, value[0], str(len(xs)), str(len(base)), *stats]) + " |")
-    return "\n".join(lines)
-
-
-def _by(rows: list[dict[str, Any]], *keys: str) -> dict[tuple[str, ...], list[dict[str, Any]]]:
-    out: dict[tuple[str, ...], list[dict[str, Any]]] = {}
-    for r in rows:
-        out.setdefault(tuple(str(r[k]) for k in keys), []).append(r)
-    return out
-
-
-def write_reports(cfg: StudyConfig, rows: list[dict[str, Any]], root: Path) -> dict[str, Path]:
-    from hrm_deeploop.checkpoint import atomic_write_bytes
-
-    metric = ", else ".join(f"`{m}`" for m in cfg.metrics)
-    parts = [f"# Study: {cfg.trainer}, {len(rows)} runs", "",
-             f"Metric: {metric} from each run's summary.json (finished or stopped runs).", "",
-             "Base overrides: " + (" ".join(f"`{k}={_value(v)}`" for k, v in cfg.base.items()) or "none"), "", cell_table(cfg, rows)]
-    comparison = compare_table(cfg, rows)
-    if comparison:
-        parts += ["", comparison]
-    out = {"study.md": root / "study.md", "study.csv": root / "study.csv"}
-    atomic_write_bytes(out["study.md"], ("\n".join(parts) + "\n").encode())
-    import io
-
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=list(rows[0]))
-    w.writeheader()
-    w.writerows(rows)
-    atomic_write_bytes(out["study.csv"], buf.getvalue().encode())
-    atomic_write_bytes(root / "study.json", (json.dumps({"trainer": cfg.trainer, "metric": cfg.metrics,
-                                                         "rows": rows}, indent=1) + "\n").encode())
-    tmp = root / ".study.tmp.png"  # drawn beside it, then renamed: never a half-written picture
-    try:
-        plot(cfg, rows, tmp)
-        os.replace(tmp, root / "study.png")
-    except OSError as e:
-        from hrm_deeploop.errors import os_error
-
-        tmp.unlink(missing_ok=True)
-        raise UserError(f"cannot write '{root / 'study.png'}': {os_error(e)}") from None
-    out["study.png"] = root / "study.png"
-    return out
-
-
-def plot(cfg: StudyConfig, rows: list[dict[str, Any]], path: Path) -> Path:
-    """One dot per seed and the mean per cell; cells grouped by the other axes, coloured by `compare`."""
-    from hrm_deeploop.training.sweep import pyplot
-
-    plt = pyplot()
-    key = cfg.compare_key
-    others = [k for k in cfg.grid if k != key]
-    groups = list(_by(rows, *others))
-    values = [_value(v) for v in cfg.grid[key]] if key else [""]
-    fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(groups) * max(1, len(values)) ** 0.5 + 2), 3.6), dpi=120)
-    width = 0.8 / len(values)
-    for j, value in enumerate(values):
-        xs_mean, ys_mean = [], []
-        for i, g in enumerate(groups):
-            rs = [r for r in rows if tuple(str(r[k]) for k in others) == g and (not key or str(r[key]) == value)]
-            ys = [r["value"] for r in rs if r["value"] is not None]
-            x = i + (j - (len(values) - 1) / 2) * width
-            ax.scatter([x] * len(ys), ys, color=f"C{j}", alpha=0.6, s=14)
-            if ys:
-                xs_mean.append(x)
-                ys_mean.append(sum(ys) / len(ys))
-        ax.scatter(xs_mean, ys_mean, color=f"C{j}", marker="_", s=400, label=f"{key}={value}" if key else "mean")
-    ax.set_xlim(-0.5, len(groups) - 0.5)
-    ax.ticklabel_format(axis="y", useOffset=False)
-    ax.set_xticks(range(len(groups)))
-    ax.set_xticklabels([", ".join(f"{k}={v}" for k, v in zip(others, g)) or "all" for g in groups], fontsize=7)
-    ax.set_ylabel(cfg.metrics[0].split(".")[-1])
-    ax.set_title(f"study: {cfg.trainer}, {len(cfg.seeds)} seed(s) per cell")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path

@@ -183,4 +183,6 @@ def test_yaml_files_hold_only_what_differs_from_the_dataclass():
     preset_defaults = to_dict(OmegaConf.to_container(OmegaConf.structured(DemoPreset)))
     gpu = yaml.safe_load((config_dir() / "preset/gpu.yaml").read_text())
     assert restated({k: v for k, v in gpu.items() if k != "name"}, preset_defaults) == []
-    assert yaml.safe_load((config_dir() / "preset/cpu.yaml").read_text()) == {"name": preset_defaults["name"]}
+    assert yaml.safe_load((config_dir() / "preset/full.yaml").read_text()) == {"name": preset_defaults["name"]}
+    cpu = yaml.safe_load((config_dir() / "preset/cpu.yaml").read_text())
+    assert restated({k: v for k, v in cpu.items() if k != "name"}, preset_defaults) == []

@@ -41,22 +41,58 @@ def test_required_keys_are_refused_when_unset(capsys, tmp_path, name):
         assert sorted(p.name for p in tmp_path.iterdir()) == [], "nothing written"
 
 
+def setting_line(out: str, key: str) -> str:
+    """`key: value` of a --help's settings, without its description."""
+    m = re.search(rf"^{re.escape(key)}: (.*?)(?:\s+# .*)?$", out, re.M)
+    assert m, f"no {key}: line in:\n{out}"
+    return m[1]
+
+
 def test_help_marks_required_keys_and_shows_given_ones(capsys):
     out = help_of(capsys, "train")
-    assert "\noutput_dir: ???\n" in out and "\ndata_dir: ???\n" in out
+    assert setting_line(out, "output_dir") == "???" and setting_line(out, "data_dir") == "???"
     out = help_of(capsys, "train", "data_dir=data/x")
-    assert "\ndata_dir: data/x\n" in out and "\noutput_dir: ???\n" in out
-    assert "\ncheckpoint: ???\n" in help_of(capsys, "evaluate")
+    assert setting_line(out, "data_dir") == "data/x" and setting_line(out, "output_dir") == "???"
+    assert setting_line(help_of(capsys, "evaluate"), "checkpoint") == "???"
+    assert setting_line(help_of(capsys, "generate"), "checkpoint") == "???"  # its default is '', not None
+
+
+def test_help_describes_each_setting_and_its_choices(capsys):
+    """One line per key: its value, then its description from the dataclass (its comment), and the
+    choices its __post_init__ accepts."""
+    out = help_of(capsys, "generate")
+    assert re.search(r"^checkpoint: \?\?\?\s+# step_N.pt or a run folder", out, re.M)
+    assert re.search(r"^device: auto\s+# one of: auto, cpu, cuda, cuda:N$", out, re.M)
+    assert re.search(r"^top_p: null\s+# nucleus sampling", out, re.M)
+    out = help_of(capsys, "train")
+    assert re.search(r"^  lr: 0.0001\s+# peak learning rate", out, re.M)
+    assert re.search(r"^  name: adam_atan2\s+# adam_atan2 .*\| muon", out, re.M)
+    assert re.search(r"^logger: wandb\s+# wandb .*\| none$", out, re.M)
+    assert re.search(r"^  scheme: baseline\s+# one of: baseline, deepnorm, deeploop, power, looped_eps, operloop$", out, re.M)
+    assert re.search(r"^optim:\s+# `optim.\*`", out, re.M)  # a section: its docstring's first sentence
+    out = help_of(capsys, "demo")
+    assert re.search(r"^  puzzle_task: sudoku\s+# sudoku \| maze", out, re.M)
+    assert re.search(r"^output_dir: demo_out\s+# the report folder", out, re.M)
+    for name in ("train", "train-gpt", "generate", "demo", "export", "study"):  # every non-model key described
+        settings = help_of(capsys, name).split("??? = required):\n\n", 1)[1]
+        bare = [ln for ln in settings.splitlines() if "#" not in ln and not ln.startswith(("model:", "  "))]
+        assert not bare, (name, bare)
 
 
 @pytest.mark.parametrize("name", ["train", "train-gpt", "sweep", "scales"])
-def test_help_lists_every_model_and_scaling_choice_on_disk(capsys, name):
+def test_help_lists_the_model_and_scaling_choices_the_command_takes(capsys, name):
+    from hrm_deeploop.cli import _read_group_file
+
     out = help_of(capsys, name)
-    assert names_in(group_line(out, "model")) == set(group_choices("model"))
+    family = {n: _read_group_file("model", n)[0] for n in group_choices("model")}
+    takes = {"train": {"hrm", "trm", "urm"}, "train-gpt": {"gpt"}, "sweep": {"gpt"}}.get(name, set(family.values()))
+    assert names_in(group_line(out, "model")) == {n for n, f in family.items() if f in takes}
     assert names_in(group_line(out, "scaling")) == set(group_choices("scaling"))
     assert "operloop" in group_choices("scaling") and {"trm", "trm_tiny"} <= set(group_choices("model"))
     default = compose(name, [], convert=False).scaling.scheme
     assert f"{default}*" in group_line(out, "scaling")
+    if name == "train":
+        assert "gpt" not in group_line(out, "model")
 
 
 def test_help_lists_each_trainers_experiments_and_they_compose(capsys):
@@ -91,7 +127,7 @@ def test_help_and_scales_start_without_torch():
             "print(len(COMMANDS))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.rstrip().endswith("\n20"), "every subcommand checked"
+    assert p.stdout.rstrip().endswith(f"\n{len(COMMANDS)}"), "every subcommand checked"
 
 
 # ---- docs/cli.md against the live CLI --------------------------------------------------------------

@@ -48,13 +48,17 @@ def test_demo_micro_end_to_end(tmp_path, capsys):
     assert (out / "arc_eval_baseline" / "report.html").exists()
     printed = capsys.readouterr().out
     assert "total wall time" in printed
-    # every step: its command first, one summary line at its end, its output in a log
+    # one console line per stage with its result; every step's command in commands.sh, its output in a log
+    stages = re.findall(r"^\[(\d)/9\] (.+?) \([\d.]+ s|^\[(\d)/9\] (.+?) \(\d+ min", printed, re.M)
+    assert [int(a or c) for a, _, c, _ in stages] == list(range(1, 10)), printed
+    assert re.search(r"^\[3/9\] train HRM on Sudoku 6x6 \(.*\): baseline s0: train loss [\d.]+; baseline s1: .*"
+                     r"deeploop s1: train loss [\d.]+ \[.* so far, about .* left\]$", printed, re.M), printed
+    assert re.search(r"^\[7/9\] evaluate and vote on ARC \(.*\): baseline: pass@1 [\d.]+%, pass@2 ", printed, re.M)
+    assert "this run has" in printed and "not compared" in printed  # micro sizes: no documented ranges
     titles = [t for t, _ in results["steps"]]
     assert len(titles) == 2 + 4 + 4 + 1 + 2 + 2 + 1 + 4 and len(set(titles)) == len(titles)
-    for title in titles:
-        assert f"=== {title}\n$ hrm-deeploop " in printed and re.search(rf"^done {re.escape(title)} in ", printed, re.M)
-    assert re.search(r"^done train HRM on Sudoku 6x6 \(deeploop, seed 1\) in [\d.]+ s: finished, 3 steps", printed, re.M)
-    assert re.search(r"^done evaluate HRM on ARC \(baseline\) in [\d.]+ s: pass@1 ", printed, re.M)
+    commands = (out / "logs" / "commands.sh").read_text()
+    assert all(f"# {t}\n" in commands for t in titles) and commands.count("hrm-deeploop ") == len(titles)
     assert len(list((out / "logs").glob("*.log"))) == len(titles)
     # refuses to overwrite
     assert main(["demo", f"output_dir={out}"]) == 2
@@ -100,14 +104,84 @@ def test_cpu_threads_follow_the_cpus_this_process_may_use(monkeypatch):
     (None, 2, 6, 1), (None, 2, 1, 2), (None, 4, 2, 2), (None, 1, 6, 1), ("2", 2, 6, 2), ("1", 2, 1, 1)])
 def test_demo_steps_share_the_cpus(monkeypatch, tmp_path, omp, cpus, group, threads):
     """A group of independent steps never runs more threads than CPUs, unless OMP_NUM_THREADS says so."""
-    from hrm_deeploop import demo
+    from hrm_deeploop import steps
 
     monkeypatch.setattr(runtime, "available_cpus", lambda: cpus)
     if omp is None:
         monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     else:
         monkeypatch.setenv("OMP_NUM_THREADS", omp)
-    pool = demo.Pool(tmp_path)
+    pool = steps.Pool(tmp_path)
     assert pool.threads(group) == threads
     if omp is None:
         assert min(group, cpus // threads) * threads <= cpus
+
+
+LABELS = {"sudoku.baseline.exact_trained_depth": "Sudoku, baseline, exact at 4 segments (%)",
+          "sudoku.baseline.exact": "Sudoku, baseline, exact at 8 segments (%)",
+          "sudoku.baseline.tta_exact": "Sudoku, baseline, exact with the vote (%)",
+          "sudoku.deeploop.exact_trained_depth": "Sudoku, DeepLoop, exact at 4 segments (%)",
+          "sudoku.deeploop.exact": "Sudoku, DeepLoop, exact at 8 segments (%)",
+          "sudoku.deeploop.tta_exact": "Sudoku, DeepLoop, exact with the vote (%)",
+          "gpt.R1.baseline.val_loss": "GPT R = 1, baseline, val loss", "gpt.R1.deeploop.val_loss": "GPT R = 1, DeepLoop, val loss",
+          "gpt.R3.baseline.val_loss": "GPT R = 3, baseline, val loss", "gpt.R3.deeploop.val_loss": "GPT R = 3, DeepLoop, val loss"}
+
+
+def test_docs_state_the_documented_ranges():
+    """docs/demo.md's range table is reports.demo.EXPECTED, figure for figure, for both CPU presets."""
+    from pathlib import Path
+
+    from hrm_deeploop.reports.demo import EXPECTED
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "demo.md").read_text()
+    for name, label in LABELS.items():
+        m = re.search(rf"^\| {re.escape(label)} \| ([\d.]+) - ([\d.]+) \| ([\d.]+) - ([\d.]+) \|$", page, re.M)
+        assert m, label
+        for preset, (lo, hi) in (("cpu", m.groups()[:2]), ("full", m.groups()[2:])):
+            assert EXPECTED[preset].ranges[name] == (float(lo), float(hi)), (preset, name)
+    assert set(EXPECTED["cpu"].ranges) == set(EXPECTED["full"].ranges) == set(LABELS)
+
+
+def _results(b_exact: float, d_exact: float, tta: float, r1: tuple[float, float]) -> dict:
+    """One run per scheme: exact at 4 segments, 3 points more at 8; the baseline's vote `tta`, DeepLoop's 90."""
+    return {"puzzles": {"baseline": {"runs": [{"exact_trained_depth": b_exact, "exact": b_exact + 3, "tta_exact": tta}]},
+                        "deeploop": {"runs": [{"exact_trained_depth": d_exact, "exact": d_exact + 3, "tta_exact": 90.0}]}},
+            "gpt": {"R1_baseline": {"final_val_loss": r1[0]}, "R1_deeploop": {"final_val_loss": r1[1]}}}
+
+
+def test_figures_beside_ranges_flag_the_outside_and_check_what_holds():
+    import dataclasses
+
+    from hrm_deeploop.cli import compose
+    from hrm_deeploop.reports.demo import beside_ranges
+
+    tour = compose("demo", []).preset  # preset=cpu, the default
+    assert tour.name == "cpu" and tour.puzzle_seeds == 1 and compose("demo", ["preset=full"]).preset.puzzle_seeds == 3
+
+    lines, outside = beside_ranges(_results(80.0, 30.0, 97.0, (0.95, 1.70)), tour)
+    text = "\n".join(lines)
+    assert outside == 0 and "OUTSIDE" not in text and "DOES NOT HOLD" not in text, text
+    assert "sudoku.baseline.exact_trained_depth: 80.0  [documented 75.5 - 83.0]" in text
+    lines, outside = beside_ranges(_results(90.0, 30.0, 50.0, (1.20, 1.10)), tour)
+    text = "\n".join(lines)
+    # baseline exact 90 (4 and 8 seg) and vote 50 are outside, as are both GPT losses
+    assert outside == 5 and text.count("OUTSIDE (1 of 1)") == 5, text
+    assert "the vote solves at least as many puzzles as one pass: 1 of 2 run(s)  DOES NOT HOLD here" in text
+    assert "DeepLoop loss above the baseline's: 0 of 1 loop count(s)  DOES NOT HOLD here" in text
+    lines, outside = beside_ranges(_results(80.0, 30.0, 97.0, (0.95, 1.70)), dataclasses.replace(tour, puzzle_steps=500))
+    assert outside == 0 and "preset.puzzle_steps=1000, this run has 500" in lines[0] and "not compared" in lines[0]
+
+
+def test_time_estimate_scales_the_reference_by_the_measured_speed():
+    from hrm_deeploop.steps import Clock, Stage
+
+    stages = [Stage("write", [], 10.0, measures=False), Stage("train", [], 100.0), Stage("eval", [], 50.0)]
+    clock = Clock(stages)
+    assert clock.ratio() is None and clock.left(0) is None  # nothing measured yet
+    clock.finish(stages[0], 40.0)  # a cold compile: does not set the speed
+    assert clock.ratio() is None
+    r = clock.ratio(stages[1], fraction=0.25, elapsed=50.0)  # 25 reference seconds took 50 here
+    assert r == 2.0 and clock.left(1, stages[1], 0.25, 50.0) == 2.0 * (75.0 + 50.0)
+    assert clock.total(r) == 10.0 + 2.0 * 150.0
+    clock.finish(stages[1], 300.0)  # the whole stage: 3x
+    assert clock.ratio() == 3.0 and clock.left(1) == 150.0 and clock.left(2) == 0.0

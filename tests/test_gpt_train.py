@@ -31,7 +31,7 @@ def _weights(run_dir, step):
     return ckpt.load(ckpt.step_path(run_dir, step))["model"]
 
 
-def test_run_folder_and_summary(tmp_path):
+def test_run_folder_and_summary(tmp_path, capsys):
     cfg = tiny_train_cfg(str(tmp_path / "run"), max_steps=30, eval_every=15)
     summary = train_gpt.train(with_model(cfg, tiny_model(num_rounds=2), ScalingConfig(scheme="deeploop")),
                               data=array_data(TRAIN, VAL, 32, 4))
@@ -48,6 +48,10 @@ def test_run_folder_and_summary(tmp_path):
     assert {"perf/tokens_per_s", "perf/mfu", "train/lr", "train/grad_norm"} <= set(train_rows[0])
     assert train_rows[-1]["train/loss"] < train_rows[0]["train/loss"] - 0.5
     assert [r["step"] for r in rows if "val/loss" in r] == [15, 30]
+    printed = capsys.readouterr().out  # each validation loss on the console too, as logged
+    for r in rows:
+        if "val/loss" in r:
+            assert f"train-gpt: step {r['step']}: val loss {r['val/loss']:.4f}\n" in printed
     state = ckpt.load(run / "checkpoints/step_30.pt")
     assert {"model", "optimizers", "schedule", "rng", "sampler", "config", "code_version", "step"} <= set(state)
     # a fresh run refuses a folder that holds checkpoints

@@ -96,7 +96,7 @@ def test_reproduce_command_composes_to_the_run_config(world):
     root, _ = world
     for name, trainer in (("gpt", "train-gpt"), ("trm", "train")):
         card = (root / f"{name}_export" / "README.md").read_text()
-        command = card.split("## Reproduce")[1].split("```bash\n")[1].split("\n```")[0]
+        command = card.split("<details>")[1].split("```bash\n")[1].split("\n```")[0]
         argv = shlex.split(command.replace("\\\n", " "))
         assert argv[:2] == ["hrm-deeploop", trainer]
         saved = ckpt.load(ckpt.resolve(root / name))["config"]
@@ -201,3 +201,80 @@ def test_export_bad_input_writes_nothing(world, tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and text in err[0], (args, err)
         assert not out.exists()
+
+
+def test_two_exports_are_byte_identical_and_shareable(world, tmp_path, monkeypatch):
+    """No path of the exporting shell and no time in any file; modes as the umask says (0644), not 0600."""
+    root, _ = world
+    old = os.umask(0o022)
+    try:
+        monkeypatch.chdir(tmp_path)
+        assert main(["export", f"checkpoint={root / 'hrm'}", "output_dir=a", "repo_id=me/tiny-hrm"]) == 0
+        (tmp_path / "elsewhere").mkdir()
+        monkeypatch.chdir(tmp_path / "elsewhere")
+        assert main(["export", f"checkpoint={root / 'hrm' / 'checkpoints' / 'step_3.pt'}",
+                     f"output_dir={tmp_path / 'b'}", "repo_id=me/tiny-hrm"]) == 0
+    finally:
+        os.umask(old)
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert sorted(p.name for p in a.iterdir()) == sorted(p.name for p in b.iterdir())
+    for f in a.iterdir():
+        assert f.read_bytes() == (b / f.name).read_bytes(), f.name
+        assert f.stat().st_mode & 0o777 == 0o644, (f.name, oct(f.stat().st_mode))
+    assert a.stat().st_mode & 0o777 == 0o755
+    assert str(tmp_path) not in "".join(f.read_text() for f in a.iterdir() if f.suffix in (".json", ".md"))
+    assert {"dataset.json", "identifiers.json"} <= {p.name for p in a.iterdir()}
+
+
+def test_card_leads_with_the_model_its_data_figures_and_use(world):
+    root, _ = world
+    card = (root / "hrm_export" / "README.md").read_text()
+    head, details = card.split("<details>")
+    assert head.index("# HRM") < head.index("A HRM reasoner") < head.index("## Data") < head.index("## Measured") \
+        < head.index("## Use") < head.index("## Upload")
+    assert "seq_len: 16" in head and '"final_train_loss"' in head and "hf://me/tiny-hrm" in head
+    assert "hidden_size: 32" in details and "data_dir:" in details and "hrm-deeploop train" in details
+
+
+def test_export_finds_the_runs_relative_data_or_says_so(world, tmp_path, monkeypatch):
+    """A run trained with a relative data_dir: export from elsewhere finds it beside the run (checked
+    against the run's data_identity.json), or fails in one line naming data_dir=; data_dir= names it."""
+    import shutil
+
+    root, _ = world
+    project = tmp_path / "project"
+    shutil.copytree(root / "sudoku", project / "data" / "sudoku4")
+    monkeypatch.chdir(project)
+    assert run_subcommand("train", [*REASONER["hrm"], "data_dir=data/sudoku4", "output_dir=runs/r", "train.max_steps=1",
+                                    "train.global_batch_size=8", "train.progress=false", "optim.warmup_steps=1"]) == 0
+    (tmp_path / "shell").mkdir()
+    monkeypatch.chdir(tmp_path / "shell")
+    assert main(["export", f"checkpoint={project / 'runs' / 'r'}", "output_dir=e1"]) == 0
+    assert (tmp_path / "shell" / "e1" / "dataset.json").read_bytes() == \
+        (project / "data" / "sudoku4" / "train" / "dataset.json").read_bytes()
+    shutil.move(project / "data", tmp_path / "moved")
+    assert main(["export", f"checkpoint={project / 'runs' / 'r'}", "output_dir=e2"]) == 2
+    assert not (tmp_path / "shell" / "e2").exists()
+    assert main(["export", f"checkpoint={project / 'runs' / 'r'}", "output_dir=e3",
+                 f"data_dir={tmp_path / 'moved' / 'sudoku4'}"]) == 0
+
+
+def test_hf_reference_reads_a_local_hub_folder(world, tmp_path, monkeypatch):
+    """HRM_DEEPLOOP_HUB_DIR=DIR: hf://OWNER/NAME[@REV][/PATH] is DIR/OWNER/NAME[@REV][/PATH], no download."""
+    import shutil
+
+    from hrm_deeploop.errors import UserError
+
+    root, _ = world
+    shutil.copytree(root / "hrm_export", tmp_path / "hub" / "me" / "tiny-hrm")
+    shutil.copytree(root / "gpt_export", tmp_path / "hub" / "me" / "tiny-gpt@v1" / "sub")
+    monkeypatch.setenv("HRM_DEEPLOOP_HUB_DIR", str(tmp_path / "hub"))
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # never used
+    assert ckpt.resolve("hf://me/tiny-hrm") == tmp_path / "hub" / "me" / "tiny-hrm" / "model.safetensors"
+    a, b = _reasoner_outputs(root / "hrm", root / "sudoku"), _reasoner_outputs("hf://me/tiny-hrm", root / "sudoku")
+    assert torch.equal(a["logits"], b["logits"])
+    assert torch.equal(_gpt_logits(root / "gpt"), _gpt_logits("hf://me/tiny-gpt@v1/sub"))
+    for spec, text in (("hf://me/absent", "has no folder"), ("hf://me/tiny-hrm/nope", "no file or folder 'nope'")):
+        with pytest.raises(UserError) as e:
+            ckpt.resolve(spec)
+        assert text in str(e.value) and "\n" not in str(e.value)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from hrm_deeploop.cli import main, run_subcommand
-from hrm_deeploop.study import mann_whitney_u, spread
+from hrm_deeploop.reports.stats import mann_whitney_u, spread
 from tests.gpt_helpers import write_gpt2_shards
 
 GPT_BASE = ("model:gpt_tiny,model.hidden_size:32,model.seq_len:32,model.mlp_multiple:16,device:cpu,logger:none,"
@@ -134,3 +134,27 @@ def test_spread_is_mean_and_sample_std():
     assert (sp.n, sp.min, sp.max) == (4, 0.275, 0.845)
     assert sp.mean == pytest.approx(statistics.mean(xs)) and sp.std == pytest.approx(statistics.stdev(xs))
     assert spread([2.0]).std == 0.0 and spread([]) is None
+
+
+def test_accuracies_are_percent_in_table_and_figure_and_the_axis_never_goes_negative(tmp_path):
+    """All-zero accuracies: the y-axis starts at 0 (not below), the table and the figure say percent."""
+    from hrm_deeploop.reports.study import shown, study_figure, write_reports
+    from hrm_deeploop.study import StudyConfig
+    from hrm_deeploop.training.sweep import pyplot
+
+    cfg = StudyConfig(trainer="train", grid={"scaling": ["baseline", "deeploop"]}, seeds=[0, 1])
+    rows = [{"cell": f"scaling-{s}", "scaling": s, "seed": seed, "status": "finished", "steps": 5,
+             "metric": "last_eval.eval/exact_accuracy", "value": v, "wall_time_s": 1.0, "run_dir": "x", "failure": ""}
+            for s, v in (("baseline", 0.0), ("deeploop", 0.0)) for seed in (0, 1)]
+    fig, ax = study_figure(cfg, shown(rows, cfg.metrics[0]))
+    assert ax.get_ylim()[0] == 0 and ax.get_ylim()[1] == 100 and ax.get_ylabel() == "eval/exact_accuracy (%)"
+    pyplot().close(fig)
+    rows[0]["value"], rows[3]["value"] = 0.25, 0.5
+    fig, ax = study_figure(cfg, shown(rows, cfg.metrics[0]))
+    assert ax.get_ylim()[0] == 0 and ax.get_ylim()[1] == pytest.approx(54.0)  # 50% at the top, in percent
+    pyplot().close(fig)
+    write_reports(cfg, rows, tmp_path)
+    md = (tmp_path / "study.md").read_text()
+    assert "Shown in percent" in md and "| baseline | 2/2 | 12.5 |" in md  # mean of 25% and 0%
+    assert "0.25" in (tmp_path / "study.csv").read_text()  # the files keep the stored fraction
+    assert (tmp_path / "study.png").stat().st_size > 0

@@ -23,7 +23,7 @@ each compiles once per machine.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from arc_data.jit import njit
 
 from arc_data.compact import dihedral_walk
 from arc_data.format import MAX_SIDE

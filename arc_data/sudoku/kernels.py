@@ -9,7 +9,7 @@ the numpy path of `arc_data.puzzles.build.encode`, the augmentation against `sud
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from arc_data.jit import njit
 
 
 @njit(cache=True)

@@ -458,7 +458,7 @@ def arc_table() -> int:
         print(f"best rate, {model} baseline: {lr} (seeds 0-2: {ex:.1f} single copies, {p2:.1f} pass@2)"
               + (tie_note(cells, model, best[(model, "baseline")], tied) if tied else "")
               + (f"; the sweep still lacks seeds 0-2 at {', '.join(missing)}" if missing else "; sweep complete"))
-    from hrm_deeploop.study import mann_whitney_u
+    from hrm_deeploop.reports.stats import mann_whitney_u
 
     at_best = [(f"{label(m)}{', DeepLoop' if sc == 'deeploop' else ''} {lr}", list(done.values()))
                for m, sc, lr, steps, done in cells

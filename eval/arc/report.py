@@ -9,9 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-from concurrent.futures import ThreadPoolExecutor
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -115,16 +113,45 @@ TITLE_SIZE, LABEL_SIZE = 15, 13  # px (Pillow's bundled FreeType font)
 MIN_CELL, MAX_CELL, BOX = 8, 24, 240  # px per cell: a task's largest grid drawn about BOX px wide, cells 8-24 px
 
 
+@cache
+def _font(size: int) -> ImageFont.FreeTypeFont:
+    return ImageFont.load_default(size=size)  # decodes the bundled font: once per size, not per label
+
+
+@cache
+def _glyph(ch: str, size: int) -> tuple[np.ndarray, float]:
+    """One character drawn at the pen's origin on a line-high strip (uint8 coverage), and its advance."""
+    font = _font(size)
+    ascent, descent = font.getmetrics()
+    right = max(1, int(np.ceil(max(font.getbbox(ch)[2], font.getlength(ch)))))
+    strip = Image.new("L", (right + 1, ascent + descent + 1), 0)
+    ImageDraw.Draw(strip).text((0, 0), ch, fill=255, font=font)
+    return np.asarray(strip, np.uint8), font.getlength(ch)
+
+
 @lru_cache(maxsize=4096)
 def _text(text: str, size: int) -> Image.Image:
-    """A label as palette indices (black on white, anti-aliased in _TEXT_LEVELS greys), rendered
-    once per distinct text: most labels ("input", "#1: 8 votes") repeat from task to task."""
-    font = ImageFont.load_default(size=size)
-    _, _, right, bottom = ImageDraw.Draw(Image.new("L", (1, 1))).multiline_textbbox((0, 0), text, font=font, spacing=3)
-    mask = Image.new("L", (right + 1, bottom + 1), 0)
-    ImageDraw.Draw(mask).multiline_text((0, 0), text, fill=255, font=font, spacing=3)
-    level = (np.asarray(mask, np.uint16) * (_TEXT_LEVELS - 1) + 127) // 255
-    return Image.frombytes("P", mask.size, (_TEXT + level).astype(np.uint8).tobytes())
+    """A label as palette indices (black on white, anti-aliased in _TEXT_LEVELS greys), composed from
+    cached glyphs (FreeType draws each character once per size, not each label: a report has a
+    thousand distinct labels and about a hundred distinct characters); lines 3 px apart."""
+    ascent, descent = _font(size).getmetrics()
+    line_h = ascent + descent + 3
+    lines = text.split("\n")
+    widths = [sum(_glyph(ch, size)[1] for ch in line) for line in lines]
+    glyph_w = max((_glyph(ch, size)[0].shape[1] for line in lines for ch in line), default=1)
+    canvas = np.zeros((line_h * len(lines), int(np.ceil(max(widths, default=0))) + glyph_w + 1), np.uint8)
+    for i, line in enumerate(lines):
+        x = 0.0
+        for ch in line:
+            g, advance = _glyph(ch, size)
+            left = int(round(x))
+            region = canvas[i * line_h:i * line_h + g.shape[0], left:left + g.shape[1]]
+            np.maximum(region, g[:region.shape[0], :region.shape[1]], out=region)
+            x += advance
+    rows, cols = np.nonzero(canvas)
+    canvas = canvas[:max(rows.max(initial=0) + 1, 1), :max(cols.max(initial=0) + 1, 1)]
+    level = (canvas.astype(np.uint16) * (_TEXT_LEVELS - 1) + 127) // 255
+    return Image.frombytes("P", (canvas.shape[1], canvas.shape[0]), (_TEXT + level).astype(np.uint8).tobytes())
 
 
 def _votes(n: int) -> str:
@@ -226,8 +253,7 @@ def write_report(result: VoteResult, folder: Path, num_candidates: int) -> None:
                   "vote, labelled with their rank and votes; a candidate framed green when it is the truth, red "
                   "when not (no frame when the truth is not given)."),
     ]
-    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:  # PNG encoding releases the GIL
-        pngs = pool.map(lambda task: task_png(task, num_candidates), order)
+    pngs = [task_png(task, num_candidates) for task in order]  # 0.4 s for 400 tasks; threads only contended
     for task, png in zip(order, pngs):
         (folder / "report" / f"{file_stem(task.name)}.png").write_bytes(png)
         ok = task.correct_at(HEADLINE_K)

@@ -11,7 +11,7 @@ every other `--help`) starts without importing torch. The trainers that run them
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from hrm_deeploop.config import at_least, check, device_name, in_range, one_of, optional_at_least, positive
 from hrm_deeploop.models.config import GPTConfig, HRMConfig, TRMConfig, URMConfig, model_config
@@ -27,9 +27,9 @@ class LoopConfig:
 
     max_steps: int | None = None  # optimiser steps, also the schedule's length
     stop_after: int | None = None  # stop (with a checkpoint) at this step; resume=true continues
-    log_every: int = 1
-    compile: bool = False
-    progress: bool = True
+    log_every: int = 1  # steps between metrics-log rows
+    compile: bool = False  # torch.compile the model
+    progress: bool = True  # a progress bar on the console
     trailing_steps: int = 50  # train-loss window for summary.json (the paper's trailing-50 mean)
     time_budget: float | None = None  # minutes of wall clock (from the run's start): checkpoint and stop then
     fsdp: bool = False  # under torchrun: shard parameters, gradients and optimiser state with FSDP2 instead of DDP
@@ -48,12 +48,12 @@ class LoopConfig:
 class OptimConfig:
     """`optim.*`: the dense optimiser and its schedule (linear warmup, then cosine to min_lr_ratio * lr)."""
 
-    lr: float = 1e-4
-    warmup_steps: int = 2000
-    min_lr_ratio: float = 1.0
+    lr: float = 1e-4  # peak learning rate, reached after warmup_steps
+    warmup_steps: int = 2000  # linear warmup from 0 to lr
+    min_lr_ratio: float = 1.0  # the cosine decay's floor as a fraction of lr (1.0: constant after warmup)
     weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
+    beta1: float = 0.9  # Adam's first-moment decay
+    beta2: float = 0.95  # Adam's second-moment decay
 
     def __post_init__(self) -> None:
         positive("optim.lr", self.lr)
@@ -108,14 +108,14 @@ class RunConfig:
     """Settings every trainer has: model, scaling, run folder, seed, device, logging."""
 
     model: Any = None  # a model config (models.config), chosen by `model=NAME`
-    scaling: ScalingConfig = field(default_factory=ScalingConfig)
+    scaling: ScalingConfig = field(default_factory=ScalingConfig)  # the residual scaling, chosen by `scaling=NAME`
     output_dir: str | None = None  # run folder: config.yaml, checkpoints/, metrics.jsonl/csv, summary.json
-    seed: int = 0
+    seed: int = 0  # seeds the weights' initialisation and the data order
     resume: bool = False  # continue from the latest checkpoint in output_dir
     device: str = "auto"  # auto | cpu | cuda[:N]
     logger: str = "wandb"  # wandb (offline without an API key) | none
-    project: str = "hrm-deeploop"
-    run_name: str | None = None
+    project: str = "hrm-deeploop"  # the wandb project
+    run_name: str | None = None  # the wandb run name (default: the output folder's name)
     diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)
 
     def inputs(self) -> list[str | None]:
@@ -173,13 +173,13 @@ REASONERS = (HRMConfig, TRMConfig, URMConfig)
 
 @dataclass
 class ReasonerLoop(LoopConfig):
-    global_batch_size: int = 768
+    global_batch_size: int = 768  # examples per optimiser step, over every rank
     max_steps: int | None = None  # None: int(epochs * total_groups * mean_puzzle_examples / global_batch_size)
-    epochs: int = 100000
+    epochs: int = 100000  # the run's length in epochs when max_steps is None
     epochs_per_iter: int | None = None  # sampler iteration length in epochs; None: eval.interval_epochs or 1
     grad_accum: int = 1  # micro-batches per rank per step
     ema: bool = False  # keep an exponential moving average of the weights for evaluation (TRM's setups)
-    ema_rate: float = 0.999
+    ema_rate: float = 0.999  # the weight average's decay per step
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -196,10 +196,10 @@ DENSE_OPTIMIZERS = ("adam_atan2", "muon")  # training/optim.py make_dense
 
 @dataclass
 class ReasonerOptim(OptimConfig):
-    lr: float = 1e-4
+    lr: float = 1e-4  # peak learning rate of the network, reached after warmup_steps
     min_lr_ratio: float = 1.0  # 1.0 = constant after warmup (HRM's ARC default)
-    puzzle_emb_lr: float = 1e-2
-    puzzle_emb_weight_decay: float = 0.1
+    puzzle_emb_lr: float = 1e-2  # the puzzle-embedding table's rate (sign SGD)
+    puzzle_emb_weight_decay: float = 0.1  # the puzzle-embedding table's weight decay
     name: str = "adam_atan2"  # adam_atan2 (every parameter) | muon (Muon on the matrices, AdamW on the rest: URM ARC-AGI-2)
 
     def __post_init__(self) -> None:
@@ -234,6 +234,8 @@ class TrainConfig(RunConfig):
     Every key is typed; a misspelled key or an out-of-range value is a one-line error. Pick a paper
     setup with experiment=NAME (configs/experiment/)."""
 
+    MODELS: ClassVar[tuple[type, ...]] = REASONERS  # the model configs it trains (`--help` lists only these)
+
     data_dir: str | None = None  # a dataset built by `hrm-deeploop build-arc` (train/ and test/ inside)
     train: ReasonerLoop = field(default_factory=ReasonerLoop)
     optim: ReasonerOptim = field(default_factory=ReasonerOptim)
@@ -245,7 +247,7 @@ class TrainConfig(RunConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.model = HRMConfig() if self.model is None else model_config(self.model)
-        check(isinstance(self.model, REASONERS), "model.name", self.model.name,
+        check(isinstance(self.model, self.MODELS), "model.name", self.model.name,
               "a reasoner (hrm, trm, urm); the looped GPT trains with train-gpt, LoopViT with train-vit")
         model_depth(self.model, self.scaling)  # the depth convention fits the model (e.g. no per_module for TRM)
         self.check_fsdp(self.train)
@@ -269,6 +271,8 @@ class TrainConfig(RunConfig):
 
 @dataclass
 class DataConfig:
+    """`data.*`: the token shards (prepare-text output) and how much of them each evaluation reads."""
+
     train: str = ""  # shard glob, folder of .bin shards, or file (prepare-text output)
     val: str = ""  # held-out shards; empty = no validation
     tokenizer_id: str | None = "gpt2"  # checked against the shards' meta.json; null skips that check
@@ -283,9 +287,9 @@ class DataConfig:
 @dataclass
 class LMLoop(LoopConfig):
     max_steps: int | None = 100_000
-    global_batch_tokens: int = 480 * 1024
+    global_batch_tokens: int = 480 * 1024  # tokens per optimiser step, over every rank (gradient accumulation fills it)
     micro_batch_size: int = 12  # sequences per rank per forward/backward; 480 = 12 x 40 divides on 1, 2, 4, 8 GPUs
-    log_every: int = 10
+    log_every: int = 10  # steps between metrics-log rows
     mfu_peak_tflops: float = 989.0  # per device; H200/H100 SXM dense bf16
 
     def __post_init__(self) -> None:
@@ -298,11 +302,11 @@ class LMLoop(LoopConfig):
 
 @dataclass
 class LMOptim(OptimConfig):
-    lr: float = 6e-4
+    lr: float = 6e-4  # peak learning rate, reached after warmup_steps
     min_lr_ratio: float = 0.1  # cosine floor as a fraction of lr
-    eps: float = 1e-8
+    eps: float = 1e-8  # AdamW's epsilon
     grad_clip: float = 1.0  # 0 disables clipping (the norm is still logged)
-    decay_embeddings: bool = False
+    decay_embeddings: bool = False  # apply weight decay to the embeddings too
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -333,6 +337,8 @@ class TrainGPTConfig(RunConfig):
     Paper setup (GPT-2 small, section 5.1): model=gpt2_small_looped model.num_rounds={1,3,5,7}
     scaling={baseline,deeploop}, 100K steps x 480 x 1024 tokens, context 1024."""
 
+    MODELS: ClassVar[tuple[type, ...]] = (GPTConfig,)  # the model configs it trains (`--help` lists only these)
+
     output_dir: str | None = "runs/gpt"
     data: DataConfig = field(default_factory=DataConfig)
     train: LMLoop = field(default_factory=LMLoop)
@@ -345,7 +351,7 @@ class TrainGPTConfig(RunConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.model = GPTConfig() if self.model is None else model_config(self.model)
-        check(isinstance(self.model, GPTConfig), "model.name", self.model.name,
+        check(isinstance(self.model, self.MODELS), "model.name", self.model.name,
               "gpt (train-gpt trains the looped GPT; reasoners train with `train`)")
         one_of("dtype", self.dtype, ("bfloat16", "float16", "float32"))
         self.check_fsdp(self.train)

@@ -287,6 +287,8 @@ class LMTrainer(Task):
         if self.data.val is None:
             return None
         self.last_val = evaluate_loss(self.fwd_model, self.data.val(), self.device, self.dtype)
+        if runtime.is_main():  # on the console too, above the progress bar (not only in the metrics files)
+            runtime.tqdm.write(f"train-gpt: step {step}: val loss {self.last_val:.4f}")
         return {"val/loss": self.last_val}
 
     def state_dict(self) -> dict[str, Any]:

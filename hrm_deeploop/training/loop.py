@@ -35,6 +35,7 @@ import collections
 import json
 import math
 import signal
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -48,6 +49,7 @@ from hrm_deeploop.config import (
 )
 from hrm_deeploop.errors import ConfigError, TrainingDiverged, UserError
 from hrm_deeploop.training.checkpointer import Checkpointer
+from hrm_deeploop.training.inherit import warmup_warning
 from hrm_deeploop.training.runlog import RunLogger
 
 # ---- what a model contributes --------------------------------------------------------------------
@@ -202,6 +204,8 @@ def _run(cfg: Any, task: Task, env: runtime.Env, resume_from: Path | None, ident
         recent.extend(resumed.recent_losses)
         runtime.print0(f"resumed {run_dir} at step {step} from {resume_from.name}")
     runtime.print0(task.describe())
+    if (warning := warmup_warning(getattr(cfg, "optim", None), total)) is not None:
+        runtime.print0(warning, file=sys.stderr)
 
     logger = RunLogger(run_dir, cfg.logger, cfg.project, cfg.run_name or run_dir.name, task.config,
                        resume=resume_from is not None, resume_step=step)

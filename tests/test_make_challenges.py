@@ -1,0 +1,85 @@
+"""`make-challenges`: a held-out build, a folder of task files or a Kaggle file as the ARC Prize's
+challenges.json / solutions.json pair, exactly the original tasks, and `score` takes it."""
+
+import json
+
+import numpy as np
+
+from arc_data.arc.build import BuildConfig, build
+from hrm_deeploop.cli import main
+from tests.arc_synth import random_task, write_kaggle, write_layout
+
+
+def _tasks(seed: int, names: list[str]) -> dict[str, dict]:
+    rng = np.random.default_rng(seed)
+    return {n: random_task(rng, n_train=3, n_test=1 + i % 2, max_side=5) for i, n in enumerate(names)}
+
+
+def _read(out):
+    return (json.loads((out / "arc-agi_evaluation_challenges.json").read_text()),
+            json.loads((out / "arc-agi_evaluation_solutions.json").read_text()))
+
+
+def _expected(tasks: dict[str, dict]) -> tuple[dict, dict]:
+    return ({n: {"train": t["train"], "test": [{"input": p["input"]} for p in t["test"]]} for n, t in sorted(tasks.items())},
+            {n: [p["output"] for p in t["test"]] for n, t in sorted(tasks.items())})
+
+
+def test_a_held_out_build_gives_its_tasks_and_score_takes_them(tmp_path, capsys):
+    tasks = _tasks(0, ["aa000001", "bb000002", "cc000003", "dd000004"])
+    chal = write_kaggle(tmp_path / "raw", "arc-agi_evaluation", tasks)
+    build(BuildConfig(sources=[str(chal)], output_dir=str(tmp_path / "pre"), holdout_tasks=["cc000003", "aa000001"],
+                      holdout_dir=str(tmp_path / "unseen"), num_aug=1, seed=0, progress=False))
+    assert main(["make-challenges", f"source={tmp_path / 'unseen'}", f"output_dir={tmp_path / 'out'}"]) == 0
+    held = {n: tasks[n] for n in ("aa000001", "cc000003")}
+    assert _read(tmp_path / "out") == _expected(held)
+    assert "2 task(s), 2 test input(s) from the unseen build" in capsys.readouterr().out
+    # the pretraining side of the split: its evaluation tasks, none of the held-out ones
+    assert main(["make-challenges", f"source={tmp_path / 'pre'}", f"output_dir={tmp_path / 'pre_out'}"]) == 0
+    assert set(_read(tmp_path / "pre_out")[0]) == {"bb000002", "dd000004"}
+    # score takes the pair: a submission of the solutions scores 100%
+    challenges, solutions = _read(tmp_path / "out")
+    submission = {n: [{"attempt_1": g, "attempt_2": g} for g in grids] for n, grids in solutions.items()}
+    (tmp_path / "submission.json").write_text(json.dumps(submission))
+    capsys.readouterr()
+    assert main(["score", f"submission={tmp_path / 'submission.json'}", f"solutions={tmp_path / 'out' / 'arc-agi_evaluation_solutions.json'}",
+                 "quiet=true"]) == 0
+    assert capsys.readouterr().out.startswith("pass@2 (ARC Prize rule): 100.00% (2 of 2 tasks")
+
+
+def test_a_folder_of_task_files_and_a_task_list(tmp_path, capsys):
+    tasks = _tasks(1, ["ee000005", "ff000006", "ab000007"])
+    folder = write_layout(tmp_path / "mine", {"mytasks": tasks}) / "mytasks"
+    assert main(["make-challenges", f"source={folder}", f"output_dir={tmp_path / 'out'}"]) == 0
+    assert _read(tmp_path / "out") == _expected(tasks)  # no evaluation subset: every task
+    assert main(["make-challenges", f"source={folder}", f"output_dir={tmp_path / 'two'}",
+                 "tasks=[ff000006,ee000005]"]) == 0
+    assert set(_read(tmp_path / "two")[0]) == {"ee000005", "ff000006"}
+    capsys.readouterr()
+    assert main(["make-challenges", f"source={folder}", f"output_dir={tmp_path / 'bad'}", "tasks=[zz999999]"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "zz999999" in err and not (tmp_path / "bad").exists()
+    assert main(["make-challenges", f"source={folder}", f"output_dir={tmp_path / 'out'}"]) == 2  # exists
+    assert main(["make-challenges", f"source={folder}", f"output_dir={tmp_path / 'out'}", "overwrite=true"]) == 0
+    # the pair is a build-arc source again: build it, and make-challenges of that build gives the same pair
+    build(BuildConfig(sources=[str(tmp_path / "out" / "arc-agi_evaluation_challenges.json")],
+                      output_dir=str(tmp_path / "built"), num_aug=1, seed=0, progress=False))
+    assert main(["make-challenges", f"source={tmp_path / 'built'}", f"output_dir={tmp_path / 'again'}"]) == 0
+    assert _read(tmp_path / "again") == _read(tmp_path / "out")
+
+
+def test_unlabelled_tasks_give_challenges_only_and_a_changed_source_is_refused(tmp_path, capsys):
+    tasks = _tasks(2, ["ac000008", "ad000009"])
+    chal = write_kaggle(tmp_path / "raw", "arc-agi_test", tasks, solutions=False)
+    assert main(["make-challenges", f"source={chal}", f"output_dir={tmp_path / 'out'}"]) == 0
+    assert main(["make-challenges", f"source={chal}", f"output_dir={tmp_path / 'o1'}", "prefix=arc-agi_test"]) == 0
+    assert sorted(p.name for p in (tmp_path / "o1").iterdir()) == ["arc-agi_test_challenges.json"]
+    assert "no arc-agi_test_solutions.json" in capsys.readouterr().out
+    labelled = write_kaggle(tmp_path / "lab", "arc-agi_evaluation", tasks)
+    build(BuildConfig(sources=[str(labelled)], output_dir=str(tmp_path / "pre"), holdout_tasks=["ac000008"],
+                      holdout_dir=str(tmp_path / "unseen"), num_aug=1, seed=0, progress=False))
+    write_kaggle(tmp_path / "lab", "arc-agi_evaluation", _tasks(3, ["ac000008", "ad000009"]))  # changed since
+    capsys.readouterr()
+    assert main(["make-challenges", f"source={tmp_path / 'unseen'}", f"output_dir={tmp_path / 'o2'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "has changed since the build" in err
