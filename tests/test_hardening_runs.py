@@ -43,7 +43,7 @@ from hrm_deeploop.cli import main
 from tests.test_bad_inputs import sudoku_set, tree  # noqa: F401  (sudoku_set: a fixture)
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
-SHORT = ["train.max_steps=6", "checkpoint.every=2"]
+SHORT = ["train.max_steps=6", "checkpoint.every=2", "optim.warmup_steps=1"]  # no long-warmup warning on stderr
 LONG = ["train.max_steps=100000", "checkpoint.every=0"]  # runs until a signal stops it
 
 
