@@ -160,7 +160,7 @@ def export(opts: ExportConfig) -> Path:
     model_cfg, scaling = dict(config["model"]), dict(config.get("scaling") or {})
     meta = {"format": hub.EXPORT_FORMAT, "model": model_cfg, "scaling": scaling, "step": state.get("step"),
             "weights": which, "code_version": ckpt.code_version(), "source_code_version": state.get("code_version"),
-            "puzzle_names": state.get("puzzle_names"),
+            "puzzle_names": state.get("puzzle_names"), "scaling_rounds": state.get("scaling_rounds"),
             "config": {k: v for k, v in config.items() if k not in ("model", "scaling")}}
     files = [hub.WEIGHTS, hub.CONFIG, "README.md"]
     dataset: dict[str, Any] = {}

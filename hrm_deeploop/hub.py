@@ -18,6 +18,7 @@ Needs the optional extra `hub` (huggingface_hub, safetensors); without it the on
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -172,7 +173,8 @@ def read_export(folder: Path) -> dict[str, Any]:
         raise UserError(f"'{folder / WEIGHTS}' is corrupt or unreadable: {type(e).__name__}: {e}") from None
     config = {**meta["config"], "model": meta["model"], "scaling": meta["scaling"]}
     return {"step": meta.get("step"), "model": weights, "config": config, "ema": None,
-            "puzzle_names": meta.get("puzzle_names"), "exported": {"weights": meta.get("weights")}}
+            "puzzle_names": meta.get("puzzle_names"), "scaling_rounds": meta.get("scaling_rounds"),
+            "exported": {"weights": meta.get("weights")}}
 
 
 def write_weights(path: Path, weights: dict[str, Any], metadata: dict[str, str]) -> None:
@@ -181,5 +183,12 @@ def write_weights(path: Path, weights: dict[str, Any], metadata: dict[str, str])
     OSError naming its errno (safetensors' own writer raises its own error type)."""
     data = _safetensors().save({k: v.detach().cpu().contiguous().clone() for k, v in weights.items()},
                                metadata=metadata)
+    # safetensors writes its JSON header from a hash map, in an order that changes from call to call
+    # (two exports of one run differed in the metadata's key order): the header again, keys sorted,
+    # padded to 8 bytes as the format asks; the tensors' offsets are relative to the data, unchanged
+    n = int.from_bytes(data[:8], "little")
+    header = json.dumps(json.loads(data[8:8 + n]), sort_keys=True, separators=(",", ":")).encode()
+    header += b" " * (-len(header) % 8)
+    data = len(header).to_bytes(8, "little") + header + data[8 + n:]
     with open(path, "wb") as f:
         f.write(data)

@@ -154,7 +154,11 @@ def _load_gpt(path: Path, state: dict[str, Any], device: torch.device, num_round
     config = state.get("config") or {}
     model_cfg = typed(config["model"], GPTConfig, "model.")
     scaling = typed(config.get("scaling"), ScalingConfig, "scaling.")
-    scaling_rounds = scaling_rounds_of(config, model_cfg.num_rounds)
+    # the R of its alpha/beta, as the run resolved it; re-derived from the saved schedule only for
+    # checkpoints written before train-gpt stored it
+    scaling_rounds = state.get("scaling_rounds")
+    if scaling_rounds is None:
+        scaling_rounds = scaling_rounds_of(config, model_cfg.num_rounds)
     if num_rounds is not None:
         model_cfg.num_rounds = num_rounds
     est = runtime.estimate_memory(lambda c: GPT(c, scaling, scaling_rounds=scaling_rounds), model_cfg, copies=1,

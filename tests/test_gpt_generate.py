@@ -270,6 +270,25 @@ def test_random_depth_checkpoint_keeps_its_alpha_and_eval_gpt_exit(byte_run, cap
     capsys.readouterr()
 
 
+def test_the_resolved_scaling_rounds_are_stored_and_read_back(byte_run, tmp_path):
+    """train-gpt stores the R its alpha/beta came from; a reader takes it rather than re-deriving it
+    from the saved schedule (a checkpoint without it, from before, is still re-derived)."""
+    import torch
+
+    from hrm_deeploop import checkpoint as ckpt
+    from hrm_deeploop.loading import load_model
+
+    _, run = byte_run
+    state = ckpt.load(run / "checkpoints/step_6.pt")
+    assert state["scaling_rounds"] == 3  # depth.scaling_n=max of uniform 1..3
+    state["config"]["depth"]["scaling_n"] = "fixed"  # a schedule that would now derive R = num_rounds = 2
+    torch.save(state, tmp_path / "stored.pt")
+    assert load_model(tmp_path / "stored.pt").model.residual.alpha == pytest.approx((2 * 2 * 3) ** 0.5)
+    del state["scaling_rounds"]  # as written before: derived from the schedule
+    torch.save(state, tmp_path / "old.pt")
+    assert load_model(tmp_path / "old.pt").model.residual.alpha == pytest.approx((2 * 2 * 2) ** 0.5)
+
+
 @pytest.mark.parametrize("args, culprit", [
     (["max_new_tokens=100"], "exceeds the model's context"),
     (["top_p=1.5"], "top_p"),

@@ -300,7 +300,9 @@ class LMTrainer(Task):
         return {"model": model, "optimizers": {"adamw": adamw},
                 "schedule": {"lr": o.lr, "warmup_steps": o.warmup_steps, "total_steps": self.total_steps,
                              "min_lr_ratio": o.min_lr_ratio},
-                "sampler": self.data.train.state_dict(), "val_loss": self.last_val}
+                "sampler": self.data.train.state_dict(), "val_loss": self.last_val,
+                # the R its alpha/beta were computed from, resolved once here (readers need not re-derive it)
+                "scaling_rounds": self.model.scaling_rounds}
 
     def load_state_dict(self, state: dict[str, Any], path: Path) -> None:
         from hrm_deeploop.checkpoint import strip_prefixes
