@@ -42,12 +42,7 @@ class AdamATan2(torch.optim.Optimizer):
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                state = self.state[p]
-                if not state:
-                    state["step"] = torch.zeros((), dtype=torch.float32)
-                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                state["step"] += 1
+                state = self._stepped(p)
                 t = float(state["step"])
                 m, v = state["exp_avg"], state["exp_avg_sq"]
                 p.mul_(1 - lr * wd)
@@ -57,6 +52,16 @@ class AdamATan2(torch.optim.Optimizer):
                 p.add_(torch.atan2(m, denom), alpha=-lr / (1 - b1**t))
         return loss
 
+    def _stepped(self, p: Tensor) -> dict:
+        """p's state (created at its first step: step 0, zero moments), its step count advanced."""
+        state = self.state[p]
+        if not state:
+            state["step"] = torch.zeros((), dtype=torch.float32)
+            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        state["step"] += 1
+        return state
+
     def _compiled_group_step(self, group: dict, lr: float, b1: float, b2: float, wd: float) -> None:
         """The same update for every parameter of `group` with a gradient, in one compiled call;
         the per-step scalars travel as one small tensor (no recompilation as lr and t change)."""
@@ -64,12 +69,7 @@ class AdamATan2(torch.optim.Optimizer):
         if not params:
             return
         for p in params:
-            state = self.state[p]
-            if not state:
-                state["step"] = torch.zeros((), dtype=torch.float32)
-                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            state["step"] += 1
+            self._stepped(p)
         t = float(self.state[params[0]]["step"])  # every parameter of a group steps together here
         scalars = torch.tensor([lr, 1 - b1**t, math.sqrt(1 - b2**t)], dtype=torch.float32)
         if params[0].is_cuda:
