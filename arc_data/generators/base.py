@@ -128,6 +128,23 @@ def free_spot(rng: np.random.Generator, occupied: np.ndarray, h: int, w: int, ma
     return None
 
 
+def scatter_blocks(rng: np.random.Generator, h: int, w: int, n: int,
+                   size: Callable[[np.random.Generator], tuple[int, int]], palette: list[int]) -> np.ndarray:
+    """An h x w grid with up to `n` solid blocks, each `size(rng)` large, a colour of `palette`, apart
+    from the others (`free_spot`, margin 1); placing stops at the first block that finds no room."""
+    g = np.zeros((h, w), np.uint8)
+    occupied = np.zeros((h, w), bool)
+    for _ in range(n):
+        bh, bw = size(rng)
+        spot = free_spot(rng, occupied, bh, bw)
+        if spot is None:
+            break
+        r, c = spot
+        g[r:r + bh, c:c + bw] = palette[int(rng.integers(len(palette)))]
+        occupied[r:r + bh, c:c + bw] = True
+    return g
+
+
 # ---------------------------------------------------------------------------------------------
 # analysis helpers (pure: the rules use them)
 

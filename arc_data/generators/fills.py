@@ -15,6 +15,7 @@ from arc_data.generators.base import (
     label_components,
     noise_grid,
     reachable_from_border,
+    scatter_blocks,
     side,
 )
 
@@ -62,16 +63,8 @@ def _count_params(rng: np.random.Generator, difficulty: int) -> Params:
 
 def _count_sample(rng: np.random.Generator, p: Params, difficulty: int) -> Grid | None:
     h, w = side(rng, difficulty, lo=5), side(rng, difficulty, lo=5)
-    g = np.zeros((h, w), np.uint8)
-    occupied = np.zeros((h, w), bool)
-    for _ in range(count(rng, difficulty)):
-        bh, bw = int(rng.integers(1, 3)), int(rng.integers(1, 3))
-        spot = free_spot(rng, occupied, bh, bw)
-        if spot is None:
-            break
-        r, c = spot
-        g[r:r + bh, c:c + bw] = p["palette"][int(rng.integers(len(p["palette"])))]
-        occupied[r:r + bh, c:c + bw] = True
+    g = scatter_blocks(rng, h, w, count(rng, difficulty), lambda r: (int(r.integers(1, 3)), int(r.integers(1, 3))),
+                       p["palette"])
     return g if g.any() else None
 
 

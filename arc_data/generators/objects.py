@@ -15,6 +15,7 @@ from arc_data.generators.base import (
     free_spot,
     label_components,
     noise_grid,
+    scatter_blocks,
     side,
 )
 
@@ -185,16 +186,9 @@ def _hollow_params(rng: np.random.Generator, difficulty: int) -> Params:
 
 def _hollow_sample(rng: np.random.Generator, p: Params, difficulty: int) -> Grid | None:
     h, w = side(rng, difficulty, lo=7), side(rng, difficulty, lo=7)
-    g = np.zeros((h, w), np.uint8)
-    occupied = np.zeros((h, w), bool)
-    for _ in range(count(rng, difficulty)):
-        bh, bw = int(rng.integers(3, min(h, 3 + 2 * difficulty) + 1)), int(rng.integers(3, min(w, 3 + 2 * difficulty) + 1))
-        spot = free_spot(rng, occupied, bh, bw)
-        if spot is None:
-            break
-        r, c = spot
-        g[r:r + bh, c:c + bw] = p["palette"][int(rng.integers(len(p["palette"])))]
-        occupied[r:r + bh, c:c + bw] = True
+    top = 3 + 2 * difficulty
+    g = scatter_blocks(rng, h, w, count(rng, difficulty),
+                       lambda r: (int(r.integers(3, min(h, top) + 1)), int(r.integers(3, min(w, top) + 1))), p["palette"])
     return g if g.any() else None
 
 
