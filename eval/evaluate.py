@@ -60,6 +60,8 @@ def run(c: EvaluateConfig) -> int:
     if pred_path.exists() and not c.overwrite:
         raise UserError(f"'{pred_path}' exists; pass overwrite=true to replace it or choose another output_dir")
     task = evaluation_for(c.data_dir, c.split, c.task)
+    if c.poe and task != "arc":
+        raise ConfigError(f"poe=true: the product of experts scores ARC's candidates, but {c.data_dir} holds {task}")
     evaluation = EVALUATIONS.get(task, _puzzles)(task)
     evaluation.check(c, out)
     env = runtime.setup(c.device)

@@ -69,6 +69,19 @@ def test_every_task_trained_alone_and_submitted(pretrained, tmp_path, capsys):
     assert summary["protocol"] == "strict" and summary["status"] == {"trained": 2}
     assert 0 <= summary["overhead_fraction"] < 1 and "pass@2 (ARC Prize rule)" in summary
     assert "scored under protocol strict" in out and "pass@2 (ARC Prize rule)" in out and "[2/2]" in out
+    # both scoring rules, on the same predictions: attempts are each rule's top two ranked candidates
+    solutions = json.loads(Path(sol).read_text())
+    sub_poe = json.loads((tmp_path / "o" / "submission_poe.json").read_text())
+    for tid in sub:
+        r = plan.finished(tmp_path / "o", tid)
+        for sfx, s in (("", sub), ("_poe", sub_poe)):
+            ranked = r["ranked" + sfx][0]
+            assert s[tid][0]["attempt_1"] == (ranked or [[[0]]])[0] and sorted(map(str, ranked)) == sorted(map(str, r["ranked"][0]))
+    for rule, sfx in (("count-first", ""), ("poe", "_poe")):
+        ranked = json.loads((tmp_path / "o" / f"ranked{sfx}.json").read_text())
+        expect = {k: 100 * np.mean([solutions[t][0] in ranked[t][0][:k] for t in sub]) for k in (1, 2, 10)}
+        assert summary["scores"][rule] == {"pass@2 (ARC Prize rule)": pytest.approx(expect[2]),
+                                           **{f"pass@{k}": pytest.approx(v) for k, v in expect.items()}}
 
     # a rerun finds everything finished and recomputes nothing
     stamps = {t: (tmp_path / "o" / "tasks" / t / "result.json").stat().st_mtime_ns for t in sub}

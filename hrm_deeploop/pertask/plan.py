@@ -115,16 +115,21 @@ class Budget:
         self.overhead_s += (max(total_s - train_s, 0.0) - self.overhead_s) / self._seen
 
 
-def merge(out: Path, tasks: dict[str, dict]) -> tuple[dict, dict[str, int]]:
-    """The submission over every task of `tasks` (finished ones' attempts, fallbacks for the rest)
-    and the count of tasks by status."""
-    sub, counts = {}, {}
+def merge(out: Path, tasks: dict[str, dict], suffix: str = "") -> tuple[dict, dict, dict[str, int]]:
+    """By one scoring rule (`suffix`: "" count-first, "_poe" the product of experts; a result
+    without that rule's fields gives its count-first ones): the submission over every task of
+    `tasks`, the ranked candidates, both with fallbacks for tasks that never trained, and the count
+    of tasks by status."""
+    sub, ranked, counts = {}, {}, {}
     for tid, task in tasks.items():
         r = finished(out, tid)
         status = r["status"] if r else "missing"
-        sub[tid] = r["attempts"] if r else fallback_attempts(task)
+        attempts = r.get("attempts" + suffix, r["attempts"]) if r else fallback_attempts(task)
+        sub[tid] = attempts
+        ranked[tid] = (r.get("ranked" + suffix, r.get("ranked")) if r else None) \
+            or [[a["attempt_1"]] for a in attempts]
         counts[status] = counts.get(status, 0) + 1
-    return sub, counts
+    return sub, ranked, counts
 
 
 AUGMENTED = re.compile(r"^(.*)_t\d+_\d{10}$")  # <task>_t<dihedral>_<10 colour digits> (arc_data.originals)

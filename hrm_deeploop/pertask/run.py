@@ -23,7 +23,7 @@ from arc_data.files.guard import check_output_dir
 from arc_data.files.jsonio import parse_json, save_json
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.pertask import plan, worker
-from hrm_deeploop.pertask.config import PerTaskConfig
+from hrm_deeploop.pertask.config import RULES, PerTaskConfig
 
 SUMMARY = "ttt_summary.json"
 
@@ -151,9 +151,13 @@ def launch_submitit(cfg: PerTaskConfig, tasks: dict[str, dict], out: Path) -> in
 
 
 def finish(cfg: PerTaskConfig, tasks: dict[str, dict], out: Path) -> int:
-    """submission.json over every task, the summary, and the score when solutions are given."""
-    sub, counts = plan.merge(out, tasks)
-    save_json(out / "submission.json", sub, indent=None)
+    """submission.json (count-first) and submission_poe.json (product of experts) over every task,
+    the summary, and with solutions the scores of both rules on the same predictions."""
+    rules = {r: sfx for r, sfx in RULES.items() if cfg.poe or not sfx}
+    for sfx in rules.values():
+        sub, ranked, counts = plan.merge(out, tasks, sfx)
+        save_json(out / f"submission{sfx}.json", sub, indent=None)
+        save_json(out / f"ranked{sfx}.json", ranked, indent=None)
     results = [r for r in (plan.finished(out, t) for t in tasks) if r and r["status"] == "trained"]
     overhead = (1 - sum(r["train_seconds"] for r in results) / sum(r["seconds"] for r in results)) if results else None
     summary = {"protocol": cfg.protocol, "tasks": len(tasks), "status": counts,
@@ -165,13 +169,19 @@ def finish(cfg: PerTaskConfig, tasks: dict[str, dict], out: Path) -> int:
     if cfg.solutions:  # `score`, through the CLI's table (the library never imports the evaluators)
         from hrm_deeploop.cli import run_subcommand
 
-        scored = out / "score.json"
-        scored.unlink(missing_ok=True)  # ours, from an earlier run of this command
-        print(f"ttt: scored under protocol {cfg.protocol}:", flush=True)
-        if run_subcommand("score", [f"submission={out / 'submission.json'}", f"solutions={cfg.solutions}",
-                                    f"output={scored}", "quiet=true"]) != 0:
-            return 2
-        summary["pass@2 (ARC Prize rule)"] = round(parse_json(scored.read_bytes(), str(scored))["percent"], 4)
+        summary["scores"] = {}
+        for rule, sfx in rules.items():
+            scored = out / f"score{sfx}.json"
+            scored.unlink(missing_ok=True)  # ours, from an earlier run of this command
+            print(f"ttt: {rule} ranking, scored under protocol {cfg.protocol}:", flush=True)
+            if run_subcommand("score", [f"submission={out / f'submission{sfx}.json'}", f"solutions={cfg.solutions}",
+                                        f"ranked={out / f'ranked{sfx}.json'}", f"ks=[{','.join(map(str, cfg.ks))}]",
+                                        f"output={scored}", "quiet=true"]) != 0:
+                return 2
+            s = parse_json(scored.read_bytes(), str(scored))
+            summary["scores"][rule] = {"pass@2 (ARC Prize rule)": round(s["percent"], 4),
+                                       **{f"pass@{k}": round(v, 4) for k, v in s["pass_at_k"]["hrm"].items()}}
+        summary["pass@2 (ARC Prize rule)"] = summary["scores"]["count-first"]["pass@2 (ARC Prize rule)"]
     save_json(out / SUMMARY, summary)
     return 1 if counts.get("missing") else 0
 

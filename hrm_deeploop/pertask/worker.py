@@ -82,14 +82,28 @@ def _solve(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float, work:
     steps = parse_json((work / "run" / "summary.json").read_bytes(), "summary.json").get("steps")
     rc = run_subcommand("evaluate", [f"checkpoint={work / 'run'}", f"data_dir={work / 'data'}",
                                      f"output_dir={work / 'eval'}", f"challenges={chal}", "progress=false",
-                                     "report=false", f"device={cfg.device}", *cfg.eval_overrides])
+                                     "report=false", f"device={cfg.device}", f"poe={str(cfg.poe).lower()}",
+                                     *cfg.eval_overrides])
     if rc != 0:
         raise RuntimeError(f"task {tid}: evaluate exited {rc}")
-    sub = parse_json((work / "eval" / "submission.json").read_bytes(), "submission.json")
-    result = {"task": tid, "status": "trained", "attempts": sub[tid], "steps": steps,
+    result = {"task": tid, "status": "trained", **ranked_attempts(work / "eval", tid, cfg.poe), "steps": steps,
               "train_seconds": round(train_s, 3), "seconds": round(time.monotonic() - t0, 3),
               "train_minutes_given": None if not math.isfinite(train_minutes) else round(train_minutes, 4)}
     plan.write_result(out, tid, result)  # last: its presence means finished
     if not cfg.keep_work:
         shutil.rmtree(work, ignore_errors=True)
     return result
+
+
+def ranked_attempts(folder: Path, tid: str, poe: bool) -> dict:
+    """The task's attempts and ranked candidate grids (best first, per test input) by each scoring
+    rule, from evaluate's tasks.json (count-first) and poe.json (product of experts); an empty
+    grid (a prediction that decodes to none) is no candidate, as in the submission."""
+    sub = parse_json((folder / "submission.json").read_bytes(), "submission.json")
+    tests = parse_json((folder / "tasks.json").read_bytes(), "tasks.json")["tasks"][tid]["test_inputs"]
+    out = {"attempts": sub[tid], "ranked": [[c["grid"] for c in t["candidates"] if c["grid"]] for t in tests]}
+    if poe:
+        sub = parse_json((folder / "submission_poe.json").read_bytes(), "submission_poe.json")
+        tests = parse_json((folder / "poe.json").read_bytes(), "poe.json")["tasks"][tid]
+        out |= {"attempts_poe": sub[tid], "ranked_poe": [[c["grid"] for c in t["candidates"] if c["grid"]] for t in tests]}
+    return out
