@@ -170,3 +170,29 @@ def test_hostile_outputs_and_inputs_are_one_line_refusals(pretrained, tmp_path, 
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "bad_challenges.json" in err and "Traceback" not in err
         assert not (tmp_path / "b").exists()
+
+
+def test_leave_one_out_pseudo_tasks(pretrained, tmp_path):
+    """leave_one_out=true: each demonstration once the target of the others, built and trained
+    beside the task under its own rows, its held-out demonstration scored by both rules."""
+    assert plan.leave_one_out("t", {"train": [{"input": [[1]]}], "test": []}) == {}
+    demos = [{"input": [[i]], "output": [[i + 1]]} for i in range(3)]
+    loo = plan.leave_one_out("t", {"train": demos, "test": [{"input": [[9]]}]})
+    assert list(loo) == ["t-loo0", "t-loo1", "t-loo2"]
+    assert loo["t-loo1"] == {"train": [demos[0], demos[2]], "test": [demos[1]]}
+
+    root, chal = pretrained
+    out = tmp_path / "o"
+    assert _ttt(root, chal, out, "leave_one_out=true", "keep_work=true") == 0
+    r = plan.finished(out, "new00")
+    built = json.loads((out / "tasks" / "new00" / "work" / "data" / "identifiers.json").read_text())
+    assert {"new00", "new00-loo0", "new00-loo1"} <= set(built)
+    tasks_json = json.loads((out / "tasks" / "new00" / "work" / "eval" / "tasks.json").read_text())
+    solved = [tasks_json["tasks"][f"new00-loo{i}"]["correct"]["2"] for i in range(2)]
+    assert tasks_json["tasks"]["new00"]["correct"]["2"] is None  # the real task: unlabelled, never scored
+    assert r["leave_one_out"]["pseudo_tasks"] == 2
+    assert r["leave_one_out"]["count-first"]["pass@2"] == pytest.approx(100 * np.mean(solved))
+    assert set(r["leave_one_out"]) == {"pseudo_tasks", "count-first", "poe"}
+    summary = json.loads((out / "ttt_summary.json").read_text())
+    assert set(summary["leave_one_out"]) == {"count-first", "poe"}
+    assert _ttt(root, chal, out) == 2  # a resume without the option: other settings, refused

@@ -50,6 +50,7 @@ class PerTaskConfig:
     protocol: str = "strict"  # strict: refuse a task the checkpoint was trained on; transductive: allow, label
     launcher: str = "local"  # local (a process pool; under torchrun, rank r takes tasks r, r+W, ...) | submitit
     submitit: PerTaskSubmitit = field(default_factory=PerTaskSubmitit)
+    leave_one_out: bool = False  # also train each task's pseudo-tasks: each demonstration once the target of the others
     poe: bool = True  # also rank each task's candidates by the product of experts (evaluate poe=true)
     ks: list[int] = field(default_factory=lambda: [1, 2, 10])  # pass@K reported with `solutions` (K <= 10)
     keep_work: bool = False  # keep each task's dataset, run and evaluation folders (checkpoints included)

@@ -21,7 +21,9 @@ RESULT = "result.json"
 PLAN = "ttt_plan.json"
 # the settings a task's result depends on: a rerun into the same folder must have the same
 IDENTITY = ("checkpoint", "challenges", "num_aug", "steps", "batch", "lr", "trains", "train_overrides",
-            "eval_overrides", "protocol", "seed")
+            "eval_overrides", "protocol", "seed", "leave_one_out")
+LATER = {"leave_one_out": False}  # identity keys added since the first runs: an older plan had their default
+LOO = "-loo"  # a pseudo-task's id: <task>-loo<i>
 
 
 def load_challenges(path: str | os.PathLike) -> dict[str, dict]:
@@ -50,7 +52,7 @@ def claim(out: Path, cfg) -> None:
     identity["challenges_sha256"] = hashlib.sha256(Path(cfg.challenges).read_bytes()).hexdigest()
     if marker.is_file():
         before = parse_json(marker.read_bytes(), str(marker))
-        diff = sorted(k for k in identity if before.get(k) != identity[k])
+        diff = sorted(k for k in identity if before.get(k, LATER.get(k)) != identity[k])
         if diff:
             raise UserError(f"output_dir={out}: holds a ttt run with other {', '.join(diff)} ({PLAN}); rerun with its "
                             "settings to resume it, or choose another folder")
@@ -81,6 +83,15 @@ def finished(out: Path, tid: str) -> dict | None:
 def write_result(out: Path, tid: str, result: dict) -> None:
     task_dir(out, tid).mkdir(parents=True, exist_ok=True)
     save_json(task_dir(out, tid) / RESULT, result)
+
+
+def leave_one_out(tid: str, task: dict) -> dict[str, dict]:
+    """The task's pseudo-tasks: for each demonstration i (when there are two or more), `<tid>-loo<i>`
+    with the other demonstrations as its own and demonstration i, its output given, as its test."""
+    demos = task["train"]
+    if len(demos) < 2:
+        return {}
+    return {f"{tid}{LOO}{i}": {"train": demos[:i] + demos[i + 1:], "test": [demos[i]]} for i in range(len(demos))}
 
 
 def fallback_attempts(task: dict) -> list[dict]:

@@ -163,6 +163,10 @@ def finish(cfg: PerTaskConfig, tasks: dict[str, dict], out: Path) -> int:
     summary = {"protocol": cfg.protocol, "tasks": len(tasks), "status": counts,
                "overhead_fraction": None if overhead is None else round(overhead, 4),
                "checkpoint": cfg.checkpoint, "challenges": cfg.challenges}
+    loo = [r["leave_one_out"] for r in results if "leave_one_out" in r]
+    if loo:  # the mean over trained tasks of their pseudo-tasks' scores, per rule
+        summary["leave_one_out"] = {rule: {k: round(sum(x[rule][k] for x in loo) / len(loo), 4) for k in loo[0][rule]}
+                                    for rule in rules if rule in loo[0]}
     line = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
     print(f"ttt: {len(tasks)} tasks ({line}); {out / 'submission.json'} (protocol: {cfg.protocol})"
           + ("" if overhead is None else f"; outside training: {100 * overhead:.1f}% of the tasks' time"), flush=True)

@@ -60,8 +60,13 @@ def _solve(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float, work:
     t0 = time.monotonic()
     chal = work / "raw" / "arc-agi_task_challenges.json"
     chal.parent.mkdir()
-    save_json(chal, {tid: task})  # no solutions beside it: the build has no test label to leak
-    build(BuildConfig(sources=[str(chal)], output_dir=str(work / "data"), test_labels="optional",
+    # no solutions beside it: the build has no test label to leak; a pseudo-task's test output (a
+    # demonstration's) is inline, so the vote scores the pseudo-tasks alone
+    tasks = {tid: task} | (plan.leave_one_out(tid, task) if cfg.leave_one_out else {})
+    save_json(chal, tasks)
+    # every task of the file is an evaluation task (eval_name): test pairs go to the test split, never
+    # into training (a pseudo-task's would, being labelled)
+    build(BuildConfig(sources=[str(chal)], output_dir=str(work / "data"), test_labels="optional", eval_name="task",
                       num_aug=cfg.num_aug, seed=cfg.seed, progress=False))
     train = [f"init_from={cfg.checkpoint}", f"data_dir={work / 'data'}", f"output_dir={work / 'run'}",
              f"train.max_steps={cfg.steps}", f"train.global_batch_size={cfg.batch}", f"adapt.trains={cfg.trains}",
@@ -71,9 +76,10 @@ def _solve(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float, work:
     if cfg.lr is not None:
         train.append(f"optim.lr={cfg.lr}")
     if not any(o.startswith("train.epochs_per_iter=") for o in cfg.train_overrides):
-        # one task is one group: a sampler epoch yields one view's demonstrations, so one iteration
-        # must span enough epochs to fill a batch
-        train.append(f"train.epochs_per_iter={max(1, math.ceil(cfg.batch / max(1, len(task['train']))))}")
+        # a task (or pseudo-task) is one group: a sampler epoch yields one view's demonstrations of
+        # each, so one iteration must span enough epochs to fill a batch
+        per_epoch = sum(len(t["train"]) for t in tasks.values())
+        train.append(f"train.epochs_per_iter={max(1, math.ceil(cfg.batch / max(1, per_epoch)))}")
     t_train = time.monotonic()
     rc = run_subcommand("train", train + list(cfg.train_overrides))
     train_s = time.monotonic() - t_train
@@ -89,6 +95,8 @@ def _solve(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float, work:
     result = {"task": tid, "status": "trained", **ranked_attempts(work / "eval", tid, cfg.poe), "steps": steps,
               "train_seconds": round(train_s, 3), "seconds": round(time.monotonic() - t0, 3),
               "train_minutes_given": None if not math.isfinite(train_minutes) else round(train_minutes, 4)}
+    if len(tasks) > 1:  # the pseudo-tasks' held-out demonstrations, scored by each rule
+        result["leave_one_out"] = loo_scores(work / "eval", cfg.poe, len(tasks) - 1)
     plan.write_result(out, tid, result)  # last: its presence means finished
     if not cfg.keep_work:
         shutil.rmtree(work, ignore_errors=True)
@@ -107,3 +115,12 @@ def ranked_attempts(folder: Path, tid: str, poe: bool) -> dict:
         tests = parse_json((folder / "poe.json").read_bytes(), "poe.json")["tasks"][tid]
         out |= {"attempts_poe": sub[tid], "ranked_poe": [[c["grid"] for c in t["candidates"] if c["grid"]] for t in tests]}
     return out
+
+
+def loo_scores(folder: Path, poe: bool, count: int) -> dict:
+    """pass@1 and pass@2 of the pseudo-tasks (the only labelled tasks of the task's build) by each
+    rule: how often the task's copy predicts a demonstration from the others."""
+    at_k = {"count-first": parse_json((folder / "pass_at_k.json").read_bytes(), "pass_at_k.json")}
+    if poe:
+        at_k["poe"] = parse_json((folder / "poe.json").read_bytes(), "poe.json")["pass_at_k"]
+    return {"pseudo_tasks": count, **{rule: {f"pass@{k}": s["hrm"][str(k)] for k in (1, 2)} for rule, s in at_k.items()}}
