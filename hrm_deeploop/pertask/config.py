@@ -51,6 +51,7 @@ class PerTaskConfig:
     launcher: str = "local"  # local (a process pool; under torchrun, rank r takes tasks r, r+W, ...) | submitit
     submitit: PerTaskSubmitit = field(default_factory=PerTaskSubmitit)
     leave_one_out: bool = False  # also train each task's pseudo-tasks: each demonstration once the target of the others
+    passes: int = 10  # LoopViT: random views (scale, corner) of every copy at prediction (official --num-attempts)
     poe: bool = True  # also rank each task's candidates by the product of experts (evaluate poe=true)
     ks: list[int] = field(default_factory=lambda: [1, 2, 10])  # pass@K reported with `solutions` (K <= 10)
     keep_work: bool = False  # keep each task's dataset, run and evaluation folders (checkpoints included)
@@ -63,6 +64,7 @@ class PerTaskConfig:
         at_least("steps", self.steps, 0)
         at_least("batch", self.batch, 1)
         at_least("workers", self.workers, 1)
+        at_least("passes", self.passes, 1)
         at_least("threads", self.threads, 0)
         optional_at_least("time_budget", self.time_budget, 0)
         one_of("protocol", self.protocol, PROTOCOLS)

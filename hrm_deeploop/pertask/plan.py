@@ -21,8 +21,8 @@ RESULT = "result.json"
 PLAN = "ttt_plan.json"
 # the settings a task's result depends on: a rerun into the same folder must have the same
 IDENTITY = ("checkpoint", "challenges", "num_aug", "steps", "batch", "lr", "trains", "train_overrides",
-            "eval_overrides", "protocol", "seed", "leave_one_out")
-LATER = {"leave_one_out": False}  # identity keys added since the first runs: an older plan had their default
+            "eval_overrides", "protocol", "seed", "leave_one_out", "passes")
+LATER = {"leave_one_out": False, "passes": 10}  # identity keys added since the first runs: an older plan had their default
 LOO = "-loo"  # a pseudo-task's id: <task>-loo<i>
 
 
@@ -92,6 +92,21 @@ def leave_one_out(tid: str, task: dict) -> dict[str, dict]:
     if len(demos) < 2:
         return {}
     return {f"{tid}{LOO}{i}": {"train": demos[:i] + demos[i + 1:], "test": [demos[i]]} for i in range(len(demos))}
+
+
+def run_model(checkpoint: str) -> str | None:
+    """The model a run folder (or its checkpoints/step_N.pt) trained, from the run's config.yaml
+    (`loopvit` for train-vit, `hrm`, `trm`, `urm`, ...); None without a readable one. No weights read."""
+    import yaml
+
+    p = Path(checkpoint)
+    run = p if p.is_dir() else p.parent.parent
+    try:
+        conf = yaml.safe_load((run / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    model = conf.get("model") if isinstance(conf, dict) else None
+    return model.get("name") if isinstance(model, dict) else None
 
 
 def fallback_attempts(task: dict) -> list[dict]:

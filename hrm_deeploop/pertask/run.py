@@ -153,14 +153,16 @@ def launch_submitit(cfg: PerTaskConfig, tasks: dict[str, dict], out: Path) -> in
 def finish(cfg: PerTaskConfig, tasks: dict[str, dict], out: Path) -> int:
     """submission.json (count-first) and submission_poe.json (product of experts) over every task,
     the summary, and with solutions the scores of both rules on the same predictions."""
-    rules = {r: sfx for r, sfx in RULES.items() if cfg.poe or not sfx}
+    model = plan.run_model(cfg.checkpoint)
+    poe = cfg.poe and model != "loopvit"  # a LoopViT's canvases have no product-of-experts score here
+    rules = {r: sfx for r, sfx in RULES.items() if poe or not sfx}
     for sfx in rules.values():
         sub, ranked, counts = plan.merge(out, tasks, sfx)
         save_json(out / f"submission{sfx}.json", sub, indent=None)
         save_json(out / f"ranked{sfx}.json", ranked, indent=None)
     results = [r for r in (plan.finished(out, t) for t in tasks) if r and r["status"] == "trained"]
     overhead = (1 - sum(r["train_seconds"] for r in results) / sum(r["seconds"] for r in results)) if results else None
-    summary = {"protocol": cfg.protocol, "tasks": len(tasks), "status": counts,
+    summary = {"protocol": cfg.protocol, "model": model, "tasks": len(tasks), "status": counts,
                "overhead_fraction": None if overhead is None else round(overhead, 4),
                "checkpoint": cfg.checkpoint, "challenges": cfg.challenges}
     loo = [r["leave_one_out"] for r in results if "leave_one_out" in r]

@@ -68,9 +68,17 @@ def _solve(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float, work:
     # into training (a pseudo-task's would, being labelled)
     build(BuildConfig(sources=[str(chal)], output_dir=str(work / "data"), test_labels="optional", eval_name="task",
                       num_aug=cfg.num_aug, seed=cfg.seed, progress=False))
-    train = [f"init_from={cfg.checkpoint}", f"data_dir={work / 'data'}", f"output_dir={work / 'run'}",
-             f"train.max_steps={cfg.steps}", f"train.global_batch_size={cfg.batch}", f"adapt.trains={cfg.trains}",
-             "logger=none", "train.progress=false", f"seed={cfg.seed}", f"device={cfg.device}"]
+    vit = plan.run_model(cfg.checkpoint) == "loopvit"
+    start = cfg.checkpoint
+    if vit:  # train-vit starts from a file: a run folder's latest checkpoint
+        from hrm_deeploop.checkpoint import resolve
+
+        start = str(resolve(cfg.checkpoint))
+    train = [f"init_from={start}", f"data_dir={work / 'data'}", f"output_dir={work / 'run'}",
+             f"train.max_steps={cfg.steps}", f"train.global_batch_size={cfg.batch}", "logger=none",
+             "train.progress=false", f"seed={cfg.seed}", f"device={cfg.device}"]
+    if not vit:  # LoopViT fine-tunes the whole model, as the official test-time training
+        train.append(f"adapt.trains={cfg.trains}")
     if math.isfinite(train_minutes):
         train.append(f"train.time_budget={max(train_minutes, 0.0):.4f}")
     if cfg.lr is not None:
@@ -81,22 +89,23 @@ def _solve(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float, work:
         per_epoch = sum(len(t["train"]) for t in tasks.values())
         train.append(f"train.epochs_per_iter={max(1, math.ceil(cfg.batch / max(1, per_epoch)))}")
     t_train = time.monotonic()
-    rc = run_subcommand("train", train + list(cfg.train_overrides))
+    rc = run_subcommand("train-vit" if vit else "train", train + list(cfg.train_overrides))
     train_s = time.monotonic() - t_train
     if rc != 0:
         raise RuntimeError(f"task {tid}: train exited {rc}")
     steps = parse_json((work / "run" / "summary.json").read_bytes(), "summary.json").get("steps")
     rc = run_subcommand("evaluate", [f"checkpoint={work / 'run'}", f"data_dir={work / 'data'}",
                                      f"output_dir={work / 'eval'}", f"challenges={chal}", "progress=false",
-                                     "report=false", f"device={cfg.device}", f"poe={str(cfg.poe).lower()}",
+                                     "report=false", f"device={cfg.device}", f"poe={str(cfg.poe and not vit).lower()}",
+                                     f"passes={cfg.passes}", f"tta_seed={cfg.seed}",
                                      *cfg.eval_overrides])
     if rc != 0:
         raise RuntimeError(f"task {tid}: evaluate exited {rc}")
-    result = {"task": tid, "status": "trained", **ranked_attempts(work / "eval", tid, cfg.poe), "steps": steps,
+    result = {"task": tid, "status": "trained", **ranked_attempts(work / "eval", tid, cfg.poe and not vit), "steps": steps,
               "train_seconds": round(train_s, 3), "seconds": round(time.monotonic() - t0, 3),
               "train_minutes_given": None if not math.isfinite(train_minutes) else round(train_minutes, 4)}
     if len(tasks) > 1:  # the pseudo-tasks' held-out demonstrations, scored by each rule
-        result["leave_one_out"] = loo_scores(work / "eval", cfg.poe, len(tasks) - 1)
+        result["leave_one_out"] = loo_scores(work / "eval", cfg.poe and not vit, len(tasks) - 1)
     plan.write_result(out, tid, result)  # last: its presence means finished
     if not cfg.keep_work:
         shutil.rmtree(work, ignore_errors=True)
