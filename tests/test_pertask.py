@@ -196,3 +196,27 @@ def test_leave_one_out_pseudo_tasks(pretrained, tmp_path):
     summary = json.loads((out / "ttt_summary.json").read_text())
     assert set(summary["leave_one_out"]) == {"count-first", "poe"}
     assert _ttt(root, chal, out) == 2  # a resume without the option: other settings, refused
+
+
+def test_a_loopvit_checkpoint_each_task_trained_on_its_canvas_views(pretrained, tmp_path):
+    """A train-vit checkpoint: each task's copy by train-vit init_from (a fresh task table), its
+    copies predicted through `passes` random canvas views each, voted count-first only."""
+    root, chal = pretrained
+    assert run_subcommand("train-vit", ["experiment=loopvit_tiny_cpu", "train.progress=false", "optim.warmup_steps=1",
+                                        "train.global_batch_size=4", "train.max_steps=2", f"data_dir={root / 'pre'}",
+                                        f"output_dir={tmp_path / 'vit'}"]) == 0
+    out = tmp_path / "o"
+    sol = str(chal).replace("_challenges", "_solutions")
+    assert run_subcommand("ttt", [f"checkpoint={tmp_path / 'vit'}", f"challenges={chal}", f"output_dir={out}", *TTT,
+                                  "passes=3", "keep_work=true", f"solutions={sol}"]) == 0
+    summary = json.loads((out / "ttt_summary.json").read_text())
+    assert summary["model"] == "loopvit" and summary["status"] == {"trained": 2} and list(summary["scores"]) == \
+        ["count-first"]
+    assert not (out / "submission_poe.json").exists()
+    for tid in ("new00", "new01"):
+        work = out / "tasks" / tid / "work"
+        assert "a fresh task table" in (out / "tasks" / tid / "log.txt").read_text()
+        assert json.loads((work / "run" / "summary.json").read_text())["model"] == "loopvit"
+        with np.load(work / "eval" / "predictions.npz") as z:
+            assert len(z["q_halt"]) == 2 * 3  # (the test input + num_aug=1 copy) x 3 passes
+        assert plan.finished(out, tid)["status"] == "trained"
