@@ -100,11 +100,19 @@ def predict_views(model: LoopViT, split: Any, device: torch.device, batch: int, 
 
 
 def is_loopvit_run(checkpoint: str) -> bool:
-    """Whether `checkpoint` (a run folder or its checkpoints/step_N.pt) belongs to a train-vit run
-    (its config.yaml, `hrm_deeploop.pertask.plan.run_model`), read without loading the weights."""
-    from hrm_deeploop.pertask.plan import run_model
+    """Whether `checkpoint` (a run folder or its checkpoints/step_N.pt) belongs to a train-vit run:
+    the run's config.yaml names model loopvit. Read without loading the weights (the reasoners'
+    checkpoints are then loaded once, by `hrm_deeploop.loading`)."""
+    import yaml
 
-    return run_model(checkpoint) == "loopvit"
+    p = Path(checkpoint)
+    run = p if p.is_dir() else p.parent.parent
+    try:
+        conf = yaml.safe_load((run / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return False
+    model = conf.get("model") if isinstance(conf, dict) else None
+    return isinstance(model, dict) and model.get("name") == "loopvit"
 
 
 def evaluate_loopvit(c: Any, evaluation: Any, out: Path) -> int:

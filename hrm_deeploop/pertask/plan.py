@@ -95,17 +95,13 @@ def leave_one_out(tid: str, task: dict) -> dict[str, dict]:
 
 
 def run_model(checkpoint: str) -> str | None:
-    """The model a run folder (or its checkpoints/step_N.pt) trained, from the run's config.yaml
-    (`loopvit` for train-vit, `hrm`, `trm`, `urm`, ...); None without a readable one. No weights read."""
-    import yaml
+    """The model a run folder (or its checkpoints/step_N.pt) trained (`loopvit` for train-vit, `hrm`,
+    `trm`, `urm`, ...), from the run's config (`training.inherit.run_config`, torch-free); None
+    without one. No weights read."""
+    from hrm_deeploop.training.inherit import run_config
 
-    p = Path(checkpoint)
-    run = p if p.is_dir() else p.parent.parent
-    try:
-        conf = yaml.safe_load((run / "config.yaml").read_text())
-    except (OSError, yaml.YAMLError):
-        return None
-    model = conf.get("model") if isinstance(conf, dict) else None
+    found = run_config(str(checkpoint))
+    model = found[1].get("model") if found else None
     return model.get("name") if isinstance(model, dict) else None
 
 
