@@ -165,6 +165,11 @@ def finish(cfg: PerTaskConfig, tasks: dict[str, dict], out: Path) -> int:
     summary = {"protocol": cfg.protocol, "model": model, "tasks": len(tasks), "status": counts,
                "overhead_fraction": None if overhead is None else round(overhead, 4),
                "checkpoint": cfg.checkpoint, "challenges": cfg.challenges}
+    timed = [r for r in results if "build_seconds" in r]
+    if timed:  # where a task's time goes: its build, its train command, its evaluate command, the rest
+        total = sum(r["seconds"] for r in timed)
+        phases = {p: sum(r[f"{p}_seconds"] for r in timed) / total for p in ("build", "train", "evaluate")}
+        summary["time_fractions"] = {p: round(v, 4) for p, v in (phases | {"other": 1 - sum(phases.values())}).items()}
     loo = [r["leave_one_out"] for r in results if "leave_one_out" in r]
     if loo:  # the mean over trained tasks of their pseudo-tasks' scores, per rule
         summary["leave_one_out"] = {rule: {k: round(sum(x[rule][k] for x in loo) / len(loo), 4) for k in loo[0][rule]}

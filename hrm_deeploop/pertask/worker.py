@@ -68,6 +68,7 @@ def _solve(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float, work:
     # into training (a pseudo-task's would, being labelled)
     build(BuildConfig(sources=[str(chal)], output_dir=str(work / "data"), test_labels="optional", eval_name="task",
                       num_aug=cfg.num_aug, seed=cfg.seed, progress=False))
+    build_s = time.monotonic() - t0
     vit = plan.run_model(cfg.checkpoint) == "loopvit"
     start = cfg.checkpoint
     if vit:  # train-vit starts from a file: a run folder's latest checkpoint
@@ -94,6 +95,7 @@ def _solve(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float, work:
     if rc != 0:
         raise RuntimeError(f"task {tid}: train exited {rc}")
     steps = parse_json((work / "run" / "summary.json").read_bytes(), "summary.json").get("steps")
+    t_eval = time.monotonic()
     rc = run_subcommand("evaluate", [f"checkpoint={work / 'run'}", f"data_dir={work / 'data'}",
                                      f"output_dir={work / 'eval'}", f"challenges={chal}", "progress=false",
                                      "report=false", f"device={cfg.device}", f"poe={str(cfg.poe and not vit).lower()}",
@@ -102,7 +104,8 @@ def _solve(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float, work:
     if rc != 0:
         raise RuntimeError(f"task {tid}: evaluate exited {rc}")
     result = {"task": tid, "status": "trained", **ranked_attempts(work / "eval", tid, cfg.poe and not vit), "steps": steps,
-              "train_seconds": round(train_s, 3), "seconds": round(time.monotonic() - t0, 3),
+              "train_seconds": round(train_s, 3), "build_seconds": round(build_s, 3),
+              "evaluate_seconds": round(time.monotonic() - t_eval, 3), "seconds": round(time.monotonic() - t0, 3),
               "train_minutes_given": None if not math.isfinite(train_minutes) else round(train_minutes, 4)}
     if len(tasks) > 1:  # the pseudo-tasks' held-out demonstrations, scored by each rule
         result["leave_one_out"] = loo_scores(work / "eval", cfg.poe and not vit, len(tasks) - 1)
