@@ -1,13 +1,17 @@
 """LoopViT's predictions for the vote (eval.arc.canvas_views): every copy of a test input through
 random canvas views, decoded, encoded in the copy's frame; the one vote undoes the copies."""
 
+import os
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 
 from arc_data.arc.build import BuildConfig, build
+from arc_data.originals import load_aug_table
 from eval.arc.canvas_views import predict_views
 from eval.arc.vote import vote
 from eval.predictions import Predictions
@@ -43,7 +47,8 @@ def test_every_view_decodes_and_the_vote_undoes_every_copy(tmp_path):
                       seed=0, progress=False))
     split = open_dataset(tmp_path / "data", "test")
     n, passes = int(split.num_examples), 4
-    rows = predict_views(Echo(16), split, torch.device("cpu"), batch=4, passes=passes, seed=0)
+    table = load_aug_table(tmp_path / "data")
+    rows = predict_views(Echo(16), split, torch.device("cpu"), batch=4, passes=passes, seed=0, dihedral=table.dihedral)
     assert n == 6 and len(rows["predictions"]) == n * passes
     # pass after pass, each over the split in order (the official order)
     assert (rows["inputs"] == np.tile(split.examples(np.arange(n))[0], (passes, 1))).all()
@@ -53,3 +58,21 @@ def test_every_view_decodes_and_the_vote_undoes_every_copy(tmp_path):
     t = vote(p, tmp_path / "data").tasks[0].tests[0]
     assert len(t.candidates) == 1 and t.candidates[0].votes == n * passes
     assert t.candidates[0].grid.tolist() == TEST_INPUT
+
+
+REFERENCE = Path(os.environ.get("LOOPVIT_REFERENCE",
+                                Path(__file__).resolve().parents[1] / "benchmarks/out/loopvit-reference"))
+
+
+@pytest.mark.skipif(not (REFERENCE / "utils/eval_utils_ttt.py").is_file(),
+                    reason="no checkout of WenjieShu/LoopViT at LOOPVIT_REFERENCE (not shipped; docs/loopvit.md)")
+def test_predictions_and_vote_match_the_official_test_time_prediction(capsys):
+    """compare_reference_ttt_vote.py: the official 51 views x 10 passes, every prediction before the
+    vote, the vote and the attempts as the official `generate_predictions` and `get_majority_vote`."""
+    pytest.importorskip("tqdm")
+    from benchmarks import compare_reference_ttt_vote
+
+    rc = compare_reference_ttt_vote.main(["--reference", str(REFERENCE), "--passes", "4", "--seed", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert out.count("{}") == 2 and out.count(" yes ") >= 2

@@ -27,7 +27,7 @@ import torch
 from arc_data import format as fmt
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop.config import typed
-from hrm_deeploop.data.canvas import View, canvas_batch, decode
+from hrm_deeploop.data.canvas import BORDER, View, canvas_batch, decode
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.models.loopvit import LoopViT
 from hrm_deeploop.models.loopvit_config import LoopViTConfig
@@ -62,13 +62,35 @@ def load_loopvit(path: Path, state: dict[str, Any], num_tasks: int, device: torc
     return model.to(device).eval()
 
 
+def canvas_row(pred: np.ndarray, view: View, dihedral: int = 0) -> np.ndarray:
+    """A predicted canvas (S, S) under `view`, of a copy made by dihedral transform `dihedral` ->
+    its grid encoded as a 900-token row in the copy's frame (uint8). As the official
+    `generate_predictions`: the crop at the corner (`data.canvas.decode` at scale 1), the copy's
+    transform undone, then the per-block majority down by the scale (`data.canvas.decode`), so that
+    a crop that is no multiple of the scale is cut into the same blocks; then back into the copy's
+    frame (the vote undoes it with the colours). A grid with a background or border cell left after
+    the majority, or none, is a PAD row (the vote's empty candidate); one beyond 30 x 30 is cut to
+    30 x 30."""
+    crop = decode(pred, View(1, view.x0, view.y0)).astype(np.int64)
+    if not crop.size:
+        return np.full(fmt.SEQ_LEN, fmt.PAD, dtype=np.uint8)
+    # a border cell inside the crop must not end the second decode's crop: held as 12 meanwhile (the
+    # majority's order is kept: it is above every colour and the background, as 11 is)
+    held = np.where(crop == BORDER, BORDER + 1, crop)
+    g = decode(fmt.inverse_dihedral(held, dihedral), View(view.scale, 0, 0))  # no border in it: all of it
+    if (g > 9).any():  # a background or border cell survived the majority: no grid, as no answer
+        return np.full(fmt.SEQ_LEN, fmt.PAD, dtype=np.uint8)
+    return fmt.encode_grid(fmt.dihedral(g.astype(np.uint8), dihedral)[:fmt.MAX_SIDE, :fmt.MAX_SIDE])
+
+
 @torch.no_grad()
 def predict_views(model: LoopViT, split: Any, device: torch.device, batch: int, passes: int, seed: int,
-                  max_batches: int | None = None) -> dict[str, np.ndarray]:
+                  dihedral: np.ndarray, max_batches: int | None = None) -> dict[str, np.ndarray]:
     """Rows for `predictions.npz`: for each example of `split` (in order), `passes` predictions, each
     on its own random view (scale and corner drawn from `default_rng([seed, pass])`), decoded and
-    encoded in the example's frame; columns as `eval.predict.predict_split` returns them, plus
-    "views" (n, 3) int64: scale, x0, y0."""
+    encoded in the example's frame (`canvas_row`; `dihedral`: the augmentation table's transform of
+    each puzzle id); columns as `eval.predict.predict_split` returns them, plus "views" (n, 3)
+    int64: scale, x0, y0."""
     pi = np.asarray(split.puzzle_indices, np.int64)
     pids = np.asarray(split.puzzle_identifiers, np.int64)
     n = int(split.num_examples)
@@ -84,10 +106,8 @@ def predict_views(model: LoopViT, split: Any, device: torch.device, batch: int, 
             b = canvas_batch(split, idx, puzzle, size, rng, resolution=True, translation=True)
             t = {key: torch.from_numpy(b[key]).to(device) for key in ("canvas", "mask", "task_ids")}
             pred = model(t["canvas"], t["task_ids"], t["mask"]).logits.argmax(-1).cpu().numpy()  # (B, S, S)
-            rows = np.empty((len(idx), fmt.SEQ_LEN), dtype=np.uint8)
-            for i in range(len(idx)):
-                g = decode(pred[i], View(*map(int, b["views"][i])))[:fmt.MAX_SIDE, :fmt.MAX_SIDE]
-                rows[i] = fmt.encode_grid(g) if g.size and (g <= 9).all() else fmt.PAD  # PAD: no grid
+            rows = np.stack([canvas_row(pred[i], View(*map(int, b["views"][i])), int(dihedral[puzzle[i]]))
+                             for i in range(len(idx))])
             cols["puzzle_identifiers"].append(puzzle.astype(np.int32))
             cols["inputs"].append(split.examples(idx)[0].astype(np.uint8))
             cols["predictions"].append(rows)
@@ -136,7 +156,10 @@ def evaluate_loopvit(c: Any, evaluation: Any, out: Path) -> int:
         G = c.global_batch_size or (256 if env.device.type == "cuda" else 16)
         print(f"evaluate: LoopViT checkpoint {loaded[0]}, {split.num_examples} examples of '{c.split}' x "
               f"{c.passes} random views each (seed {c.tta_seed}), device={env.device}")
-        preds = predict_views(model, split, env.device, G, c.passes, c.tta_seed, c.max_batches)
+        from eval.arc.vote import read_table
+
+        preds = predict_views(model, split, env.device, G, c.passes, c.tta_seed, read_table(Path(c.data_dir)).dihedral,
+                              c.max_batches)
     finally:
         runtime.teardown()
     preds.pop("views")
