@@ -96,7 +96,10 @@ def _solve(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float, work:
         raise RuntimeError(f"task {tid}: train exited {rc}")
     steps = parse_json((work / "run" / "summary.json").read_bytes(), "summary.json").get("steps")
     t_eval = time.monotonic()
-    rc = run_subcommand("evaluate", [f"checkpoint={work / 'run'}", f"data_dir={work / 'data'}",
+    batch = []
+    if not any(o.startswith("global_batch_size=") for o in cfg.eval_overrides):
+        batch = [f"global_batch_size={eval_batch(work / 'data')}"]
+    rc = run_subcommand("evaluate", [*batch,f"checkpoint={work / 'run'}", f"data_dir={work / 'data'}",
                                      f"output_dir={work / 'eval'}", f"challenges={chal}", "progress=false",
                                      "report=false", f"device={cfg.device}", f"poe={str(cfg.poe and not vit).lower()}",
                                      f"passes={cfg.passes}", f"tta_seed={cfg.seed}",
@@ -113,6 +116,15 @@ def _solve(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float, work:
     if not cfg.keep_work:
         shutil.rmtree(work, ignore_errors=True)
     return result
+
+
+def eval_batch(data_dir: Path, cap: int = 256) -> int:
+    """The evaluation batch for a task's test split: evaluate pads every batch to its global size, so
+    the fewest equal batches of at most `cap` rows that hold the split (one batch of 9 rows, not 16)."""
+    from hrm_deeploop.data.puzzles import open_dataset
+
+    rows = max(1, int(open_dataset(str(data_dir), "test").num_examples))
+    return math.ceil(rows / math.ceil(rows / cap))
 
 
 def ranked_attempts(folder: Path, tid: str, poe: bool) -> dict:
