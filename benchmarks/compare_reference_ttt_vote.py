@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     pid_of = {stem: int(ours.puzzle_ids[k]) for k, stem in enumerate(order)}
     row_of = {(int(ours.example_puzzle_id[e]), int(ours.example_test[e])): e for e in range(len(ours.inputs))}
 
-    S, batch, causes = args.size, 8, {"cell": 0, "border": 0, "wrong answer": 0}
+    S, batch = args.size, 8
     batches, canvases, rows, row_cause = [], [], [], []
     for _ in range(args.passes):
         examples = [(stem, tid, cmap, j) for stem, tid, cmap in vs for j in range(args.tests)]

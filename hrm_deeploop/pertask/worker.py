@@ -70,6 +70,7 @@ def _solve(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float, work:
                       num_aug=cfg.num_aug, seed=cfg.seed, progress=False))
     build_s = time.monotonic() - t0
     vit = plan.run_model(cfg.checkpoint) == "loopvit"
+    poe = cfg.poe and not vit  # the product of experts scores the reasoners' rows, not canvases
     start = cfg.checkpoint
     if vit:  # train-vit starts from a file: a run folder's latest checkpoint
         from hrm_deeploop.checkpoint import resolve
@@ -99,19 +100,18 @@ def _solve(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float, work:
     batch = []
     if not any(o.startswith("global_batch_size=") for o in cfg.eval_overrides):
         batch = [f"global_batch_size={eval_batch(work / 'data')}"]
-    rc = run_subcommand("evaluate", [*batch,f"checkpoint={work / 'run'}", f"data_dir={work / 'data'}",
+    rc = run_subcommand("evaluate", [*batch, f"checkpoint={work / 'run'}", f"data_dir={work / 'data'}",
                                      f"output_dir={work / 'eval'}", f"challenges={chal}", "progress=false",
-                                     "report=false", f"device={cfg.device}", f"poe={str(cfg.poe and not vit).lower()}",
-                                     f"passes={cfg.passes}", f"tta_seed={cfg.seed}",
-                                     *cfg.eval_overrides])
+                                     "report=false", f"device={cfg.device}", f"poe={str(poe).lower()}",
+                                     f"passes={cfg.passes}", f"tta_seed={cfg.seed}", *cfg.eval_overrides])
     if rc != 0:
         raise RuntimeError(f"task {tid}: evaluate exited {rc}")
-    result = {"task": tid, "status": "trained", **ranked_attempts(work / "eval", tid, cfg.poe and not vit), "steps": steps,
+    result = {"task": tid, "status": "trained", **ranked_attempts(work / "eval", tid, poe), "steps": steps,
               "train_seconds": round(train_s, 3), "build_seconds": round(build_s, 3),
               "evaluate_seconds": round(time.monotonic() - t_eval, 3), "seconds": round(time.monotonic() - t0, 3),
               "train_minutes_given": None if not math.isfinite(train_minutes) else round(train_minutes, 4)}
     if len(tasks) > 1:  # the pseudo-tasks' held-out demonstrations, scored by each rule
-        result["leave_one_out"] = loo_scores(work / "eval", cfg.poe and not vit, len(tasks) - 1)
+        result["leave_one_out"] = loo_scores(work / "eval", poe, len(tasks) - 1)
     plan.write_result(out, tid, result)  # last: its presence means finished
     if not cfg.keep_work:
         shutil.rmtree(work, ignore_errors=True)
