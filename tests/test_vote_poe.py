@@ -117,3 +117,24 @@ def test_log_probs_of_other_rows_refused(tmp_path):
     np.save(tmp_path / "lp.npy", np.zeros((3, fmt.SEQ_LEN, fmt.VOCAB_SIZE), np.float16))
     with pytest.raises(UserError, match="one row per row of predictions.npz"):
         load_log_probs(tmp_path / "lp.npy", 5, fmt.VOCAB_SIZE)
+
+
+def test_score_ranked_gives_pass_at_k_of_ranked_candidates(tmp_path, capsys):
+    """`score ranked=`: a task counts at K when every test input has its solution among its top K;
+    a task left out of the ranked file is wrong; a ranked file that is not an object is one line."""
+    from hrm_deeploop.cli import run_subcommand
+
+    sol = {"a": [[[1]]], "b": [[[2]], [[3]]], "c": [[[4]]]}
+    ranked = {"a": [[[[0]], [[1]]]], "b": [[[[2]]], [[[9]], [[7]], [[3]]]]}  # a at rank 2; b's second input at 3
+    sub = {t: [{"attempt_1": [[0]], "attempt_2": [[0]]} for _ in v] for t, v in sol.items()}
+    for name, obj in (("sol.json", sol), ("ranked.json", ranked), ("sub.json", sub)):
+        (tmp_path / name).write_text(json.dumps(obj))
+    args = [f"submission={tmp_path / 'sub.json'}", f"solutions={tmp_path / 'sol.json'}", "quiet=true", "ks=[1,2,3]"]
+    assert run_subcommand("score", [*args, f"ranked={tmp_path / 'ranked.json'}", f"output={tmp_path / 's.json'}"]) == 0
+    at_k = json.loads((tmp_path / "s.json").read_text())["pass_at_k"]
+    assert at_k["hrm"] == {"1": 0.0, "2": pytest.approx(100 / 3), "3": pytest.approx(200 / 3)}
+    assert at_k["fractional"]["2"] == pytest.approx(100 * (1 + 0.5 + 0) / 3)
+    assert "pass@3 66.67%" in capsys.readouterr().out
+    (tmp_path / "ranked.json").write_text("[]")
+    assert run_subcommand("score", [*args, f"ranked={tmp_path / 'ranked.json'}"]) == 2
+    assert "not a JSON object mapping task ids to ranked candidates" in capsys.readouterr().err

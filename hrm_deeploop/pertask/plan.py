@@ -21,8 +21,8 @@ RESULT = "result.json"
 PLAN = "ttt_plan.json"
 # the settings a task's result depends on: a rerun into the same folder must have the same
 IDENTITY = ("checkpoint", "challenges", "num_aug", "steps", "batch", "lr", "trains", "train_overrides",
-            "eval_overrides", "protocol", "seed", "leave_one_out", "passes")
-LATER = {"leave_one_out": False, "passes": 10}  # identity keys added since the first runs: an older plan had their default
+            "eval_overrides", "protocol", "seed", "leave_one_out", "passes", "poe")
+LATER = {"leave_one_out": False, "passes": 10, "poe": True}  # identity keys added since the first runs: an older plan had their default
 LOO = "-loo"  # a pseudo-task's id: <task>-loo<i>
 
 
