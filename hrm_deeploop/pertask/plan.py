@@ -22,7 +22,9 @@ PLAN = "ttt_plan.json"
 # the settings a task's result depends on: a rerun into the same folder must have the same
 IDENTITY = ("checkpoint", "challenges", "num_aug", "steps", "batch", "lr", "trains", "train_overrides",
             "eval_overrides", "protocol", "seed", "leave_one_out", "passes", "poe")
-LATER = {"leave_one_out": False, "passes": 10, "poe": True}  # identity keys added since the first runs: an older plan had their default
+# identity keys added since the first runs: an older plan had their defaults (its tasks' results
+# hold count-first fields only, which `merge` gives for both rules)
+LATER = {"leave_one_out": False, "passes": 10, "poe": True}
 LOO = "-loo"  # a pseudo-task's id: <task>-loo<i>
 
 
