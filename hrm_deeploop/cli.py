@@ -36,13 +36,18 @@ class Command:
     schema: str  # "module:Dataclass", the typed config and the single source of its defaults
     config: str  # configs/<config>.yaml
     help: str
+    # Leave the process without the interpreter's teardown (freeing every object of hydra, numba and
+    # the data: 0.2-0.3 s of a 2 s build-arc) once the command has returned: its outputs are then
+    # closed, fsynced and published, its threads joined; atexit handlers and stdio are still run and
+    # flushed (`_exit_now`). Only when `main` is the process's entry (argv None), never in-process.
+    exit_fast: bool = False
 
 
 COMMANDS: dict[str, Command] = {
     "scales": Command("hrm_deeploop.scales:run", "hrm_deeploop.scales:ScalesConfig", "scales",
                       "print depth accounting (N, M, N_g, M_g) and alpha/beta per module"),
     "build-arc": Command("arc_data.arc.build:run", "arc_data.arc.build:BuildConfig", "build_arc",
-                         "build the augmented ARC-AGI dataset (HRM layout or compact)"),
+                         "build the augmented ARC-AGI dataset (HRM layout or compact)", exit_fast=True),
     "viz-arc": Command("arc_data.arc.viz:run", "arc_data.arc.viz:VizConfig", "viz_arc",
                        "render ARC tasks / augmentations to PNG and an HTML gallery"),
     "generate-arc": Command("arc_data.generators.generate:run", "arc_data.generators.generate:GenerateArcConfig",
@@ -471,7 +476,25 @@ def _data_errors() -> tuple[type[BaseException], ...]:
     return (DatasetError,)
 
 
+def _exit_now(code: int) -> None:
+    """End the process as `sys.exit(code)` would, less the interpreter's teardown of its objects:
+    atexit handlers run, stdout and stderr are flushed, then `os._exit`."""
+    import atexit
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: what sys.exit would have met too
+            pass
+    os._exit(code)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The `hrm-deeploop` entry. With argv None (the console script, `python -m hrm_deeploop.cli`)
+    a command marked `exit_fast` ends the process itself (`_exit_now`); with argv given (in-process
+    callers, tests) every command returns its exit code."""
+    entry = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage())
@@ -484,7 +507,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.environ.setdefault("HYDRA_FULL_ERROR", "0")
     with interrupts.handled():  # SIGTERM behaves like Ctrl-C everywhere (exit 143 instead of 130)
-        return run_subcommand(name, rest)
+        code = run_subcommand(name, rest)
+    if entry and COMMANDS[name].exit_fast:
+        _exit_now(code)
+    return code
 
 
 if __name__ == "__main__":
