@@ -192,15 +192,21 @@ def parse_task(
     return out["train"], out["test"]
 
 
-def _read_json(path: Path, task: str, digest, label: str) -> tuple[object, bool]:
-    """Parse one JSON file -> (its value, whether it holds no bool: `no_bools`); `label` (its path
-    inside the source) and its bytes go into `digest`."""
+def _read_bytes(path: Path, task: str, digest, label: str) -> bytes:
+    """One file's bytes; `label` (its path inside the source) and the bytes go into `digest`."""
     try:
         data = path.read_bytes()
     except OSError as e:
         raise ArcError(f"{path}: task {task}: cannot read ({e.strerror})") from None
     if digest is not None:
         digest.update(label.encode() + b"\0" + hashlib.sha256(data).digest())
+    return data
+
+
+def _read_json(path: Path, task: str, digest, label: str) -> tuple[object, bool]:
+    """Parse one JSON file -> (its value, whether it holds no bool: `no_bools`); `label` (its path
+    inside the source) and its bytes go into `digest`."""
+    data = _read_bytes(path, task, digest, label)
     return parse_json(data, f"{path}: task {task}"), no_bools(data)
 
 
@@ -222,8 +228,16 @@ def _list_json(folder: Path, skipped: list[str] | None = None) -> list[Path]:
 
 
 def _task_file(path: Path, spec: str, subset: str, require_outputs: bool, digest) -> Task:
+    """One task file: read by the numba scanner when it is in the strict form (`taskscan`),
+    else parsed as JSON and validated (which names any problem)."""
+    from arc_data.arc.taskscan import scan_task
+
     name = path.stem
-    obj, quick = _read_json(path, name, digest, f"{subset}/{path.name}")
+    data = _read_bytes(path, name, digest, f"{subset}/{path.name}")
+    scanned = scan_task(data)
+    if scanned is not None:
+        return Task(name, spec, str(path), subset, subset == EVAL_SUBSET, *scanned)
+    obj, quick = parse_json(data, f"{path}: task {name}"), no_bools(data)
     if isinstance(obj, dict) and "name" in obj:  # HRM: a "name" key overrides the file stem
         if not isinstance(obj["name"], str) or not obj["name"]:
             raise ArcError(f"{path}: task {name}: 'name' is not a non-empty string")
