@@ -151,13 +151,25 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
+def selects_groups(name: str) -> bool:
+    """Whether the subcommand's YAML picks a config group (`- model: hrm` in its defaults list);
+    only then can a group's file, and so a group schema, be composed."""
+    import yaml
+
+    data = yaml.safe_load((config_dir() / f"{COMMANDS[name].config}.yaml").read_text()) or {}
+    return any(isinstance(entry, dict) for entry in data.get("defaults") or [])
+
+
 def register_schemas(name: str) -> None:
-    """Register the subcommand's dataclass (`_schema_<config>`) and the group schemas with Hydra."""
+    """Register the subcommand's dataclass (`_schema_<config>`) with Hydra, and the group schemas
+    when its YAML picks a group (importing and converting the model configs costs 20-40 ms)."""
     from hydra.core.config_store import ConfigStore
 
     cs = ConfigStore.instance()
     cmd = COMMANDS[name]
     cs.store(name=f"_schema_{cmd.config}", node=resolve(cmd.schema))
+    if not selects_groups(name):
+        return
     for (group, node_name), spec in GROUP_SCHEMAS.items():
         cs.store(group=group, name=node_name, node=resolve(spec))
 
