@@ -218,3 +218,72 @@ def augment_tasks(cells, goff, gshape, pair_grids, task_pairs, trial_tid, trial_
         n_acc[t] = a
         n_used[t] = u
     return accepted, n_acc, n_used
+
+
+# ---------------------------------------------------------------------------------------------
+# `Generator.permuted` of colour rows, drawn from the same stream 10x faster
+
+
+@njit(cache=True)
+def _shuffle_rows(raw, has_half, half, out):
+    """numpy's Fisher-Yates of each row of `out` (in place, row after row), as `Generator.permuted`
+    does it: for i = n-1 .. 1, j = random_interval(i) (the masked rejection of `next_uint32`), swap.
+    A PCG64 `next_uint32` is the low half of a raw draw, then its high half (kept in the bit
+    generator as has_uint32 / uinteger). raw: uint64 draws. Returns (raw draws used, has_half,
+    half) after the last row, or (-1, 0, 0) when `raw` ran out."""
+    pos = 0
+    n = out.shape[1]
+    for r in range(out.shape[0]):
+        for i in range(n - 1, 0, -1):
+            mask = np.uint64(i)
+            for s in (1, 2, 4, 8, 16, 32):
+                mask |= mask >> np.uint64(s)
+            while True:
+                if has_half:
+                    v = half
+                    has_half = False
+                else:
+                    if pos == raw.shape[0]:
+                        return -1, False, np.uint64(0)
+                    x = raw[pos]
+                    pos += 1
+                    v = x & np.uint64(0xFFFFFFFF)
+                    half = x >> np.uint64(32)
+                    has_half = True
+                v &= mask
+                if v <= np.uint64(i):
+                    break
+            j = np.int64(v)
+            t = out[r, i]
+            out[r, i] = out[r, j]
+            out[r, j] = t
+    return pos, has_half, half
+
+
+def permuted_colours(rng: np.random.Generator, shape: tuple[int, ...], draws_per_row: float = 5.5) -> np.ndarray:
+    """`rng.permuted(np.broadcast_to(np.arange(1, 10, dtype=np.uint8), (*shape, 9)), axis=-1)`:
+    the same values, and `rng` left in the same state (tested), for a PCG64 generator; about twice
+    as fast (numpy shuffles the rows one call each). The raw draws come from `random_raw` on a
+    saved state, about 5.1 a row are used (`draws_per_row` are drawn, more if they run out), then
+    the state is set to just past the last one used. Other bit generators get numpy's call."""
+    base = np.broadcast_to(np.arange(1, 10, dtype=np.uint8), (*shape, 9))
+    bg = rng.bit_generator
+    if type(bg) is not np.random.PCG64:
+        return np.ascontiguousarray(rng.permuted(base, axis=-1))
+    out = base.reshape(-1, 9).copy()  # a fresh writable array (ascontiguousarray may give the view)
+    start = bg.state
+    budget = int(draws_per_row * out.shape[0]) + 64
+    while True:
+        bg.state = start
+        used, has_half, half = _shuffle_rows(bg.random_raw(budget), bool(start["has_uint32"]),
+                                             np.uint64(start["uinteger"]), out)
+        if used >= 0:
+            break
+        out[:] = base.reshape(-1, 9)  # ran out of draws part way: start over with twice as many
+        budget *= 2
+    bg.state = start
+    bg.advance(used)
+    state = bg.state
+    state["has_uint32"], state["uinteger"] = int(has_half), int(half)
+    bg.state = state
+    return out.reshape(*shape, 9)

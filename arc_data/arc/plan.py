@@ -149,11 +149,11 @@ def pack_grids(tasks: list[Task]) -> tuple[Grids, np.ndarray, np.ndarray]:
 
 
 def draw_trials(rng: np.random.Generator, num_tasks: int, num_aug: int) -> tuple[np.ndarray, np.ndarray]:
+    from arc_data.arc.kernels import permuted_colours  # rng.permuted's values, twice as fast
+
     n = TRIAL_FACTOR * num_aug
     tids = rng.integers(0, 8, size=(num_tasks, n), dtype=np.uint8)
-    base = np.broadcast_to(np.arange(1, 10, dtype=np.uint8), (num_tasks, n, 9))
-    perms = rng.permuted(base, axis=-1)
-    return tids, np.ascontiguousarray(perms)
+    return tids, permuted_colours(rng, (num_tasks, n))
 
 
 def augment(grids: Grids, task_pairs: np.ndarray, trial_tid: np.ndarray, trial_perm: np.ndarray,
