@@ -26,7 +26,6 @@ import numpy as np
 
 from arc_data.arc.sources import Task
 from arc_data.budget import check_count, check_fits
-from arc_data.dataset import resolve_examples
 from arc_data.format import BLANK_NAME, MAX_SIDE, SEQ_LEN, SPLITS, aug_name
 
 TRIAL_FACTOR = 5  # HRM: at most 5 * num_aug trials per task
@@ -193,17 +192,10 @@ def _translate(rng: np.random.Generator, sp: SplitPlan, grids: Grids, dihedral: 
         return
     pi = sp.puzzle_indices.astype(np.int64)
     keep = rng.integers(0, np.diff(pi))  # the untranslated example of each puzzle
-    pair, pid = resolve_examples(sp.puzzle_identifiers, pi, sp.group_indices, sp.group_pairs,
-                                 sp.group_pair_indices, np.arange(e))
-    shp_in = grids.shape[grids.pair_grids[pair, 0]]
-    shp_out = grids.shape[grids.pair_grids[pair, 1]]
-    del pair
-    hw = np.maximum(shp_in, shp_out)  # [E, 2] before the transform
-    swap = TRANSPOSING[dihedral[pid]]
-    del pid, shp_in, shp_out
-    h = np.where(swap, hw[:, 1], hw[:, 0])
-    w = np.where(swap, hw[:, 0], hw[:, 1])
-    del hw, swap
+    from arc_data.arc.kernels import example_sides  # each example's larger grid, transformed
+
+    h, w = example_sides(sp.puzzle_identifiers, pi, sp.group_indices, sp.group_pairs, sp.group_pair_indices,
+                         grids.shape, grids.pair_grids, dihedral, TRANSPOSING)
     rows = rng.integers(0, MAX_SIDE - h + 1).astype(np.uint8)
     cols = rng.integers(0, MAX_SIDE - w + 1).astype(np.uint8)
     rows[pi[:-1] + keep] = 0
