@@ -340,18 +340,20 @@ def test_compact_reader_in_forked_workers(built):
         assert np.array_equal(x, ref[0]) and np.array_equal(y, ref[1])
 
 
-@pytest.mark.parametrize(("seed", "shape", "per_row"), [(0, (3, 5), 5.5), (1, (0, 4), 5.5), (2, (40, 100), 5.5),
-                                                        (3, (1,), 5.5), (4, (7, 3), 0.5), (5, (50, 20), 0.01)])
-def test_permuted_colours_is_numpys_permuted_from_the_same_stream(seed, shape, per_row):
+@pytest.mark.parametrize(("seed", "shape", "per_row", "batch"), [
+    (0, (3, 5), 5.5, 4), (1, (0, 4), 5.5, 4), (2, (40, 100), 5.5, 1 << 18), (2, (40, 100), 5.5, 333),
+    (3, (1,), 5.5, 1), (4, (7, 3), 0.5, 5), (5, (50, 20), 0.01, 64)])
+def test_permuted_colours_is_numpys_permuted_from_the_same_stream(seed, shape, per_row, batch):
     """Same rows and the generator left where numpy's call leaves it (also when the first raw
-    draws run out: per_row below the ~5.1 used), after a draw that leaves half a raw draw kept."""
+    draws run out: per_row below the ~5.1 used; in batches of rows that end on half a draw),
+    after a draw that leaves half a raw draw kept."""
     from arc_data.arc.kernels import permuted_colours
 
     a, b = np.random.Generator(np.random.PCG64(seed)), np.random.Generator(np.random.PCG64(seed))
     for rng in (a, b):
         rng.integers(0, 8, size=7, dtype=np.uint8)
     want = a.permuted(np.broadcast_to(np.arange(1, 10, dtype=np.uint8), (*shape, 9)), axis=-1)
-    got = permuted_colours(b, shape, draws_per_row=per_row)
+    got = permuted_colours(b, shape, draws_per_row=per_row, rows_per_batch=batch)
     assert got.shape == want.shape and got.dtype == want.dtype and got.flags.c_contiguous
     assert (got == want).all()
     assert a.bit_generator.state == b.bit_generator.state

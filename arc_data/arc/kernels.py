@@ -260,58 +260,39 @@ def _shuffle_rows(raw, has_half, half, out):
     return pos, has_half, half
 
 
-def permuted_colours(rng: np.random.Generator, shape: tuple[int, ...], draws_per_row: float = 5.5) -> np.ndarray:
+SHUFFLE_ROWS = 1 << 18  # rows shuffled per batch of raw draws (1.4M draws, 11.5 MB)
+
+
+def permuted_colours(rng: np.random.Generator, shape: tuple[int, ...], draws_per_row: float = 5.5,
+                     rows_per_batch: int = SHUFFLE_ROWS) -> np.ndarray:
     """`rng.permuted(np.broadcast_to(np.arange(1, 10, dtype=np.uint8), (*shape, 9)), axis=-1)`:
     the same values, and `rng` left in the same state (tested), for a PCG64 generator; about twice
-    as fast (numpy shuffles the rows one call each). The raw draws come from `random_raw` on a
-    saved state, about 5.1 a row are used (`draws_per_row` are drawn, more if they run out), then
-    the state is set to just past the last one used. Other bit generators get numpy's call."""
+    as fast (numpy shuffles the rows one call each). Rows go in batches: each batch's raw draws
+    come from `random_raw` on the state just past the draws used so far (about 5.1 a row are used;
+    `draws_per_row` are drawn, twice as many if they run out), and at the end the state is set to
+    just past the last draw used, with the half draw numpy keeps. Other bit generators get numpy's call."""
     base = np.broadcast_to(np.arange(1, 10, dtype=np.uint8), (*shape, 9))
     bg = rng.bit_generator
     if type(bg) is not np.random.PCG64:
         return np.ascontiguousarray(rng.permuted(base, axis=-1))
     out = base.reshape(-1, 9).copy()  # a fresh writable array (ascontiguousarray may give the view)
     start = bg.state
-    budget = int(draws_per_row * out.shape[0]) + 64
-    while True:
-        bg.state = start
-        used, has_half, half = _shuffle_rows(bg.random_raw(budget), bool(start["has_uint32"]),
-                                             np.uint64(start["uinteger"]), out)
-        if used >= 0:
-            break
-        out[:] = base.reshape(-1, 9)  # ran out of draws part way: start over with twice as many
-        budget *= 2
+    used, has_half, half = 0, bool(start["has_uint32"]), np.uint64(start["uinteger"])
+    for lo in range(0, out.shape[0], rows_per_batch):
+        rows = out[lo:lo + rows_per_batch]
+        budget = int(draws_per_row * rows.shape[0]) + 64
+        while True:
+            bg.state = start
+            bg.advance(used)
+            k, h, x = _shuffle_rows(bg.random_raw(budget), has_half, half, rows)
+            if k >= 0:
+                break
+            rows[:] = base.reshape(-1, 9)[:rows.shape[0]]  # ran out part way: again with twice the draws
+            budget *= 2
+        used, has_half, half = used + k, bool(h), np.uint64(x)  # the types of the first call
     bg.state = start
     bg.advance(used)
     state = bg.state
     state["has_uint32"], state["uinteger"] = int(has_half), int(half)
     bg.state = state
     return out.reshape(*shape, 9)
-
-
-# ---------------------------------------------------------------------------------------------
-# translation bounds of every example
-
-
-@njit(cache=True)
-def example_sides(puzzle_identifiers, puzzle_indices, group_indices, group_pairs, group_pair_indices,
-                  gshape, pair_grids, dihedral, transposing):
-    """Per example of a split (in order): the height and width, after its puzzle's dihedral
-    transform (`transposing[tid]`: it makes H x W grids W x H), of the larger of its two grids ->
-    (h int64 [E], w int64 [E]); the examples are resolved as `dataset.resolve_examples` does (the
-    k-th example of a puzzle is its group's k-th pair)."""
-    e = puzzle_indices[-1]
-    h = np.empty(e, dtype=np.int64)
-    w = np.empty(e, dtype=np.int64)
-    for g in range(group_indices.shape[0] - 1):
-        for p in range(group_indices[g], group_indices[g + 1]):
-            swap = transposing[dihedral[puzzle_identifiers[p]]]
-            for x in range(puzzle_indices[p], puzzle_indices[p + 1]):
-                pair = group_pairs[group_pair_indices[g] + x - puzzle_indices[p]]
-                gi = pair_grids[pair, 0]
-                go = pair_grids[pair, 1]
-                a = max(gshape[gi, 0], gshape[go, 0])
-                b = max(gshape[gi, 1], gshape[go, 1])
-                h[x] = b if swap else a
-                w[x] = a if swap else b
-    return h, w
