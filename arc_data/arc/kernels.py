@@ -296,3 +296,31 @@ def permuted_colours(rng: np.random.Generator, shape: tuple[int, ...], draws_per
     state["has_uint32"], state["uinteger"] = int(has_half), int(half)
     bg.state = state
     return out.reshape(*shape, 9)
+
+
+# ---------------------------------------------------------------------------------------------
+# translation bounds of every example
+
+
+@njit(cache=True)
+def example_sides(puzzle_identifiers, puzzle_indices, group_indices, group_pairs, group_pair_indices,
+                  gshape, pair_grids, dihedral, transposing):
+    """Per example of a split (in order): the height and width, after its puzzle's dihedral
+    transform (`transposing[tid]`: it makes H x W grids W x H), of the larger of its two grids ->
+    (h int64 [E], w int64 [E]); the examples are resolved as `dataset.resolve_examples` does (the
+    k-th example of a puzzle is its group's k-th pair)."""
+    e = puzzle_indices[-1]
+    h = np.empty(e, dtype=np.int64)
+    w = np.empty(e, dtype=np.int64)
+    for g in range(group_indices.shape[0] - 1):
+        for p in range(group_indices[g], group_indices[g + 1]):
+            swap = transposing[dihedral[puzzle_identifiers[p]]]
+            for x in range(puzzle_indices[p], puzzle_indices[p + 1]):
+                pair = group_pairs[group_pair_indices[g] + x - puzzle_indices[p]]
+                gi = pair_grids[pair, 0]
+                go = pair_grids[pair, 1]
+                a = max(gshape[gi, 0], gshape[go, 0])
+                b = max(gshape[gi, 1], gshape[go, 1])
+                h[x] = b if swap else a
+                w[x] = a if swap else b
+    return h, w
