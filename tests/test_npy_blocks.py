@@ -66,3 +66,21 @@ def test_other_write_errors_are_raised(tmp_path, monkeypatch):
     monkeypatch.setattr(blocks.os, "pwrite", pwrite)
     with pytest.raises(OSError, match="No space"):
         _write(tmp_path / "a.npy", np.zeros((10, 900), np.uint8), 4)
+
+
+def test_a_filesystem_refusing_direct_io_at_open_gets_buffered_writes(tmp_path, monkeypatch):
+    """EINVAL from open(O_DIRECT) (older tmpfs): the file is opened and written buffered."""
+    if not getattr(os, "O_DIRECT", 0):
+        pytest.skip("no O_DIRECT on this platform")
+    real = os.open
+
+    def open_(path, flags, mode=0o777):
+        if flags & os.O_DIRECT:
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL), str(path))
+        return real(path, flags, mode)
+
+    monkeypatch.setattr(blocks.os, "open", open_)
+    arr = np.random.default_rng(1).integers(0, 256, size=(33, 900), dtype=np.uint8)
+    _write(tmp_path / "a.npy", arr, 4)
+    np.save(tmp_path / "b.npy", arr)
+    assert (tmp_path / "a.npy").read_bytes() == (tmp_path / "b.npy").read_bytes()

@@ -9,14 +9,14 @@ Direct I/O needs block-aligned offsets, lengths and memory: the buffers are page
 each write covers whole ALIGN blocks, and the bytes past the last whole block (the rest of a block,
 the .npy header at the start) are carried to the front of the next buffer (`carry`). The last
 block is written padded, then the file cut to its size. Where the filesystem refuses O_DIRECT
-(tmpfs, some network filesystems: EINVAL at open or at the first write) the file is written
-buffered instead, with the same bytes.
+(some network or FUSE filesystems: EINVAL at open or at the first write) or the platform lacks it
+(macOS, Windows), the file is written buffered instead, with the same bytes, each block handed
+to the write-back at once where `posix_fadvise` exists.
 """
 
 from __future__ import annotations
 
 import errno
-import fcntl
 import io
 import mmap
 import os
@@ -57,12 +57,14 @@ class NpyBlocks:
         self.fd = -1
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
         direct = getattr(os, "O_DIRECT", 0)
+        self.direct = bool(direct)
         try:
             self.fd = os.open(path, flags | direct, 0o666)
         except OSError as e:
             if not direct or e.errno != errno.EINVAL:
                 raise
             self.fd = os.open(path, flags, 0o666)
+            self.direct = False
 
     def rows_view(self, slot: int, n: int) -> np.ndarray:
         """uint8 [n, row_bytes]: where block `slot`'s n rows go, after the carried bytes."""
@@ -70,16 +72,22 @@ class NpyBlocks:
         return self._bufs[slot][c:c + n * self.row_bytes].reshape(n, self.row_bytes)
 
     def _pwrite_all(self, data: memoryview, offset: int) -> None:
+        start, length = offset, len(data)
         while len(data):
             try:
                 k = os.pwrite(self.fd, data, offset)
             except OSError as e:
-                flags = fcntl.fcntl(self.fd, fcntl.F_GETFL)
-                if e.errno != errno.EINVAL or not flags & getattr(os, "O_DIRECT", 0):
+                if e.errno != errno.EINVAL or not self.direct:
                     raise
-                fcntl.fcntl(self.fd, fcntl.F_SETFL, flags & ~os.O_DIRECT)  # refused here: buffered
+                import fcntl  # only where O_DIRECT exists (Linux)
+
+                fcntl.fcntl(self.fd, fcntl.F_SETFL, fcntl.fcntl(self.fd, fcntl.F_GETFL) & ~os.O_DIRECT)
+                self.direct = False  # refused by this filesystem: buffered from here on
                 continue
             data, offset = data[k:], offset + k
+        if not self.direct and hasattr(os, "posix_fadvise"):
+            # buffered: start the write-back now and let the page frames be reused block after block
+            os.posix_fadvise(self.fd, start, length, os.POSIX_FADV_DONTNEED)
 
     def whole(self, slot: int, n: int) -> int:
         """Bytes of block `slot` (n rows) that `write` sends: its whole ALIGN blocks."""
