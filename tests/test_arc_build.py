@@ -358,3 +358,25 @@ def test_permuted_colours_is_numpys_permuted_from_the_same_stream(seed, shape, p
     assert (got == want).all()
     assert a.bit_generator.state == b.bit_generator.state
     assert (a.integers(0, 1000, 9) == b.integers(0, 1000, 9)).all()
+
+
+def test_example_sides_is_resolve_examples_then_the_transformed_larger_grid(tmp_path):
+    """kernels.example_sides against the numpy it replaced in plan._translate, on every split."""
+    from arc_data.arc.kernels import example_sides
+    from arc_data.arc.plan import TRANSPOSING
+    from arc_data.arc.sources import load_sources
+    from arc_data.dataset import resolve_examples
+
+    tasks, _ = load_sources([str(write_layout(tmp_path / "raw", synthetic_tasks()))])
+    plan = make_plan(tasks, 6, 3)
+    g = plan.grids
+    for sp in plan.splits.values():
+        pi = sp.puzzle_indices.astype(np.int64)
+        pair, pid = resolve_examples(sp.puzzle_identifiers, pi, sp.group_indices, sp.group_pairs,
+                                     sp.group_pair_indices, np.arange(sp.num_examples))
+        hw = np.maximum(g.shape[g.pair_grids[pair, 0]], g.shape[g.pair_grids[pair, 1]])
+        swap = TRANSPOSING[plan.dihedral[pid]]
+        h, w = example_sides(sp.puzzle_identifiers, pi, sp.group_indices, sp.group_pairs, sp.group_pair_indices,
+                             g.shape, g.pair_grids, plan.dihedral, TRANSPOSING)
+        assert swap.any() and not swap.all()
+        assert (h == np.where(swap, hw[:, 1], hw[:, 0])).all() and (w == np.where(swap, hw[:, 0], hw[:, 1])).all()
