@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from hrm_deeploop import interrupts
+from hrm_deeploop.cli_fast import exit_now, selects_groups
 from hrm_deeploop.errors import ConfigError, UserError
 
 
@@ -36,11 +37,7 @@ class Command:
     schema: str  # "module:Dataclass", the typed config and the single source of its defaults
     config: str  # configs/<config>.yaml
     help: str
-    # Leave the process without the interpreter's teardown (freeing every object of hydra, numba and
-    # the data: 0.2-0.3 s of a 2 s build-arc) once the command has returned: its outputs are then
-    # closed, fsynced and published, its threads joined; atexit handlers and stdio are still run and
-    # flushed (`_exit_now`). Only when `main` is the process's entry (argv None), never in-process.
-    exit_fast: bool = False
+    exit_fast: bool = False  # as the process's entry, end it without teardown (cli_fast.exit_now)
 
 
 COMMANDS: dict[str, Command] = {
@@ -151,24 +148,14 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
-def selects_groups(name: str) -> bool:
-    """Whether the subcommand's YAML picks a config group (`- model: hrm` in its defaults list);
-    only then can a group's file, and so a group schema, be composed."""
-    import yaml
-
-    data = yaml.safe_load((config_dir() / f"{COMMANDS[name].config}.yaml").read_text()) or {}
-    return any(isinstance(entry, dict) for entry in data.get("defaults") or [])
-
-
 def register_schemas(name: str) -> None:
-    """Register the subcommand's dataclass (`_schema_<config>`) with Hydra, and the group schemas
-    when its YAML picks a group (importing and converting the model configs costs 20-40 ms)."""
+    """Register the subcommand's dataclass (`_schema_<config>`) and, if it picks groups, the group schemas."""
     from hydra.core.config_store import ConfigStore
 
     cs = ConfigStore.instance()
     cmd = COMMANDS[name]
     cs.store(name=f"_schema_{cmd.config}", node=resolve(cmd.schema))
-    if not selects_groups(name):
+    if not selects_groups(config_dir() / f"{cmd.config}.yaml"):
         return
     for (group, node_name), spec in GROUP_SCHEMAS.items():
         cs.store(group=group, name=node_name, node=resolve(spec))
@@ -488,25 +475,8 @@ def _data_errors() -> tuple[type[BaseException], ...]:
     return (DatasetError,)
 
 
-def _exit_now(code: int) -> None:
-    """End the process as `sys.exit(code)` would, less the interpreter's teardown of its objects:
-    atexit handlers run, stdout and stderr are flushed, then `os._exit`."""
-    import atexit
-
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed pipe: what sys.exit would have met too
-            pass
-    os._exit(code)
-
-
 def main(argv: list[str] | None = None) -> int:
-    """The `hrm-deeploop` entry. With argv None (the console script, `python -m hrm_deeploop.cli`)
-    a command marked `exit_fast` ends the process itself (`_exit_now`); with argv given (in-process
-    callers, tests) every command returns its exit code."""
-    entry = argv is None
+    entry = argv is None  # the process's entry (console script, -m): `exit_fast` commands end it
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage())
@@ -521,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     with interrupts.handled():  # SIGTERM behaves like Ctrl-C everywhere (exit 143 instead of 130)
         code = run_subcommand(name, rest)
     if entry and COMMANDS[name].exit_fast:
-        _exit_now(code)
+        exit_now(code)
     return code
 
 

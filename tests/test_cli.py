@@ -189,7 +189,7 @@ def test_yaml_files_hold_only_what_differs_from_the_dataclass():
 
 
 def test_build_arc_as_the_process_entry_ends_it_itself_with_every_line_out(tmp_path):
-    """`python -m hrm_deeploop.cli build-arc` leaves by `_exit_now` (no interpreter teardown): its
+    """`python -m hrm_deeploop.cli build-arc` leaves by `cli_fast.exit_now` (no interpreter teardown): its
     stdout (redirected to a file, so block-buffered) still holds the whole summary, the dataset is
     published, and an error still exits 2 with its one line; in-process `main([...])` returns."""
     from tests.arc_synth import synthetic_tasks, write_layout

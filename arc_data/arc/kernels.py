@@ -23,10 +23,10 @@ each compiles once per machine.
 from __future__ import annotations
 
 import numpy as np
-from arc_data.jit import njit
 
 from arc_data.compact import dihedral_walk
 from arc_data.format import MAX_SIDE
+from arc_data.jit import njit
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
