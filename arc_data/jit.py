@@ -14,6 +14,27 @@ import sys
 from numba import njit
 from numba.core import event
 
+
+def _load_numpy_support_without_blas_probe() -> None:
+    """Import numba's numpy implementations (which its CPU target loads before the first kernel
+    runs, compiled or cached) without their BLAS probe: `numba.np.arraymath` imports
+    `scipy.linalg.cython_blas` at import only to learn whether float `np.convolve`/`np.correlate`
+    may call BLAS's dot, and importing scipy.linalg costs 0.1-0.2 s, a tenth of a whole build-arc.
+    No kernel here uses those two; with the probe refused they loop in numba instead. Every other
+    BLAS/LAPACK function (np.dot, np.linalg) imports scipy itself when it compiles, as before; a
+    process that already imported scipy.linalg is left as it is."""
+    name = "scipy.linalg.cython_blas"
+    if name in sys.modules or "numba.np.arraymath" in sys.modules:
+        return
+    sys.modules[name] = None  # type: ignore[assignment]  # `import` of a None entry: ImportError
+    try:
+        import numba.np.arraymath  # noqa: F401
+    finally:
+        del sys.modules[name]
+
+
+_load_numpy_support_without_blas_probe()
+
 __all__ = ["njit"]
 
 NOTICE = "compiling numba kernels once (up to ~30 s on a first run); they are cached for next time"

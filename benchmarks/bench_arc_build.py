@@ -16,7 +16,9 @@ With `--reference CHECKOUT` (a checkout of sapientinc/HRM, not shipped) the sour
 as one original-layout folder (`<dir>/<subset>/<task>.json`), which both builders then read; HRM's
 `convert_dataset` runs in its own subprocess (its `argdantic` command line replaced by a stand-in),
 ours as the CLI, materialised. Each repetition runs both, alternating which goes first, so both
-see the same machine load; the ratios are of the medians.
+see the same machine load; the ratios are given of the medians and of the minima (on a machine
+shared with other work the minimum is the run least disturbed), with the 1-minute load average
+before each repetition.
 """
 
 from __future__ import annotations
@@ -110,7 +112,9 @@ def compare(args, work: Path) -> None:
     run_build([str(raw)], work / "warmup", 1, True, args.seed)  # numba cache, page cache of the raw files
     shutil.rmtree(work / "warmup")
     runs: dict[str, list[dict]] = {"ours": [], "HRM": []}
+    loads = []
     for r in range(args.repeats):
+        loads.append(os.getloadavg()[0])
         order = ["ours", "HRM"] if r % 2 == 0 else ["HRM", "ours"]
         for who in order:
             out = work / who
@@ -120,16 +124,17 @@ def compare(args, work: Path) -> None:
                 res = run_reference(ref_dir, raw, out, args.num_aug, args.seed)
             runs[who].append(res)
             print(f"  repetition {r + 1} {who:<4}: wall {res['wall_s']:.2f} s, cpu {res['cpu_s']:.2f} s, "
-                  f"peak RSS {res['peak_rss_gb']:.2f} GB", flush=True)
+                  f"peak RSS {res['peak_rss_gb']:.2f} GB (load average {loads[-1]:.2f})", flush=True)
             shutil.rmtree(out, ignore_errors=True)
     print(f"\n# build-arc vs HRM's build_arc_dataset.py: {' + '.join(args.sources)} ({n.strip()} tasks) written as one "
-          f"folder, num_aug={args.num_aug}, seed={args.seed}, {args.repeats} interleaved repetitions; "
-          "median (min-max)")
+          f"folder, num_aug={args.num_aug}, seed={args.seed}, {args.repeats} interleaved repetitions "
+          f"(1-min load average {min(loads):.2f}-{max(loads):.2f}); median (min-max)")
     for key, label in (("wall_s", "wall s"), ("cpu_s", "cpu s"), ("peak_rss_gb", "peak RSS GB")):
         ours = [x[key] for x in runs["ours"]]
         ref = [x[key] for x in runs["HRM"]]
         print(f"{label:<12} ours {spread(ours):<24} HRM {spread(ref):<26} "
-              f"ratio HRM/ours {statistics.median(ref) / statistics.median(ours):.1f}x")
+              f"ratio HRM/ours {statistics.median(ref) / statistics.median(ours):.1f}x (of medians), "
+              f"{min(ref) / min(ours):.1f}x (of minima)")
 
 
 def main() -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from hrm_deeploop import interrupts
+from hrm_deeploop.cli_fast import exit_now, selects_groups
 from hrm_deeploop.errors import ConfigError, UserError
 
 
@@ -36,13 +37,14 @@ class Command:
     schema: str  # "module:Dataclass", the typed config and the single source of its defaults
     config: str  # configs/<config>.yaml
     help: str
+    exit_fast: bool = False  # as the process's entry, end it without teardown (cli_fast.exit_now)
 
 
 COMMANDS: dict[str, Command] = {
     "scales": Command("hrm_deeploop.scales:run", "hrm_deeploop.scales:ScalesConfig", "scales",
                       "print depth accounting (N, M, N_g, M_g) and alpha/beta per module"),
     "build-arc": Command("arc_data.arc.build:run", "arc_data.arc.build:BuildConfig", "build_arc",
-                         "build the augmented ARC-AGI dataset (HRM layout or compact)"),
+                         "build the augmented ARC-AGI dataset (HRM layout or compact)", exit_fast=True),
     "viz-arc": Command("arc_data.arc.viz:run", "arc_data.arc.viz:VizConfig", "viz_arc",
                        "render ARC tasks / augmentations to PNG and an HTML gallery"),
     "generate-arc": Command("arc_data.generators.generate:run", "arc_data.generators.generate:GenerateArcConfig",
@@ -147,12 +149,14 @@ def _usage() -> str:
 
 
 def register_schemas(name: str) -> None:
-    """Register the subcommand's dataclass (`_schema_<config>`) and the group schemas with Hydra."""
+    """Register the subcommand's dataclass (`_schema_<config>`) and, if it picks groups, the group schemas."""
     from hydra.core.config_store import ConfigStore
 
     cs = ConfigStore.instance()
     cmd = COMMANDS[name]
     cs.store(name=f"_schema_{cmd.config}", node=resolve(cmd.schema))
+    if not selects_groups(config_dir() / f"{cmd.config}.yaml"):
+        return
     for (group, node_name), spec in GROUP_SCHEMAS.items():
         cs.store(group=group, name=node_name, node=resolve(spec))
 
@@ -472,6 +476,7 @@ def _data_errors() -> tuple[type[BaseException], ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    entry = argv is None  # the process's entry (console script, -m): `exit_fast` commands end it
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage())
@@ -484,7 +489,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.environ.setdefault("HYDRA_FULL_ERROR", "0")
     with interrupts.handled():  # SIGTERM behaves like Ctrl-C everywhere (exit 143 instead of 130)
-        return run_subcommand(name, rest)
+        code = run_subcommand(name, rest)
+    if entry and COMMANDS[name].exit_fast:
+        exit_now(code)
+    return code
 
 
 if __name__ == "__main__":

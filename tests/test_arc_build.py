@@ -338,3 +338,45 @@ def test_compact_reader_in_forked_workers(built):
     for i, (x, y) in zip(idx, got):
         ref = open_split(mat, "train").examples(np.asarray(i))
         assert np.array_equal(x, ref[0]) and np.array_equal(y, ref[1])
+
+
+@pytest.mark.parametrize(("seed", "shape", "per_row", "batch"), [
+    (0, (3, 5), 5.5, 4), (1, (0, 4), 5.5, 4), (2, (40, 100), 5.5, 1 << 18), (2, (40, 100), 5.5, 333),
+    (3, (1,), 5.5, 1), (4, (7, 3), 0.5, 5), (5, (50, 20), 0.01, 64)])
+def test_permuted_colours_is_numpys_permuted_from_the_same_stream(seed, shape, per_row, batch):
+    """Same rows and the generator left where numpy's call leaves it (also when the first raw
+    draws run out: per_row below the ~5.1 used; in batches of rows that end on half a draw),
+    after a draw that leaves half a raw draw kept."""
+    from arc_data.arc.kernels import permuted_colours
+
+    a, b = np.random.Generator(np.random.PCG64(seed)), np.random.Generator(np.random.PCG64(seed))
+    for rng in (a, b):
+        rng.integers(0, 8, size=7, dtype=np.uint8)
+    want = a.permuted(np.broadcast_to(np.arange(1, 10, dtype=np.uint8), (*shape, 9)), axis=-1)
+    got = permuted_colours(b, shape, draws_per_row=per_row, rows_per_batch=batch)
+    assert got.shape == want.shape and got.dtype == want.dtype and got.flags.c_contiguous
+    assert (got == want).all()
+    assert a.bit_generator.state == b.bit_generator.state
+    assert (a.integers(0, 1000, 9) == b.integers(0, 1000, 9)).all()
+
+
+def test_example_sides_is_resolve_examples_then_the_transformed_larger_grid(tmp_path):
+    """kernels.example_sides against the numpy it replaced in plan._translate, on every split."""
+    from arc_data.arc.kernels import example_sides
+    from arc_data.arc.plan import TRANSPOSING
+    from arc_data.arc.sources import load_sources
+    from arc_data.dataset import resolve_examples
+
+    tasks, _ = load_sources([str(write_layout(tmp_path / "raw", synthetic_tasks()))])
+    plan = make_plan(tasks, 6, 3)
+    g = plan.grids
+    for sp in plan.splits.values():
+        pi = sp.puzzle_indices.astype(np.int64)
+        pair, pid = resolve_examples(sp.puzzle_identifiers, pi, sp.group_indices, sp.group_pairs,
+                                     sp.group_pair_indices, np.arange(sp.num_examples))
+        hw = np.maximum(g.shape[g.pair_grids[pair, 0]], g.shape[g.pair_grids[pair, 1]])
+        swap = TRANSPOSING[plan.dihedral[pid]]
+        h, w = example_sides(sp.puzzle_identifiers, pi, sp.group_indices, sp.group_pairs, sp.group_pair_indices,
+                             g.shape, g.pair_grids, plan.dihedral, TRANSPOSING)
+        assert swap.any() and not swap.all()
+        assert (h == np.where(swap, hw[:, 1], hw[:, 0])).all() and (w == np.where(swap, hw[:, 0], hw[:, 1])).all()

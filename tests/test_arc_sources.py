@@ -4,10 +4,12 @@ import copy
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from arc_data.arc.build import BuildConfig, build
-from arc_data.arc.sources import load_sources
+from arc_data.arc.sources import load_sources, no_bools, parse_grid, parse_task, quick_grid
+from arc_data.arc.taskscan import scan_task
 from arc_data.errors import DatasetError
 from hrm_deeploop.cli import main
 from tests.arc_synth import synthetic_tasks, write_kaggle, write_layout
@@ -156,3 +158,87 @@ def test_default_sources_are_the_papers_arc1_recipe():
     from arc_data.arc.build import BuildConfig
 
     assert BuildConfig().sources == ["arc1", "concept"] and BuildConfig().output_dir == "data/arc-aug-1000"
+
+
+# ---------------------------------------------------------------------------------------------
+# the fast readers (taskscan, quick_grid) give what json + parse_task give, or step aside
+
+
+def _random_task(rng) -> dict:
+    def grid():
+        h, w = rng.integers(1, 31, size=2)
+        return rng.integers(0, 10, size=(h, w)).tolist()
+
+    return {kind: [{"input": grid(), "output": grid()} for _ in range(rng.integers(1, 5))]
+            for kind in ("train", "test")}
+
+
+def _task_texts(task: dict):
+    yield json.dumps(task)
+    yield json.dumps(task, indent=2)
+    yield json.dumps(task, separators=(",", ":"))
+    swapped = {k: [{"output": p["output"], "input": p["input"]} for p in task[k]] for k in ("test", "train")}
+    yield "\r\n\t" + json.dumps(swapped, indent="\t") + " \n"
+
+
+def _same_pairs(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(
+        x.dtype == y.dtype == np.uint8 and x.shape == y.shape and (x == y).all()
+        for pa, pb in zip(a, b) for x, y in zip(pa, pb))
+
+
+def test_task_scanner_equals_json_and_parse_task_on_clean_files():
+    rng = np.random.default_rng(0)
+    for _ in range(25):
+        task = _random_task(rng)
+        for text in _task_texts(task):
+            fast = scan_task(text.encode())
+            assert fast is not None, text[:80]
+            slow = parse_task(json.loads(text), "f", "t", require_outputs=True)
+            assert _same_pairs(fast[0], slow[0]) and _same_pairs(fast[1], slow[1])
+
+
+@pytest.mark.parametrize("text", [
+    *[t if isinstance(t, str) else json.dumps(t) for t, _ in BAD_TASKS.values()],
+    json.dumps({**GOOD, "name": "renamed"}),  # a "name" key renames the task: json's path decides
+    json.dumps(_with("train.0.extra", 1)),  # extra keys in a pair: accepted, but only by json's path
+    '{"train": [{"input": [[1]], "output": [[1]]}], "train": [], "test": []}',
+    '{"train": [{"input": [[1]], "input": [[1]]}], "test": [{"input": [[1]], "output": [[1]]}]}',
+    '{"train": [{"input": [[01]], "output": [[1]]}], "test": [{"input": [[1]], "output": [[1]]}]}',
+    '{"train": [{"input": [[1e0]], "output": [[1]]}], "test": [{"input": [[1]], "output": [[1]]}]}',
+    '{"train": [{"input": [[1]], "output": [[1]]}], "test": [{"input": [[1]], "output": [[1]]}]} x',
+    '\ufeff{"train": [{"input": [[1]], "output": [[1]]}], "test": [{"input": [[1]], "output": [[1]]}]}',
+    '{"tr\\u0061in": [{"input": [[1]], "output": [[1]]}], "test": [{"input": [[1]], "output": [[1]]}]}',
+])
+def test_task_scanner_steps_aside_on_anything_else(text):
+    assert scan_task(text.encode()) is None
+
+
+def test_quick_grid_is_parse_grid_or_steps_aside():
+    rng = np.random.default_rng(1)
+    grids = [rng.integers(0, 10, size=rng.integers(1, 31, size=2)).tolist() for _ in range(50)]
+    grids += [[[1, 10]], [[-1, 0]], [[1.5, 0]], [["3", 0]], [[None, 0]], [[1, 2], [3]], [[]], [], [[1]] * 31,
+              [[1] * 31], [[1, [2]], [3, 4]], [[2 ** 64, 0]]]  # (a bool is for no_bools to rule out)
+    for g in grids:
+        quick = quick_grid(g)
+        if quick is None:
+            continue
+        slow = parse_grid(g, "f", "t", "here")
+        assert quick.dtype == slow.dtype and quick.shape == slow.shape and (quick == slow).all()
+    assert quick_grid([[1, 10]]) is None and quick_grid([[-1, 0]]) is None and quick_grid([[1.0]]) is None
+    assert no_bools(b'[[1, 2]]') and not no_bools(b'[[true, 2]]') and not no_bools(b'[[false]]')
+
+
+def test_build_reads_every_task_file_alike_by_scanner_or_json(tmp_path):
+    """A folder whose task files are half in the strict form, half not (a "name" equal to the file
+    stem): the same dataset bytes as when every file is strict."""
+    tasks = synthetic_tasks()
+    a = write_layout(tmp_path / "a", tasks)
+    b = write_layout(tmp_path / "b", tasks)
+    for i, p in enumerate(sorted((b / "training").glob("*.json"))):
+        if i % 2:
+            p.write_text(json.dumps({"name": p.stem, **json.loads(p.read_text())}, indent=1))
+    for src, out in ((a, "out_a"), (b, "out_b")):
+        build(BuildConfig(sources=[str(src)], output_dir=str(tmp_path / out), num_aug=3, progress=False))
+    for f in sorted((tmp_path / "out_a").rglob("*.npy")):
+        assert f.read_bytes() == (tmp_path / "out_b" / f.relative_to(tmp_path / "out_a")).read_bytes(), f

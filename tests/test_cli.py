@@ -186,3 +186,25 @@ def test_yaml_files_hold_only_what_differs_from_the_dataclass():
     assert yaml.safe_load((config_dir() / "preset/full.yaml").read_text()) == {"name": preset_defaults["name"]}
     cpu = yaml.safe_load((config_dir() / "preset/cpu.yaml").read_text())
     assert restated({k: v for k, v in cpu.items() if k != "name"}, preset_defaults) == []
+
+
+def test_build_arc_as_the_process_entry_ends_it_itself_with_every_line_out(tmp_path):
+    """`python -m hrm_deeploop.cli build-arc` leaves by `cli_fast.exit_now` (no interpreter teardown): its
+    stdout (redirected to a file, so block-buffered) still holds the whole summary, the dataset is
+    published, and an error still exits 2 with its one line; in-process `main([...])` returns."""
+    from tests.arc_synth import synthetic_tasks, write_layout
+
+    src = write_layout(tmp_path / "raw", synthetic_tasks())
+    out = tmp_path / "ds"
+    with open(tmp_path / "stdout.txt", "w") as fo:
+        p = subprocess.run([sys.executable, "-m", "hrm_deeploop.cli", "build-arc", f"sources=[{src}]",
+                            f"output_dir={out}", "num_aug=2", "progress=false"], stdout=fo, stderr=subprocess.PIPE,
+                           text=True)
+    text = (tmp_path / "stdout.txt").read_text()
+    assert p.returncode == 0, p.stderr
+    assert f"build-arc: wrote {out}" in text and text.rstrip().endswith("black1(1)"), text  # the last line
+    assert (out / "manifest.json").is_file()
+    p = subprocess.run([sys.executable, "-m", "hrm_deeploop.cli", "build-arc", f"sources=[{tmp_path / 'none'}]",
+                        f"output_dir={tmp_path / 'ds2'}", "progress=false"], capture_output=True, text=True)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "no such source" in p.stderr, p.stderr
+    assert COMMANDS["build-arc"].exit_fast and not COMMANDS["train"].exit_fast

@@ -23,10 +23,10 @@ each compiles once per machine.
 from __future__ import annotations
 
 import numpy as np
-from arc_data.jit import njit
 
 from arc_data.compact import dihedral_walk
 from arc_data.format import MAX_SIDE
+from arc_data.jit import njit
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -218,3 +218,109 @@ def augment_tasks(cells, goff, gshape, pair_grids, task_pairs, trial_tid, trial_
         n_acc[t] = a
         n_used[t] = u
     return accepted, n_acc, n_used
+
+
+# ---------------------------------------------------------------------------------------------
+# `Generator.permuted` of colour rows, drawn from the same stream 10x faster
+
+
+@njit(cache=True)
+def _shuffle_rows(raw, has_half, half, out):
+    """numpy's Fisher-Yates of each row of `out` (in place, row after row), as `Generator.permuted`
+    does it: for i = n-1 .. 1, j = random_interval(i) (the masked rejection of `next_uint32`), swap.
+    A PCG64 `next_uint32` is the low half of a raw draw, then its high half (kept in the bit
+    generator as has_uint32 / uinteger). raw: uint64 draws. Returns (raw draws used, has_half,
+    half) after the last row, or (-1, 0, 0) when `raw` ran out."""
+    pos = 0
+    n = out.shape[1]
+    for r in range(out.shape[0]):
+        for i in range(n - 1, 0, -1):
+            mask = np.uint64(i)
+            for s in (1, 2, 4, 8, 16, 32):
+                mask |= mask >> np.uint64(s)
+            while True:
+                if has_half:
+                    v = half
+                    has_half = False
+                else:
+                    if pos == raw.shape[0]:
+                        return -1, False, np.uint64(0)
+                    x = raw[pos]
+                    pos += 1
+                    v = x & np.uint64(0xFFFFFFFF)
+                    half = x >> np.uint64(32)
+                    has_half = True
+                v &= mask
+                if v <= np.uint64(i):
+                    break
+            j = np.int64(v)
+            t = out[r, i]
+            out[r, i] = out[r, j]
+            out[r, j] = t
+    return pos, has_half, half
+
+
+SHUFFLE_ROWS = 1 << 18  # rows shuffled per batch of raw draws (1.4M draws, 11.5 MB)
+
+
+def permuted_colours(rng: np.random.Generator, shape: tuple[int, ...], draws_per_row: float = 5.5,
+                     rows_per_batch: int = SHUFFLE_ROWS) -> np.ndarray:
+    """`rng.permuted(np.broadcast_to(np.arange(1, 10, dtype=np.uint8), (*shape, 9)), axis=-1)`:
+    the same values, and `rng` left in the same state (tested), for a PCG64 generator; about twice
+    as fast (numpy shuffles the rows one call each). Rows go in batches: each batch's raw draws
+    come from `random_raw` on the state just past the draws used so far (about 5.1 a row are used;
+    `draws_per_row` are drawn, twice as many if they run out), and at the end the state is set to
+    just past the last draw used, with the half draw numpy keeps. Other bit generators get numpy's call."""
+    base = np.broadcast_to(np.arange(1, 10, dtype=np.uint8), (*shape, 9))
+    bg = rng.bit_generator
+    if type(bg) is not np.random.PCG64:
+        return np.ascontiguousarray(rng.permuted(base, axis=-1))
+    out = base.reshape(-1, 9).copy()  # a fresh writable array (ascontiguousarray may give the view)
+    start = bg.state
+    used, has_half, half = 0, bool(start["has_uint32"]), np.uint64(start["uinteger"])
+    for lo in range(0, out.shape[0], rows_per_batch):
+        rows = out[lo:lo + rows_per_batch]
+        budget = int(draws_per_row * rows.shape[0]) + 64
+        while True:
+            bg.state = start
+            bg.advance(used)
+            k, h, x = _shuffle_rows(bg.random_raw(budget), has_half, half, rows)
+            if k >= 0:
+                break
+            rows[:] = base.reshape(-1, 9)[:rows.shape[0]]  # ran out part way: again with twice the draws
+            budget *= 2
+        used, has_half, half = used + k, bool(h), np.uint64(x)  # the types of the first call
+    bg.state = start
+    bg.advance(used)
+    state = bg.state
+    state["has_uint32"], state["uinteger"] = int(has_half), int(half)
+    bg.state = state
+    return out.reshape(*shape, 9)
+
+
+# ---------------------------------------------------------------------------------------------
+# translation bounds of every example
+
+
+@njit(cache=True)
+def example_sides(puzzle_identifiers, puzzle_indices, group_indices, group_pairs, group_pair_indices,
+                  gshape, pair_grids, dihedral, transposing):
+    """Per example of a split (in order): the height and width, after its puzzle's dihedral
+    transform (`transposing[tid]`: it makes H x W grids W x H), of the larger of its two grids ->
+    (h int64 [E], w int64 [E]); the examples are resolved as `dataset.resolve_examples` does (the
+    k-th example of a puzzle is its group's k-th pair)."""
+    e = puzzle_indices[-1]
+    h = np.empty(e, dtype=np.int64)
+    w = np.empty(e, dtype=np.int64)
+    for g in range(group_indices.shape[0] - 1):
+        for p in range(group_indices[g], group_indices[g + 1]):
+            swap = transposing[dihedral[puzzle_identifiers[p]]]
+            for x in range(puzzle_indices[p], puzzle_indices[p + 1]):
+                pair = group_pairs[group_pair_indices[g] + x - puzzle_indices[p]]
+                gi = pair_grids[pair, 0]
+                go = pair_grids[pair, 1]
+                a = max(gshape[gi, 0], gshape[go, 0])
+                b = max(gshape[gi, 1], gshape[go, 1])
+                h[x] = b if swap else a
+                w[x] = a if swap else b
+    return h, w

@@ -26,7 +26,6 @@ import numpy as np
 
 from arc_data.arc.sources import Task
 from arc_data.budget import check_count, check_fits
-from arc_data.dataset import resolve_examples
 from arc_data.format import BLANK_NAME, MAX_SIDE, SEQ_LEN, SPLITS, aug_name
 
 TRIAL_FACTOR = 5  # HRM: at most 5 * num_aug trials per task
@@ -149,11 +148,11 @@ def pack_grids(tasks: list[Task]) -> tuple[Grids, np.ndarray, np.ndarray]:
 
 
 def draw_trials(rng: np.random.Generator, num_tasks: int, num_aug: int) -> tuple[np.ndarray, np.ndarray]:
+    from arc_data.arc.kernels import permuted_colours  # rng.permuted's values, twice as fast
+
     n = TRIAL_FACTOR * num_aug
     tids = rng.integers(0, 8, size=(num_tasks, n), dtype=np.uint8)
-    base = np.broadcast_to(np.arange(1, 10, dtype=np.uint8), (num_tasks, n, 9))
-    perms = rng.permuted(base, axis=-1)
-    return tids, np.ascontiguousarray(perms)
+    return tids, permuted_colours(rng, (num_tasks, n))
 
 
 def augment(grids: Grids, task_pairs: np.ndarray, trial_tid: np.ndarray, trial_perm: np.ndarray,
@@ -193,17 +192,10 @@ def _translate(rng: np.random.Generator, sp: SplitPlan, grids: Grids, dihedral: 
         return
     pi = sp.puzzle_indices.astype(np.int64)
     keep = rng.integers(0, np.diff(pi))  # the untranslated example of each puzzle
-    pair, pid = resolve_examples(sp.puzzle_identifiers, pi, sp.group_indices, sp.group_pairs,
-                                 sp.group_pair_indices, np.arange(e))
-    shp_in = grids.shape[grids.pair_grids[pair, 0]]
-    shp_out = grids.shape[grids.pair_grids[pair, 1]]
-    del pair
-    hw = np.maximum(shp_in, shp_out)  # [E, 2] before the transform
-    swap = TRANSPOSING[dihedral[pid]]
-    del pid, shp_in, shp_out
-    h = np.where(swap, hw[:, 1], hw[:, 0])
-    w = np.where(swap, hw[:, 0], hw[:, 1])
-    del hw, swap
+    from arc_data.arc.kernels import example_sides  # each example's larger grid, transformed
+
+    h, w = example_sides(sp.puzzle_identifiers, pi, sp.group_indices, sp.group_pairs, sp.group_pair_indices,
+                         grids.shape, grids.pair_grids, dihedral, TRANSPOSING)
     rows = rng.integers(0, MAX_SIDE - h + 1).astype(np.uint8)
     cols = rng.integers(0, MAX_SIDE - w + 1).astype(np.uint8)
     rows[pi[:-1] + keep] = 0

@@ -116,14 +116,44 @@ def parse_grid(obj: object, file: str, task: str, where: str) -> np.ndarray:
     return arr.astype(np.uint8)
 
 
+def quick_grid(obj: object) -> np.ndarray | None:
+    """`parse_grid`'s result for a grid it accepts, found without its per-cell Python scan; None
+    when unsure (then `parse_grid` decides and names the problem). Only for JSON known to hold no
+    `true`/`false` (a bool would pass numpy's int conversion)."""
+    if type(obj) is not list or not obj or len(obj) > MAX_SIDE or type(obj[0]) is not list:
+        return None
+    w = len(obj[0])
+    if not 0 < w <= MAX_SIDE or any(type(r) is not list or len(r) != w for r in obj):
+        return None
+    try:
+        arr = np.array(obj)
+    except (ValueError, TypeError, OverflowError):
+        return None
+    # one reduction for 0 <= v <= 9: a negative int64 seen as uint64 is huge
+    if arr.dtype != np.int64 or arr.ndim != 2 or arr.view(np.uint64).max() > 9:
+        return None
+    return arr.astype(np.uint8)
+
+
+def no_bools(data: bytes) -> bool:
+    """True when JSON text `data` cannot hold a bool (no `true` / `false` token anywhere in it)."""
+    return b"true" not in data and b"false" not in data
+
+
 def parse_task(
     obj: object,
     file: str,
     name: str,
     require_outputs: bool,
     solutions: list | None = None,
+    quick: bool = False,
 ) -> tuple[list[Pair], list[Pair]]:
-    """Validate one task dict -> (train pairs, test pairs). `solutions` fills Kaggle test outputs."""
+    """Validate one task dict -> (train pairs, test pairs). `solutions` fills Kaggle test outputs.
+    `quick`: the JSON held no bools (`no_bools`), so clean grids are taken by `quick_grid`."""
+
+    def grid(obj: object, where: str) -> np.ndarray:
+        arr = quick_grid(obj) if quick else None
+        return arr if arr is not None else parse_grid(obj, file, name, where)
 
     def bad(problem: str) -> ArcError:
         return ArcError(f"{file}: task {name}: {problem}")
@@ -146,7 +176,7 @@ def parse_task(
             where = f"{key}[{i}]"
             if not isinstance(pair, dict) or "input" not in pair:
                 raise bad(f"{where} has no 'input'")
-            inp = parse_grid(pair["input"], file, name, f"{where}.input")
+            inp = grid(pair["input"], f"{where}.input")
             if key == "test" and solutions is not None:
                 raw_out, out_where = solutions[i], f"solution[{i}]"
             else:
@@ -157,20 +187,27 @@ def parse_task(
                           + (")" if key == "train" else "; test_labels=optional builds it without a label)"))
                 pairs.append((inp, None))
                 continue
-            pairs.append((inp, parse_grid(raw_out, file, name, out_where)))
+            pairs.append((inp, grid(raw_out, out_where)))
         out[key] = pairs
     return out["train"], out["test"]
 
 
-def _read_json(path: Path, task: str, digest, label: str) -> object:
-    """Parse one JSON file; `label` (its path inside the source) and its bytes go into `digest`."""
+def _read_bytes(path: Path, task: str, digest, label: str) -> bytes:
+    """One file's bytes; `label` (its path inside the source) and the bytes go into `digest`."""
     try:
         data = path.read_bytes()
     except OSError as e:
         raise ArcError(f"{path}: task {task}: cannot read ({e.strerror})") from None
     if digest is not None:
         digest.update(label.encode() + b"\0" + hashlib.sha256(data).digest())
-    return parse_json(data, f"{path}: task {task}")
+    return data
+
+
+def _read_json(path: Path, task: str, digest, label: str) -> tuple[object, bool]:
+    """Parse one JSON file -> (its value, whether it holds no bool: `no_bools`); `label` (its path
+    inside the source) and its bytes go into `digest`."""
+    data = _read_bytes(path, task, digest, label)
+    return parse_json(data, f"{path}: task {task}"), no_bools(data)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -191,13 +228,21 @@ def _list_json(folder: Path, skipped: list[str] | None = None) -> list[Path]:
 
 
 def _task_file(path: Path, spec: str, subset: str, require_outputs: bool, digest) -> Task:
+    """One task file: read by the numba scanner when it is in the strict form (`taskscan`),
+    else parsed as JSON and validated (which names any problem)."""
+    from arc_data.arc.taskscan import scan_task
+
     name = path.stem
-    obj = _read_json(path, name, digest, f"{subset}/{path.name}")
+    data = _read_bytes(path, name, digest, f"{subset}/{path.name}")
+    scanned = scan_task(data)
+    if scanned is not None:
+        return Task(name, spec, str(path), subset, subset == EVAL_SUBSET, *scanned)
+    obj, quick = parse_json(data, f"{path}: task {name}"), no_bools(data)
     if isinstance(obj, dict) and "name" in obj:  # HRM: a "name" key overrides the file stem
         if not isinstance(obj["name"], str) or not obj["name"]:
             raise ArcError(f"{path}: task {name}: 'name' is not a non-empty string")
         name = obj["name"]
-    train, test = parse_task(obj, str(path), name, require_outputs)
+    train, test = parse_task(obj, str(path), name, require_outputs, quick=quick)
     return Task(name, spec, str(path), subset, subset == EVAL_SUBSET, train, test)
 
 
@@ -223,7 +268,7 @@ def _directory(root: Path, spec: str, require_outputs: bool, digest, skipped: li
 def _kaggle(path: Path, spec: str, eval_name: str, require_outputs: bool, digest) -> list[Task]:
     stem = path.name[: -len(CHALLENGES_SUFFIX)]
     sol_path = path.with_name(stem + SOLUTIONS_SUFFIX)
-    challenges = _read_json(path, "(whole file)", digest, path.name)
+    challenges, quick = _read_json(path, "(whole file)", digest, path.name)
     if not isinstance(challenges, dict):
         raise ArcError(f"{path}: not a JSON object mapping task ids to tasks")
     if not challenges:
@@ -232,7 +277,8 @@ def _kaggle(path: Path, spec: str, eval_name: str, require_outputs: bool, digest
     if sol_path.exists() and not sol_path.is_file():
         raise ArcError(f"{sol_path}: not a regular file (a FIFO or a folder?); solutions must be a JSON file")
     if sol_path.exists():
-        solutions = _read_json(sol_path, "(whole file)", digest, sol_path.name)
+        solutions, quick_sol = _read_json(sol_path, "(whole file)", digest, sol_path.name)
+        quick = quick and quick_sol
         if not isinstance(solutions, dict):
             raise ArcError(f"{sol_path}: not a JSON object mapping task ids to outputs")
         only_c = sorted(set(challenges) - set(solutions))
@@ -254,7 +300,7 @@ def _kaggle(path: Path, spec: str, eval_name: str, require_outputs: bool, digest
             sol = solutions[name]
             if not isinstance(sol, list):
                 raise ArcError(f"{sol_path}: task {name}: solutions are not a list of grids")
-        train, test = parse_task(challenges[name], str(path), name, require_outputs, sol)
+        train, test = parse_task(challenges[name], str(path), name, require_outputs, sol, quick=quick)
         tasks.append(Task(name, spec, str(path), stem, is_eval, train, test))
     return tasks
 

@@ -8,6 +8,7 @@ trainers, the checkpoints and eval import it too). One room per purpose:
     arc_data.files.guard    "may I write here": output folders and single output files checked
                             against the command's inputs, non-regular files, existing files, live
                             runs' locks (check_output_dir, checked_output_dir, check_output_file)
+    arc_data.files.blocks   an .npy file written block after block by direct I/O (the ARC build's arrays)
     arc_data.files.publish  publishing a checked output: atomic_dir(s) (whole folders, all or none),
                             staged_outputs / publish_files (outputs dropped into an existing folder)
     arc_data.files.locks    RunLock (one run per folder) and the lock check the guard consults
