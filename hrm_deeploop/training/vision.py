@@ -47,8 +47,9 @@ from hrm_deeploop import runtime
 from hrm_deeploop.data.canvas import IGNORE, canvas_batch
 from hrm_deeploop.data.puzzles import TrainSampler, dataset_identity, num_sequential_batches, open_dataset
 from hrm_deeploop.errors import UserError
+from hrm_deeploop.loading import check_tensors, read_loopvit
 from hrm_deeploop.models.loopvit import LoopViT, LoopViTOutput, load_official
-from hrm_deeploop.models.loopvit_config import NUM_COLORS, LoopViTConfig, official_config
+from hrm_deeploop.models.loopvit_config import NUM_COLORS, LoopViTConfig
 from hrm_deeploop.training import fsdp
 from hrm_deeploop.training.ema import EMA
 from hrm_deeploop.training.loop import Task, fit, run_config_dict
@@ -286,36 +287,18 @@ def evaluate(model: LoopViT, split: Any, env: runtime.Env, global_batch_size: in
 
 
 def read_start(path: str) -> tuple[LoopViTConfig, dict[str, Any]]:
-    """The model config and weights of `init_from`: an official LoopViT file ({model_state, config,
-    ...}) or a train-vit checkpoint ({model, config, ...}); {"official": bool, "weights": state}."""
-    from hrm_deeploop.config import typed
-
-    state = ckpt.load(path)
-    if "model_state" in state and isinstance(state.get("config"), dict):  # the official scripts' files
-        weights = {k.removeprefix("_orig_mod."): v for k, v in state["model_state"].items()}
-        rows = weights.get("task_token_embed.weight")
-        cfg = official_config(state["config"], num_tasks=int(rows.shape[0]) if rows is not None else 1)
-        return cfg, {"official": True, "weights": weights}
-    model = (state.get("config") or {}).get("model") if isinstance(state.get("config"), dict) else None
-    if "model" not in state or not isinstance(model, dict) or model.get("name") != "loopvit":
-        raise UserError(f"init_from '{path}' is neither an official LoopViT checkpoint nor a train-vit one")
-    return typed(model, LoopViTConfig, "init_from model."), {"official": False, "weights": state["model"]}
+    """The model config and raw weights of `init_from` (`loading.read_loopvit`: an official LoopViT
+    file or a train-vit checkpoint, read by the one safe loader); {"official": bool, "weights": state}."""
+    cfg, _, weights, which = read_loopvit(path, ckpt.load(path), ema=False)
+    return cfg, {"official": which == "official", "weights": weights}
 
 
 def start_weights(model: LoopViT, start: dict[str, Any], path: str | None) -> None:
     """Load `read_start`'s weights into `model`; a task table of another row count stays fresh.
-    Every tensor is checked first, as `checkpoint.load_weights` checks the reasoners': a value that
-    is not a tensor, an integer tensor where a weight is, NaN or infinity: one line naming it."""
+    Every tensor is checked first (`loading.check_tensors`, as `checkpoint.load_weights` checks the
+    reasoners'): a value that is not a tensor, an integer weight, NaN or infinity: one line naming it."""
     w = start["weights"]
-    for key, t in w.items():
-        if not isinstance(t, torch.Tensor):
-            raise UserError(f"init_from '{path}': '{key}' is a {type(t).__name__}, not a tensor")
-        if not t.dtype.is_floating_point and key.rsplit(".", 1)[-1] in ("weight", "bias"):
-            raise UserError(f"init_from '{path}': tensor '{key}' holds {str(t.dtype).removeprefix('torch.')}, a "
-                            "floating-point weight is expected (loading would change its values)")
-        if t.dtype.is_floating_point and not bool(torch.isfinite(t).all()):
-            raise UserError(f"init_from '{path}': tensor '{key}' holds {int((~torch.isfinite(t)).sum()):,} NaN or "
-                            "infinite value(s)")
+    check_tensors(w, f"init_from '{path}'")
     try:
         if start["official"]:
             skipped = load_official(model, w, strict_tasks=False)
