@@ -249,3 +249,19 @@ def test_the_time_budget_stops_with_a_checkpoint_that_resumes(monkeypatch, data,
     assert step == summary["steps"]
     assert train_vit(monkeypatch, data, tmp_path / "run", f"train.max_steps={step + 2}", "resume=true") == 0
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == step + 2
+
+
+@pytest.mark.parametrize("size, model, twin", [("large", "loopvit", "looped_eps"), ("medium", "loopvit_medium", "looped_eps"),
+                                               ("small", "loopvit_small", "looped_eps"), ("b6", "loopvit_b6", "deeploop")])
+def test_the_paper_setups_and_their_deeploop_twins(size, model, twin):
+    """configs/experiment/loopvit_<size>_{baseline,<twin>}.yaml: the flavour, the official schedule
+    (global batch 256, 156,700 steps), and a twin that differs in the residual scheme only."""
+    from dataclasses import asdict
+
+    base = compose("train-vit", [f"experiment=loopvit_{size}_baseline"])
+    other = compose("train-vit", [f"experiment=loopvit_{size}_{twin}"])
+    assert asdict(base.model) == asdict(compose("train-vit", [f"model={model}"]).model)
+    assert base.train.global_batch_size == 256 and base.train.max_steps == 156700 and base.scaling.scheme == "baseline"
+    assert other.scaling.scheme == twin and other.run_name == f"loopvit_{size}_{twin}"
+    a, b = asdict(base), asdict(other)
+    assert {k for k in a if a[k] != b[k]} == {"scaling", "run_name"}
