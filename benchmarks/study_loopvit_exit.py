@@ -66,21 +66,14 @@ def measure(model: LoopViT, data: list[dict[str, torch.Tensor]], rule: ExitRule 
     T = model.cfg.num_loops
     for b in data:
         args = (b["canvas"], b["task_ids"], b["mask"])
-        if rule is None:
-            def run():
-                return model(*args)
-        elif compact:
-            def run():
-                return model.forward_compact(*args, exit_rule=rule)
-        else:
-            def run():
-                return model(*args, exit_rule=rule)
-        out = None
-
-        def keep():
-            nonlocal out
-            out = run()
-        total_flops += flops(keep)
+        with FlopCounterMode(display=False) as counter:
+            if rule is None:
+                out = model(*args)
+            elif compact:
+                out = model.forward_compact(*args, exit_rule=rule)
+            else:
+                out = model(*args, exit_rule=rule)
+        total_flops += int(counter.get_total_flops())
         B = b["canvas"].shape[0]
         steps = out.exit_steps if out.exit_steps is not None else torch.full((B,), T)
         exits.append(steps)
@@ -94,7 +87,7 @@ def measure(model: LoopViT, data: list[dict[str, torch.Tensor]], rule: ExitRule 
             "accuracy": right / valid, "exact": exact, "count": count}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--checkpoint", required=True, help="a train-vit run folder or checkpoint")
     ap.add_argument("--data", required=True, help="the dataset it was trained on (build-arc)")
@@ -102,7 +95,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--taus", type=float, nargs="+", default=[0.05, 0.1, 0.2])
     ap.add_argument("--scale", type=int, default=None, help="canvas scale (default: the run's canvas.eval_scale)")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     torch.set_num_threads(1)
     loaded = load_model(a.checkpoint, "cpu", loopvit=True)
     model: LoopViT = loaded.model

@@ -68,7 +68,8 @@ def test_prediction_row_by_hand():
     assert row[1, 1] == 0 and row[1, 0] == 4 + 2 and row[0, 1] == 2 + 2 and row[0, 3] == 1  # EOS after the grid
 
 
-def test_a_trained_checkpoint_and_an_oracle_through_the_vote(identity_arc, tmp_path, monkeypatch):
+def test_a_trained_checkpoint_and_an_oracle_through_the_vote(identity_arc, tmp_path, monkeypatch, capsys):
+    """(and the exit study's script runs on the trained checkpoint)"""
     assert run_subcommand("train-vit", [*TRAIN, f"data_dir={identity_arc}", f"output_dir={tmp_path / 'run'}"]) == 0
     assert _evaluate(identity_arc, tmp_path / "run", tmp_path / "eval") == 0
     preds = np.load(tmp_path / "eval" / "predictions.npz")
@@ -76,6 +77,13 @@ def test_a_trained_checkpoint_and_an_oracle_through_the_vote(identity_arc, tmp_p
 
     assert preds["predictions"].shape == (open_split(identity_arc, "test").num_examples, 900)
     assert set(_pass_at(tmp_path / "eval")) == {"1", "2", "10", "100", "1000"}
+    from benchmarks import study_loopvit_exit
+
+    capsys.readouterr()
+    study_loopvit_exit.main(["--checkpoint", str(tmp_path / "run"), "--data", str(identity_arc), "--split", "train",
+                             "--taus", "0.05", "--batch", "4"])
+    lines = {ln.split("  ")[0].strip(): ln for ln in capsys.readouterr().out.splitlines()}
+    assert " 3.00 " in lines["fixed depth"] and "plateau (code: 5%, 2 loops)" in lines  # T = 3 loops each
     monkeypatch.setattr(lv.LoopViT, "forward", _oracle)
     assert _evaluate(identity_arc, tmp_path / "run", tmp_path / "oracle") == 0
     assert _pass_at(tmp_path / "oracle")["1"] == pytest.approx(100.0)
