@@ -122,6 +122,8 @@ def test_init_from_refuses_a_file_that_would_run_code(monkeypatch, data, tmp_pat
 
 def test_without_the_entropy_term_the_gate_gets_no_gradient_and_training_runs(monkeypatch, data, tmp_path):
     assert train_vit(monkeypatch, data, tmp_path / "run", "train.max_steps=2", "optim.gate_entropy_weight=0") == 0
+    assert train_vit(monkeypatch, data, tmp_path / "noclip", "train.max_steps=2", "optim.grad_clip=0") == 0
+    assert all(r["train/grad_norm"] > 0 for r in read_metrics(tmp_path / "noclip") if "train/grad_norm" in r)
     with pytest.raises(ConfigError, match="train.compile"):
         compose("train-vit", ["train.compile=true", "train.fsdp=true"])
 

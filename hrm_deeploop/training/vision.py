@@ -156,7 +156,7 @@ class VisionTrainer(Task):
                 f"device={self.env.device}, world={self.env.world_size}, steps={self.total_steps}")
 
     def next_batch(self, step: int) -> dict[str, torch.Tensor]:
-        """This rank's canvases for `step` (views from (seed, step, rank): module docstring)."""
+        """This rank's canvases for `step` (its slice of the global batch's views: module docstring)."""
         idx, pids = self.sampler.next_global()
         B, r = self.sampler.local_batch_size, self.env.rank
         rng = np.random.default_rng([self.cfg.seed, step, 0])  # 0: the rank these streams were keyed by before
@@ -177,13 +177,9 @@ class VisionTrainer(Task):
                                   pixel_share(t["target"], self.env.world_size))
         loss.backward()
         params = [p for p in self.model.parameters() if p.grad is not None]
-        if o.grad_clip > 0:  # DTensors under FSDP2: the norm over every shard, replicated
-            grad_norm = fsdp.local_value(torch.nn.utils.clip_grad_norm_(params, o.grad_clip))
-        elif self.sharded:  # this rank's shards: their squares add up over ranks
-            sq = torch.stack(torch._foreach_norm([fsdp.local_shard(p.grad) for p in params])).double().square().sum()
-            grad_norm = runtime.all_reduce_(sq.view(1)).sqrt()[0]
-        else:
-            grad_norm = torch.stack(torch._foreach_norm([p.grad for p in params])).norm()
+        # the norm over every parameter (DTensors under FSDP2: over every shard, replicated); clip 0: none
+        max_norm = o.grad_clip if o.grad_clip > 0 else float("inf")
+        grad_norm = fsdp.local_value(torch.nn.utils.clip_grad_norm_(params, max_norm))
         right, valid, exact = canvas_scores(out.logits.detach(), t["target"])
         sums = torch.stack([loss.detach().double(), parts["ce"].double(), parts["gate_entropy"].double(),
                             right.double(), valid.double(), exact.double()])
