@@ -68,19 +68,12 @@ def run(c: EvaluateConfig) -> int:
         evaluation.check_split(c, split, out)
         G = c.global_batch_size or (768 if env.device.type == "cuda" else 16 * env.world_size)
         loaded = load_model(c.checkpoint, env.device, c.dtype, seq_len=int(split.meta.seq_len), ema=c.ema,
-                            batch=max(1, evaluation.rows_per_forward(G // env.world_size, split)), gpt=False,
-                            loopvit=task == "arc")
-        if loaded.config.name == "loopvit":  # canvases, not token rows: its own fit check (eval.arc.canvas)
-            from eval.arc.canvas import check_fits
-
-            check_fits(loaded, int(split.meta.num_puzzle_identifiers), str(Path(c.data_dir) / c.split))
-            rows, trained = None, loaded.config.num_loops
-        else:
-            rows = table_rows(loaded, c.data_dir)
-            check_matches(loaded.config if rows is None else replace(loaded.config, num_puzzle_identifiers=int(
-                split.meta.num_puzzle_identifiers)), split, str(Path(c.data_dir) / c.split),
-                what=f"checkpoint '{loaded.path}'")
-            trained = loaded.config.halt_max_steps
+                            batch=max(1, evaluation.rows_per_forward(G // env.world_size, split)), gpt=False)
+        rows = table_rows(loaded, c.data_dir)
+        check_matches(loaded.config if rows is None else replace(loaded.config, num_puzzle_identifiers=int(
+            split.meta.num_puzzle_identifiers)), split, str(Path(c.data_dir) / c.split),
+            what=f"checkpoint '{loaded.path}'")
+        trained = loaded.config.halt_max_steps
         runtime.print0(f"evaluate: {loaded.kind} {loaded.config.name.upper()} checkpoint {loaded.path} (step {loaded.step}, "
                  f"{loaded.weights} weights), "
                  f"{split.num_examples} examples of '{c.split}' ({task}), halt_max_steps={c.halt_max_steps or trained}"

@@ -31,7 +31,7 @@ class EvaluateConfig:
     vote: bool = True  # ARC: run the vote step on the predictions (other tasks are always scored)
     overwrite: bool = False  # replace an existing OUT/predictions.npz
     progress: bool = True
-    halt_max_steps: int | None = None  # ACT segments (LoopViT: loops) to run (None: the checkpoint's; more = deeper than trained)
+    halt_max_steps: int | None = None  # ACT segments to run (None: the checkpoint's; more = deeper than trained)
     task: str = "auto"  # auto (the dataset's) | sudoku | maze | generic: for datasets that do not record it
     tta: int = 0  # Sudoku/Maze: augmented copies of every test input, voted count-first (0 = off)
     tta_seed: int = 0

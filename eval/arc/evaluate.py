@@ -57,11 +57,6 @@ class ArcEvaluation:
 
     def predict(self, loaded: LoadedModel, split: PuzzleSplit, env: Env, c: EvaluateConfig, global_batch_size: int,
                 rows: Any) -> dict[str, np.ndarray] | None:
-        if loaded.config.name == "loopvit":  # canvases decoded to grids (halt_max_steps: its loops)
-            from eval.arc.canvas import eval_scale, predict_canvases
-
-            return predict_canvases(loaded.model, split, env, global_batch_size, eval_scale(loaded), c.max_batches,
-                                    c.progress, num_loops=c.halt_max_steps)
         return predict_split(loaded.model, split, env, global_batch_size, c.max_batches, c.progress, rows,
                              segments=c.halt_max_steps)
 
