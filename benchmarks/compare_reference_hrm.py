@@ -60,17 +60,15 @@ from benchmarks.benchlib import (  # noqa: E402
     eval_rows,
     fmt_diff,
     judge,
-    our_step_fn,
     perturbed,
     print_table,
-    reference_optimizers,
-    reference_step_fn,
     rel_diff,
     setup_device,
     strict_numerics,
     time_steps,
 )
 from benchmarks.reasoner_setup import random_batches  # noqa: E402
+from benchmarks.refcheck import our_step_fn, reference_optimizers, reference_step_fn  # noqa: E402
 from hrm_deeploop import runtime  # noqa: E402
 from hrm_deeploop.config import to_dict, typed  # noqa: E402
 from hrm_deeploop.errors import ConfigError  # noqa: E402

@@ -54,11 +54,11 @@ from benchmarks.benchlib import (  # noqa: E402
     fmt_diff,
     judge,
     print_table,
-    reference_modules,
     rel_diff,
     setup_device,
     time_interleaved,
 )
+from benchmarks.refcheck import reference_modules  # noqa: E402
 from hrm_deeploop.data.canvas import View, draw_view, place  # noqa: E402
 from hrm_deeploop.models.loopvit import ExitRule, LoopViT, load_official, official_key_map  # noqa: E402
 from hrm_deeploop.models.loopvit_config import NUM_COLORS, LoopViTConfig, flavour  # noqa: E402

@@ -58,16 +58,15 @@ from omegaconf import OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from benchmarks.benchlib import (  # noqa: E402
+from benchmarks.benchlib import describe, setup_device  # noqa: E402
+from benchmarks.gpuprof import sdpa_in_query_layout  # noqa: E402
+from benchmarks.refcheck import (  # noqa: E402
     EMA_RATE,
     add_reference_args,
-    describe,
     reference_modules,
     run_reference_comparison,
-    setup_device,
     stub_pretrain_modules,
 )
-from benchmarks.gpuprof import sdpa_in_query_layout  # noqa: E402
 from hrm_deeploop import runtime  # noqa: E402
 from hrm_deeploop.config import to_dict, typed  # noqa: E402
 from hrm_deeploop.errors import ConfigError  # noqa: E402

@@ -42,11 +42,11 @@ from benchmarks.benchlib import (  # noqa: E402
     describe,
     failure_line,
     print_table,
-    reference_step_fn,
     setup_device,
     time_interleaved,
 )
 from benchmarks.gpuprof import kernel_profile  # noqa: E402
+from benchmarks.refcheck import reference_step_fn  # noqa: E402
 from hrm_deeploop import runtime  # noqa: E402
 from hrm_deeploop.config import to_dict, typed  # noqa: E402
 from hrm_deeploop.training.config import ReasonerOptim, TrainGPTConfig  # noqa: E402

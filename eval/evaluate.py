@@ -60,8 +60,15 @@ def run(c: EvaluateConfig) -> int:
     if pred_path.exists() and not c.overwrite:
         raise UserError(f"'{pred_path}' exists; pass overwrite=true to replace it or choose another output_dir")
     task = evaluation_for(c.data_dir, c.split, c.task)
+    if c.poe and task != "arc":
+        raise ConfigError(f"poe=true: the product of experts scores ARC's candidates, but {c.data_dir} holds {task}")
     evaluation = EVALUATIONS.get(task, _puzzles)(task)
     evaluation.check(c, out)
+    if task == "arc":
+        from eval.arc.canvas_views import evaluate_loopvit, is_loopvit_run
+
+        if is_loopvit_run(c.checkpoint):
+            return evaluate_loopvit(c, evaluation, out)
     env = runtime.setup(c.device)
     try:
         split = open_dataset(c.data_dir, c.split)

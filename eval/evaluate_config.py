@@ -34,9 +34,12 @@ class EvaluateConfig:
     halt_max_steps: int | None = None  # ACT segments to run (None: the checkpoint's; more = deeper than trained)
     task: str = "auto"  # auto (the dataset's) | sudoku | maze | generic: for datasets that do not record it
     tta: int = 0  # Sudoku/Maze: augmented copies of every test input, voted count-first (0 = off)
-    tta_seed: int = 0
+    tta_seed: int = 0  # also seeds a LoopViT's random views
+    passes: int = 10  # LoopViT: random views (scale, corner) of every copy, as the official --num-attempts
     report: bool = True  # report.html + report/*.png (ARC's vote report, or the puzzle pictures)
     report_puzzles: int = 6  # puzzles pictured in the report (Sudoku/Maze; half solved, half not)
+    poe: bool = False  # ARC: also keep each row's log-probs (log_probs.npy) and rank by the product of experts
+    poe_candidates: int = 10  # ARC with poe: count-first top candidates per test input that it re-ranks
     challenges: str | None = None  # ARC: submission.json covers every task and test input of this *_challenges.json
     all_checkpoints: bool = False  # checkpoint=RUN: every checkpoint into OUT/step_N/, then curve.json/png (eval/curve.py)
 
@@ -46,7 +49,9 @@ class EvaluateConfig:
         optional_at_least("halt_max_steps", self.halt_max_steps, 1)
         at_least("tta", self.tta, 0)
         at_least("tta_seed", self.tta_seed, 0)
+        at_least("passes", self.passes, 1)
         at_least("report_puzzles", self.report_puzzles, 0)
+        at_least("poe_candidates", self.poe_candidates, 1)
         one_of("task", self.task, TASK_CHOICES)
         device_name("device", self.device)
         one_of("dtype", self.dtype, ("auto", "float32", "bfloat16", "float16"))

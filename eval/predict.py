@@ -48,11 +48,14 @@ def gather_on_main(local: Any, env: runtime.Env) -> list[Any] | None:
 @torch.no_grad()
 def predict_split(model: ACTReasoner, split: Any, env: runtime.Env, global_batch_size: int, max_batches: int | None = None,
                   show_progress: bool = True, rows: torch.Tensor | None = None,
-                  segments: int | None = None) -> dict[str, np.ndarray] | None:
+                  segments: int | None = None, log_probs: bool = False) -> dict[str, np.ndarray] | None:
     """The last segment's predictions of this rank's rows, gathered on rank 0 in dataset order
-    (None on other ranks); `rows` and `segments` as `run_segments` takes them."""
+    (None on other ranks); `rows` and `segments` as `run_segments` takes them. With `log_probs`,
+    also "log_probs": float16 [n, L, V], the log-softmax of those logits (for `eval.arc.poe`)."""
     model.eval()
     cols: dict[str, list[np.ndarray]] = {"index": [], "puzzle_identifiers": [], "inputs": [], "predictions": [], "q_halt": []}
+    if log_probs:
+        cols["log_probs"] = []
     bar = runtime.progress(num_sequential_batches(split, global_batch_size, max_batches), "predict") if show_progress else None
     for b in sequential_batches(split, global_batch_size, env.rank, env.world_size, max_batches):
         n = b.num_valid
@@ -64,6 +67,8 @@ def predict_split(model: ACTReasoner, split: Any, env: runtime.Env, global_batch
             cols["inputs"].append(b.tensors["inputs"][:n].numpy().astype(np.uint8))
             cols["predictions"].append(out["logits"][:n].argmax(-1).to(torch.uint8).cpu().numpy())
             cols["q_halt"].append(out["q_halt_logits"][:n].float().cpu().numpy())
+            if log_probs:  # (n, L, V)
+                cols["log_probs"].append(torch.log_softmax(out["logits"][:n].float(), -1).to(torch.float16).cpu().numpy())
         if bar is not None:
             bar.update(1)
     if bar is not None:

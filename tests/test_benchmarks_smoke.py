@@ -289,7 +289,7 @@ def test_host_drawn_torch_draws_what_the_reference_draws_on_cpu():
     torch.rand_like / torch.randint_like give on CPU from the same global generator state."""
     import torch
 
-    from benchmarks.benchlib import HostDrawnTorch as _HostDrawnTorch
+    from benchmarks.refcheck import HostDrawnTorch as _HostDrawnTorch
 
     q = torch.zeros(16)
     steps = torch.zeros(16, dtype=torch.int32)

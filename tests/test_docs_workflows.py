@@ -40,11 +40,12 @@ TINY: dict[str, dict[str, str]] = {
     "train-gpt": {"train.max_steps": "4", "eval.every": "2", "checkpoint.every": "4", "train.progress": "false"},
     "generate": {"max_new_tokens": "8"},
     "sweep": {"train.max_steps": "2", "eval.every": "2", "checkpoint.every": "2"},
+    "ttt": {"steps": "2", "batch": "4", "num_aug": "1", "threads": "1", "progress": "false"},
 }
 # Keys rewritten where a line sets them but never added: an ARC evaluation takes no `tta` (its test
 # split holds the augmented copies already).
 REWRITE_ONLY = {("evaluate", "tta")}
-SLOW = {"arc-data", "evaluation", "gpt", "make-challenges"}  # workflows over ~20 s on the 2-core machine: `-m slow`
+SLOW = {"arc-data", "evaluation", "gpt", "make-challenges", "per-task"}  # workflows over ~20 s on the 2-core machine: `-m slow`
 
 GROUPS = {"model", "scaling", "experiment", "preset", "launcher", "trainer", "kind"}
 PLACEHOLDER = re.compile(r"\.\.\.|\$|<|^\[?[A-Z][A-Z0-9_]*\]?$")

@@ -69,6 +69,19 @@ def test_every_task_trained_alone_and_submitted(pretrained, tmp_path, capsys):
     assert summary["protocol"] == "strict" and summary["status"] == {"trained": 2}
     assert 0 <= summary["overhead_fraction"] < 1 and "pass@2 (ARC Prize rule)" in summary
     assert "scored under protocol strict" in out and "pass@2 (ARC Prize rule)" in out and "[2/2]" in out
+    # both scoring rules, on the same predictions: attempts are each rule's top two ranked candidates
+    solutions = json.loads(Path(sol).read_text())
+    sub_poe = json.loads((tmp_path / "o" / "submission_poe.json").read_text())
+    for tid in sub:
+        r = plan.finished(tmp_path / "o", tid)
+        for sfx, s in (("", sub), ("_poe", sub_poe)):
+            ranked = r["ranked" + sfx][0]
+            assert s[tid][0]["attempt_1"] == (ranked or [[[0]]])[0] and sorted(map(str, ranked)) == sorted(map(str, r["ranked"][0]))
+    for rule, sfx in (("count-first", ""), ("poe", "_poe")):
+        ranked = json.loads((tmp_path / "o" / f"ranked{sfx}.json").read_text())
+        expect = {k: 100 * np.mean([solutions[t][0] in ranked[t][0][:k] for t in sub]) for k in (1, 2, 10)}
+        assert summary["scores"][rule] == {"pass@2 (ARC Prize rule)": pytest.approx(expect[2]),
+                                           **{f"pass@{k}": pytest.approx(v) for k, v in expect.items()}}
 
     # a rerun finds everything finished and recomputes nothing
     stamps = {t: (tmp_path / "o" / "tasks" / t / "result.json").stat().st_mtime_ns for t in sub}
@@ -157,3 +170,53 @@ def test_hostile_outputs_and_inputs_are_one_line_refusals(pretrained, tmp_path, 
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "bad_challenges.json" in err and "Traceback" not in err
         assert not (tmp_path / "b").exists()
+
+
+def test_leave_one_out_pseudo_tasks(pretrained, tmp_path):
+    """leave_one_out=true: each demonstration once the target of the others, built and trained
+    beside the task under its own rows, its held-out demonstration scored by both rules."""
+    assert plan.leave_one_out("t", {"train": [{"input": [[1]]}], "test": []}) == {}
+    demos = [{"input": [[i]], "output": [[i + 1]]} for i in range(3)]
+    loo = plan.leave_one_out("t", {"train": demos, "test": [{"input": [[9]]}]})
+    assert list(loo) == ["t-loo0", "t-loo1", "t-loo2"]
+    assert loo["t-loo1"] == {"train": [demos[0], demos[2]], "test": [demos[1]]}
+
+    root, chal = pretrained
+    out = tmp_path / "o"
+    assert _ttt(root, chal, out, "leave_one_out=true", "keep_work=true") == 0
+    r = plan.finished(out, "new00")
+    built = json.loads((out / "tasks" / "new00" / "work" / "data" / "identifiers.json").read_text())
+    assert {"new00", "new00-loo0", "new00-loo1"} <= set(built)
+    tasks_json = json.loads((out / "tasks" / "new00" / "work" / "eval" / "tasks.json").read_text())
+    solved = [tasks_json["tasks"][f"new00-loo{i}"]["correct"]["2"] for i in range(2)]
+    assert tasks_json["tasks"]["new00"]["correct"]["2"] is None  # the real task: unlabelled, never scored
+    assert r["leave_one_out"]["pseudo_tasks"] == 2
+    assert r["leave_one_out"]["count-first"]["pass@2"] == pytest.approx(100 * np.mean(solved))
+    assert set(r["leave_one_out"]) == {"pseudo_tasks", "count-first", "poe"}
+    summary = json.loads((out / "ttt_summary.json").read_text())
+    assert set(summary["leave_one_out"]) == {"count-first", "poe"}
+    assert _ttt(root, chal, out) == 2  # a resume without the option: other settings, refused
+
+
+def test_a_loopvit_checkpoint_each_task_trained_on_its_canvas_views(pretrained, tmp_path):
+    """A train-vit checkpoint: each task's copy by train-vit init_from (a fresh task table), its
+    copies predicted through `passes` random canvas views each, voted count-first only."""
+    root, chal = pretrained
+    assert run_subcommand("train-vit", ["experiment=loopvit_tiny_cpu", "train.progress=false", "optim.warmup_steps=1",
+                                        "train.global_batch_size=4", "train.max_steps=2", f"data_dir={root / 'pre'}",
+                                        f"output_dir={tmp_path / 'vit'}"]) == 0
+    out = tmp_path / "o"
+    sol = str(chal).replace("_challenges", "_solutions")
+    assert run_subcommand("ttt", [f"checkpoint={tmp_path / 'vit'}", f"challenges={chal}", f"output_dir={out}", *TTT,
+                                  "passes=3", "keep_work=true", f"solutions={sol}"]) == 0
+    summary = json.loads((out / "ttt_summary.json").read_text())
+    assert summary["model"] == "loopvit" and summary["status"] == {"trained": 2} and list(summary["scores"]) == \
+        ["count-first"]
+    assert not (out / "submission_poe.json").exists()
+    for tid in ("new00", "new01"):
+        work = out / "tasks" / tid / "work"
+        assert "a fresh task table" in (out / "tasks" / tid / "log.txt").read_text()
+        assert json.loads((work / "run" / "summary.json").read_text())["model"] == "loopvit"
+        with np.load(work / "eval" / "predictions.npz") as z:
+            assert len(z["q_halt"]) == 2 * 3  # (the test input + num_aug=1 copy) x 3 passes
+        assert plan.finished(out, tid)["status"] == "trained"

@@ -166,6 +166,25 @@ def load_solutions(path: str | Path) -> dict[str, list[Grid]]:
     return sol
 
 
+def ranked_pass_at_k(ranked: Any, solutions: dict[str, list[Grid]], ks: list[int], where: str = "ranked"
+                     ) -> dict[str, dict[str, float | None]]:
+    """pass@K (`eval.arc.results.pass_at_k`: HRM's rule and per test input) of ranked candidates,
+    `{task: [[grid, ...] best first, per test input]}`, against the solutions; a task or test
+    input without candidates is wrong."""
+    from eval.arc.results import pass_at_k
+
+    if not isinstance(ranked, dict):
+        raise UserError(f"{where}: not a JSON object mapping task ids to ranked candidates")
+    ranks = []
+    for name, truths in solutions.items():
+        tests = ranked.get(name, [])
+        if not isinstance(tests, list):
+            raise UserError(f"{where}: task {name}: not a list of candidate lists")
+        ranks.append([next((j for j, g in enumerate(tests[i]) if g == truth), None)
+                      if i < len(tests) and isinstance(tests[i], list) else None for i, truth in enumerate(truths)])
+    return pass_at_k(ranks, ks)
+
+
 # ---------------------------------------------------------------- the command
 
 
@@ -181,14 +200,19 @@ class ScoreConfig:
     output: str | None = None  # also write the scores here as JSON (total, per task, warnings)
     overwrite: bool = False  # replace an existing `output` file (never a folder, a device, a link or an input)
     quiet: bool = False  # the total only, no per-task lines
+    ranked: str | None = None  # also pass@K of ranked candidates ({task: [[grid, ...] best first, per test input]})
+    ks: list[int] = field(default_factory=lambda: [1, 2, 10])  # the Ks of pass@K with `ranked`
 
 
 def run(c: ScoreConfig) -> int:
+    if not c.ks or any(not isinstance(k, int) or k < 1 for k in c.ks):
+        raise UserError(f"ks={c.ks}: must be a non-empty list of positive integers")
     target = None
     if c.output is not None:  # "may I write there" is decided before anything is read
         from arc_data.files.guard import check_output_file
 
-        target = check_output_file(c.output, c.overwrite, [c.submission, c.solutions], "output", "score")
+        target = check_output_file(c.output, c.overwrite, [c.submission, c.solutions, *([c.ranked] if c.ranked else [])], "output",
+                                   "score")
     sol = load_solutions(c.solutions)
     sub = read_json(c.submission, "submission")
     score = arc_prize_score(sub, sol)
@@ -202,11 +226,18 @@ def run(c: ScoreConfig) -> int:
     solved = sum(score.tasks.values())
     print(f"{LABEL}: {score.percent:.2f}% ({solved:g} of {len(score.tasks)} tasks' worth of test inputs solved; "
           f"{100 * over_submitted:.2f}% over the {len(submitted)} tasks submitted, the official scorer's denominator)")
+    at_k = None
+    if c.ranked:
+        at_k = ranked_pass_at_k(read_json(c.ranked, "ranked"), sol, sorted(set(c.ks)), f"ranked={c.ranked}")
+        print("pass@K of the ranked candidates: " + ", ".join(
+            f"pass@{k} {at_k['hrm'][k]:.2f}% (per test input {at_k['fractional'][k]:.2f}%)" for k in at_k["hrm"]))
     if target is not None:
         from arc_data.files.publish import publish_file
 
         record = {"rule": LABEL, "percent": score.percent, "percent_over_submitted": 100 * over_submitted,
                   "num_tasks": len(score.tasks), "num_submitted": len(submitted), "tasks": score.tasks,
                   "warnings": score.warnings, "submission": str(c.submission), "solutions": str(c.solutions)}
+        if at_k is not None:
+            record |= {"pass_at_k": at_k, "ranked": str(c.ranked)}
         publish_file(target, (json.dumps(record, indent=1) + "\n").encode())
     return 0

@@ -8,17 +8,22 @@ Writes `OUT/predictions.npz` (`eval.predictions`):
     predictions         uint8   [n, 900]  argmax token per position (augmented frame, label encoding)
     q_halt              float32 [n]       halting logit of the last segment
 
-in dataset order, without padding rows, and with vote=true the vote's outputs (`eval.arc.report`),
-all published together.
+in dataset order, without padding rows; with poe=true `OUT/log_probs.npy` (`eval.arc.poe`: each
+row's log-softmax, float16 [n, 900, 12]); with vote=true the vote's outputs (`eval.arc.report`;
+with poe=true also poe.json and submission_poe.json, the product-of-experts ranking), all
+published together.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from arc_data.files.atomic import atomic_file
+from eval.arc.poe import FILE as POE_FILE
 from eval.arc.report import output_names, write_vote_files
 from eval.arc.vote import VoteConfig, print_summary, read_table, vote_file
 from eval.evaluate_config import EvaluateConfig
@@ -46,7 +51,7 @@ class ArcEvaluation:
             raise ConfigError(f"split={c.split} with vote=true: voting needs the untranslated test split; "
                               "pass vote=false to only write predictions.npz for another split")
         if c.vote:  # fail before the (long) predict step, not after it
-            check_outputs(out, output_names(c.report), c.overwrite, "vote")
+            check_outputs(out, output_names(c.report, c.poe), c.overwrite, "vote")
             read_table(Path(c.data_dir))  # the augmentation table the vote reads: a corrupt one, now
 
     def check_split(self, c: EvaluateConfig, split: PuzzleSplit, out: Path) -> None:
@@ -58,25 +63,30 @@ class ArcEvaluation:
     def predict(self, loaded: LoadedModel, split: PuzzleSplit, env: Env, c: EvaluateConfig, global_batch_size: int,
                 rows: Any) -> dict[str, np.ndarray] | None:
         return predict_split(loaded.model, split, env, global_batch_size, c.max_batches, c.progress, rows,
-                             segments=c.halt_max_steps)
+                             segments=c.halt_max_steps, log_probs=c.poe)
 
     def publish(self, preds: dict[str, np.ndarray], c: EvaluateConfig, out: Path) -> None:
         """predictions.npz and (vote=true) the vote's outputs, staged and published together: a vote
         that fails, a full disk or Ctrl-C publishes nothing, and an earlier good output stays."""
         pred_path = out / PREDICTIONS_FILE
         vc = VoteConfig(predictions=str(pred_path), data_dir=c.data_dir, output_dir=c.output_dir, split=c.split,
-                        overwrite=c.overwrite, report=c.report, challenges=c.challenges)
+                        overwrite=c.overwrite, report=c.report, challenges=c.challenges,
+                        log_probs=str(out / POE_FILE) if c.poe else None, poe_candidates=c.poe_candidates)
         result = None
 
         def write(stage: Path) -> None:
             nonlocal result
             save_predictions(stage / PREDICTIONS_FILE, preds["puzzle_identifiers"], preds["inputs"],
                              preds["predictions"], preds["q_halt"])
+            if c.poe:
+                with atomic_file(stage / POE_FILE) as f:
+                    np.save(f, preds["log_probs"])
             if c.vote:
-                result = vote_file(vc, stage / PREDICTIONS_FILE)
+                result = vote_file(dataclasses.replace(vc, log_probs=vc.log_probs and str(stage / POE_FILE)),
+                                   stage / PREDICTIONS_FILE)
                 write_vote_files(result, stage, vc.max_candidates, vc.report, vc.report_candidates)
 
-        names = (PREDICTIONS_FILE, *(output_names(c.report) if c.vote else ()))
+        names = (PREDICTIONS_FILE, *((POE_FILE,) if c.poe else ()), *(output_names(c.report, c.poe) if c.vote else ()))
         write_outputs(out, names, c.overwrite, "vote" if c.vote else "evaluate", "evaluate", write)
         print(f"wrote {pred_path} ({len(preds['q_halt'])} rows)")
         if result is not None:

@@ -20,16 +20,22 @@ from arc_data.arc.viz import PALETTE as ARC_PALETTE
 from arc_data.files.names import file_stem
 from eval.arc.arcprize import LABEL as PRIZE_LABEL
 from eval.arc.arcprize import submission as arc_submission
+from eval.arc.poe import RULE as POE_RULE
+from eval.arc.poe import poe_json
 from eval.arc.results import ARC_PRIZE, TaskResult, VoteResult
 from eval.html import Table, heading, image, page, paragraph
 
 FILES = ("pass_at_k.json", "pass_at_k.md", "pass_at_k.csv", "tasks.json", "submission.json")
 REPORT_FILES = ("report.html", "report")
+RANKING = "votes desc, then mean sigmoid(q_halt) desc, then first row in predictions.npz"
 HEADLINE_K = 2  # failures-first order and the submission use the official two-attempt rule
 
 
-def output_names(report: bool) -> tuple[str, ...]:
-    return FILES + (REPORT_FILES if report else ())
+POE_FILES = ("poe.json", "submission_poe.json")  # with log_probs (eval.arc.poe)
+
+
+def output_names(report: bool, poe: bool = False) -> tuple[str, ...]:
+    return FILES + (POE_FILES if poe else ()) + (REPORT_FILES if report else ())
 
 
 def _pct(v: float | None) -> str:
@@ -47,9 +53,14 @@ def score_table(scores: dict[str, dict[str, float | None]]) -> Table:
     return Table(["protocol", *(f"pass@{k}" for k in ks)], rows)
 
 
-def format_table(scores: dict[str, dict[str, float | None]]) -> str:
-    """pass_at_k.md and the printed summary: `score_table` as Markdown."""
-    return score_table(scores).markdown()
+def format_table(scores: dict[str, dict[str, float | None]], poe_scores: dict | None = None) -> str:
+    """pass_at_k.md and the printed summary: `score_table` as Markdown, and with `poe_scores` the
+    same table for the product-of-experts ranking of the same candidates (`eval.arc.poe`)."""
+    text = score_table(scores).markdown()
+    if poe_scores is None:
+        return text
+    return (f"count-first vote ({RANKING}):\n\n{text}\n\nproduct of experts ({POE_RULE}):\n\n"
+            + score_table(poe_scores).markdown())
 
 
 def _grid_list(grid: np.ndarray | None) -> list[list[int]] | None:
@@ -91,7 +102,7 @@ def tasks_json(result: VoteResult, max_candidates: int) -> dict:
         tasks[task.name] = {"correct": {str(k): task.correct_at(k) if task.labelled else None for k in result.ks},
                             "test_inputs": tests}
     return {
-        "ranking": "votes desc, then mean sigmoid(q_halt) desc, then first row in predictions.npz",
+        "ranking": RANKING,
         "pass_at_k": result.scores,
         "stats": result.stats,
         "config": result.config,
@@ -269,7 +280,7 @@ def write_vote_files(result: VoteResult, folder: Path, max_candidates: int = 10,
                      report_candidates: int = 3) -> None:
     """Every vote output, written into `folder` (a stage that `eval.outputs.write_outputs` publishes)."""
     (folder / "pass_at_k.json").write_text(json.dumps(result.scores, indent=2) + "\n")
-    (folder / "pass_at_k.md").write_text(format_table(result.scores) + "\n")
+    (folder / "pass_at_k.md").write_text(format_table(result.scores, result.poe and result.poe.scores) + "\n")
     with open(folder / "pass_at_k.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["protocol", *(f"pass@{k}" for k in result.scores["hrm"])])
@@ -280,6 +291,9 @@ def write_vote_files(result: VoteResult, folder: Path, max_candidates: int = 10,
             w.writerow([PRIZE_LABEL, *("" if k != "2" or v is None else f"{v:.4f}" for k in result.scores["hrm"])])
     (folder / "tasks.json").write_text(json.dumps(tasks_json(result, max_candidates)))
     (folder / "submission.json").write_text(json.dumps(submission(result)))
+    if result.poe is not None:
+        (folder / "poe.json").write_text(json.dumps(poe_json(result.poe, max_candidates)))
+        (folder / "submission_poe.json").write_text(json.dumps(result.poe.submission))
     if report:
         write_report(result, folder, report_candidates)
 

@@ -4,6 +4,7 @@ and `eval.arc.arcprize` submits. `eval.arc.vote` computes them."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -39,6 +40,7 @@ class Candidate:
     first_seen: int  # index in predictions.npz of its first vote
     shape: tuple[int, int]  # (rows, cols) in the original frame; (0, 0) = no grid
     grid: np.ndarray | None = field(default=None, compare=False, repr=False)  # set for the top ones
+    log_lik: float | None = field(default=None, compare=False)  # summed over the views (eval.arc.poe), when scored
 
 
 
@@ -105,3 +107,4 @@ class VoteResult:
     stats: dict[str, float | int]
     config: dict | None = None  # the resolved VoteConfig when run from the CLI (kept in tasks.json)
     submission: dict = field(default_factory=dict)  # submission.json (eval.arc.arcprize)
+    poe: Any = None  # eval.arc.poe.PoeResult: the same candidates by the product of experts (log_probs given)

@@ -57,13 +57,15 @@ class VoteConfig:
     report: bool = True  # report.html + report/<task>.png
     report_candidates: int = 3  # candidates drawn per test input in the report
     challenges: str | None = None  # a *_challenges.json: submission.json covers each of its tasks and test inputs
+    log_probs: str | None = None  # log_probs.npy (evaluate poe=true): also rank by the product of experts (eval.arc.poe)
+    poe_candidates: int = 10  # count-first top candidates per test input that the product of experts re-ranks
 
     def __post_init__(self) -> None:
         if not self.ks or any(not isinstance(k, int) or k < 1 for k in self.ks):
             raise UserError(f"ks={self.ks}: must be a non-empty list of positive integers")
         if len(set(self.ks)) != len(self.ks):
             raise UserError(f"ks={self.ks}: lists a K twice (each K is one pass@K column)")
-        for key in ("max_candidates", "report_candidates"):
+        for key in ("max_candidates", "report_candidates", "poe_candidates"):
             if getattr(self, key) < 1:
                 raise UserError(f"{key}={getattr(self, key)}: must be >= 1")
         if self.split not in ("test", "train"):
@@ -160,6 +162,8 @@ def vote(
     table: AugTable | None = None,
     truth: GroundTruth | None = None,
     challenges: str | Path | None = None,
+    log_probs: np.ndarray | None = None,
+    poe_candidates: int = 10,
 ) -> VoteResult:
     """Vote `preds` (validated, e.g. from load_predictions) against the dataset in `data_dir`.
 
@@ -167,7 +171,8 @@ def vote(
     `split`, raise UserError. Rows whose input matches no test input of their task are dropped
     with a warning (UserError if none match). Rows that decode to no grid vote for the empty
     candidate (never correct) with a warning. Grids are materialised for the top `keep_grids`
-    candidates of each test input.
+    candidates of each test input. With `log_probs` (float [n, L, V], rows as `preds`), the top
+    `poe_candidates` are also ranked by the product of experts (`eval.arc.poe`): `result.poe`.
     """
     t0 = time.perf_counter()
     data_dir = Path(data_dir)
@@ -273,9 +278,23 @@ def vote(
     sub = submission(task_list)
     prize = arc_prize_score(sub, solutions_of(scored)) if scored else None
     scores[ARC_PRIZE] = {"2": None if prize is None else prize.percent}
-    if challenges is not None:
-        sub, notes = cover(sub, read_json(challenges, "challenges"), str(challenges))
+    poe_result = None
+    if log_probs is not None:
+        from eval.arc.poe import poe
+
+        def grid_of(c: Candidate) -> np.ndarray:
+            r = int(preds.puzzle_identifiers[c.first_seen])
+            return grid_of_shape(preds.predictions[c.first_seen], table.dihedral[r], inv[r], c.shape)
+
+        rows = keep[m]
+        poe_result = poe(task_list, log_probs, test_of_row[m], rows, preds.puzzle_identifiers[rows].astype(np.int64),
+                         table.dihedral, table.colour_map, ks, poe_candidates, grid_of)
+    chal = read_json(challenges, "challenges") if challenges is not None else None
+    if chal is not None:
+        sub, notes = cover(sub, chal, str(challenges))
         warnings += notes
+        if poe_result is not None:
+            poe_result.submission = cover(poe_result.submission, chal, str(challenges))[0]
     stats = {
         "num_rows": len(preds),
         "num_blank_rows": int(len(preds) - len(keep)),
@@ -291,7 +310,7 @@ def vote(
         "seconds_count": round(t_count, 3),
         "seconds_total": round(time.perf_counter() - t0, 3),
     }
-    return VoteResult(task_list, ks, scores, warnings, stats, submission=sub)
+    return VoteResult(task_list, ks, scores, warnings, stats, submission=sub, poe=poe_result)
 
 
 # ---------------------------------------------------------------- the command
@@ -303,7 +322,7 @@ def run(c: VoteConfig) -> int:
     from eval.arc.report import output_names
 
     out = check_output_dir(c.output_dir, [c.data_dir])
-    check_outputs(out, output_names(c.report), c.overwrite, "vote")
+    check_outputs(out, output_names(c.report, bool(c.log_probs)), c.overwrite, "vote")
     result = vote_file(c, Path(c.predictions))
     write_vote(result, out, c.overwrite, c.max_candidates, c.report, c.report_candidates)
     print_summary(result, out)
@@ -315,7 +334,7 @@ def write_vote(result: VoteResult, output_dir: str | Path, overwrite: bool = Fal
     """Every vote output of `result` (`eval.arc.report`) in output_dir, published together (`eval.outputs`)."""
     from eval.arc.report import output_names, write_vote_files
 
-    return write_outputs(output_dir, output_names(report), overwrite, "vote", "vote",
+    return write_outputs(output_dir, output_names(report, result.poe is not None), overwrite, "vote", "vote",
                          lambda stage: write_vote_files(result, stage, max_candidates, report, report_candidates))
 
 
@@ -323,9 +342,14 @@ def vote_file(c: VoteConfig, path: Path) -> VoteResult:
     """Vote over the predictions in `path` (c.predictions, or evaluate's staged copy); warnings on stderr."""
     t0 = time.perf_counter()
     preds = load_predictions(path)
+    log_probs = None
+    if c.log_probs:
+        from eval.arc.poe import load_log_probs
+
+        log_probs = load_log_probs(c.log_probs, len(preds), fmt.VOCAB_SIZE)
     t_read = time.perf_counter() - t0
     result = vote(preds, c.data_dir, split=c.split, ks=c.ks, keep_grids=max(c.max_candidates, c.report_candidates, 2),
-                  challenges=c.challenges)
+                  challenges=c.challenges, log_probs=log_probs, poe_candidates=c.poe_candidates)
     result.stats["seconds_read_predictions"] = round(t_read, 3)
     result.config = dataclasses.asdict(c)
     for w in result.warnings[:20]:
@@ -338,7 +362,7 @@ def vote_file(c: VoteConfig, path: Path) -> VoteResult:
 def print_summary(result: VoteResult, out: Path) -> None:
     from eval.arc.report import format_table
 
-    print(format_table(result.scores))
+    print(format_table(result.scores, result.poe and result.poe.scores))
     s = result.stats
     print(
         f"{s['num_votes']} votes, {s['num_candidates']} candidates, {s['num_tasks']} tasks, "

@@ -5,8 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hrm_deeploop.config import at_least, one_of, optional_at_least
+from hrm_deeploop.errors import UserError
 
 PROTOCOLS = ("strict", "transductive")
+MAX_CANDIDATES = 10  # ranked candidates kept per test input (the vote's tasks.json default)
+RULES = {"count-first": "", "poe": "_poe"}  # scoring rule -> suffix of its files (submission<suffix>.json, ...)
 LAUNCHERS = ("local", "submitit")
 
 
@@ -47,6 +50,10 @@ class PerTaskConfig:
     protocol: str = "strict"  # strict: refuse a task the checkpoint was trained on; transductive: allow, label
     launcher: str = "local"  # local (a process pool; under torchrun, rank r takes tasks r, r+W, ...) | submitit
     submitit: PerTaskSubmitit = field(default_factory=PerTaskSubmitit)
+    leave_one_out: bool = False  # also train each task's pseudo-tasks: each demonstration once the target of the others
+    passes: int = 10  # LoopViT: random views (scale, corner) of every copy at prediction (official --num-attempts)
+    poe: bool = True  # also rank each task's candidates by the product of experts (evaluate poe=true)
+    ks: list[int] = field(default_factory=lambda: [1, 2, 10])  # pass@K reported with `solutions` (K <= 10)
     keep_work: bool = False  # keep each task's dataset, run and evaluation folders (checkpoints included)
     seed: int = 0
     device: str = "auto"
@@ -57,9 +64,12 @@ class PerTaskConfig:
         at_least("steps", self.steps, 0)
         at_least("batch", self.batch, 1)
         at_least("workers", self.workers, 1)
+        at_least("passes", self.passes, 1)
         at_least("threads", self.threads, 0)
         optional_at_least("time_budget", self.time_budget, 0)
         one_of("protocol", self.protocol, PROTOCOLS)
         one_of("launcher", self.launcher, LAUNCHERS)
         one_of("trains", self.trains, ("all", "embeddings", "embeddings_then_all"))
         at_least("submitit.shards", self.submitit.shards, 1)
+        if not self.ks or any(not isinstance(k, int) or not 1 <= k <= MAX_CANDIDATES for k in self.ks):
+            raise UserError(f"ks={self.ks}: each K from 1 to {MAX_CANDIDATES} (the candidates kept per test input)")

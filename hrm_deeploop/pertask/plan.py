@@ -21,7 +21,11 @@ RESULT = "result.json"
 PLAN = "ttt_plan.json"
 # the settings a task's result depends on: a rerun into the same folder must have the same
 IDENTITY = ("checkpoint", "challenges", "num_aug", "steps", "batch", "lr", "trains", "train_overrides",
-            "eval_overrides", "protocol", "seed")
+            "eval_overrides", "protocol", "seed", "leave_one_out", "passes", "poe")
+# identity keys added since the first runs: an older plan had their defaults (its tasks' results
+# hold count-first fields only, which `merge` gives for both rules)
+LATER = {"leave_one_out": False, "passes": 10, "poe": True}
+LOO = "-loo"  # a pseudo-task's id: <task>-loo<i>
 
 
 def load_challenges(path: str | os.PathLike) -> dict[str, dict]:
@@ -50,7 +54,7 @@ def claim(out: Path, cfg) -> None:
     identity["challenges_sha256"] = hashlib.sha256(Path(cfg.challenges).read_bytes()).hexdigest()
     if marker.is_file():
         before = parse_json(marker.read_bytes(), str(marker))
-        diff = sorted(k for k in identity if before.get(k) != identity[k])
+        diff = sorted(k for k in identity if before.get(k, LATER.get(k)) != identity[k])
         if diff:
             raise UserError(f"output_dir={out}: holds a ttt run with other {', '.join(diff)} ({PLAN}); rerun with its "
                             "settings to resume it, or choose another folder")
@@ -81,6 +85,26 @@ def finished(out: Path, tid: str) -> dict | None:
 def write_result(out: Path, tid: str, result: dict) -> None:
     task_dir(out, tid).mkdir(parents=True, exist_ok=True)
     save_json(task_dir(out, tid) / RESULT, result)
+
+
+def leave_one_out(tid: str, task: dict) -> dict[str, dict]:
+    """The task's pseudo-tasks: for each demonstration i (when there are two or more), `<tid>-loo<i>`
+    with the other demonstrations as its own and demonstration i, its output given, as its test."""
+    demos = task["train"]
+    if len(demos) < 2:
+        return {}
+    return {f"{tid}{LOO}{i}": {"train": demos[:i] + demos[i + 1:], "test": [demos[i]]} for i in range(len(demos))}
+
+
+def run_model(checkpoint: str) -> str | None:
+    """The model a run folder (or its checkpoints/step_N.pt) trained (`loopvit` for train-vit, `hrm`,
+    `trm`, `urm`, ...), from the run's config (`training.inherit.run_config`, torch-free); None
+    without one. No weights read."""
+    from hrm_deeploop.training.inherit import run_config
+
+    found = run_config(str(checkpoint))
+    model = found[1].get("model") if found else None
+    return model.get("name") if isinstance(model, dict) else None
 
 
 def fallback_attempts(task: dict) -> list[dict]:
@@ -115,16 +139,21 @@ class Budget:
         self.overhead_s += (max(total_s - train_s, 0.0) - self.overhead_s) / self._seen
 
 
-def merge(out: Path, tasks: dict[str, dict]) -> tuple[dict, dict[str, int]]:
-    """The submission over every task of `tasks` (finished ones' attempts, fallbacks for the rest)
-    and the count of tasks by status."""
-    sub, counts = {}, {}
+def merge(out: Path, tasks: dict[str, dict], suffix: str = "") -> tuple[dict, dict, dict[str, int]]:
+    """By one scoring rule (`suffix`: "" count-first, "_poe" the product of experts; a result
+    without that rule's fields gives its count-first ones): the submission over every task of
+    `tasks`, the ranked candidates, both with fallbacks for tasks that never trained, and the count
+    of tasks by status."""
+    sub, ranked, counts = {}, {}, {}
     for tid, task in tasks.items():
         r = finished(out, tid)
         status = r["status"] if r else "missing"
-        sub[tid] = r["attempts"] if r else fallback_attempts(task)
+        attempts = r.get("attempts" + suffix, r["attempts"]) if r else fallback_attempts(task)
+        sub[tid] = attempts
+        ranked[tid] = (r.get("ranked" + suffix, r.get("ranked")) if r else None) \
+            or [[a["attempt_1"]] for a in attempts]
         counts[status] = counts.get(status, 0) + 1
-    return sub, counts
+    return sub, ranked, counts
 
 
 AUGMENTED = re.compile(r"^(.*)_t\d+_\d{10}$")  # <task>_t<dihedral>_<10 colour digits> (arc_data.originals)

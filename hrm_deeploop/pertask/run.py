@@ -23,7 +23,7 @@ from arc_data.files.guard import check_output_dir
 from arc_data.files.jsonio import parse_json, save_json
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.pertask import plan, worker
-from hrm_deeploop.pertask.config import PerTaskConfig
+from hrm_deeploop.pertask.config import RULES, PerTaskConfig
 
 SUMMARY = "ttt_summary.json"
 
@@ -151,27 +151,48 @@ def launch_submitit(cfg: PerTaskConfig, tasks: dict[str, dict], out: Path) -> in
 
 
 def finish(cfg: PerTaskConfig, tasks: dict[str, dict], out: Path) -> int:
-    """submission.json over every task, the summary, and the score when solutions are given."""
-    sub, counts = plan.merge(out, tasks)
-    save_json(out / "submission.json", sub, indent=None)
+    """submission.json (count-first) and submission_poe.json (product of experts) over every task,
+    the summary, and with solutions the scores of both rules on the same predictions."""
+    model = plan.run_model(cfg.checkpoint)
+    poe = cfg.poe and model != "loopvit"  # a LoopViT's canvases have no product-of-experts score here
+    rules = {r: sfx for r, sfx in RULES.items() if poe or not sfx}
+    for sfx in rules.values():
+        sub, ranked, counts = plan.merge(out, tasks, sfx)
+        save_json(out / f"submission{sfx}.json", sub, indent=None)
+        save_json(out / f"ranked{sfx}.json", ranked, indent=None)
     results = [r for r in (plan.finished(out, t) for t in tasks) if r and r["status"] == "trained"]
     overhead = (1 - sum(r["train_seconds"] for r in results) / sum(r["seconds"] for r in results)) if results else None
-    summary = {"protocol": cfg.protocol, "tasks": len(tasks), "status": counts,
+    summary = {"protocol": cfg.protocol, "model": model, "tasks": len(tasks), "status": counts,
                "overhead_fraction": None if overhead is None else round(overhead, 4),
                "checkpoint": cfg.checkpoint, "challenges": cfg.challenges}
+    timed = [r for r in results if "build_seconds" in r]
+    if timed:  # where a task's time goes: its build, its train command, its evaluate command, the rest
+        total = sum(r["seconds"] for r in timed)
+        phases = {p: sum(r[f"{p}_seconds"] for r in timed) / total for p in ("build", "train", "evaluate")}
+        summary["time_fractions"] = {p: round(v, 4) for p, v in (phases | {"other": 1 - sum(phases.values())}).items()}
+    loo = [r["leave_one_out"] for r in results if "leave_one_out" in r]
+    if loo:  # the mean over trained tasks of their pseudo-tasks' scores, per rule
+        summary["leave_one_out"] = {rule: {k: round(sum(x[rule][k] for x in loo) / len(loo), 4) for k in loo[0][rule]}
+                                    for rule in rules if rule in loo[0]}
     line = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
     print(f"ttt: {len(tasks)} tasks ({line}); {out / 'submission.json'} (protocol: {cfg.protocol})"
           + ("" if overhead is None else f"; outside training: {100 * overhead:.1f}% of the tasks' time"), flush=True)
     if cfg.solutions:  # `score`, through the CLI's table (the library never imports the evaluators)
         from hrm_deeploop.cli import run_subcommand
 
-        scored = out / "score.json"
-        scored.unlink(missing_ok=True)  # ours, from an earlier run of this command
-        print(f"ttt: scored under protocol {cfg.protocol}:", flush=True)
-        if run_subcommand("score", [f"submission={out / 'submission.json'}", f"solutions={cfg.solutions}",
-                                    f"output={scored}", "quiet=true"]) != 0:
-            return 2
-        summary["pass@2 (ARC Prize rule)"] = round(parse_json(scored.read_bytes(), str(scored))["percent"], 4)
+        summary["scores"] = {}
+        for rule, sfx in rules.items():
+            scored = out / f"score{sfx}.json"
+            scored.unlink(missing_ok=True)  # ours, from an earlier run of this command
+            print(f"ttt: {rule} ranking, scored under protocol {cfg.protocol}:", flush=True)
+            if run_subcommand("score", [f"submission={out / f'submission{sfx}.json'}", f"solutions={cfg.solutions}",
+                                        f"ranked={out / f'ranked{sfx}.json'}", f"ks=[{','.join(map(str, cfg.ks))}]",
+                                        f"output={scored}", "quiet=true"]) != 0:
+                return 2
+            s = parse_json(scored.read_bytes(), str(scored))
+            summary["scores"][rule] = {"pass@2 (ARC Prize rule)": round(s["percent"], 4),
+                                       **{f"pass@{k}": round(v, 4) for k, v in s["pass_at_k"]["hrm"].items()}}
+        summary["pass@2 (ARC Prize rule)"] = summary["scores"]["count-first"]["pass@2 (ARC Prize rule)"]
     save_json(out / SUMMARY, summary)
     return 1 if counts.get("missing") else 0
 

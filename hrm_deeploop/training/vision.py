@@ -126,7 +126,8 @@ class VisionTrainer(Task):
         self.work_per_step = cfg.train.global_batch_size
         self.name = "loopvit"
         self.config = run_config_dict(cfg)
-        self.sampler = TrainSampler(train_split, cfg.train.global_batch_size, cfg.seed, env.rank, env.world_size)
+        self.sampler = TrainSampler(train_split, cfg.train.global_batch_size, cfg.seed, env.rank, env.world_size,
+                                    epochs_per_iter=cfg.train.epochs_per_iter)
         torch.manual_seed(cfg.seed)  # the same init on every rank
         self.model = LoopViT(cfg.model, cfg.scaling)
         if start is not None:

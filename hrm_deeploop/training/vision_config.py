@@ -21,10 +21,12 @@ class VisionLoop(LoopConfig):
     max_steps: int | None = 1000
     ema: bool = False  # an exponential moving average of the weights for evaluation
     ema_rate: float = 0.999
+    epochs_per_iter: int = 1  # sampler iteration length in epochs (one task's views fill a batch: ttt)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         at_least("train.global_batch_size", self.global_batch_size, 1)
+        at_least("train.epochs_per_iter", self.epochs_per_iter, 1)
         check(self.max_steps is not None, "train.max_steps", self.max_steps, "set (the schedule's length)")
         check(isinstance(self.ema_rate, float) and 0.0 < self.ema_rate < 1.0, "train.ema_rate", self.ema_rate,
               "in (0, 1)")

@@ -1,0 +1,167 @@
+"""LoopViT's predictions for `hrm-deeploop evaluate` on an ARC test split (a checkpoint of
+`train-vit`): every example of the split (each augmented copy of each test input, as build-arc made
+it: a dihedral transform and a colour permutation, its own task token) is drawn `passes` times as a
+canvas view with a fresh random scale and corner (`hrm_deeploop.data.canvas`, as the official
+`generate_predictions` redraws them on each of its `--num-attempts` passes), predicted, and the
+predicted canvas decoded back to a grid in the copy's frame (`data.canvas.decode`: crop at the
+corner, the shape from the border, a per-block majority down by the scale).
+
+Each decoded grid becomes one row of `predictions.npz` (`eval.predictions`), encoded in the copy's
+30 x 30 frame as build-arc encodes a label, with q_halt 0: the ARC vote (`eval.arc.vote`) then undoes
+the copy's augmentation and votes, so LoopViT's V copies x P passes go through the one vote, its
+ties broken by the row order (pass after pass, each over the split in order), as the official
+stable sort breaks them by the order its passes saw them. A decoded grid larger than 30 x 30 (no
+border predicted) is cut to 30 x 30, and one with a background or border cell inside is no grid
+(a PAD row, the vote's empty candidate, never submitted): the official vote keeps such grids as
+candidates of their own, which can take an attempt; neither can match an answer.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from arc_data import format as fmt
+from hrm_deeploop import checkpoint as ckpt
+from hrm_deeploop.config import typed
+from hrm_deeploop.data.canvas import BORDER, View, canvas_batch, decode
+from hrm_deeploop.errors import UserError
+from hrm_deeploop.models.loopvit import LoopViT
+from hrm_deeploop.models.loopvit_config import LoopViTConfig
+from hrm_deeploop.models.scaling import ScalingConfig
+
+
+def loopvit_state(checkpoint: str) -> tuple[Path, dict[str, Any]] | None:
+    """(file, state) of a train-vit checkpoint (its config names model loopvit); None for any other."""
+    path = ckpt.resolve(checkpoint)
+    state = ckpt.load(path)
+    conf = state.get("config") if isinstance(state, dict) else None
+    model = conf.get("model") if isinstance(conf, dict) else None
+    if not isinstance(model, dict) or model.get("name") != "loopvit":
+        return None
+    return path, state
+
+
+def load_loopvit(path: Path, state: dict[str, Any], num_tasks: int, device: torch.device) -> LoopViT:
+    """The trained LoopViT of a train-vit checkpoint, in eval mode; its task table must have the
+    dataset's rows (a model trained on this very dataset: ttt's copy of a task)."""
+    cfg = typed(state["config"]["model"], LoopViTConfig, "checkpoint model.")
+    scaling = typed(state["config"].get("scaling") or {}, ScalingConfig, "checkpoint scaling.")
+    if cfg.num_tasks != num_tasks:
+        raise UserError(f"checkpoint '{path}' has {cfg.num_tasks} task tokens, the dataset {num_tasks} puzzle "
+                        "identifiers: a LoopViT predicts the tasks it was trained on (train-vit init_from=... on "
+                        "this dataset first, as ttt does)")
+    model = LoopViT(cfg, scaling)
+    try:
+        model.load_state_dict(state["model"])
+    except (RuntimeError, KeyError) as e:
+        raise UserError(f"checkpoint '{path}' does not fit its LoopViT config: {str(e).splitlines()[0]}") from None
+    return model.to(device).eval()
+
+
+def canvas_row(pred: np.ndarray, view: View, dihedral: int = 0) -> np.ndarray:
+    """A predicted canvas (S, S) under `view`, of a copy made by dihedral transform `dihedral` ->
+    its grid encoded as a 900-token row in the copy's frame (uint8). As the official
+    `generate_predictions`: the crop at the corner (`data.canvas.decode` at scale 1), the copy's
+    transform undone, then the per-block majority down by the scale (`data.canvas.decode`), so that
+    a crop that is no multiple of the scale is cut into the same blocks; then back into the copy's
+    frame (the vote undoes it with the colours). A grid with a background or border cell left after
+    the majority, or none, is a PAD row (the vote's empty candidate); one beyond 30 x 30 is cut to
+    30 x 30."""
+    crop = decode(pred, View(1, view.x0, view.y0)).astype(np.int64)
+    if not crop.size:
+        return np.full(fmt.SEQ_LEN, fmt.PAD, dtype=np.uint8)
+    # a border cell inside the crop must not end the second decode's crop: held as 12 meanwhile (the
+    # majority's order is kept: it is above every colour and the background, as 11 is)
+    held = np.where(crop == BORDER, BORDER + 1, crop)
+    g = decode(fmt.inverse_dihedral(held, dihedral), View(view.scale, 0, 0))  # no border in it: all of it
+    if (g > 9).any():  # a background or border cell survived the majority: no grid, as no answer
+        return np.full(fmt.SEQ_LEN, fmt.PAD, dtype=np.uint8)
+    return fmt.encode_grid(fmt.dihedral(g.astype(np.uint8), dihedral)[:fmt.MAX_SIDE, :fmt.MAX_SIDE])
+
+
+@torch.no_grad()
+def predict_views(model: LoopViT, split: Any, device: torch.device, batch: int, passes: int, seed: int,
+                  dihedral: np.ndarray, max_batches: int | None = None) -> dict[str, np.ndarray]:
+    """Rows for `predictions.npz`: for each example of `split` (in order), `passes` predictions, each
+    on its own random view (scale and corner drawn from `default_rng([seed, pass])`), decoded and
+    encoded in the example's frame (`canvas_row`; `dihedral`: the augmentation table's transform of
+    each puzzle id); columns as `eval.predict.predict_split` returns them, plus "views" (n, 3)
+    int64: scale, x0, y0."""
+    pi = np.asarray(split.puzzle_indices, np.int64)
+    pids = np.asarray(split.puzzle_identifiers, np.int64)
+    n = int(split.num_examples)
+    cols: dict[str, list[np.ndarray]] = {"puzzle_identifiers": [], "inputs": [], "predictions": [], "views": []}
+    size = model.cfg.image_size
+    for p in range(passes):
+        rng = np.random.default_rng([seed, p])
+        for k, lo in enumerate(range(0, n, batch)):
+            if max_batches is not None and k >= max_batches:
+                break
+            idx = np.arange(lo, min(lo + batch, n), dtype=np.int64)
+            puzzle = pids[np.searchsorted(pi, idx, side="right") - 1]
+            b = canvas_batch(split, idx, puzzle, size, rng, resolution=True, translation=True)
+            t = {key: torch.from_numpy(b[key]).to(device) for key in ("canvas", "mask", "task_ids")}
+            pred = model(t["canvas"], t["task_ids"], t["mask"]).logits.argmax(-1).cpu().numpy()  # (B, S, S)
+            rows = np.stack([canvas_row(pred[i], View(*map(int, b["views"][i])), int(dihedral[puzzle[i]]))
+                             for i in range(len(idx))])
+            cols["puzzle_identifiers"].append(puzzle.astype(np.int32))
+            cols["inputs"].append(split.examples(idx)[0].astype(np.uint8))
+            cols["predictions"].append(rows)
+            cols["views"].append(b["views"])
+    if not cols["inputs"]:
+        raise UserError("the split has no examples to predict")
+    out = {k: np.concatenate(v) for k, v in cols.items()}  # pass after pass: the official order
+    out["q_halt"] = np.zeros(len(out["inputs"]), dtype=np.float32)
+    return out
+
+
+def is_loopvit_run(checkpoint: str) -> bool:
+    """Whether `checkpoint` (a run folder or its checkpoints/step_N.pt) belongs to a train-vit run:
+    the run's config.yaml names model loopvit. Read without loading the weights (the reasoners'
+    checkpoints are then loaded once, by `hrm_deeploop.loading`)."""
+    import yaml
+
+    p = Path(checkpoint)
+    run = p if p.is_dir() else p.parent.parent
+    try:
+        conf = yaml.safe_load((run / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return False
+    model = conf.get("model") if isinstance(conf, dict) else None
+    return isinstance(model, dict) and model.get("name") == "loopvit"
+
+
+def evaluate_loopvit(c: Any, evaluation: Any, out: Path) -> int:
+    """`evaluate` for a train-vit checkpoint on an ARC dataset: `predict_views` (c.passes views of
+    every copy, drawn from c.tta_seed), then ARC's publish step (predictions.npz, the vote)."""
+    from hrm_deeploop import runtime
+    from hrm_deeploop.data.puzzles import open_dataset
+
+    if c.poe:
+        raise UserError("poe=true: the product of experts scores the reasoners' 30 x 30 rows; a LoopViT predicts "
+                        "canvases (count-first vote only)")
+    env = runtime.setup(c.device)
+    try:
+        if env.distributed:
+            raise UserError("a LoopViT checkpoint is evaluated in one process (torchrun: one task per rank, ttt)")
+        loaded = loopvit_state(c.checkpoint)
+        if loaded is None:
+            raise UserError(f"checkpoint '{c.checkpoint}': its run says model loopvit, its file does not")
+        split = open_dataset(c.data_dir, c.split)
+        model = load_loopvit(*loaded, num_tasks=int(split.meta.num_puzzle_identifiers), device=env.device)
+        G = c.global_batch_size or (256 if env.device.type == "cuda" else 16)
+        print(f"evaluate: LoopViT checkpoint {loaded[0]}, {split.num_examples} examples of '{c.split}' x "
+              f"{c.passes} random views each (seed {c.tta_seed}), device={env.device}")
+        from eval.arc.vote import read_table
+
+        preds = predict_views(model, split, env.device, G, c.passes, c.tta_seed, read_table(Path(c.data_dir)).dihedral,
+                              c.max_batches)
+    finally:
+        runtime.teardown()
+    preds.pop("views")
+    evaluation.publish(preds, c, out)
+    return 0

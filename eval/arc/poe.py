@@ -1,0 +1,133 @@
+"""Product-of-experts scoring (the ARChitects' rule, ARC Prize 2024): every candidate of a test input
+is scored under every view of that input, and the views' log-likelihoods are summed; candidates rank
+by that sum instead of by their votes. The same predictions give both rankings, so the count-first
+vote (`eval.arc.vote`) and this one are compared on equal terms.
+
+A candidate's log-likelihood under one view (a prediction row: its dihedral transform and colour
+map, `arc_data.originals.AugTable`): the candidate grid is augmented into the row's frame and
+encoded as a label (`arc_data.format.encode_grid`: cells, then the EOS row and column that close
+it), and the row's per-position log-probabilities (`log_probs.npy`, written by `evaluate poe=true`)
+are summed over the label's non-PAD tokens: the tokens the model is trained on (PAD positions are
+ignored by the loss, so their probabilities say nothing). The EOS tokens make the grid's shape part
+of the likelihood, as the end-of-sequence token does for a language model.
+
+`log_probs.npy`: float16 [n, L, V], row i the log-softmax of the last segment's logits of row i of
+predictions.npz (same order, blank rows included): 21.6 KB a row for ARC (900 x 12), so a per-task
+run of 100 views is ~2 MB; a whole evaluation set of 1,000 views per task is not its use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+
+from arc_data.format import SEQ_LEN, augment_grid, encode_grid
+from eval.arc.results import ARC_PRIZE, Candidate, TaskResult, TestResult, pass_at_k
+from hrm_deeploop.errors import UserError
+
+FILE = "log_probs.npy"
+RULE = "sum over views of the candidate's label log-likelihood (non-PAD tokens) desc, then the count-first order"
+
+
+def load_log_probs(path: str | Path, num_rows: int, vocab_size: int) -> np.ndarray:
+    """`log_probs.npy` (memory-mapped), checked against predictions.npz's rows and the vocabulary."""
+    p = Path(path)
+    try:
+        lp = np.load(p, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise UserError(f"log_probs={p}: cannot read as .npy ({e})") from None
+    if lp.ndim != 3 or lp.shape[0] != num_rows or lp.shape[2] != vocab_size or not np.issubdtype(lp.dtype, np.floating):
+        raise UserError(f"log_probs={p}: shape {lp.shape} {lp.dtype}, expected float [{num_rows}, L, {vocab_size}] "
+                        "(one row per row of predictions.npz: evaluate poe=true writes both)")
+    return lp
+
+
+def candidate_log_likelihood(log_probs: np.ndarray, grids: list[np.ndarray], dihedral: np.ndarray,
+                             colour_map: np.ndarray) -> np.ndarray:
+    """float64 [C]: each grid (original frame) scored under every view, summed. `log_probs`
+    [R, L, V] are the views' rows, `dihedral` [R] and `colour_map` [R, 10] their augmentations."""
+    total = np.zeros(len(grids), dtype=np.float64)
+    if not grids:
+        return total
+    pos = np.arange(log_probs.shape[1])
+    for r in range(log_probs.shape[0]):
+        labels = np.stack([encode_grid(augment_grid(g, int(dihedral[r]), colour_map[r])) for g in grids])  # (C, L)
+        lp = np.asarray(log_probs[r], dtype=np.float64)  # (L, V)
+        total += np.where(labels != 0, lp[pos, labels], 0.0).sum(axis=1)
+    return total
+
+
+def rerank(test: TestResult, log_probs: np.ndarray, rows: np.ndarray, dihedral: np.ndarray, colour_map: np.ndarray,
+           max_candidates: int) -> TestResult:
+    """The test input's top `max_candidates` count-first candidates (grids set), ranked by their
+    summed log-likelihood over the views `rows`; the rest follow in count-first order."""
+    head, tail = test.candidates[:max_candidates], test.candidates[max_candidates:]
+    scorable = [c for c in head if c.grid is not None and c.shape != (0, 0)]
+    ll = candidate_log_likelihood(log_probs[rows], [np.asarray(c.grid) for c in scorable], dihedral, colour_map)
+    scored = [dataclasses.replace(c, log_lik=float(v)) for c, v in zip(scorable, ll)]
+    # stable: equal sums keep the count-first order; the empty grid (no cells to score) goes last
+    ranked = sorted(scored, key=lambda c: -c.log_lik) + [c for c in head if c not in scorable] + tail
+    truth = test.test.truth_key
+    truth_rank = next((i for i, c in enumerate(ranked) if c.key == truth), None) if truth is not None else None
+    return TestResult(test.test, ranked, truth_rank)
+
+
+@dataclasses.dataclass
+class PoeResult:
+    tasks: list[TaskResult]  # candidates ranked by the product of experts
+    scores: dict  # pass_at_k() output, with the ARC Prize pass@2 of `submission`
+    submission: dict
+
+
+def poe(tasks: list[TaskResult], log_probs: np.ndarray, test_of_row: np.ndarray, rows: np.ndarray, pid: np.ndarray,
+        dihedral: np.ndarray, colour_map: np.ndarray, ks: list[int], max_candidates: int,
+        grid_of: callable) -> PoeResult:
+    """Re-rank every test input's candidates of a count-first vote (`tasks`, in the vote's test-input
+    order) by the product of experts. `test_of_row[j]` is the test input of view `rows[j]` (a row of
+    predictions.npz, puzzle id `pid[j]`); `grid_of(candidate)` materialises a candidate's grid."""
+    from eval.arc.arcprize import arc_prize_score, solutions_of, submission
+
+    if log_probs.shape[1] != SEQ_LEN:
+        raise UserError(f"log_probs: rows of {log_probs.shape[1]} positions, ARC's are {SEQ_LEN}")
+    order = np.argsort(test_of_row, kind="stable")
+    bounds = np.searchsorted(test_of_row[order], np.arange(sum(len(t.tests) for t in tasks) + 1))
+    out: list[TaskResult] = []
+    i = 0
+    for task in tasks:
+        tests = []
+        for t in task.tests:
+            views = order[bounds[i]:bounds[i + 1]]
+            head = [c if c.grid is not None else dataclasses.replace(c, grid=grid_of(c))
+                    for c in t.candidates[:max_candidates]]
+            t = TestResult(t.test, head + t.candidates[max_candidates:], t.truth_rank)
+            tests.append(rerank(t, log_probs, rows[views], dihedral[pid[views]], colour_map[pid[views]],
+                                max_candidates))
+            i += 1
+        out.append(TaskResult(task.name, tests))
+    scored = [t for t in out if t.labelled]
+    scores = pass_at_k([[r.truth_rank for r in t.tests] for t in scored], ks)
+    sub = submission(out)
+    scores[ARC_PRIZE] = {"2": arc_prize_score(sub, solutions_of(scored)).percent if scored else None}
+    return PoeResult(out, scores, sub)
+
+
+def poe_json(result: PoeResult, max_candidates: int) -> dict:
+    """`poe.json`: the rule, pass@K, and per test input the candidates in PoE order with their
+    summed log-likelihood and their count-first votes."""
+    return {
+        "ranking": RULE,
+        "pass_at_k": result.scores,
+        "tasks": {task.name: [{"index": t.test.index, "truth_rank": None if t.truth_rank is None else t.truth_rank + 1,
+                               "candidates": [{"rank": i + 1, "log_lik": c.log_lik, "votes": c.votes,
+                                               "shape": list(c.shape),
+                                               "correct": c.key == t.test.truth_key if t.test.labelled else None,
+                                               "grid": None if c.grid is None else np.asarray(c.grid).tolist()}
+                                              for i, c in enumerate(t.candidates[:max_candidates])]}
+                              for t in task.tests]
+                  for task in result.tasks},
+    }
+
+
+__all__ = ["FILE", "RULE", "Candidate", "PoeResult", "candidate_log_likelihood", "load_log_probs", "poe", "poe_json"]
