@@ -36,6 +36,8 @@ from hrm_deeploop.models.config import (
     URMConfig,
 )
 from hrm_deeploop.models.gpt import GPT
+from hrm_deeploop.models.loopvit import LoopViT, load_official
+from hrm_deeploop.models.loopvit_config import LoopViTConfig, official_config
 from hrm_deeploop.models.reasoners import build_reasoner
 from hrm_deeploop.models.rounds import scaling_rounds_of
 from hrm_deeploop.models.scaling import ScalingConfig
@@ -43,8 +45,8 @@ from hrm_deeploop.models.scaling import ScalingConfig
 
 @dataclass
 class LoadedModel:
-    model: ACTReasoner | GPT  # HRM, TRM or URM, or the looped GPT
-    config: HRMConfig | TRMConfig | URMConfig | GPTConfig
+    model: ACTReasoner | GPT | LoopViT  # HRM, TRM or URM, the looped GPT, or LoopViT (loopvit=True)
+    config: HRMConfig | TRMConfig | URMConfig | GPTConfig | LoopViTConfig
     kind: str  # "hrm-deeploop" | "official"
     step: int | None
     path: Path
@@ -60,13 +62,15 @@ REASONER_SCHEMAS: dict[str, type] = {n: c for n, c in MODEL_CONFIGS.items() if i
 
 def load_model(path: str | Path, device: torch.device | str = "cpu", dtype: str = "auto",
                seq_len: int | None = None, ema: bool = True, batch: int = 0, num_rounds: int | None = None,
-               gpt: bool | None = None) -> LoadedModel:
+               gpt: bool | None = None, loopvit: bool = False) -> LoadedModel:
     """Build the model a checkpoint describes and load its weights, in eval mode: ours (HRM, TRM,
     URM or the looped GPT) or an official HRM or TRM one. With `ema`, a checkpoint of ours that
     holds a weight average loads the average. A model this machine cannot hold (with `batch` rows
     per forward, if given) is refused in one line before it is built (runtime.estimate_memory).
     `gpt`: True for a caller that serves only the looped GPT (eval-gpt, generate), False for one
     that serves only the reasoners; another model is refused in one line before it is built.
+    `loopvit`: the caller also serves LoopViT (ours from train-vit, or an official `.pt` as its
+    scripts write it, `read_loopvit`); without it such a checkpoint is refused in one line.
 
     An official RoPE checkpoint does not record the sequence length (HRM and TRM take it from the
     dataset): `seq_len` supplies it, default 900 (the ARC format). `num_rounds` (the looped GPT
@@ -77,6 +81,11 @@ def load_model(path: str | Path, device: torch.device | str = "cpu", dtype: str 
     if not isinstance(state, dict):
         raise UserError(f"checkpoint '{p}' is not a state dict or a train-state file")
     name = ((state.get("config") or {}).get("model") or {}).get("name") if state.get("format") == ckpt.FORMAT else None
+    if name == "loopvit" or is_official_loopvit(state):
+        if not loopvit or gpt:
+            raise UserError(f"checkpoint '{p}' holds LoopViT (train-vit or the official code): this command does not "
+                            "serve it (evaluate takes a train-vit run; an official file: train-vit init_from= first)")
+        return _load_loopvit(p, state, device, ema)
     if gpt and name != "gpt":
         raise UserError(f"checkpoint '{p}' is not a looped-GPT train-gpt checkpoint (no model.name=gpt config)")
     if name == "gpt" and gpt is not False:  # gpt=False: refused below as "not a reasoner", before it is built
@@ -124,6 +133,66 @@ def load_model(path: str | Path, device: torch.device | str = "cpu", dtype: str 
     ours = kind == "hrm-deeploop"
     return LoadedModel(model=model, config=cfg, kind=kind, step=step, path=p, weights=which, scaling=scaling,
                        puzzle_names=state.get("puzzle_names") if ours else None,
+                       run_config=state.get("config") if ours else None)
+
+
+def is_official_loopvit(state: dict[str, Any]) -> bool:
+    """An official LoopViT file: {model_state, config (its argparse values as a dict), ...}."""
+    return "model_state" in state and isinstance(state.get("config"), dict)
+
+
+def read_loopvit(path: str | Path, state: dict[str, Any], ema: bool = True
+                 ) -> tuple[LoopViTConfig, ScalingConfig, dict[str, Any], str]:
+    """(model config, scaling, weights, which) of a LoopViT checkpoint already read by the safe
+    loader: an official one (the architecture from its saved arguments, the weights in the official
+    key layout, `_orig_mod.` stripped; scaling baseline; which = "official") or a train-vit one (its
+    model and scaling configs; its weight average with `ema` when it holds one)."""
+    if is_official_loopvit(state):
+        weights = {k.removeprefix("_orig_mod."): v for k, v in state["model_state"].items()}
+        rows = weights.get("task_token_embed.weight")
+        cfg = official_config(state["config"], num_tasks=int(rows.shape[0]) if rows is not None else 1)
+        return cfg, ScalingConfig(), weights, "official"
+    conf = state.get("config") if isinstance(state.get("config"), dict) else {}
+    model = conf.get("model")
+    if "model" not in state or not isinstance(model, dict) or model.get("name") != "loopvit":
+        raise UserError(f"checkpoint '{path}' is neither an official LoopViT checkpoint nor a train-vit one")
+    cfg = typed(model, LoopViTConfig, "checkpoint model.")
+    scaling = typed(conf.get("scaling"), ScalingConfig, "checkpoint scaling.")
+    weights, which = ckpt.strip_prefixes(state["model"]), "raw"
+    if ema and state.get("ema") is not None:
+        weights, which = _with_average(weights, state["ema"]["shadow"], str(path)), "ema"
+    return cfg, scaling, weights, which
+
+
+def check_tensors(weights: dict[str, Any], where: str) -> None:
+    """`checkpoint.load_weights`'s per-tensor checks for weights in another key layout (an official
+    LoopViT file); `where` names the file in the message: a value that is not a tensor, an integer tensor where a weight is, NaN or
+    infinity: one line naming it."""
+    for key, t in weights.items():
+        if not isinstance(t, torch.Tensor):
+            raise UserError(f"{where}: '{key}' is a {type(t).__name__}, not a tensor")
+        if not t.dtype.is_floating_point and key.rsplit(".", 1)[-1] in ("weight", "bias"):
+            raise UserError(f"{where}: tensor '{key}' holds {str(t.dtype).removeprefix('torch.')}, a "
+                            "floating-point weight is expected (loading would change its values)")
+        if t.dtype.is_floating_point and not bool(torch.isfinite(t).all()):
+            raise UserError(f"{where}: tensor '{key}' holds {int((~torch.isfinite(t)).sum()):,} NaN or "
+                            "infinite value(s)")
+
+
+def _load_loopvit(path: Path, state: dict[str, Any], device: torch.device, ema: bool) -> LoadedModel:
+    cfg, scaling, weights, which = read_loopvit(path, state, ema)
+    model = LoopViT(cfg, scaling)
+    if which == "official":
+        check_tensors(weights, f"checkpoint '{path}'")
+        try:
+            load_official(model, weights)
+        except ValueError as e:
+            raise UserError(f"checkpoint '{path}': {e}") from None
+    else:
+        ckpt.load_weights(model, weights, str(path))
+    ours = which != "official"
+    return LoadedModel(model=model.to(device).eval(), config=cfg, kind="hrm-deeploop" if ours else "official",
+                       step=state.get("step") if ours else None, path=path, weights=which, scaling=scaling,
                        run_config=state.get("config") if ours else None)
 
 

@@ -171,7 +171,7 @@ def test_yaml_files_hold_only_what_differs_from_the_dataclass():
     for f in (config_dir() / "experiment").glob("*.yaml"):
         values = yaml.safe_load(f.read_text())
         lm = "override /model: gpt" in f.read_text()
-        vit = "override /model: loopvit" in f.read_text()
+        vit = "override /model: loopvit" in f.read_text() or f.stem.startswith("loopvit_")  # twins inherit it
         command, schema = ("train-gpt", TrainGPTConfig) if lm else ("train-vit", TrainViTConfig) if vit \
             else ("train", TrainConfig)
         defaults = to_dict(OmegaConf.to_container(OmegaConf.structured(schema)))

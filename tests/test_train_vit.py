@@ -122,8 +122,10 @@ def test_init_from_refuses_a_file_that_would_run_code(monkeypatch, data, tmp_pat
 
 def test_without_the_entropy_term_the_gate_gets_no_gradient_and_training_runs(monkeypatch, data, tmp_path):
     assert train_vit(monkeypatch, data, tmp_path / "run", "train.max_steps=2", "optim.gate_entropy_weight=0") == 0
+    assert train_vit(monkeypatch, data, tmp_path / "noclip", "train.max_steps=2", "optim.grad_clip=0") == 0
+    assert all(r["train/grad_norm"] > 0 for r in read_metrics(tmp_path / "noclip") if "train/grad_norm" in r)
     with pytest.raises(ConfigError, match="train.compile"):
-        compose("train-vit", ["train.compile=true"])
+        compose("train-vit", ["train.compile=true", "train.fsdp=true"])
 
 
 def test_the_trainer_step_is_the_compared_step(monkeypatch, data, tmp_path):
@@ -164,3 +166,126 @@ def test_init_from_refuses_poisoned_weights(monkeypatch, data, tmp_path, capsys,
     err = capsys.readouterr().err
     assert key.removeprefix("_orig_mod.") in err and ("NaN" in err if poison == "nan" else "int8" in err)
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+@pytest.mark.slow  # the compile: about a minute of the 2-core CPU (train and eval graphs of one block)
+def test_compiled_blocks_give_the_eager_losses(monkeypatch, data, tmp_path):
+    """train.compile=true compiles each block (one graph for K blocks x T loops): the same losses
+    and evaluation as eager, to fp32 tolerance, over a few steps; the checkpoint keeps eager's keys."""
+    from hrm_deeploop import checkpoint as ckpt
+
+    common = ["train.max_steps=3", "eval.every=3", "model.dropout=0.0"]
+    assert train_vit(monkeypatch, data, tmp_path / "eager", *common) == 0
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    assert train_vit(monkeypatch, data, tmp_path / "compiled", *common, "train.compile=true") == 0
+    assert counters["stats"]["unique_graphs"] >= 1  # it did compile (no silent eager fallback)
+    rows = {run: [r for r in read_metrics(tmp_path / run)] for run in ("eager", "compiled")}
+    loss = {run: torch.tensor([r["train/loss"] for r in rs if "train/loss" in r]) for run, rs in rows.items()}
+    assert len(loss["eager"]) == 3
+    torch.testing.assert_close(loss["compiled"], loss["eager"], rtol=1e-5, atol=1e-6)
+    ev = {run: next(r for r in rs if "eval/accuracy" in r) for run, rs in rows.items()}
+    assert ev["compiled"]["eval/accuracy"] == pytest.approx(ev["eager"]["eval/accuracy"], abs=1e-6)
+    a = ckpt.load(tmp_path / "eager" / "checkpoints" / "step_3.pt")["model"]
+    b = ckpt.load(tmp_path / "compiled" / "checkpoints" / "step_3.pt")["model"]
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=1e-4, atol=1e-5, msg=k)
+
+
+def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_checkpoint(monkeypatch, data, tmp_path, capsys):
+    from hrm_deeploop import checkpoint as ckpt
+    from hrm_deeploop.training import vision
+
+    real, calls = vision.vision_loss, {"n": 0}
+
+    def poisoned(*a, **kw):
+        loss, parts = real(*a, **kw)
+        calls["n"] += 1
+        return (loss * float("nan") if calls["n"] == 3 else loss), parts
+
+    monkeypatch.setattr(vision, "vision_loss", poisoned)
+    assert train_vit(monkeypatch, data, tmp_path / "run", "train.max_steps=5", "checkpoint.every=1") != 0
+    assert "step 3" in capsys.readouterr().err
+    assert [s for s, _ in ckpt.list_checkpoints(tmp_path / "run")] == [1, 2]
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "diverged"
+    ckpt.load(ckpt.step_path(tmp_path / "run", 2))  # intact
+
+
+def test_the_weight_average_is_updated_each_step_resumed_and_evaluated(monkeypatch, data, tmp_path):
+    """train.ema: shadow_t = r shadow_{t-1} + (1 - r) w_t, carried through resume, and the trainer
+    evaluates with the averaged weights."""
+    from hrm_deeploop import checkpoint as ckpt
+    from hrm_deeploop.training import vision
+
+    ema = ["train.ema=true", "train.ema_rate=0.5", "checkpoint.every=1", "train.max_steps=3", "eval.every=3"]
+    assert train_vit(monkeypatch, data, tmp_path / "run", *ema) == 0
+    s2, s3 = (ckpt.load(ckpt.step_path(tmp_path / "run", k)) for k in (2, 3))
+    for k, w in s3["model"].items():
+        torch.testing.assert_close(s3["ema"]["shadow"][k], 0.5 * s2["ema"]["shadow"][k] + 0.5 * w)
+    assert any(not torch.equal(s3["ema"]["shadow"][k], w) for k, w in s3["model"].items())
+    assert train_vit(monkeypatch, data, tmp_path / "cut", *ema, "train.stop_after=2") == 0
+    assert train_vit(monkeypatch, data, tmp_path / "cut", *ema, "resume=true") == 0
+    r3 = ckpt.load(ckpt.step_path(tmp_path / "cut", 3))
+    assert all(torch.equal(r3["ema"]["shadow"][k], v) for k, v in s3["ema"]["shadow"].items())
+    seen = {}
+    real = vision.evaluate
+
+    def recording(model, *a, **kw):  # the weights the trainer's evaluation runs with
+        seen.update({k: v.clone() for k, v in model.state_dict().items()})
+        return real(model, *a, **kw)
+
+    monkeypatch.setattr(vision, "evaluate", recording)
+    assert train_vit(monkeypatch, data, tmp_path / "again", *ema) == 0
+    assert all(torch.equal(seen[k], v) for k, v in s3["ema"]["shadow"].items())
+
+
+def test_the_time_budget_stops_with_a_checkpoint_that_resumes(monkeypatch, data, tmp_path):
+    from hrm_deeploop import checkpoint as ckpt
+
+    assert train_vit(monkeypatch, data, tmp_path / "run", "train.time_budget=0.001", "train.max_steps=100000") == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "stopped" and 0 < summary["steps"] < 100000
+    (step, _), = ckpt.list_checkpoints(tmp_path / "run")[-1:]
+    assert step == summary["steps"]
+    assert train_vit(monkeypatch, data, tmp_path / "run", f"train.max_steps={step + 2}", "resume=true") == 0
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == step + 2
+
+
+@pytest.mark.parametrize("size, model, twin", [("large", "loopvit", "looped_eps"), ("medium", "loopvit_medium", "looped_eps"),
+                                               ("small", "loopvit_small", "looped_eps"), ("b6", "loopvit_b6", "deeploop")])
+def test_the_paper_setups_and_their_deeploop_twins(size, model, twin):
+    """configs/experiment/loopvit_<size>_{baseline,<twin>}.yaml: the flavour, the official schedule
+    (global batch 256, 156,700 steps), and a twin that differs in the residual scheme only."""
+    from dataclasses import asdict
+
+    base = compose("train-vit", [f"experiment=loopvit_{size}_baseline"])
+    other = compose("train-vit", [f"experiment=loopvit_{size}_{twin}"])
+    assert asdict(base.model) == asdict(compose("train-vit", [f"model={model}"]).model)
+    assert base.train.global_batch_size == 256 and base.train.max_steps == 156700 and base.scaling.scheme == "baseline"
+    assert other.scaling.scheme == twin and other.run_name == f"loopvit_{size}_{twin}"
+    a, b = asdict(base), asdict(other)
+    assert {k for k in a if a[k] != b[k]} == {"scaling", "run_name"}
+
+
+def test_the_loader_reads_both_kinds_and_the_exit_study_runs(monkeypatch, data, tmp_path, capsys):
+    """`loading.load_model(..., loopvit=True)`: an official file (its weights mapped) and a train-vit
+    run; refused in one line for a caller that serves the reasoners; the exit study's script runs."""
+    from benchmarks import study_loopvit_exit
+    from hrm_deeploop.errors import UserError
+    from hrm_deeploop.loading import load_model
+
+    src = _official_file(tmp_path / "official.pt", "vanilla", num_tasks=7)
+    loaded = load_model(tmp_path / "official.pt", loopvit=True)
+    assert loaded.kind == "official" and loaded.config.block == "vanilla"
+    assert all(torch.equal(loaded.model.state_dict()[k], v) for k, v in src.state_dict().items())
+    with pytest.raises(UserError, match="holds LoopViT"):
+        load_model(tmp_path / "official.pt", gpt=False)
+    assert train_vit(monkeypatch, data, tmp_path / "run", "train.max_steps=2") == 0
+    assert load_model(tmp_path / "run", loopvit=True).config.num_loops == 3
+    capsys.readouterr()
+    study_loopvit_exit.main(["--checkpoint", str(tmp_path / "run"), "--data", str(data), "--split", "train",
+                             "--taus", "0.05", "--batch", "4"])
+    lines = {ln.split("  ")[0].strip(): ln for ln in capsys.readouterr().out.splitlines()}
+    assert " 3.00 " in lines["fixed depth"] and "plateau (code: 5%, 2 loops)" in lines  # T = 3 loops each

@@ -115,22 +115,29 @@ def decode(pred: np.ndarray, view: View) -> np.ndarray:
 
 
 def canvas_batch(split: Any, idx: np.ndarray, puzzle_ids: np.ndarray, size: int, rng: np.random.Generator,
-                 resolution: bool = True, translation: bool = True, fix_scale: int = 1) -> dict[str, np.ndarray]:
+                 resolution: bool = True, translation: bool = True, fix_scale: int = 1,
+                 keep: slice | None = None) -> dict[str, np.ndarray]:
     """Canvases of examples `idx` of a dataset split (`arc_data.dataset.PuzzleSplit`), each a fresh
     view from `rng`: canvas, mask, target (B, S, S) uint8, task_ids (B,) int64 (the puzzle
-    identifiers), views (B, 3) int64 (scale, x0, y0)."""
+    identifiers), views (B, 3) int64 (scale, x0, y0). `keep`: draw every row's view (in order, from
+    `rng`) but return only these rows, so that a rank's slice of a global batch gets the views the
+    whole batch would give it in one process."""
     idx = np.asarray(idx, dtype=np.int64)
     x, y = split.examples(idx)
-    B = len(idx)
+    rows = range(len(idx))[keep] if keep is not None else range(len(idx))
+    B = len(rows)
     out = {k: np.empty((B, size, size), dtype=np.uint8) for k in ("canvas", "mask", "target")}
     views = np.empty((B, 3), dtype=np.int64)
-    for b in range(B):
+    for b in range(len(idx)):
         inp, res = grid_of(x[b]), grid_of(y[b])
         try:
             v = draw_view(inp.shape, res.shape, size, rng, resolution, translation, fix_scale)
         except ValueError as e:
             raise UserError(f"example {int(idx[b])} of the dataset: {e} (raise model.image_size: 64 holds 30 x 30 "
                             "grids; at evaluation, or lower canvas.eval_scale)") from None
-        out["canvas"][b], out["mask"][b], out["target"][b] = place(inp, res, size, v)
-        views[b] = (v.scale, v.x0, v.y0)
-    return out | {"task_ids": np.asarray(puzzle_ids, dtype=np.int64), "views": views}
+        if b in rows:
+            i = b - rows.start
+            out["canvas"][i], out["mask"][i], out["target"][i] = place(inp, res, size, v)
+            views[i] = (v.scale, v.x0, v.y0)
+    pids = np.asarray(puzzle_ids, dtype=np.int64)
+    return out | {"task_ids": pids[keep] if keep is not None else pids, "views": views}

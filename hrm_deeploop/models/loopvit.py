@@ -214,6 +214,10 @@ class LoopViT(nn.Module):
                         for w, rows in mats[target]:
                             w[rows].mul_(r.beta)
 
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.head.weight.dtype
+
     def num_params(self) -> int:
         """Parameters without the task table (the official `count_parameters`)."""
         return sum(p.numel() for n, p in self.named_parameters() if not n.startswith("task_embed."))

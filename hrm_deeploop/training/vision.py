@@ -4,17 +4,24 @@ The model's part of the one training skeleton (`training.loop.fit`: run folder, 
 NaN guard, time budget, summary). Each step:
 
 1. the puzzle sampler (`data.puzzles.TrainSampler`: the same global batches as `train`) picks the
-   examples; each becomes a canvas view (`data.canvas`) with a random upscale and corner drawn from
-   `numpy.random.default_rng([seed, step, rank])`: a function of the step, so a resumed run draws
-   what the uninterrupted one drew and the sampler's position is the only data state;
+   examples; each becomes a canvas view (`data.canvas`) with a random upscale and corner drawn, for
+   the whole global batch in order, from `numpy.random.default_rng([seed, step, 0])`: a function of
+   the step (a resumed run draws what the uninterrupted one drew; the sampler's position is the only
+   data state) and not of the rank (each rank renders its slice: every world size sees the views one
+   process sees);
 2. `vision_loss`: cross-entropy over the target's valid pixels (the output, its border; 10 is
-   ignored) averaged over the batch's pixels, plus the official gate regularisers
+   ignored) averaged over the global batch's pixels (under torchrun each rank's mean is weighted by
+   its share of the valid pixels, `pixel_share`, so DDP's / FSDP2's average over ranks is the
+   one-process mean), plus the official gate regularisers
    w_e * (-mean binary entropy of the exit gate over samples and loops) + w_p * mean(exit step / T)
    (1 without dynamic exit: a constant, as in the official offline training);
 3. gradient-norm clipping (`optim.grad_clip`), AdamW at `lr_at(step)` (linear warm-up, cosine to
    `optim.min_lr_ratio` x lr), the weight average when `train.ema`.
 
-Single process by default; under torchrun, DistributedDataParallel with rank-sharded batches.
+Single process by default; under torchrun, DistributedDataParallel with rank-sharded batches, or
+with `train.fsdp=true` FSDP2 (`training/fsdp.py`: each of the K blocks its own unit, checkpoints in
+the one-process layout). `train.compile=true` compiles each block (`nn.Module.compile`: one graph,
+reused by the K blocks and the T loops, not the unrolled K x T loop, whose compile is slow).
 Evaluation: the test split at a fixed scale (`canvas.eval_scale`) and corner (1, 1), as the
 official validation: pixel accuracy over valid pixels and exact match per example.
 Checkpoints: model, optimiser, weight average, sampler position, step, RNG (the skeleton's).
@@ -40,8 +47,10 @@ from hrm_deeploop import runtime
 from hrm_deeploop.data.canvas import IGNORE, canvas_batch
 from hrm_deeploop.data.puzzles import TrainSampler, dataset_identity, num_sequential_batches, open_dataset
 from hrm_deeploop.errors import UserError
+from hrm_deeploop.loading import check_tensors, read_loopvit
 from hrm_deeploop.models.loopvit import LoopViT, LoopViTOutput, load_official
-from hrm_deeploop.models.loopvit_config import NUM_COLORS, LoopViTConfig, official_config
+from hrm_deeploop.models.loopvit_config import NUM_COLORS, LoopViTConfig
+from hrm_deeploop.training import fsdp
 from hrm_deeploop.training.ema import EMA
 from hrm_deeploop.training.loop import Task, fit, run_config_dict
 from hrm_deeploop.training.optim import lr_at, set_lr
@@ -65,9 +74,12 @@ def gate_regularisers(gate_probs: torch.Tensor | None, exit_steps: torch.Tensor 
 
 
 def vision_loss(out: LoopViTOutput, target: torch.Tensor, gate_entropy_weight: float, loop_penalty_weight: float,
-                num_loops: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Cross-entropy (ignore 10) over the batch's valid pixels + the weighted gate regularisers."""
+                num_loops: int, ce_scale: float = 1.0) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Cross-entropy (ignore 10) over the batch's valid pixels (times `ce_scale`: `pixel_share`
+    under torchrun) + the weighted gate regularisers."""
     ce = F.cross_entropy(out.logits.reshape(-1, NUM_COLORS), target.reshape(-1).long(), ignore_index=IGNORE)
+    if ce_scale != 1.0:
+        ce = ce * ce_scale
     neg_entropy, penalty = gate_regularisers(out.gate_probs, None, num_loops)
     loss = ce
     if gate_entropy_weight > 0:
@@ -75,6 +87,18 @@ def vision_loss(out: LoopViTOutput, target: torch.Tensor, gate_entropy_weight: f
     if loop_penalty_weight > 0:
         loss = loss + loop_penalty_weight * penalty
     return loss, {"ce": ce.detach(), "gate_entropy": -neg_entropy.detach()}
+
+
+def pixel_share(target: torch.Tensor, world_size: int) -> float:
+    """W n_r / N: this rank's valid pixels n_r over the global batch's N, times the world size W.
+    DDP and FSDP2 average gradients over ranks, so sum_r (W n_r / N) mean_r / W = the mean over the
+    global batch's pixels: what one process computes. 1 on one process (no collective)."""
+    if world_size == 1:
+        return 1.0
+    counts = (target != IGNORE).sum().double().view(1)
+    local = float(counts)
+    runtime.all_reduce_(counts)
+    return world_size * local / max(float(counts), 1.0)
 
 
 def canvas_scores(logits: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -109,9 +133,17 @@ class VisionTrainer(Task):
         if start is not None:
             start_weights(self.model, start, cfg.init_from)
         self.model.to(env.device).train()
-        # without the entropy term nothing reaches the gate's weights: DDP must be told
-        gate_unused = cfg.model.exit_gate and cfg.optim.gate_entropy_weight == 0
-        self.ddp = runtime.wrap_ddp(self.model, env, unused_parameters=gate_unused)
+        self.sharded = cfg.train.fsdp and env.distributed
+        if cfg.train.compile:  # each block: one graph for every block and loop (the module docstring)
+            for block in self.model.layers:
+                block.compile()
+        if self.sharded:  # after the start weights, before the optimiser: it must hold the sharded parameters
+            fsdp.shard(self.model, self.model.layers)
+            self.ddp = self.model
+        else:
+            # without the entropy term nothing reaches the gate's weights: DDP must be told
+            gate_unused = cfg.model.exit_gate and cfg.optim.gate_entropy_weight == 0
+            self.ddp = runtime.wrap_ddp(self.model, env, unused_parameters=gate_unused)
         o = cfg.optim
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=o.lr, betas=(o.beta1, o.beta2),
                                            weight_decay=o.weight_decay)
@@ -125,13 +157,13 @@ class VisionTrainer(Task):
                 f"device={self.env.device}, world={self.env.world_size}, steps={self.total_steps}")
 
     def next_batch(self, step: int) -> dict[str, torch.Tensor]:
-        """This rank's canvases for `step` (views from (seed, step, rank): module docstring)."""
+        """This rank's canvases for `step` (its slice of the global batch's views: module docstring)."""
         idx, pids = self.sampler.next_global()
         B, r = self.sampler.local_batch_size, self.env.rank
-        rng = np.random.default_rng([self.cfg.seed, step, r])
+        rng = np.random.default_rng([self.cfg.seed, step, 0])  # 0: the rank these streams were keyed by before
         c = self.cfg.canvas
-        batch = canvas_batch(self.train_split, idx[r * B:(r + 1) * B], pids[r * B:(r + 1) * B],
-                             self.cfg.model.image_size, rng, c.resolution, c.translation)
+        batch = canvas_batch(self.train_split, idx, pids, self.cfg.model.image_size, rng, c.resolution,
+                             c.translation, keep=slice(r * B, (r + 1) * B))
         return to_tensors(batch, self.env.device)
 
     def train_step(self, step: int | None = None, tensors: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
@@ -142,13 +174,13 @@ class VisionTrainer(Task):
         lr = lr_at(self.step, o.lr, o.warmup_steps, self.total_steps, o.min_lr_ratio)
         set_lr(self.optimizer, lr)
         out = self.ddp(t["canvas"], t["task_ids"], t["mask"])
-        loss, parts = vision_loss(out, t["target"], o.gate_entropy_weight, o.loop_penalty_weight, m.num_loops)
+        loss, parts = vision_loss(out, t["target"], o.gate_entropy_weight, o.loop_penalty_weight, m.num_loops,
+                                  pixel_share(t["target"], self.env.world_size))
         loss.backward()
         params = [p for p in self.model.parameters() if p.grad is not None]
-        if o.grad_clip > 0:
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, o.grad_clip)
-        else:
-            grad_norm = torch.stack(torch._foreach_norm([p.grad for p in params])).norm()
+        # the norm over every parameter (DTensors under FSDP2: over every shard, replicated); clip 0: none
+        max_norm = o.grad_clip if o.grad_clip > 0 else float("inf")
+        grad_norm = fsdp.local_value(torch.nn.utils.clip_grad_norm_(params, max_norm))
         right, valid, exact = canvas_scores(out.logits.detach(), t["target"])
         sums = torch.stack([loss.detach().double(), parts["ce"].double(), parts["gate_entropy"].double(),
                             right.double(), valid.double(), exact.double()])
@@ -188,16 +220,26 @@ class VisionTrainer(Task):
         return dataset_identity(self.cfg.data_dir)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "ema": self.ema.state_dict() if self.ema is not None else None,
-                "optimizers": {"adamw": self.optimizer.state_dict()}, "sampler": self.sampler.state_dict()}
+        ema = self.ema.state_dict() if self.ema is not None else None
+        if self.sharded:  # gathered into the one-process layout (collective; rank 0 holds the tensors)
+            model, adamw = fsdp.full_model_state(self.model), fsdp.full_optim_state(self.model, self.optimizer)
+            if ema is not None:
+                ema["shadow"] = fsdp.full_tensors(ema["shadow"])
+        else:
+            model, adamw = self.model.state_dict(), self.optimizer.state_dict()
+        return {"model": model, "ema": ema, "optimizers": {"adamw": adamw}, "sampler": self.sampler.state_dict()}
 
     def load_state_dict(self, s: dict[str, Any], path: Path) -> None:
         for key in ("model", "optimizers", "sampler"):
             if key not in s:
                 raise UserError(f"checkpoint '{path}' has no '{key}' (not a train-vit train-state file)")
         try:
-            self.model.load_state_dict(s["model"])
-            self.optimizer.load_state_dict(s["optimizers"]["adamw"])
+            if self.sharded:
+                fsdp.load_full_model_state(self.model, s["model"])
+                fsdp.load_full_optim_state(self.model, self.optimizer, s["optimizers"]["adamw"])
+            else:
+                self.model.load_state_dict(s["model"])
+                self.optimizer.load_state_dict(s["optimizers"]["adamw"])
         except (RuntimeError, KeyError, ValueError) as e:
             raise UserError(f"checkpoint '{path}' does not fit this LoopViT run: {str(e).splitlines()[0]}") from None
         if self.ema is not None and s.get("ema") is not None:
@@ -210,7 +252,8 @@ class VisionTrainer(Task):
 def evaluate(model: LoopViT, split: Any, env: runtime.Env, global_batch_size: int, scale: int,
              max_batches: int | None = None) -> dict[str, float] | None:
     """Pixel accuracy and exact match on a split's canvases at `scale`, corner (1, 1); None when no
-    example has a label."""
+    example has a label. Every rank runs every batch's forward (FSDP2's all-gathers are
+    collective): a rank whose slice of the last batch is empty scores a stand-in row with weight 0."""
     if global_batch_size % env.world_size:
         raise UserError(f"eval batch {global_batch_size} is not divisible by the world size {env.world_size}")
     was = model.training
@@ -222,15 +265,16 @@ def evaluate(model: LoopViT, split: Any, env: runtime.Env, global_batch_size: in
     for k in range(num_sequential_batches(split, global_batch_size, max_batches)):
         lo = min(k * global_batch_size + env.rank * B, total)
         idx = np.arange(lo, min(lo + B, total, (k + 1) * global_batch_size), dtype=np.int64)
+        weight = 1.0 if len(idx) else 0.0
         if not len(idx):
-            continue
+            idx = np.zeros(1, dtype=np.int64)
         puzzle = np.searchsorted(pi, idx, side="right") - 1
         t = to_tensors(canvas_batch(split, idx, pids[puzzle], model.cfg.image_size, rng, resolution=False,
                                     translation=False, fix_scale=scale), env.device)
         out = model(t["canvas"], t["task_ids"], t["mask"])
         right, valid, exact = canvas_scores(out.logits, t["target"])
         labelled = (t["target"] != IGNORE).flatten(1).any(1).sum()
-        sums += torch.stack([right, valid, exact, labelled]).double()
+        sums += weight * torch.stack([right, valid, exact, labelled]).double()
     runtime.all_reduce_(sums)
     model.train(was)
     right, valid, exact, count = sums.tolist()
@@ -240,36 +284,18 @@ def evaluate(model: LoopViT, split: Any, env: runtime.Env, global_batch_size: in
 
 
 def read_start(path: str) -> tuple[LoopViTConfig, dict[str, Any]]:
-    """The model config and weights of `init_from`: an official LoopViT file ({model_state, config,
-    ...}) or a train-vit checkpoint ({model, config, ...}); {"official": bool, "weights": state}."""
-    from hrm_deeploop.config import typed
-
-    state = ckpt.load(path)
-    if "model_state" in state and isinstance(state.get("config"), dict):  # the official scripts' files
-        weights = {k.removeprefix("_orig_mod."): v for k, v in state["model_state"].items()}
-        rows = weights.get("task_token_embed.weight")
-        cfg = official_config(state["config"], num_tasks=int(rows.shape[0]) if rows is not None else 1)
-        return cfg, {"official": True, "weights": weights}
-    model = (state.get("config") or {}).get("model") if isinstance(state.get("config"), dict) else None
-    if "model" not in state or not isinstance(model, dict) or model.get("name") != "loopvit":
-        raise UserError(f"init_from '{path}' is neither an official LoopViT checkpoint nor a train-vit one")
-    return typed(model, LoopViTConfig, "init_from model."), {"official": False, "weights": state["model"]}
+    """The model config and raw weights of `init_from` (`loading.read_loopvit`: an official LoopViT
+    file or a train-vit checkpoint, read by the one safe loader); {"official": bool, "weights": state}."""
+    cfg, _, weights, which = read_loopvit(path, ckpt.load(path), ema=False)
+    return cfg, {"official": which == "official", "weights": weights}
 
 
 def start_weights(model: LoopViT, start: dict[str, Any], path: str | None) -> None:
     """Load `read_start`'s weights into `model`; a task table of another row count stays fresh.
-    Every tensor is checked first, as `checkpoint.load_weights` checks the reasoners': a value that
-    is not a tensor, an integer tensor where a weight is, NaN or infinity: one line naming it."""
+    Every tensor is checked first (`loading.check_tensors`, as `checkpoint.load_weights` checks the
+    reasoners'): a value that is not a tensor, an integer weight, NaN or infinity: one line naming it."""
     w = start["weights"]
-    for key, t in w.items():
-        if not isinstance(t, torch.Tensor):
-            raise UserError(f"init_from '{path}': '{key}' is a {type(t).__name__}, not a tensor")
-        if not t.dtype.is_floating_point and key.rsplit(".", 1)[-1] in ("weight", "bias"):
-            raise UserError(f"init_from '{path}': tensor '{key}' holds {str(t.dtype).removeprefix('torch.')}, a "
-                            "floating-point weight is expected (loading would change its values)")
-        if t.dtype.is_floating_point and not bool(torch.isfinite(t).all()):
-            raise UserError(f"init_from '{path}': tensor '{key}' holds {int((~torch.isfinite(t)).sum()):,} NaN or "
-                            "infinite value(s)")
+    check_tensors(w, f"init_from '{path}'")
     try:
         if start["official"]:
             skipped = load_official(model, w, strict_tasks=False)

@@ -95,8 +95,7 @@ class TrainViTConfig(RunConfig):
         positive("optim.lr", self.optim.lr)
         check(self.diagnostics.kappa_every == 0, "diagnostics.kappa_every", self.diagnostics.kappa_every,
               "0 for train-vit (visit alignment is measured for the reasoners)")
-        check(not self.train.fsdp, "train.fsdp", self.train.fsdp, "false for train-vit (not built yet)")
-        check(not self.train.compile, "train.compile", self.train.compile, "false for train-vit (not built yet)")
+        self.check_fsdp(self.train)
 
     def inputs(self) -> list[str | None]:
         return [self.data_dir, self.init_from]
