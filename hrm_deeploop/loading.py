@@ -84,7 +84,7 @@ def load_model(path: str | Path, device: torch.device | str = "cpu", dtype: str 
     if name == "loopvit" or is_official_loopvit(state):
         if not loopvit or gpt:
             raise UserError(f"checkpoint '{p}' holds LoopViT (train-vit or the official code): this command does not "
-                            "serve it (evaluate takes a train-vit run; an official file: train-vit init_from= first)")
+                            "serve it (evaluate, ttt and train-vit init_from= do)")
         return _load_loopvit(p, state, device, ema)
     if gpt and name != "gpt":
         raise UserError(f"checkpoint '{p}' is not a looped-GPT train-gpt checkpoint (no model.name=gpt config)")

@@ -289,3 +289,36 @@ def test_the_loader_reads_both_kinds_and_the_exit_study_runs(monkeypatch, data, 
                              "--taus", "0.05", "--batch", "4"])
     lines = {ln.split("  ")[0].strip(): ln for ln in capsys.readouterr().out.splitlines()}
     assert " 3.00 " in lines["fixed depth"] and "plateau (code: 5%, 2 loops)" in lines  # T = 3 loops each
+
+
+def test_evaluate_takes_an_official_file_whose_task_table_fits_the_dataset(monkeypatch, tmp_path, capsys):
+    """`evaluate` on an official LoopViT `.pt` (no run beside it): read by the one LoopViT reader
+    (`loading.load_model(loopvit=True)`), predicted through canvas views and voted; a task table of
+    another size is one line naming the file."""
+    import numpy as np
+
+    from arc_data.arc.build import BuildConfig, build
+    from tests.arc_synth import write_kaggle
+
+    task = {"train": [{"input": [[1, 2]], "output": [[2, 1]]}], "test": [{"input": [[3, 4]]}]}
+    chal = write_kaggle(tmp_path / "raw", "arc-agi_evaluation", {"t": task}, solutions=False)
+    build(BuildConfig(sources=[str(chal)], output_dir=str(tmp_path / "data"), test_labels="optional", num_aug=2,
+                      seed=0, progress=False))
+    rows = json.loads((tmp_path / "data" / "test" / "dataset.json").read_text())["num_puzzle_identifiers"]
+    _official_file(tmp_path / "fits.pt", "hybrid", num_tasks=rows)
+    _official_file(tmp_path / "other.pt", "hybrid", num_tasks=rows + 5)
+
+    def evaluate(ckpt, out):
+        try:
+            return run_subcommand("evaluate", [f"checkpoint={tmp_path / ckpt}", f"data_dir={tmp_path / 'data'}",
+                                               f"output_dir={tmp_path / out}", "passes=2", "device=cpu"])
+        except SystemExit as e:
+            return int(e.code or 0)
+
+    assert evaluate("fits.pt", "ev") == 0
+    assert "official LoopViT checkpoint" in capsys.readouterr().out
+    preds = np.load(tmp_path / "ev" / "predictions.npz")
+    assert len(preds["predictions"]) == 2 * (2 + 1)  # passes x (num_aug copies + the original)
+    assert evaluate("other.pt", "ev2") == 2
+    err = capsys.readouterr().err
+    assert "other.pt" in err and f"{rows + 5} task tokens" in err

@@ -26,40 +26,9 @@ import torch
 
 from arc_data import format as fmt
 from hrm_deeploop import checkpoint as ckpt
-from hrm_deeploop.config import typed
 from hrm_deeploop.data.canvas import BORDER, View, canvas_batch, decode
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.models.loopvit import LoopViT
-from hrm_deeploop.models.loopvit_config import LoopViTConfig
-from hrm_deeploop.models.scaling import ScalingConfig
-
-
-def loopvit_state(checkpoint: str) -> tuple[Path, dict[str, Any]] | None:
-    """(file, state) of a train-vit checkpoint (its config names model loopvit); None for any other."""
-    path = ckpt.resolve(checkpoint)
-    state = ckpt.load(path)
-    conf = state.get("config") if isinstance(state, dict) else None
-    model = conf.get("model") if isinstance(conf, dict) else None
-    if not isinstance(model, dict) or model.get("name") != "loopvit":
-        return None
-    return path, state
-
-
-def load_loopvit(path: Path, state: dict[str, Any], num_tasks: int, device: torch.device) -> LoopViT:
-    """The trained LoopViT of a train-vit checkpoint, in eval mode; its task table must have the
-    dataset's rows (a model trained on this very dataset: ttt's copy of a task)."""
-    cfg = typed(state["config"]["model"], LoopViTConfig, "checkpoint model.")
-    scaling = typed(state["config"].get("scaling") or {}, ScalingConfig, "checkpoint scaling.")
-    if cfg.num_tasks != num_tasks:
-        raise UserError(f"checkpoint '{path}' has {cfg.num_tasks} task tokens, the dataset {num_tasks} puzzle "
-                        "identifiers: a LoopViT predicts the tasks it was trained on (train-vit init_from=... on "
-                        "this dataset first, as ttt does)")
-    model = LoopViT(cfg, scaling)
-    try:
-        model.load_state_dict(state["model"])
-    except (RuntimeError, KeyError) as e:
-        raise UserError(f"checkpoint '{path}' does not fit its LoopViT config: {str(e).splitlines()[0]}") from None
-    return model.to(device).eval()
 
 
 def canvas_row(pred: np.ndarray, view: View, dihedral: int = 0) -> np.ndarray:
@@ -120,9 +89,10 @@ def predict_views(model: LoopViT, split: Any, device: torch.device, batch: int, 
 
 
 def is_loopvit_run(checkpoint: str) -> bool:
-    """Whether `checkpoint` (a run folder or its checkpoints/step_N.pt) belongs to a train-vit run:
-    the run's config.yaml names model loopvit. Read without loading the weights (the reasoners'
-    checkpoints are then loaded once, by `hrm_deeploop.loading`)."""
+    """Whether `checkpoint` holds a LoopViT: a run folder or its checkpoints/step_N.pt whose run's
+    config.yaml names model loopvit (read without loading the weights: the reasoners' checkpoints
+    are then loaded once, by `hrm_deeploop.loading`), or a file with no run beside it that the safe
+    loader reads as an official LoopViT checkpoint (`{model_state, config}`, as its scripts save)."""
     import yaml
 
     p = Path(checkpoint)
@@ -130,7 +100,14 @@ def is_loopvit_run(checkpoint: str) -> bool:
     try:
         conf = yaml.safe_load((run / "config.yaml").read_text())
     except (OSError, yaml.YAMLError):
-        return False
+        conf = None
+    if conf is None:
+        if not p.is_file() or p.suffix not in (".pt", ".pth"):
+            return False
+        from hrm_deeploop.loading import is_official_loopvit
+
+        state = ckpt.load(p)
+        return isinstance(state, dict) and is_official_loopvit(state)
     model = conf.get("model") if isinstance(conf, dict) else None
     return isinstance(model, dict) and model.get("name") == "loopvit"
 
@@ -140,6 +117,7 @@ def evaluate_loopvit(c: Any, evaluation: Any, out: Path) -> int:
     every copy, drawn from c.tta_seed), then ARC's publish step (predictions.npz, the vote)."""
     from hrm_deeploop import runtime
     from hrm_deeploop.data.puzzles import open_dataset
+    from hrm_deeploop.loading import load_model
 
     if c.poe:
         raise UserError("poe=true: the product of experts scores the reasoners' 30 x 30 rows; a LoopViT predicts "
@@ -148,13 +126,18 @@ def evaluate_loopvit(c: Any, evaluation: Any, out: Path) -> int:
     try:
         if env.distributed:
             raise UserError("a LoopViT checkpoint is evaluated in one process (torchrun: one task per rank, ttt)")
-        loaded = loopvit_state(c.checkpoint)
-        if loaded is None:
-            raise UserError(f"checkpoint '{c.checkpoint}': its run says model loopvit, its file does not")
+        loaded = load_model(c.checkpoint, env.device, ema=c.ema, loopvit=True)
+        if not isinstance(loaded.model, LoopViT):
+            raise UserError(f"checkpoint '{loaded.path}': its run says model loopvit, its file does not")
         split = open_dataset(c.data_dir, c.split)
-        model = load_loopvit(*loaded, num_tasks=int(split.meta.num_puzzle_identifiers), device=env.device)
+        rows = int(split.meta.num_puzzle_identifiers)
+        if loaded.config.num_tasks != rows:
+            raise UserError(f"checkpoint '{loaded.path}' has {loaded.config.num_tasks} task tokens, the dataset {rows} "
+                            "puzzle identifiers: a LoopViT predicts the tasks it was trained on (train-vit "
+                            "init_from=... on this dataset first, as ttt does)")
+        model = loaded.model
         G = c.global_batch_size or (256 if env.device.type == "cuda" else 16)
-        print(f"evaluate: LoopViT checkpoint {loaded[0]}, {split.num_examples} examples of '{c.split}' x "
+        print(f"evaluate: {loaded.kind} LoopViT checkpoint {loaded.path} ({loaded.weights} weights), {split.num_examples} examples of '{c.split}' x "
               f"{c.passes} random views each (seed {c.tta_seed}), device={env.device}")
         from eval.arc.vote import read_table
 
