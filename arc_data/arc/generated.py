@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from arc_data.arc.pairscan import scan_file
+from arc_data.arc.spill import Spill
 from arc_data.arc.sources import EVAL_SUBSET, Pair, SourceInfo, Task, load_source, parse_grid
 from arc_data.errors import ArcError
 from arc_data.files.jsonio import parse_json
@@ -93,6 +94,23 @@ class Packed:
         return len(self.start) // 2
 
 
+class SpilledPacked(Packed):
+    """A unit whose cells were written to a `Spill` as it was read: its grids are read back from
+    the spill's map when asked, so the units of a whole source are never in memory together.
+    Offsets and sides as int64 arrays (48 bytes a pair, not a hundred of Python ints)."""
+
+    __slots__ = ("spill", "at")
+
+    def __init__(self, unit: Packed, spill: Spill) -> None:  # noqa: D107 (Packed's fields, moved)
+        self.spill, self.at = spill, spill.append(unit.cells)
+        self.start = np.asarray(unit.start, np.int64)
+        self.hw = np.asarray(unit.hw, np.int64)
+
+    @property
+    def cells(self) -> np.ndarray:
+        return self.spill.cells()[self.at:]
+
+
 class PackedPairs(Sequence):
     """Some pairs of a `Packed` unit, by index: what a generated Task holds as `train` / `test`.
     Grids are made (as views) when read, so a task costs a few small objects, not two arrays a
@@ -132,6 +150,8 @@ class PackedPairs(Sequence):
                 cells[dst[j]:dst[j] + h * w] = buf[a:a + h * w]
                 new_hw += (h, w)
                 j += 1
+        if isinstance(unit, SpilledPacked):
+            return  # the unit is read back from its spill, which lives as long as the build
         moved = Packed.__new__(Packed)
         moved.cells, moved.start, moved.hw = cells, dst, new_hw
         self.unit, self.idx = moved, tuple(range(len(self.idx)))
@@ -182,13 +202,15 @@ def source_path(spec: str) -> str:
     return parts[1] if parts else spec
 
 
-def loader(grouping: GeneratedSourceConfig, seed: int) -> Callable[[str, str, bool], tuple[list[Task], SourceInfo]]:
-    """`load_source`, extended with the generated kinds (what `load_sources(load=...)` takes)."""
+def loader(grouping: GeneratedSourceConfig, seed: int,
+           spill: Spill | None = None) -> Callable[[str, str, bool], tuple[list[Task], SourceInfo]]:
+    """`load_source`, extended with the generated kinds (what `load_sources(load=...)` takes);
+    with `spill`, each generated unit's cells go to it as the unit is read."""
     def load(spec: str, eval_name: str = EVAL_SUBSET, require_outputs: bool = True) -> tuple[list[Task], SourceInfo]:
         parts = split_spec(spec)
         if parts is None:
             return load_source(spec, eval_name, require_outputs)
-        return load_generated(spec, parts[0], parts[1], grouping, seed)
+        return load_generated(spec, parts[0], parts[1], grouping, seed, spill)
     return load
 
 
@@ -337,7 +359,7 @@ def group_unit(kind: str, unit: str, imitates: tuple[str, ...], file: str, spec:
 
 
 def load_generated(spec: str, kind: str, path: str, grouping: GeneratedSourceConfig,
-                   seed: int) -> tuple[list[Task], SourceInfo]:
+                   seed: int, spill: Spill | None = None) -> tuple[list[Task], SourceInfo]:
     root = Path(os.path.expanduser(path))
     if not path:
         raise ArcError(f"{spec}: give a path after '{kind}:'")
@@ -348,6 +370,8 @@ def load_generated(spec: str, kind: str, path: str, grouping: GeneratedSourceCon
     tasks: list[Task] = []
     left = 0
     for unit, imitates, file, pairs in units:
+        if spill is not None:
+            pairs = SpilledPacked(pairs, spill)
         made, n_left = group_unit(kind, unit, imitates, file, spec, pairs, grouping, seed)
         tasks += made
         left += n_left
