@@ -4,8 +4,9 @@
                   under raw_data/re_arc): PATH/tasks/<ARC-1 task id>.json (or PATH itself holding
                   them), each a JSON list of {"input": grid, "output": grid} generated for that task;
                   metadata.json beside tasks/ is not read.
-    arcgen:PATH   ARC-GEN (github.com/google/ARC-GEN; `arc_gen.py generate <id> N` prints such a
-                  list): PATH/<task id>.json, each a list of {"input", "output"} pairs, or a task
+    arcgen:PATH   ARC-GEN (github.com/google/ARC-GEN): PATH/<task id>.json, each a JSON list of
+                  {"input", "output"} pairs (what its evaluation scripts read), or that list as
+                  `arc_gen.py generate <id> N` prints it (Python's repr, single quotes), or a task
                   {"train": [...], "test": [...]} whose pairs are pooled, or a NeuroGolf task file,
                   whose "arc-gen" list alone is read.
     barc:PATH     BARC / ARC-Heavy (github.com/xu3kev/BARC, Hugging Face barc0/*): a JSONL file (or a
@@ -271,6 +272,10 @@ def _pair_file(path: Path, kind: str, grouping: GeneratedSourceConfig, digest, s
     except OSError as e:
         raise ArcError(f"{path}: task {path.stem}: cannot read ({e.strerror})") from None
     digest.update(path.name.encode() + b"\0" + hashlib.sha256(data).digest())
+    if kind == "arcgen" and data.lstrip().startswith(b"[{'") and b'"' not in data:
+        # `arc_gen.py generate <id> N > <id>.json` writes Python's repr of the list (print(examples)):
+        # single-quoted keys, ints only, so the quotes are all there is to change to read it as JSON
+        data = data.replace(b"'", b'"')
     fast = scan_file(data)
     if fast is not None:
         return Packed(*fast)
