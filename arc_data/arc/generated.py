@@ -87,7 +87,7 @@ class Packed:
         return cls(np.concatenate([g.ravel() for g in grids]) if grids else np.zeros(0, np.uint8), shape)
 
     def grid(self, g: int) -> np.ndarray:
-        h, w, a = self.hw[2 * g], self.hw[2 * g + 1], self.start[g]
+        h, w, a = int(self.hw[2 * g]), int(self.hw[2 * g + 1]), int(self.start[g])
         return self.cells[a:a + h * w].reshape(h, w)
 
     @property
@@ -96,16 +96,23 @@ class Packed:
 
 
 class SpilledPacked(Packed):
-    """A unit whose cells were written to a `Spill` as it was read: its grids are read back from
+    """A unit whose cells were written to a `Spill` as it was read, its pairs in the order given (a
+    task's pairs are then a `range` of them: no Python int per pair): its grids are read back from
     the spill's map when asked, so the units of a whole source are never in memory together.
-    Offsets and sides as int64 arrays (48 bytes a pair, not a hundred of Python ints)."""
+    Offsets (int32, within the unit) and sides (int16) as arrays: 16 bytes a pair."""
 
     __slots__ = ("spill", "at")
 
-    def __init__(self, unit: Packed, spill: Spill) -> None:  # noqa: D107 (Packed's fields, moved)
-        self.spill, self.at = spill, spill.append(unit.cells)
-        self.start = np.asarray(unit.start, np.int64)
-        self.hw = np.asarray(unit.hw, np.int64)
+    def __init__(self, unit: Packed, spill: Spill, order: np.ndarray) -> None:
+        hw = np.asarray(unit.hw, np.int64).reshape(-1, 2)
+        start = np.asarray(unit.start, np.int64)
+        grids = np.stack([2 * order, 2 * order + 1], axis=1).ravel()  # the unit's grids in pair order
+        size = hw[grids, 0] * hw[grids, 1]
+        new_start = np.cumsum(size) - size
+        cell = np.repeat(start[grids] - new_start, size) + np.arange(int(size.sum()))
+        self.spill, self.at = spill, spill.append(unit.cells[cell])
+        self.start = new_start.astype(np.int32)
+        self.hw = hw[grids].astype(np.int16).ravel()
 
     @property
     def cells(self) -> np.ndarray:
@@ -119,7 +126,7 @@ class PackedPairs(Sequence):
 
     __slots__ = ("unit", "idx")
 
-    def __init__(self, unit: Packed, idx: tuple[int, ...]) -> None:
+    def __init__(self, unit: Packed, idx: tuple[int, ...] | range) -> None:
         self.unit, self.idx = unit, idx
 
     def __len__(self) -> int:
@@ -134,7 +141,7 @@ class PackedPairs(Sequence):
     def grid_shapes(self) -> list[tuple[int, int]]:
         """The (h, w) of each pair's input and output, in order (`plan.pack_grids`)."""
         hw = self.unit.hw
-        return [(hw[4 * k + j], hw[4 * k + j + 1]) for k in self.idx for j in (0, 2)]
+        return [(int(hw[4 * k + j]), int(hw[4 * k + j + 1])) for k in self.idx for j in (0, 2)]
 
     def copy_cells(self, cells: np.ndarray, offsets: np.ndarray) -> None:
         """Copy each grid's cells to cells[offsets[j]:] (`plan.pack_grids`), no grid objects made;
@@ -147,7 +154,7 @@ class PackedPairs(Sequence):
         j = 0
         for k in self.idx:
             for g in (2 * k, 2 * k + 1):
-                h, w, a = hw[2 * g], hw[2 * g + 1], start[g]
+                h, w, a = int(hw[2 * g]), int(hw[2 * g + 1]), int(start[g])  # Python ints: never int16 sums
                 cells[dst[j]:dst[j] + h * w] = buf[a:a + h * w]
                 new_hw += (h, w)
                 j += 1
@@ -344,17 +351,20 @@ def _barc_units(root: Path, grouping: GeneratedSourceConfig, digest,
 
 
 def group_unit(kind: str, unit: str, imitates: tuple[str, ...], file: str, spec: str, pairs: Packed,
-               grouping: GeneratedSourceConfig, seed: int) -> tuple[list[Task], int]:
+               grouping: GeneratedSourceConfig, seed: int, spill: Spill | None = None) -> tuple[list[Task], int]:
     """One unit's pairs -> (tasks, pairs left over): a seeded shuffle, the first `examples`, chunks
-    of `pairs_per_task` (a last chunk of test_pairs or fewer is left over)."""
+    of `pairs_per_task` (a last chunk of test_pairs or fewer is left over). With `spill`, the kept
+    pairs go to it in the shuffled order, each task a range of them."""
     rng = np.random.Generator(np.random.PCG64([seed, zlib.crc32(f"{kind}:{unit}".encode())]))
     order = rng.permutation(pairs.num_pairs)
     if grouping.examples:
         order = order[:grouping.examples]
+    if spill is not None:
+        pairs, order = SpilledPacked(pairs, spill, order), range(len(order))
     k, n_test = grouping.pairs_per_task, grouping.test_pairs
     tasks, left = [], 0
     for j, lo in enumerate(range(0, len(order), k)):
-        chunk = tuple(order[lo:lo + k].tolist())
+        chunk = order[lo:lo + k] if spill is not None else tuple(order[lo:lo + k].tolist())
         if len(chunk) <= n_test:
             left += len(chunk)
             continue
@@ -375,9 +385,7 @@ def load_generated(spec: str, kind: str, path: str, grouping: GeneratedSourceCon
     tasks: list[Task] = []
     left = 0
     for unit, imitates, file, pairs in units:
-        if spill is not None:
-            pairs = SpilledPacked(pairs, spill)
-        made, n_left = group_unit(kind, unit, imitates, file, spec, pairs, grouping, seed)
+        made, n_left = group_unit(kind, unit, imitates, file, spec, pairs, grouping, seed, spill)
         tasks += made
         left += n_left
     if left:

@@ -32,7 +32,7 @@ from arc_data.format import BLANK_NAME, MAX_SIDE, SEQ_LEN, SPLITS, aug_name
 
 TRIAL_FACTOR = 5  # HRM: at most 5 * num_aug trials per task
 TASK_CHUNK = 1 << 12  # tasks whose colour-permutation trials are drawn and tried together
-EXAMPLE_CHUNK = 1 << 20  # examples whose translation offsets are drawn together
+EXAMPLE_CHUNK = 1 << 16  # examples whose translation offsets are drawn together (~100 bytes each)
 # Distinct augmentations of one task: 8 dihedral transforms x 9! permutations of colours 1-9.
 MAX_DISTINCT_AUG = 8 * 362_880 - 1
 EMPTY_GRID = np.zeros((0, 0), dtype=np.uint8)  # the output of an unlabelled test input
