@@ -22,9 +22,9 @@ own process (so its wall time and peak RSS, `os.wait4`, are the command's), one 
              --ttt-steps each (default --adapt-steps / the number of unseen tasks: (c)'s compute).
 With `--pretrain-generated K`, the pretraining set also holds K `generate-arc` tasks of each family
 not in `--unseen-families` (difficulty 1, generator seed 0), at the same steps x batch: the arm to
-set against a run without it (its own `--out`). With `--unseen-families`, (c) and (e) also run on
-`--family-tasks` tasks of each of those families (generator seed 1, never pretrained on by either
-arm): results `c_fam`, `e_fam`.
+set against a run without it (its own `--out`). With `--unseen-families`, `--family-protocols`
+(default (c) and (e)) also run on `--family-tasks` tasks of each of those families (generator
+seed 1, never pretrained on by either arm): results `c_fam`, `e_fam`.
 Each is scored by `evaluate` (count-first vote over the 1 + num_aug copies of each test input):
 pass@1 and pass@2 by HRM's rule, and pass@2 by the ARC Prize rule. `--quick` runs the same
 sequence on 3 + 2 tasks for a few steps: the time and memory of each command at tiny size.
@@ -165,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--unseen-families", default="",
                     help="comma-separated generate-arc families held out of pretraining: (c) and (e) also on them")
     ap.add_argument("--family-tasks", type=int, default=2, help="tasks per unseen family")
+    ap.add_argument("--family-protocols", default="ce", help="which of (a)-(c), (e) to run on the unseen families")
     ap.add_argument("--quick", action="store_true", help="3 + 2 tasks, 4 steps: time and memory at tiny size")
     args = ap.parse_args(argv)
     out = Path(args.out)
@@ -202,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
                  f"holdout_dir={r / 'unseen'}", f"num_aug={args.num_aug}", f"seed={seed}", "progress=false"], t, "build")
             cli(["build-arc", f"sources=[{raw / 'joint'}]", f"output_dir={r / 'joint'}", f"num_aug={args.num_aug}",
                  f"seed={seed}", "progress=false"], t, "build joint")
-        if fam_chal and not (r / "families").exists():
+        if fam_chal and set(args.family_protocols) & set("abce") and not (r / "families").exists():
             cli(["build-arc", f"sources=[{fam_chal}]", f"output_dir={r / 'families'}", f"num_aug={args.num_aug}",
                  f"seed={seed}", "progress=false"], t, "build families")
         if set(args.protocols) & set("abce") and not finished(r / "pretrain", args.pre_steps):
@@ -211,14 +212,15 @@ def main(argv: list[str] | None = None) -> int:
         chal = out / "raw" / "unseen_challenges.json"
         if "e" in args.protocols and not chal.is_file():
             write_unseen_challenges(chal, unseen)
-        sets = [("", r / "unseen", chal, len(unseen))]
+        sets = [("", r / "unseen", chal, len(unseen), args.protocols)]
         if fam_chal:
-            sets.append(("_fam", r / "families", fam_chal, len(held_families) * args.family_tasks))
-        for tag, data, challenges, num_tasks in sets:
+            sets.append(("_fam", r / "families", fam_chal, len(held_families) * args.family_tasks,
+                         args.family_protocols))
+        for tag, data, challenges, num_tasks, protocols in sets:
             for name, extra in (("a", ["train.time_budget=0", f"train.max_steps={args.adapt_steps}"]),
                                 ("b", ["adapt.trains=embeddings", f"train.max_steps={args.adapt_steps}"]),
                                 ("c", ["adapt.trains=all", f"train.max_steps={args.adapt_steps}"])):
-                if name not in args.protocols:
+                if name not in protocols:
                     continue
                 key = name + tag
                 cli(["train", *common, f"seed={seed}", f"data_dir={data}", f"output_dir={r / key}",
@@ -226,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
                 cli(["evaluate", f"checkpoint={r / key}", f"data_dir={data}", f"output_dir={r / ('eval_' + key)}",
                      *ev], t, f"evaluate ({key})")
                 run[key] = scores(r / f"eval_{key}")
-            if "e" in args.protocols:
+            if "e" in protocols:
                 key = "e" + tag
                 ttt_steps = args.ttt_steps or max(1, args.adapt_steps // num_tasks)
                 cli(["ttt", f"checkpoint={r / 'pretrain'}", f"challenges={challenges}", f"output_dir={r / key}",

@@ -40,8 +40,8 @@ from pathlib import Path
 import numpy as np
 
 from arc_data.arc.pairscan import scan_file
-from arc_data.arc.spill import Spill
 from arc_data.arc.sources import EVAL_SUBSET, Pair, SourceInfo, Task, load_source, parse_grid
+from arc_data.arc.spill import Spill
 from arc_data.errors import ArcError
 from arc_data.files.jsonio import parse_json
 from arc_data.files.names import regular_files
