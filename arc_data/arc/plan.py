@@ -128,14 +128,17 @@ def pack_grids(tasks: list[Task], spill: Spill | None = None) -> tuple[Grids, np
     grids once more and nothing per grid (a 400k-pair source: no list of 800k views). A task's
     `train` / `test` is a list of pairs, or a packed sequence of them (`generated.PackedPairs`)
     that gives its grids' shapes (`grid_shapes()`) and copies its cells (`copy_cells(cells, offsets)`)
-    without making a grid object each. With `spill`, the buffer is allocated in it, and its pages
-    are handed back every TASK_CHUNK tasks."""
+    without making a grid object each. With `spill`, the buffer and the per-grid arrays (offset,
+    shape, pair_grids) are allocated in it, and its pages handed back every TASK_CHUNK tasks."""
     num_pairs = np.array([len(t.train) + len(t.test) for t in tasks], np.int64)
     task_pairs = np.concatenate([[0], np.cumsum(num_pairs)]).astype(np.int64)
     num_demos = np.array([len(t.train) for t in tasks], np.int64)
-    shape = np.empty((2 * int(task_pairs[-1]), 2), np.int64)
+    n_grids = 2 * int(task_pairs[-1])
+    shape = _empty(spill, (n_grids, 2), np.int64)
     g = 0
-    for t in tasks:
+    for i, t in enumerate(tasks):
+        if spill is not None and i % TASK_CHUNK == TASK_CHUNK - 1:
+            spill.release()
         for pairs in (t.train, t.test):
             if hasattr(pairs, "grid_shapes"):
                 shape[g:g + 2 * len(pairs)] = pairs.grid_shapes()
@@ -148,10 +151,18 @@ def pack_grids(tasks: list[Task], spill: Spill | None = None) -> tuple[Grids, np
                 shape[g] = inp.shape
                 shape[g + 1] = EMPTY_GRID.shape if out is None else out.shape
                 g += 2
-    sizes = shape[:, 0] * shape[:, 1]
-    offset = np.zeros(len(sizes), dtype=np.int64)
-    np.cumsum(sizes[:-1], out=offset[1:])
-    cells = np.empty(int(sizes.sum()), np.uint8) if spill is None else spill.allocate(int(sizes.sum()))
+    offset = _empty(spill, (n_grids,), np.int64)  # exclusive cumulative sizes, a chunk at a time
+    pair_grids = _empty(spill, (n_grids // 2, 2), np.int64)
+    total = 0
+    for lo in range(0, n_grids, EXAMPLE_CHUNK):
+        size = shape[lo:lo + EXAMPLE_CHUNK, 0] * shape[lo:lo + EXAMPLE_CHUNK, 1]
+        ends = np.cumsum(size) + total
+        offset[lo:lo + EXAMPLE_CHUNK] = ends - size
+        total = int(ends[-1])
+        pair_grids.reshape(-1)[lo:lo + EXAMPLE_CHUNK] = np.arange(lo, lo + len(size))
+        if spill is not None:
+            spill.release()
+    cells = np.empty(total, np.uint8) if spill is None else spill.allocate(total)
     g = 0
     for i, t in enumerate(tasks):
         if spill is not None and i % TASK_CHUNK == TASK_CHUNK - 1:
@@ -162,14 +173,21 @@ def pack_grids(tasks: list[Task], spill: Spill | None = None) -> tuple[Grids, np
                 g += 2 * len(pairs)
                 continue
             for inp, out in pairs:
-                cells[offset[g]:offset[g] + sizes[g]] = inp.ravel()
+                cells[offset[g]:offset[g] + inp.size] = inp.ravel()
                 if out is not None:
-                    cells[offset[g + 1]:offset[g + 1] + sizes[g + 1]] = out.ravel()
+                    cells[offset[g + 1]:offset[g + 1] + out.size] = out.ravel()
                 g += 2
-    pair_grids = np.arange(len(sizes), dtype=np.int64).reshape(-1, 2)
     grids = Grids(cells, offset, shape, pair_grids, spill)
     grids.release()
     return grids, task_pairs, num_demos
+
+
+def _empty(spill: Spill | None, shape: tuple[int, ...], dtype) -> np.ndarray:
+    """np.empty, or a zeroed array of that shape in the spill (its pages released as the rest)."""
+    if spill is None:
+        return np.empty(shape, dtype)
+    n = int(np.prod(shape))
+    return spill.allocate(n * np.dtype(dtype).itemsize).view(dtype).reshape(shape)
 
 
 def draw_trials(rng: np.random.Generator, num_tasks: int, num_aug: int) -> tuple[np.ndarray, np.ndarray]:
@@ -218,18 +236,23 @@ def augment(grids: Grids, task_pairs: np.ndarray, trial_tid: np.ndarray, trial_p
                          trial_perm, np.int64(num_aug))
 
 
+def _ranges(start: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """concatenate(arange(s, s + n) for s, n in zip(start, count)), int64, without a list of arrays."""
+    count = np.asarray(count, np.int64)
+    ends = np.cumsum(count)
+    return np.repeat(np.asarray(start, np.int64) - (ends - count), count) + np.arange(int(ends[-1]) if len(ends) else 0)
+
+
 def _split_plan(groups: np.ndarray, pair_lo: np.ndarray, pair_n: np.ndarray, first_id: np.ndarray,
                 num_puzzles: np.ndarray) -> SplitPlan:
     n_puz = num_puzzles[groups]
     group_indices = np.concatenate([[0], np.cumsum(n_puz)]).astype(np.int32)
-    ids = np.concatenate([np.arange(first_id[t], first_id[t] + num_puzzles[t]) for t in groups]) \
-        if len(groups) else np.zeros(0, np.int64)
+    ids = _ranges(first_id[groups], n_puz)
     per_puzzle = np.repeat(pair_n, n_puz)
     puzzle_indices = np.concatenate([[0], np.cumsum(per_puzzle)])
     if puzzle_indices[-1] >= 2**31:
         raise OverflowError("more than 2**31 examples in one split")
-    group_pairs = np.concatenate([np.arange(lo, lo + n) for lo, n in zip(pair_lo, pair_n)]) \
-        if len(groups) else np.zeros(0, np.int64)
+    group_pairs = _ranges(pair_lo, pair_n)
     gpi = np.concatenate([[0], np.cumsum(pair_n)]).astype(np.int64)
     e = int(puzzle_indices[-1])
     return SplitPlan(ids.astype(np.int32), puzzle_indices.astype(np.int32), group_indices,
@@ -256,6 +279,7 @@ def _translate(rng: np.random.Generator, sp: SplitPlan, grids: Grids, dihedral: 
             swap = TRANSPOSING[dihedral[pid]]  # the side along `axis` after the transform
             side = np.where(swap, hw[:, 1 - axis], hw[:, axis])
             sp.offsets[lo:hi, axis] = rng.integers(0, MAX_SIDE - side + 1).astype(np.uint8)
+            grids.release()
     sp.offsets[pi[:-1] + keep] = 0
 
 

@@ -39,9 +39,10 @@ class Spill:
         return at
 
     def allocate(self, n: int) -> np.ndarray:
-        """n zeroed bytes at the end, as a writable array."""
-        at = self.size
-        self.size += n
+        """n zeroed bytes at the end (from a 64-byte boundary, so any dtype may view them), as a
+        writable array."""
+        at = -(-self.size // 64) * 64
+        self.size = at + n
         self._file.truncate(self.size)
         return self.cells()[at:at + n]
 
@@ -73,11 +74,11 @@ def save_npz(path: Path, arrays: dict[str, np.ndarray], spill: Spill) -> None:
         for name, arr in arrays.items():
             arr = np.asarray(arr)
             with z.open(name + ".npy", "w", force_zip64=True) as f:
-                if arr.ndim != 1 or arr.dtype.hasobject:
+                if arr.ndim == 0 or arr.dtype.hasobject or not arr.flags.c_contiguous:
                     np.lib.format.write_array(f, np.ascontiguousarray(arr), allow_pickle=False)
                     continue
                 np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(arr))
-                step = max(1, SAVE_CHUNK // max(1, arr.itemsize))
+                step = max(1, SAVE_CHUNK // max(1, arr[:1].nbytes))  # rows a chunk
                 for lo in range(0, len(arr), step):
                     f.write(arr[lo:lo + step].tobytes())
                     spill.release()
