@@ -49,10 +49,6 @@ def _build(tmp_path: Path, materialize: bool) -> dict[str, dict[str, str]]:
     return {"out": digests(tmp_path / "out"), "held": digests(tmp_path / "held")}
 
 
-def test_print_digests(tmp_path):  # `pytest -s -k print_digests`: the figures the test below holds
-    print(json.dumps({m: _build(tmp_path / str(m), m) for m in (True, False)}, indent=1, sort_keys=True))
-
-
 RECORDED = json.loads((Path(__file__).parent / "generated_stream_digests.json").read_text())
 
 
@@ -71,3 +67,31 @@ def test_streamed_build_is_byte_identical(tmp_path, monkeypatch, materialize, ch
         monkeypatch.setattr(spill, "SAVE_CHUNK", chunks[2])
         monkeypatch.setattr(arc_build, "ENCODE_CHUNK", 8)
     assert _build(tmp_path, materialize) == RECORDED[str(materialize).lower()]
+
+
+def test_spilled_units_read_back_the_same_pairs(tmp_path):
+    """With a spill, each unit's cells go to the temporary file as it is read (its tasks hold a range
+    of the unit's pairs, re-ordered as grouped), and every task reads back the pairs the in-memory
+    load gives, in the same order."""
+    from arc_data.arc.generated import GeneratedSourceConfig, SpilledPacked, loader
+    from arc_data.arc.sources import load_sources
+    from arc_data.arc.spill import Spill
+
+    specs = _sources(tmp_path)[1:]
+    plain = load_sources(specs, load=loader(GeneratedSourceConfig(pairs_per_task=3), 9))[0]
+    spill = Spill(tmp_path)
+    spilled = load_sources(specs, load=loader(GeneratedSourceConfig(pairs_per_task=3), 9, spill))[0]
+    assert [t.name for t in spilled] == [t.name for t in plain] and len(plain) > 10
+    for a, b in zip(plain, spilled):
+        assert isinstance(b.train.unit, SpilledPacked) and isinstance(b.train.idx, range)
+        assert b.train == a.train and b.test == a.test and b.imitates == a.imitates
+    cells = sum(x.size + y.size for t in plain for x, y in t.train + t.test)
+    assert spill.size >= cells  # every kept pair's cells are in the file
+    spill.close()
+
+
+if __name__ == "__main__":  # `python -m tests.test_generated_stream`: the digests RECORDED holds (run on 70ff0c2)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        print(json.dumps({m: _build(Path(tmp) / str(m), m) for m in (True, False)}, indent=1, sort_keys=True))
