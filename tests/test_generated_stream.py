@@ -91,7 +91,10 @@ def test_spilled_units_read_back_the_same_pairs(tmp_path):
 
 
 if __name__ == "__main__":  # `python -m tests.test_generated_stream`: the digests RECORDED holds (run on 70ff0c2)
+    import contextlib
+    import sys
     import tempfile
 
-    with tempfile.TemporaryDirectory() as tmp:
-        print(json.dumps({m: _build(Path(tmp) / str(m), m) for m in (True, False)}, indent=1, sort_keys=True))
+    with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(sys.stderr):
+        got = {m: _build(Path(tmp) / str(m), m) for m in (True, False)}
+    print(json.dumps(got, indent=1, sort_keys=True))
