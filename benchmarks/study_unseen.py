@@ -86,11 +86,23 @@ def cli(args: list[str], log: dict, label: str) -> None:
     print(f"  {label}: {log[label]['seconds']} s, {log[label]['peak_rss_mb']} MB", flush=True)
 
 
+def cell_accuracy(guess, truth) -> float:
+    """Fraction of the truth's cells the guess has right (0 when the shapes differ)."""
+    if not guess or len(guess) != len(truth) or any(len(a) != len(b) for a, b in zip(guess, truth)):
+        return 0.0
+    return sum(x == y for a, b in zip(guess, truth) for x, y in zip(a, b)) / sum(len(b) for b in truth)
+
+
 def scores(eval_dir: Path) -> dict:
+    """pass@k, the tasks solved, and cell@1: the mean over test inputs of the top-ranked answer's
+    cell accuracy (a graded figure where few tasks are solved)."""
     s = json.loads((eval_dir / "pass_at_k.json").read_text())
     tasks = json.loads((eval_dir / "tasks.json").read_text())["tasks"]
+    cells = [cell_accuracy(ti["candidates"][0]["grid"] if ti["candidates"] else None, ti["truth"])
+             for v in tasks.values() for ti in v["test_inputs"]]
     return {"pass@1": s["hrm"]["1"], "pass@2": s["hrm"]["2"], "arc_prize@2": s["arc_prize"]["2"],
-            "solved@2": sorted(k for k, v in tasks.items() if v["correct"]["2"])}
+            "solved@2": sorted(k for k, v in tasks.items() if v["correct"]["2"]),
+            "cell@1": 100 * sum(cells) / max(1, len(cells))}
 
 
 def write_unseen_challenges(path: Path, ids: list[str]) -> None:
@@ -112,8 +124,10 @@ def submission_scores(sub_path: Path, chal: Path) -> dict:
     one = {t: all(a["attempt_1"] == y for a, y in zip(sub[t], sol[t])) for t in sol}
     two = {t: all(y in (a["attempt_1"], a["attempt_2"]) for a, y in zip(sub[t], sol[t])) for t in sol}
     prize = sum(sum(y in (a["attempt_1"], a["attempt_2"]) for a, y in zip(sub[t], sol[t])) / len(sol[t]) for t in sol)
+    cells = [cell_accuracy(a["attempt_1"], y) for t in sol for a, y in zip(sub[t], sol[t])]
     return {"pass@1": 100 * sum(one.values()) / len(sol), "pass@2": 100 * sum(two.values()) / len(sol),
-            "arc_prize@2": 100 * prize / len(sol), "solved@2": sorted(t for t, v in two.items() if v)}
+            "arc_prize@2": 100 * prize / len(sol), "solved@2": sorted(t for t, v in two.items() if v),
+            "cell@1": 100 * sum(cells) / max(1, len(cells))}
 
 
 def write_generated(folder: Path, per_family: int, held: list[str], log: dict) -> Path:
@@ -249,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in (n for n in ("a", "b", "c", "d", "e", "c_fam", "e_fam") if n in run):
             s = run[name]
             print(f"  ({name}) pass@1 {s['pass@1']:.1f}  pass@2 {s['pass@2']:.1f}  ARC Prize pass@2 "
-                  f"{s['arc_prize@2']:.1f}  solved {s['solved@2']}", flush=True)
+                  f"{s['arc_prize@2']:.1f}  cell@1 {s['cell@1']:.1f}  solved {s['solved@2']}", flush=True)
     return 0
 
 
