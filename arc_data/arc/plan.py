@@ -13,7 +13,10 @@ RNG (one `np.random.Generator(PCG64(seed))`), in this order:
 Trials are drawn up front (a fixed budget per task, consumed or not), so the stream does not depend
 on which trials are accepted, and tasks can be augmented in parallel. T = number of tasks in
 source order (`sources.load_sources`). Not byte-compatible with HRM's legacy-RNG stream (which is
-not reproducible itself, spec 1.7), but the same distribution.
+not reproducible itself, spec 1.7), but the same distribution. Steps 2 and 3 are drawn a chunk at a
+time (TASK_CHUNK tasks, EXAMPLE_CHUNK examples) from the same stream, which gives the same numbers
+as one call (tests/test_generated_stream.py): a generated source's plan keeps its grids and
+per-grid arrays in a temporary file (`spill.py`), and nothing per example but the offsets in memory.
 """
 
 from __future__ import annotations
