@@ -1,18 +1,19 @@
-"""Benchmark `build-arc` on a generator's dump: pairs per second and peak memory for a synthetic
-source in RE-ARC's layout (`tasks/<id>.json`, each a JSON list of {"input", "output"} pairs),
-against the builder's own speed on ARC-AGI-1 in the same run.
+"""Benchmark `build-arc` on a generator's dump: pairs per second and peak memory for synthetic
+sources in RE-ARC's layout (`tasks/<id>.json`, each a JSON list of {"input", "output"} pairs) at
+several sizes, against the builder's own speed on ARC-AGI-1 in the same run.
 
-    PYTHONPATH=. python benchmarks/bench_generated_sources.py                    # 400 files x 1000 pairs = 400k
-    PYTHONPATH=. python benchmarks/bench_generated_sources.py --files 100        # 100k pairs (a couple of minutes)
-    PYTHONPATH=. python benchmarks/bench_generated_sources.py --files 100 --fallback   # + the json path
+    PYTHONPATH=. python benchmarks/bench_generated_sources.py                        # 25k, 100k, 400k pairs
+    PYTHONPATH=. python benchmarks/bench_generated_sources.py --sizes 25 100 --materialize
+    PYTHONPATH=. python benchmarks/bench_generated_sources.py --sizes 100 --fallback  # + the json path
 
-The source is written into a temporary folder by this script (random grids, sides 2..30, JSON as
-`json.dump` writes it, like re_arc.zip): `--files` files of `--pairs-per-file` pairs, each pair
-drawn from a pool of distinct random pairs. Every build runs in its own subprocess
-(`python -m hrm_deeploop.cli build-arc ...`; CLI start-up counts), its peak RSS the child's
-`ru_maxrss` (os.wait4). The RE-ARC-layout source is built at a quarter of its size and at full
-size, so the memory figures show what grows with the source. `--fallback` adds a key to every
-pair, which sends each file through `json` + `parse_grid` instead of the numba scanner.
+Each source is written into a temporary folder by this script (random grids, sides 2..30, JSON as
+`json.dump` writes it, like re_arc.zip): `--sizes` thousands of pairs, in files of
+`--pairs-per-file` pairs (RE-ARC: 1000 a file, 400 files), each pair drawn from a pool of distinct
+random pairs. Every build runs in its own subprocess (`python -m hrm_deeploop.cli build-arc ...`;
+CLI start-up counts), its peak RSS the child's `ru_maxrss` (os.wait4): the sizes show what grows
+with the source (a generated source's grids go to a temporary file as they are read,
+`arc_data/arc/spill.py`, so the peak should not). `--fallback` adds a key to every pair of the
+largest source, which sends each file through `json` + `parse_grid` instead of the numba scanner.
 A tiny warm-up build fills numba's cache first.
 """
 
@@ -70,45 +71,45 @@ def arc1_pairs() -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--files", type=int, default=400, help="task files in the synthetic source (RE-ARC: 400)")
+    ap.add_argument("--sizes", type=int, nargs="+", default=[25, 100, 400], help="source sizes, thousands of pairs")
     ap.add_argument("--pairs-per-file", type=int, default=1000, help="pairs per file (RE-ARC: 1000)")
     ap.add_argument("--num-aug", type=int, default=0, help="num_aug of the generated-source builds")
     ap.add_argument("--arc1-num-aug", type=int, default=100, help="num_aug of the ARC-AGI-1 build (examples of the same order)")
     ap.add_argument("--materialize", action="store_true", help="materialised builds (default: compact)")
-    ap.add_argument("--fallback", action="store_true", help="also time files the scanner rejects (json + parse_grid)")
+    ap.add_argument("--fallback", action="store_true", help="also time the largest source through json + parse_grid")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="bench-gen-") as tmp:
         tmp_path = Path(tmp)
-        quarter = max(1, args.files // 4)
-        sources = {"rearc (1/4)": (quarter, False), "rearc": (args.files, False)}
-        if args.fallback:
-            sources["rearc, json path"] = (args.files, True)
-        written = {}
-        for i, (name, (files, extra)) in enumerate(sources.items()):
-            root = tmp_path / f"source{i}"
-            written[name] = (root, write_source(root, files, args.pairs_per_file, args.seed, extra))
         warm = tmp_path / "warm"
         write_source(warm, 1, 8, 1, False)
         build(f"rearc:{warm}", tmp_path / "out", 0, args.materialize)  # numba cache, imports
         rows = [("arc1", arc1_pairs(), build("arc1", tmp_path / "out", args.arc1_num_aug, args.materialize),
                  args.arc1_num_aug)]
-        for name, (root, pairs) in written.items():
+        runs = [(f"rearc {k}k", k, False) for k in args.sizes]
+        if args.fallback:
+            runs.append((f"rearc {max(args.sizes)}k, json path", max(args.sizes), True))
+        for name, k, extra in runs:
+            root = tmp_path / "source"
+            files = max(1, k * 1000 // args.pairs_per_file)
+            pairs = write_source(root, files, args.pairs_per_file, args.seed, extra)
             rows.append((name, pairs, build(f"rearc:{root}", tmp_path / "out", args.num_aug, args.materialize),
                          args.num_aug))
+            shutil.rmtree(root)
 
     layout = "materialised" if args.materialize else "compact"
     print(f"build-arc ({layout}), {args.pairs_per_file} pairs per synthetic file, seed {args.seed}")
-    print("| source | pairs | num_aug | examples | wall | CPU | peak RSS | pairs/s | examples/s |")
+    print("| source | pairs | num_aug | examples | wall | CPU | peak RSS | pairs/s (wall) | pairs/s (CPU) |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name, pairs, r, num_aug in rows:
         print(f"| {name} | {pairs:,} | {num_aug} | {r['examples']:,} | {r['wall']:.1f} s | {r['cpu']:.1f} s | "
-              f"{r['rss_gb']:.2f} GB | {pairs / r['wall']:,.0f} | {r['examples'] / r['wall']:,.0f} |")
-    small, full = rows[1], rows[2]
-    grow = (full[2]["rss_gb"] - small[2]["rss_gb"]) * 1e9 / max(1, full[1] - small[1])
-    print(f"peak RSS grows by {grow:,.0f} bytes per source pair from 1/4 to full size "
-          "(the packed grids and the plan the builder holds; the JSON is read one file at a time)")
+              f"{r['rss_gb']:.2f} GB | {pairs / r['wall']:,.0f} | {pairs / r['cpu']:,.0f} |")
+    gen = [r for r in rows[1:] if "json" not in r[0]]
+    if len(gen) > 1:
+        (_, p0, r0, _), (_, p1, r1, _) = gen[0], gen[-1]
+        grow = (r1["rss_gb"] - r0["rss_gb"]) * 1e9 / max(1, p1 - p0)
+        print(f"peak RSS grows by {grow:,.0f} bytes per source pair from {p0:,} to {p1:,} pairs")
 
 
 if __name__ == "__main__":

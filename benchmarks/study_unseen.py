@@ -20,6 +20,11 @@ own process (so its wall time and peak RSS, `os.wait4`, are the command's), one 
   (d)        train from scratch on the joint build, --pre-steps + --adapt-steps;
   (e)        per-task test-time training (`ttt`): one copy of the pretrained model per unseen task,
              --ttt-steps each (default --adapt-steps / the number of unseen tasks: (c)'s compute).
+With `--pretrain-generated K`, the pretraining set also holds K `generate-arc` tasks of each family
+not in `--unseen-families` (difficulty 1, generator seed 0), at the same steps x batch: the arm to
+set against a run without it (its own `--out`). With `--unseen-families`, `--family-protocols`
+(default (c) and (e)) also run on `--family-tasks` tasks of each of those families (generator
+seed 1, never pretrained on by either arm): results `c_fam`, `e_fam`.
 Each is scored by `evaluate` (count-first vote over the 1 + num_aug copies of each test input):
 pass@1 and pass@2 by HRM's rule, and pass@2 by the ARC Prize rule. `--quick` runs the same
 sequence on 3 + 2 tasks for a few steps: the time and memory of each command at tiny size.
@@ -81,11 +86,23 @@ def cli(args: list[str], log: dict, label: str) -> None:
     print(f"  {label}: {log[label]['seconds']} s, {log[label]['peak_rss_mb']} MB", flush=True)
 
 
+def cell_accuracy(guess, truth) -> float:
+    """Fraction of the truth's cells the guess has right (0 when the shapes differ)."""
+    if not guess or len(guess) != len(truth) or any(len(a) != len(b) for a, b in zip(guess, truth)):
+        return 0.0
+    return sum(x == y for a, b in zip(guess, truth) for x, y in zip(a, b)) / sum(len(b) for b in truth)
+
+
 def scores(eval_dir: Path) -> dict:
+    """pass@k, the tasks solved, and cell@1: the mean over test inputs of the top-ranked answer's
+    cell accuracy (a graded figure where few tasks are solved)."""
     s = json.loads((eval_dir / "pass_at_k.json").read_text())
     tasks = json.loads((eval_dir / "tasks.json").read_text())["tasks"]
+    cells = [cell_accuracy(ti["candidates"][0]["grid"] if ti["candidates"] else None, ti["truth"])
+             for v in tasks.values() for ti in v["test_inputs"]]
     return {"pass@1": s["hrm"]["1"], "pass@2": s["hrm"]["2"], "arc_prize@2": s["arc_prize"]["2"],
-            "solved@2": sorted(k for k, v in tasks.items() if v["correct"]["2"])}
+            "solved@2": sorted(k for k, v in tasks.items() if v["correct"]["2"]),
+            "cell@1": 100 * sum(cells) / max(1, len(cells))}
 
 
 def write_unseen_challenges(path: Path, ids: list[str]) -> None:
@@ -107,8 +124,34 @@ def submission_scores(sub_path: Path, chal: Path) -> dict:
     one = {t: all(a["attempt_1"] == y for a, y in zip(sub[t], sol[t])) for t in sol}
     two = {t: all(y in (a["attempt_1"], a["attempt_2"]) for a, y in zip(sub[t], sol[t])) for t in sol}
     prize = sum(sum(y in (a["attempt_1"], a["attempt_2"]) for a, y in zip(sub[t], sol[t])) / len(sol[t]) for t in sol)
+    cells = [cell_accuracy(a["attempt_1"], y) for t in sol for a, y in zip(sub[t], sol[t])]
     return {"pass@1": 100 * sum(one.values()) / len(sol), "pass@2": 100 * sum(two.values()) / len(sol),
-            "arc_prize@2": 100 * prize / len(sol), "solved@2": sorted(t for t, v in two.items() if v)}
+            "arc_prize@2": 100 * prize / len(sol), "solved@2": sorted(t for t, v in two.items() if v),
+            "cell@1": 100 * sum(cells) / max(1, len(cells))}
+
+
+def write_generated(folder: Path, per_family: int, held: list[str], log: dict) -> Path:
+    """`per_family` generate-arc tasks of every family not in `held` (seed 0, difficulty 1): the
+    pretraining extra; the training/ folder only (generate-arc's generated.json is no task)."""
+    from arc_data.generators.registry import FAMILIES
+
+    families = [f for f in FAMILIES if f not in held]
+    if not folder.exists():
+        cli(["generate-arc", f"output_dir={folder}", f"families=[{','.join(families)}]", "seed=0", "difficulty=1",
+             f"tasks_per_family={per_family}", "progress=false"], log, "generate-arc (pretraining)")
+    log["pretraining_families"] = families
+    return folder / "training"
+
+
+def write_family_challenges(folder: Path, held: list[str], per_family: int, log: dict) -> Path:
+    """`per_family` tasks of each held-out family (seed 1): a Kaggle challenges file (+ solutions),
+    all evaluation tasks, for `build-arc` and `ttt` alike."""
+    if not folder.exists():
+        cli(["generate-arc", f"output_dir={folder}", f"families=[{','.join(held)}]",
+             f"holdout_families=[{','.join(held)}]", "seed=1", "difficulty=1", f"tasks_per_family={per_family}",
+             "layout=kaggle", "progress=false"], log, "generate-arc (unseen families)")
+    log["unseen_families"] = held
+    return folder / "generated_evaluation_challenges.json"
 
 
 def finished(run: Path, steps: int) -> bool:
@@ -131,6 +174,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--protocols", default="abcd", help="which of (a)-(e) to run, e.g. abce")
     ap.add_argument("--ttt-steps", type=int, help="(e): steps per task (default: --adapt-steps / unseen tasks)")
+    ap.add_argument("--pretrain-generated", type=int, default=0, metavar="K",
+                    help="add K generate-arc tasks per family (families not in --unseen-families) to pretraining")
+    ap.add_argument("--unseen-families", default="",
+                    help="comma-separated generate-arc families held out of pretraining: (c) and (e) also on them")
+    ap.add_argument("--family-tasks", type=int, default=2, help="tasks per unseen family")
+    ap.add_argument("--family-protocols", default="ce", help="which of (a)-(c), (e) to run on the unseen families")
     ap.add_argument("--quick", action="store_true", help="3 + 2 tasks, 4 steps: time and memory at tiny size")
     args = ap.parse_args(argv)
     out = Path(args.out)
@@ -142,6 +191,13 @@ def main(argv: list[str] | None = None) -> int:
         write_tasks(raw / "tasks" / "training", pre_ids + unseen)
         write_tasks(raw / "joint" / "training", pre_ids)
         write_tasks(raw / "joint" / "evaluation", unseen)
+    held_families = [f for f in args.unseen_families.split(",") if f]
+    pre_sources = [raw / "tasks"]
+    gen_log: dict = {}
+    if args.pretrain_generated:
+        pre_sources.append(write_generated(raw / "generated", args.pretrain_generated, held_families, gen_log))
+    fam_chal = write_family_challenges(raw / "families", held_families, args.family_tasks, gen_log) \
+        if held_families else None
     results = out / f"results_{args.model}.json"
     log: dict = {"model": args.model, "pretraining_tasks": pre_ids, "unseen_tasks": unseen, "args": vars(args),
                  "runs": {}}
@@ -156,45 +212,58 @@ def main(argv: list[str] | None = None) -> int:
         t: dict = run.setdefault("timing", {})
         print(f"seed {seed}", flush=True)
         if not (r / "unseen").exists():
-            cli(["build-arc", f"sources=[{raw / 'tasks'}]", f"output_dir={r / 'pre'}", f"holdout_tasks=[{','.join(unseen)}]",
+            cli(["build-arc", f"sources=[{','.join(map(str, pre_sources))}]", f"output_dir={r / 'pre'}",
+                 f"holdout_tasks=[{','.join(unseen)}]",
                  f"holdout_dir={r / 'unseen'}", f"num_aug={args.num_aug}", f"seed={seed}", "progress=false"], t, "build")
             cli(["build-arc", f"sources=[{raw / 'joint'}]", f"output_dir={r / 'joint'}", f"num_aug={args.num_aug}",
                  f"seed={seed}", "progress=false"], t, "build joint")
+        if fam_chal and set(args.family_protocols) & set("abce") and not (r / "families").exists():
+            cli(["build-arc", f"sources=[{fam_chal}]", f"output_dir={r / 'families'}", f"num_aug={args.num_aug}",
+                 f"seed={seed}", "progress=false"], t, "build families")
         if set(args.protocols) & set("abce") and not finished(r / "pretrain", args.pre_steps):
             cli(["train", *common, f"seed={seed}", f"data_dir={r / 'pre'}", f"output_dir={r / 'pretrain'}",
                  f"train.max_steps={args.pre_steps}"], t, "pretrain")
-        for name, extra in (("a", ["train.time_budget=0", f"train.max_steps={args.adapt_steps}"]),
-                            ("b", ["adapt.trains=embeddings", f"train.max_steps={args.adapt_steps}"]),
-                            ("c", ["adapt.trains=all", f"train.max_steps={args.adapt_steps}"])):
-            if name not in args.protocols:
-                continue
-            cli(["train", *common, f"seed={seed}", f"data_dir={r / 'unseen'}", f"output_dir={r / name}",
-                 f"init_from={r / 'pretrain'}", "train.epochs_per_iter=4", *extra], t, f"adapt ({name})")
-            cli(["evaluate", f"checkpoint={r / name}", f"data_dir={r / 'unseen'}", f"output_dir={r / ('eval_' + name)}",
-                 *ev], t, f"evaluate ({name})")
-            run[name] = scores(r / f"eval_{name}")
-        if "e" in args.protocols:
-            chal = out / "raw" / "unseen_challenges.json"
-            if not chal.is_file():
-                write_unseen_challenges(chal, unseen)
-            ttt_steps = args.ttt_steps or max(1, args.adapt_steps // len(unseen))
-            cli(["ttt", f"checkpoint={r / 'pretrain'}", f"challenges={chal}", f"output_dir={r / 'e'}",
-                 f"steps={ttt_steps}", "batch=8", f"num_aug={args.num_aug}", f"lr={args.lr}", f"seed={seed}",
-                 "workers=1", "threads=1", "device=cpu", "progress=false",
-                 "train_overrides=['optim.warmup_steps=5','checkpoint.every=0']"], t, f"ttt (e), {ttt_steps} steps a task")
-            run["e"] = submission_scores(r / "e" / "submission.json", chal)
-            run["e"]["steps_per_task"] = ttt_steps
+        chal = out / "raw" / "unseen_challenges.json"
+        if "e" in args.protocols and not chal.is_file():
+            write_unseen_challenges(chal, unseen)
+        sets = [("", r / "unseen", chal, len(unseen), args.protocols)]
+        if fam_chal:
+            sets.append(("_fam", r / "families", fam_chal, len(held_families) * args.family_tasks,
+                         args.family_protocols))
+        for tag, data, challenges, num_tasks, protocols in sets:
+            for name, extra in (("a", ["train.time_budget=0", f"train.max_steps={args.adapt_steps}"]),
+                                ("b", ["adapt.trains=embeddings", f"train.max_steps={args.adapt_steps}"]),
+                                ("c", ["adapt.trains=all", f"train.max_steps={args.adapt_steps}"])):
+                if name not in protocols:
+                    continue
+                key = name + tag
+                cli(["train", *common, f"seed={seed}", f"data_dir={data}", f"output_dir={r / key}",
+                     f"init_from={r / 'pretrain'}", "train.epochs_per_iter=4", *extra], t, f"adapt ({key})")
+                cli(["evaluate", f"checkpoint={r / key}", f"data_dir={data}", f"output_dir={r / ('eval_' + key)}",
+                     *ev], t, f"evaluate ({key})")
+                run[key] = scores(r / f"eval_{key}")
+            if "e" in protocols:
+                key = "e" + tag
+                ttt_steps = args.ttt_steps or max(1, args.adapt_steps // num_tasks)
+                cli(["ttt", f"checkpoint={r / 'pretrain'}", f"challenges={challenges}", f"output_dir={r / key}",
+                     f"steps={ttt_steps}", "batch=8", f"num_aug={args.num_aug}", f"lr={args.lr}", f"seed={seed}",
+                     "workers=1", "threads=1", "device=cpu", "progress=false",
+                     "train_overrides=['optim.warmup_steps=5','checkpoint.every=0']"], t,
+                    f"ttt ({key}), {ttt_steps} steps a task")
+                run[key] = submission_scores(r / key / "submission.json", challenges)
+                run[key]["steps_per_task"] = ttt_steps
         if "d" in args.protocols:
             cli(["train", *common, f"seed={seed}", f"data_dir={r / 'joint'}", f"output_dir={r / 'd'}",
                  f"train.max_steps={args.pre_steps + args.adapt_steps}"], t, "train (d) joint")
             cli(["evaluate", f"checkpoint={r / 'd'}", f"data_dir={r / 'joint'}", f"output_dir={r / 'eval_d'}", *ev], t,
                 "evaluate (d)")
             run["d"] = scores(r / "eval_d")
+        log["generated"] = gen_log
         results.write_text(json.dumps(log, indent=1) + "\n")
-        for name in (n for n in "abcde" if n in run):
+        for name in (n for n in ("a", "b", "c", "d", "e", "c_fam", "e_fam") if n in run):
             s = run[name]
             print(f"  ({name}) pass@1 {s['pass@1']:.1f}  pass@2 {s['pass@2']:.1f}  ARC Prize pass@2 "
-                  f"{s['arc_prize@2']:.1f}  solved {s['solved@2']}", flush=True)
+                  f"{s['arc_prize@2']:.1f}  cell@1 {s['cell@1']:.1f}  solved {s['solved@2']}", flush=True)
     return 0
 
 

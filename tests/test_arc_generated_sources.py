@@ -87,11 +87,14 @@ def test_arcgen_lists_and_task_dicts_and_barc_jsonl(tmp_path):
     (gen / "task002.json").write_text(json.dumps({"train": _pairs(rng, 3), "test": _pairs(rng, 1)}))
     golf = {"train": _pairs(rng, 2), "test": _pairs(rng, 1), "arc-gen": _pairs(rng, 4)}  # NeuroGolf's packing
     (gen / "task003.json").write_text(json.dumps(golf))
+    printed = _pairs(rng, 3)  # `python3 arc_gen.py generate 0d3d703e 3 > 0d3d703e.json`: print(list) -> repr
+    (gen / "0d3d703e.json").write_text(str(printed) + "\n")
     barc = write_barc(tmp_path / "barc" / "data_100k.jsonl",
                       [(6, ["6e82a1ae.py", "a5f85a15_variant.py", "make a pattern"]), (1, []), (2, ["d4a91cb9.py"])])
     tasks = _load([f"arcgen:{gen}", f"barc:{barc}"], pairs_per_task=4, test_pairs=1)
     names = sorted(t.name for t in tasks)
-    assert names == ["arcgen-1e0a9b12-0000", "arcgen-1e0a9b12-0001", "arcgen-task002-0000", "arcgen-task003-0000",
+    assert names == ["arcgen-0d3d703e-0000", "arcgen-1e0a9b12-0000", "arcgen-1e0a9b12-0001", "arcgen-task002-0000",
+                     "arcgen-task003-0000",
                      "barc-data_100k-000001-0000", "barc-data_100k-000001-0001", "barc-data_100k-000003-0000"]
     by = {t.name: t for t in tasks}
     assert by["barc-data_100k-000001-0000"].imitates == ("6e82a1ae", "a5f85a15")
@@ -99,6 +102,9 @@ def test_arcgen_lists_and_task_dicts_and_barc_jsonl(tmp_path):
     assert len(by["arcgen-1e0a9b12-0001"].train) == 1 and len(by["arcgen-task002-0000"].train) == 3
     want = sorted(_key(np.array(p["input"], np.uint8), np.array(p["output"], np.uint8)) for p in golf["arc-gen"])
     assert sorted(_key(a, b) for a, b in by["arcgen-task003-0000"].train + by["arcgen-task003-0000"].test) == want
+    want = sorted(_key(np.array(p["input"], np.uint8), np.array(p["output"], np.uint8)) for p in printed)
+    assert sorted(_key(a, b) for a, b in by["arcgen-0d3d703e-0000"].train + by["arcgen-0d3d703e-0000"].test) == want
+    assert by["arcgen-0d3d703e-0000"].imitates == ("0d3d703e",)
     assert all(t.train and t.test for t in tasks)
 
 

@@ -17,9 +17,10 @@ from pathlib import Path
 import numpy as np
 
 from arc_data import format as fmt
-from arc_data.arc.generated import GeneratedSourceConfig, loader, source_path
+from arc_data.arc.generated import GeneratedSourceConfig, loader, source_path, split_spec
 from arc_data.arc.plan import Plan, SplitPlan, check_request, make_plan
 from arc_data.arc.sources import EVAL_SUBSET, SOURCE_NAMES, SourceInfo, load_sources
+from arc_data.arc.spill import Spill
 from arc_data.arc.tasksplit import (
     HOLDOUT_POOLS,
     LABEL_MODES,
@@ -170,6 +171,7 @@ def encode_split(plan: Plan, sp: SplitPlan, out_dir: Path, bar) -> None:
                                 plan.colour_map, sp.offsets[lo:hi], f_in.rows_view(slot, n), f_lab.rows_view(slot, n))
                 pending[slot] = [wi.submit(f_in.write, slot, n, f_in.reserve(slot, n)),
                                  wl.submit(f_lab.write, slot, n, f_lab.reserve(slot, n))]
+                g.release()  # a spilled source's grids: this block's pages go back
                 bar.update(n)
             for futs in pending:
                 for fut in futs:
@@ -195,9 +197,7 @@ def write_dataset(plan: Plan, tmp: Path, materialize: bool, manifest: dict, prog
     )
     (tmp / fmt.IDENTIFIERS_FILE).write_bytes(plan.identifiers_json())
     if not materialize:
-        g = plan.grids
-        np.savez(tmp / fmt.GRIDS_FILE, cells=g.cells, grid_offset=g.offset, grid_shape=g.shape,
-                 pair_grids=g.pair_grids)
+        plan.grids.save(tmp / fmt.GRIDS_FILE)
     total = sum(sp.num_examples for sp in plan.splits.values())
     with progress_bar(progress and materialize, "build-arc")(total, "encode", "ex") as bar:
         for split, sp in plan.splits.items():
@@ -233,6 +233,22 @@ def build(cfg: BuildConfig) -> BuildSummary:
 
 
 def _build(cfg: BuildConfig) -> BuildSummary:
+    """A generated source's grids go to a temporary file beside output_dir as they are read
+    (`spill.Spill`), so its build's memory does not grow with them."""
+    spill = None
+    try:
+        if any(split_spec(s) for s in cfg.sources):
+            folder = Path(os.path.abspath(os.path.expanduser(cfg.output_dir))).parent
+            while not folder.is_dir():  # the nearest existing folder: nothing is created for the spill
+                folder = folder.parent
+            spill = Spill(folder)
+        return _build_with(cfg, spill)
+    finally:
+        if spill is not None:
+            spill.close()
+
+
+def _build_with(cfg: BuildConfig, spill: Spill | None) -> BuildSummary:
     t0 = time.perf_counter()
     inputs = [source_path(s) for s in cfg.sources if s not in SOURCE_NAMES]
     outputs_apart(cfg)
@@ -247,7 +263,7 @@ def _build(cfg: BuildConfig) -> BuildSummary:
                                         marker=fmt.MANIFEST_FILE, writer="build-arc", field="validation_dir")
 
     tasks, infos = load_sources(list(cfg.sources), cfg.eval_name, require_outputs=cfg.test_labels == "required",
-                                load=loader(cfg.generated, cfg.seed))
+                                load=loader(cfg.generated, cfg.seed, spill))
     for note in (n for info in infos for n in info.skipped):
         print(f"build-arc: skipped {note}", file=sys.stderr)
     tasks = as_evaluation(tasks, set(unlabelled_tasks(tasks)))  # unlabelled test inputs never train
@@ -275,7 +291,7 @@ def _build(cfg: BuildConfig) -> BuildSummary:
     for tgt, job_tasks, split_info in jobs:
         print(mode_line(job_tasks, str(tgt.path)))
         check_request(job_tasks, cfg.num_aug, cfg.materialize, tgt.path)
-        plan = make_plan(job_tasks, cfg.num_aug, cfg.seed)
+        plan = make_plan(job_tasks, cfg.num_aug, cfg.seed, spill)
         short = {t.name: int(n) for t, n in zip(job_tasks, plan.num_puzzles) if n < cfg.num_aug + 1}
         counts = {
             split: {

@@ -4,8 +4,9 @@
                   under raw_data/re_arc): PATH/tasks/<ARC-1 task id>.json (or PATH itself holding
                   them), each a JSON list of {"input": grid, "output": grid} generated for that task;
                   metadata.json beside tasks/ is not read.
-    arcgen:PATH   ARC-GEN (github.com/google/ARC-GEN; `arc_gen.py generate <id> N` prints such a
-                  list): PATH/<task id>.json, each a list of {"input", "output"} pairs, or a task
+    arcgen:PATH   ARC-GEN (github.com/google/ARC-GEN): PATH/<task id>.json, each a JSON list of
+                  {"input", "output"} pairs (what its evaluation scripts read), or that list as
+                  `arc_gen.py generate <id> N` prints it (Python's repr, single quotes), or a task
                   {"train": [...], "test": [...]} whose pairs are pooled, or a NeuroGolf task file,
                   whose "arc-gen" list alone is read.
     barc:PATH     BARC / ARC-Heavy (github.com/xu3kev/BARC, Hugging Face barc0/*): a JSONL file (or a
@@ -40,6 +41,7 @@ import numpy as np
 
 from arc_data.arc.pairscan import scan_file
 from arc_data.arc.sources import EVAL_SUBSET, Pair, SourceInfo, Task, load_source, parse_grid
+from arc_data.arc.spill import Spill
 from arc_data.errors import ArcError
 from arc_data.files.jsonio import parse_json
 from arc_data.files.names import regular_files
@@ -85,12 +87,36 @@ class Packed:
         return cls(np.concatenate([g.ravel() for g in grids]) if grids else np.zeros(0, np.uint8), shape)
 
     def grid(self, g: int) -> np.ndarray:
-        h, w, a = self.hw[2 * g], self.hw[2 * g + 1], self.start[g]
+        h, w, a = int(self.hw[2 * g]), int(self.hw[2 * g + 1]), int(self.start[g])
         return self.cells[a:a + h * w].reshape(h, w)
 
     @property
     def num_pairs(self) -> int:
         return len(self.start) // 2
+
+
+class SpilledPacked(Packed):
+    """A unit whose cells were written to a `Spill` as it was read, its pairs in the order given (a
+    task's pairs are then a `range` of them: no Python int per pair): its grids are read back from
+    the spill's map when asked, so the units of a whole source are never in memory together.
+    Offsets (int32, within the unit) and sides (int16) as arrays: 16 bytes a pair."""
+
+    __slots__ = ("spill", "at")
+
+    def __init__(self, unit: Packed, spill: Spill, order: np.ndarray) -> None:
+        hw = np.asarray(unit.hw, np.int64).reshape(-1, 2)
+        start = np.asarray(unit.start, np.int64)
+        grids = np.stack([2 * order, 2 * order + 1], axis=1).ravel()  # the unit's grids in pair order
+        size = hw[grids, 0] * hw[grids, 1]
+        new_start = np.cumsum(size) - size
+        cell = np.repeat(start[grids] - new_start, size) + np.arange(int(size.sum()))
+        self.spill, self.at = spill, spill.append(unit.cells[cell])
+        self.start = new_start.astype(np.int32)
+        self.hw = hw[grids].astype(np.int16).ravel()
+
+    @property
+    def cells(self) -> np.ndarray:
+        return self.spill.cells()[self.at:]
 
 
 class PackedPairs(Sequence):
@@ -100,7 +126,7 @@ class PackedPairs(Sequence):
 
     __slots__ = ("unit", "idx")
 
-    def __init__(self, unit: Packed, idx: tuple[int, ...]) -> None:
+    def __init__(self, unit: Packed, idx: tuple[int, ...] | range) -> None:
         self.unit, self.idx = unit, idx
 
     def __len__(self) -> int:
@@ -115,7 +141,7 @@ class PackedPairs(Sequence):
     def grid_shapes(self) -> list[tuple[int, int]]:
         """The (h, w) of each pair's input and output, in order (`plan.pack_grids`)."""
         hw = self.unit.hw
-        return [(hw[4 * k + j], hw[4 * k + j + 1]) for k in self.idx for j in (0, 2)]
+        return [(int(hw[4 * k + j]), int(hw[4 * k + j + 1])) for k in self.idx for j in (0, 2)]
 
     def copy_cells(self, cells: np.ndarray, offsets: np.ndarray) -> None:
         """Copy each grid's cells to cells[offsets[j]:] (`plan.pack_grids`), no grid objects made;
@@ -128,10 +154,12 @@ class PackedPairs(Sequence):
         j = 0
         for k in self.idx:
             for g in (2 * k, 2 * k + 1):
-                h, w, a = hw[2 * g], hw[2 * g + 1], start[g]
+                h, w, a = int(hw[2 * g]), int(hw[2 * g + 1]), int(start[g])  # Python ints: never int16 sums
                 cells[dst[j]:dst[j] + h * w] = buf[a:a + h * w]
                 new_hw += (h, w)
                 j += 1
+        if isinstance(unit, SpilledPacked):
+            return  # the unit is read back from its spill, which lives as long as the build
         moved = Packed.__new__(Packed)
         moved.cells, moved.start, moved.hw = cells, dst, new_hw
         self.unit, self.idx = moved, tuple(range(len(self.idx)))
@@ -182,13 +210,15 @@ def source_path(spec: str) -> str:
     return parts[1] if parts else spec
 
 
-def loader(grouping: GeneratedSourceConfig, seed: int) -> Callable[[str, str, bool], tuple[list[Task], SourceInfo]]:
-    """`load_source`, extended with the generated kinds (what `load_sources(load=...)` takes)."""
+def loader(grouping: GeneratedSourceConfig, seed: int,
+           spill: Spill | None = None) -> Callable[[str, str, bool], tuple[list[Task], SourceInfo]]:
+    """`load_source`, extended with the generated kinds (what `load_sources(load=...)` takes);
+    with `spill`, each generated unit's cells go to it as the unit is read."""
     def load(spec: str, eval_name: str = EVAL_SUBSET, require_outputs: bool = True) -> tuple[list[Task], SourceInfo]:
         parts = split_spec(spec)
         if parts is None:
             return load_source(spec, eval_name, require_outputs)
-        return load_generated(spec, parts[0], parts[1], grouping, seed)
+        return load_generated(spec, parts[0], parts[1], grouping, seed, spill)
     return load
 
 
@@ -249,6 +279,10 @@ def _pair_file(path: Path, kind: str, grouping: GeneratedSourceConfig, digest, s
     except OSError as e:
         raise ArcError(f"{path}: task {path.stem}: cannot read ({e.strerror})") from None
     digest.update(path.name.encode() + b"\0" + hashlib.sha256(data).digest())
+    if kind == "arcgen" and data.lstrip().startswith(b"[{'") and b'"' not in data:
+        # `arc_gen.py generate <id> N > <id>.json` writes Python's repr of the list (print(examples)):
+        # single-quoted keys, ints only, so the quotes are all there is to change to read it as JSON
+        data = data.replace(b"'", b'"')
     fast = scan_file(data)
     if fast is not None:
         return Packed(*fast)
@@ -317,17 +351,20 @@ def _barc_units(root: Path, grouping: GeneratedSourceConfig, digest,
 
 
 def group_unit(kind: str, unit: str, imitates: tuple[str, ...], file: str, spec: str, pairs: Packed,
-               grouping: GeneratedSourceConfig, seed: int) -> tuple[list[Task], int]:
+               grouping: GeneratedSourceConfig, seed: int, spill: Spill | None = None) -> tuple[list[Task], int]:
     """One unit's pairs -> (tasks, pairs left over): a seeded shuffle, the first `examples`, chunks
-    of `pairs_per_task` (a last chunk of test_pairs or fewer is left over)."""
+    of `pairs_per_task` (a last chunk of test_pairs or fewer is left over). With `spill`, the kept
+    pairs go to it in the shuffled order, each task a range of them."""
     rng = np.random.Generator(np.random.PCG64([seed, zlib.crc32(f"{kind}:{unit}".encode())]))
     order = rng.permutation(pairs.num_pairs)
     if grouping.examples:
         order = order[:grouping.examples]
+    if spill is not None:
+        pairs, order = SpilledPacked(pairs, spill, order), range(len(order))
     k, n_test = grouping.pairs_per_task, grouping.test_pairs
     tasks, left = [], 0
     for j, lo in enumerate(range(0, len(order), k)):
-        chunk = tuple(order[lo:lo + k].tolist())
+        chunk = order[lo:lo + k] if spill is not None else tuple(order[lo:lo + k].tolist())
         if len(chunk) <= n_test:
             left += len(chunk)
             continue
@@ -337,7 +374,7 @@ def group_unit(kind: str, unit: str, imitates: tuple[str, ...], file: str, spec:
 
 
 def load_generated(spec: str, kind: str, path: str, grouping: GeneratedSourceConfig,
-                   seed: int) -> tuple[list[Task], SourceInfo]:
+                   seed: int, spill: Spill | None = None) -> tuple[list[Task], SourceInfo]:
     root = Path(os.path.expanduser(path))
     if not path:
         raise ArcError(f"{spec}: give a path after '{kind}:'")
@@ -348,7 +385,7 @@ def load_generated(spec: str, kind: str, path: str, grouping: GeneratedSourceCon
     tasks: list[Task] = []
     left = 0
     for unit, imitates, file, pairs in units:
-        made, n_left = group_unit(kind, unit, imitates, file, spec, pairs, grouping, seed)
+        made, n_left = group_unit(kind, unit, imitates, file, spec, pairs, grouping, seed, spill)
         tasks += made
         left += n_left
     if left:

@@ -13,7 +13,10 @@ RNG (one `np.random.Generator(PCG64(seed))`), in this order:
 Trials are drawn up front (a fixed budget per task, consumed or not), so the stream does not depend
 on which trials are accepted, and tasks can be augmented in parallel. T = number of tasks in
 source order (`sources.load_sources`). Not byte-compatible with HRM's legacy-RNG stream (which is
-not reproducible itself, spec 1.7), but the same distribution.
+not reproducible itself, spec 1.7), but the same distribution. Steps 2 and 3 are drawn a chunk at a
+time (TASK_CHUNK tasks, EXAMPLE_CHUNK examples) from the same stream, which gives the same numbers
+as one call (tests/test_generated_stream.py): a generated source's plan keeps its grids and
+per-grid arrays in a temporary file (`spill.py`), and nothing per example but the offsets in memory.
 """
 
 from __future__ import annotations
@@ -25,10 +28,13 @@ from pathlib import Path
 import numpy as np
 
 from arc_data.arc.sources import Task
+from arc_data.arc.spill import Spill, save_npz
 from arc_data.budget import check_count, check_fits
 from arc_data.format import BLANK_NAME, MAX_SIDE, SEQ_LEN, SPLITS, aug_name
 
 TRIAL_FACTOR = 5  # HRM: at most 5 * num_aug trials per task
+TASK_CHUNK = 1 << 12  # tasks whose colour-permutation trials are drawn and tried together
+EXAMPLE_CHUNK = 1 << 16  # examples whose translation offsets are drawn together (~100 bytes each)
 # Distinct augmentations of one task: 8 dihedral transforms x 9! permutations of colours 1-9.
 MAX_DISTINCT_AUG = 8 * 362_880 - 1
 EMPTY_GRID = np.zeros((0, 0), dtype=np.uint8)  # the output of an unlabelled test input
@@ -37,12 +43,28 @@ TRANSPOSING = np.array([0, 1, 0, 1, 0, 0, 1, 1], dtype=bool)  # tids whose outpu
 
 @dataclass
 class Grids:
-    """All grids in one buffer: grid g = cells[offset[g]: offset[g] + h*w], shape[g] = (h, w)."""
+    """All grids in one buffer: grid g = cells[offset[g]: offset[g] + h*w], shape[g] = (h, w).
+    With `spill`, the buffer is a region of that temporary file: whoever reads it a chunk at a time
+    calls `release()` after each chunk (a no-op for a buffer in memory)."""
 
     cells: np.ndarray  # uint8 [sum h*w]
     offset: np.ndarray  # int64 [G]
     shape: np.ndarray  # int64 [G, 2]
     pair_grids: np.ndarray  # int64 [num_pairs, 2]  (input grid, output grid)
+    spill: Spill | None = None
+
+    def release(self) -> None:
+        if self.spill is not None:
+            self.spill.release()
+
+    def save(self, path: Path) -> None:
+        """The compact layout's grids.npz."""
+        arrays = {"cells": self.cells, "grid_offset": self.offset, "grid_shape": self.shape,
+                  "pair_grids": self.pair_grids}
+        if self.spill is None:
+            np.savez(path, **arrays)
+        else:
+            save_npz(path, arrays, self.spill)
 
 
 @dataclass
@@ -101,20 +123,24 @@ class Plan:
         return b"".join(parts)
 
 
-def pack_grids(tasks: list[Task]) -> tuple[Grids, np.ndarray, np.ndarray]:
+def pack_grids(tasks: list[Task], spill: Spill | None = None) -> tuple[Grids, np.ndarray, np.ndarray]:
     """Tasks -> packed grids, task pair ranges [T+1], demo counts [T].
 
     Two passes (shapes, then cells copied into one buffer allocated once), so packing holds the
     grids once more and nothing per grid (a 400k-pair source: no list of 800k views). A task's
     `train` / `test` is a list of pairs, or a packed sequence of them (`generated.PackedPairs`)
     that gives its grids' shapes (`grid_shapes()`) and copies its cells (`copy_cells(cells, offsets)`)
-    without making a grid object each."""
+    without making a grid object each. With `spill`, the buffer and the per-grid arrays (offset,
+    shape, pair_grids) are allocated in it, and its pages handed back every TASK_CHUNK tasks."""
     num_pairs = np.array([len(t.train) + len(t.test) for t in tasks], np.int64)
     task_pairs = np.concatenate([[0], np.cumsum(num_pairs)]).astype(np.int64)
     num_demos = np.array([len(t.train) for t in tasks], np.int64)
-    shape = np.empty((2 * int(task_pairs[-1]), 2), np.int64)
+    n_grids = 2 * int(task_pairs[-1])
+    shape = _empty(spill, (n_grids, 2), np.int64)
     g = 0
-    for t in tasks:
+    for i, t in enumerate(tasks):
+        if spill is not None and i % TASK_CHUNK == TASK_CHUNK - 1:
+            spill.release()
         for pairs in (t.train, t.test):
             if hasattr(pairs, "grid_shapes"):
                 shape[g:g + 2 * len(pairs)] = pairs.grid_shapes()
@@ -127,24 +153,43 @@ def pack_grids(tasks: list[Task]) -> tuple[Grids, np.ndarray, np.ndarray]:
                 shape[g] = inp.shape
                 shape[g + 1] = EMPTY_GRID.shape if out is None else out.shape
                 g += 2
-    sizes = shape[:, 0] * shape[:, 1]
-    offset = np.zeros(len(sizes), dtype=np.int64)
-    np.cumsum(sizes[:-1], out=offset[1:])
-    cells = np.empty(int(sizes.sum()), np.uint8)
+    offset = _empty(spill, (n_grids,), np.int64)  # exclusive cumulative sizes, a chunk at a time
+    pair_grids = _empty(spill, (n_grids // 2, 2), np.int64)
+    total = 0
+    for lo in range(0, n_grids, EXAMPLE_CHUNK):
+        size = shape[lo:lo + EXAMPLE_CHUNK, 0] * shape[lo:lo + EXAMPLE_CHUNK, 1]
+        ends = np.cumsum(size) + total
+        offset[lo:lo + EXAMPLE_CHUNK] = ends - size
+        total = int(ends[-1])
+        pair_grids.reshape(-1)[lo:lo + EXAMPLE_CHUNK] = np.arange(lo, lo + len(size))
+        if spill is not None:
+            spill.release()
+    cells = np.empty(total, np.uint8) if spill is None else spill.allocate(total)
     g = 0
-    for t in tasks:
+    for i, t in enumerate(tasks):
+        if spill is not None and i % TASK_CHUNK == TASK_CHUNK - 1:
+            spill.release()
         for pairs in (t.train, t.test):
             if hasattr(pairs, "copy_cells"):
                 pairs.copy_cells(cells, offset[g:g + 2 * len(pairs)])
                 g += 2 * len(pairs)
                 continue
             for inp, out in pairs:
-                cells[offset[g]:offset[g] + sizes[g]] = inp.ravel()
+                cells[offset[g]:offset[g] + inp.size] = inp.ravel()
                 if out is not None:
-                    cells[offset[g + 1]:offset[g + 1] + sizes[g + 1]] = out.ravel()
+                    cells[offset[g + 1]:offset[g + 1] + out.size] = out.ravel()
                 g += 2
-    pair_grids = np.arange(len(sizes), dtype=np.int64).reshape(-1, 2)
-    return Grids(cells, offset, shape, pair_grids), task_pairs, num_demos
+    grids = Grids(cells, offset, shape, pair_grids, spill)
+    grids.release()
+    return grids, task_pairs, num_demos
+
+
+def _empty(spill: Spill | None, shape: tuple[int, ...], dtype) -> np.ndarray:
+    """np.empty, or a zeroed array of that shape in the spill (its pages released as the rest)."""
+    if spill is None:
+        return np.empty(shape, dtype)
+    n = int(np.prod(shape))
+    return spill.allocate(n * np.dtype(dtype).itemsize).view(dtype).reshape(shape)
 
 
 def draw_trials(rng: np.random.Generator, num_tasks: int, num_aug: int) -> tuple[np.ndarray, np.ndarray]:
@@ -153,6 +198,33 @@ def draw_trials(rng: np.random.Generator, num_tasks: int, num_aug: int) -> tuple
     n = TRIAL_FACTOR * num_aug
     tids = rng.integers(0, 8, size=(num_tasks, n), dtype=np.uint8)
     return tids, permuted_colours(rng, (num_tasks, n))
+
+
+def augment_in_chunks(rng: np.random.Generator, grids: Grids, task_pairs: np.ndarray,
+                      num_aug: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """RNG steps 1-2 and the augmentation, TASK_CHUNK tasks at a time: every task's trial dihedral
+    ids (T x 5 num_aug bytes), then each chunk's colour permutations drawn, tried and only the
+    accepted ones kept. `permuted` shuffles row after row from one stream, so drawing it a chunk of
+    rows at a time gives what one call over all tasks gives (tested): the plan of the in-memory
+    build, with the trials' memory bounded by a chunk. Returns the trial dihedral ids [T, 5 num_aug],
+    accepted trial ids [T, num_aug] (-1 padded), their colour permutations [T, num_aug, 9],
+    accepted counts [T] and trials used [T]."""
+    from arc_data.arc.kernels import permuted_colours
+
+    n_tasks = len(task_pairs) - 1
+    trial_tid = rng.integers(0, 8, size=(n_tasks, TRIAL_FACTOR * num_aug), dtype=np.uint8)
+    acc = np.full((n_tasks, num_aug), -1, np.int32)
+    acc_perm = np.zeros((n_tasks, num_aug, 9), np.uint8)
+    n_acc = np.zeros(n_tasks, np.int32)
+    used = np.zeros(n_tasks, np.int32)
+    for lo in range(0, n_tasks, TASK_CHUNK):
+        hi = min(n_tasks, lo + TASK_CHUNK)
+        perm = permuted_colours(rng, (hi - lo, TRIAL_FACTOR * num_aug))  # rng.permuted's values
+        acc[lo:hi], n_acc[lo:hi], used[lo:hi] = augment(grids, task_pairs[lo:hi + 1], trial_tid[lo:hi], perm, num_aug)
+        t_idx, k = np.nonzero(acc[lo:hi] >= 0)
+        acc_perm[lo + t_idx, k] = perm[t_idx, acc[lo + t_idx, k]]
+        grids.release()
+    return trial_tid, acc, acc_perm, n_acc, used
 
 
 def augment(grids: Grids, task_pairs: np.ndarray, trial_tid: np.ndarray, trial_perm: np.ndarray,
@@ -167,41 +239,50 @@ def augment(grids: Grids, task_pairs: np.ndarray, trial_tid: np.ndarray, trial_p
                          trial_perm, np.int64(num_aug))
 
 
+def _ranges(start: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """concatenate(arange(s, s + n) for s, n in zip(start, count)), int64, without a list of arrays."""
+    count = np.asarray(count, np.int64)
+    ends = np.cumsum(count)
+    return np.repeat(np.asarray(start, np.int64) - (ends - count), count) + np.arange(int(ends[-1]) if len(ends) else 0)
+
+
 def _split_plan(groups: np.ndarray, pair_lo: np.ndarray, pair_n: np.ndarray, first_id: np.ndarray,
                 num_puzzles: np.ndarray) -> SplitPlan:
     n_puz = num_puzzles[groups]
     group_indices = np.concatenate([[0], np.cumsum(n_puz)]).astype(np.int32)
-    ids = np.concatenate([np.arange(first_id[t], first_id[t] + num_puzzles[t]) for t in groups]) \
-        if len(groups) else np.zeros(0, np.int64)
+    ids = _ranges(first_id[groups], n_puz)
     per_puzzle = np.repeat(pair_n, n_puz)
     puzzle_indices = np.concatenate([[0], np.cumsum(per_puzzle)])
     if puzzle_indices[-1] >= 2**31:
         raise OverflowError("more than 2**31 examples in one split")
-    group_pairs = np.concatenate([np.arange(lo, lo + n) for lo, n in zip(pair_lo, pair_n)]) \
-        if len(groups) else np.zeros(0, np.int64)
+    group_pairs = _ranges(pair_lo, pair_n)
     gpi = np.concatenate([[0], np.cumsum(pair_n)]).astype(np.int64)
     e = int(puzzle_indices[-1])
     return SplitPlan(ids.astype(np.int32), puzzle_indices.astype(np.int32), group_indices,
                      group_pairs.astype(np.int64), gpi, np.zeros((e, 2), np.uint8))
 
 
-def _translate(rng: np.random.Generator, sp: SplitPlan, grids: Grids, dihedral: np.ndarray) -> None:
-    """Random offsets for every example but one per puzzle (HRM spec 1.5), in place."""
+def _translate(rng: np.random.Generator, sp: SplitPlan, grids: Grids, dihedral: np.ndarray,
+               chunk: int | None = None) -> None:
+    """Random offsets for every example but one per puzzle (HRM spec 1.5), in place: every row
+    offset, then every column offset, each drawn EXAMPLE_CHUNK examples at a time (an array-bounded
+    `integers` draws element after element from one stream, so chunks give what one call gives)."""
     e = sp.num_examples
     if e == 0:
         return
+    chunk = chunk or EXAMPLE_CHUNK
     pi = sp.puzzle_indices.astype(np.int64)
     keep = rng.integers(0, np.diff(pi))  # the untranslated example of each puzzle
     from arc_data.arc.kernels import example_sides  # each example's larger grid, transformed
 
     h, w = example_sides(sp.puzzle_identifiers, pi, sp.group_indices, sp.group_pairs, sp.group_pair_indices,
                          grids.shape, grids.pair_grids, dihedral, TRANSPOSING)
-    rows = rng.integers(0, MAX_SIDE - h + 1).astype(np.uint8)
-    cols = rng.integers(0, MAX_SIDE - w + 1).astype(np.uint8)
-    rows[pi[:-1] + keep] = 0
-    cols[pi[:-1] + keep] = 0
-    sp.offsets[:, 0] = rows
-    sp.offsets[:, 1] = cols
+    grids.release()
+    for axis, side in ((0, h), (1, w)):  # rows, then columns: one stream, drawn a chunk at a time
+        for lo in range(0, e, chunk):
+            hi = min(e, lo + chunk)
+            sp.offsets[lo:hi, axis] = rng.integers(0, MAX_SIDE - side[lo:hi] + 1).astype(np.uint8)
+    sp.offsets[pi[:-1] + keep] = 0
 
 
 def check_request(tasks: list[Task], num_aug: int, materialize: bool, out: Path) -> None:
@@ -221,12 +302,12 @@ def check_request(tasks: list[Task], num_aug: int, materialize: bool, out: Path)
                at=out.parent, fix="lower num_aug" + ("" if not materialize else " (or materialize=false, the compact plan)"))
 
 
-def make_plan(tasks: list[Task], num_aug: int, seed: int) -> Plan:
+def make_plan(tasks: list[Task], num_aug: int, seed: int, spill: Spill | None = None) -> Plan:
+    """The plan of `tasks`; with `spill`, their grids are packed into it (`pack_grids`)."""
     rng = np.random.Generator(np.random.PCG64(seed))
-    grids, task_pairs, num_demos = pack_grids(tasks)
+    grids, task_pairs, num_demos = pack_grids(tasks, spill)
     n_tasks = len(tasks)
-    trial_tid, trial_perm = draw_trials(rng, n_tasks, num_aug)
-    acc, n_acc, used = augment(grids, task_pairs, trial_tid, trial_perm, num_aug)
+    trial_tid, acc, acc_perm, n_acc, used = augment_in_chunks(rng, grids, task_pairs, num_aug)
 
     num_puzzles = 1 + n_acc.astype(np.int64)
     num_ids = 1 + int(num_puzzles.sum())
@@ -241,8 +322,8 @@ def make_plan(tasks: list[Task], num_aug: int, seed: int) -> Plan:
     trial = acc[t_idx, k]
     rows = task_first_id[t_idx] + 1 + k
     dihedral[rows] = trial_tid[t_idx, trial]
-    colour_map[rows, 1:] = trial_perm[t_idx, trial]
-    del trial_tid, trial_perm
+    colour_map[rows, 1:] = acc_perm[t_idx, k]
+    del trial_tid, acc_perm
 
     is_eval = np.array([t.is_eval for t in tasks], dtype=bool)
     n_pairs = np.diff(task_pairs)
