@@ -48,10 +48,10 @@ from benchmarks.benchlib import (  # noqa: E402
     time_steps,
 )
 from hrm_deeploop import runtime  # noqa: E402
-from hrm_deeploop.models.config import GPTConfig  # noqa: E402
+from hrm_deeploop.models.model_config import GPTConfig  # noqa: E402
 from hrm_deeploop.models.gpt import GPT, flops_per_token  # noqa: E402
 from hrm_deeploop.models.scaling import ScalingConfig  # noqa: E402
-from hrm_deeploop.training.config import LMOptim, TrainGPTConfig  # noqa: E402
+from hrm_deeploop.training.train_config import LMOptim, TrainGPTConfig  # noqa: E402
 from hrm_deeploop.training.lm import make_optimizer  # noqa: E402
 from hrm_deeploop.training.loop import mfu  # noqa: E402
 

@@ -70,15 +70,15 @@ from benchmarks.benchlib import (  # noqa: E402
 from benchmarks.reasoner_setup import random_batches  # noqa: E402
 from benchmarks.refcheck import our_step_fn, reference_optimizers, reference_step_fn  # noqa: E402
 from hrm_deeploop import runtime  # noqa: E402
-from hrm_deeploop.config import to_dict, typed  # noqa: E402
+from hrm_deeploop.typed_config import to_dict, typed  # noqa: E402
 from hrm_deeploop.errors import ConfigError  # noqa: E402
-from hrm_deeploop.models.config import HRMConfig  # noqa: E402
+from hrm_deeploop.models.model_config import HRMConfig  # noqa: E402
 from hrm_deeploop.models.hrm import HRM  # noqa: E402
 from hrm_deeploop.models.losses import act_loss  # noqa: E402
 from hrm_deeploop.models.scaling import ScalingConfig  # noqa: E402
 from hrm_deeploop.official import official_key_map, official_state_dict  # noqa: E402
-from hrm_deeploop.training.config import ReasonerOptim as OptimConfig  # noqa: E402
-from hrm_deeploop.training.config import TrainGPTConfig  # noqa: E402
+from hrm_deeploop.training.train_config import ReasonerOptim as OptimConfig  # noqa: E402
+from hrm_deeploop.training.train_config import TrainGPTConfig  # noqa: E402
 from hrm_deeploop.training.optim import SparseSignSGD, lr_at, make_adam_atan2, set_lr  # noqa: E402
 
 REFERENCE_MLP_MULTIPLE = 256  # HRM's SwiGLU rounds its width up to a multiple of 256, fixed

@@ -103,7 +103,7 @@ def run_reference(ref_dir: Path, task: str, csv_dir: Path, out: Path, num_aug: i
 def run_ours(task: str, csv_dir: Path, out: Path, num_aug: int = 0, subsample_size: int | None = None,
              min_difficulty: int | None = None, seed: int = 0) -> None:
     from arc_data.puzzles.build import build_puzzles
-    from arc_data.puzzles.config import BuildPuzzlesConfig
+    from arc_data.puzzles.puzzle_config import BuildPuzzlesConfig
 
     with contextlib.redirect_stdout(io.StringIO()):
         build_puzzles(BuildPuzzlesConfig(task=task, source=str(csv_dir), output_dir=str(out), num_aug=num_aug,
@@ -116,7 +116,7 @@ def run_ours(task: str, csv_dir: Path, out: Path, num_aug: int = 0, subsample_si
 
 
 def generate_csvs(out: Path, task: str, size: int, train: int, test: int, seed: int, **knobs) -> None:
-    from arc_data.puzzles.config import GeneratePuzzlesConfig
+    from arc_data.puzzles.puzzle_config import GeneratePuzzlesConfig
     from arc_data.puzzles.generate import generate_puzzles
 
     with contextlib.redirect_stdout(io.StringIO()):

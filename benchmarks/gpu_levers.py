@@ -48,8 +48,8 @@ from benchmarks.benchlib import (  # noqa: E402
 from benchmarks.gpuprof import kernel_profile  # noqa: E402
 from benchmarks.refcheck import reference_step_fn  # noqa: E402
 from hrm_deeploop import runtime  # noqa: E402
-from hrm_deeploop.config import to_dict, typed  # noqa: E402
-from hrm_deeploop.training.config import ReasonerOptim, TrainGPTConfig  # noqa: E402
+from hrm_deeploop.typed_config import to_dict, typed  # noqa: E402
+from hrm_deeploop.training.train_config import ReasonerOptim, TrainGPTConfig  # noqa: E402
 from hrm_deeploop.training.optim import AdamATan2  # noqa: E402
 
 LEVERS = ("default", "nofused", "optim", "cgraphs", "autotune")
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     preset = presets(args.model)[args.preset]
     device = setup_device(args.device, args.threads)
     ref, note = cmp.import_reference(args.reference.resolve())
-    config_cls = getattr(importlib.import_module("hrm_deeploop.models.config"), config_name)
+    config_cls = getattr(importlib.import_module("hrm_deeploop.models.model_config"), config_name)
     cfg = typed({**to_dict(preset["model"]), "num_puzzle_identifiers": args.num_puzzle_ids,
                  "mlp_multiple": cmp.REFERENCE_MLP_MULTIPLE}, config_cls, "--set ")
     batch = args.batch or preset["batch"]

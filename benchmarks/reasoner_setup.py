@@ -10,9 +10,9 @@ import numpy as np
 import torch
 
 from hrm_deeploop import runtime
-from hrm_deeploop.models.config import HRMConfig, TRMConfig
+from hrm_deeploop.models.model_config import HRMConfig, TRMConfig
 from hrm_deeploop.models.scaling import ScalingConfig
-from hrm_deeploop.training.config import ReasonerLoop, ReasonerOptim, TrainConfig
+from hrm_deeploop.training.train_config import ReasonerLoop, ReasonerOptim, TrainConfig
 from hrm_deeploop.training.reasoner import Trainer
 
 

@@ -337,7 +337,7 @@ def add_reference_args(parser, reference: str, model_fields: str, optimizers: tu
                        ) -> None:
     """The flags the ACT-reasoner comparisons take (their presets are their own); `optimizers`: the
     optim.name values the reference has (URM's also has Muon)."""
-    from hrm_deeploop.training.config import TrainGPTConfig
+    from hrm_deeploop.training.train_config import TrainGPTConfig
 
     parser.add_argument("--reference", required=True, type=Path,
                         help=f"a checkout of {reference}")
@@ -367,7 +367,7 @@ def run_reference_comparison(ref, cfg, args, batch: int, warmup: int, steps: int
     equivalence part cannot run at this config (printed instead)."""
     import gc
 
-    from hrm_deeploop.training.config import ReasonerOptim
+    from hrm_deeploop.training.train_config import ReasonerOptim
 
     # a short warm-up, so that the compared steps see changing learning rates
     o = ReasonerOptim(warmup_steps=2, name=args.optimizer)

@@ -45,7 +45,7 @@ def run(c: EvaluateConfig) -> int:
     # torch and what imports it (here and in the branches below), so that `evaluate --help`, which
     # imports this module for its options, starts without torch
     from hrm_deeploop import runtime
-    from hrm_deeploop.data.puzzles import check_matches, open_dataset
+    from hrm_deeploop.data.batches import check_matches, open_dataset
     from hrm_deeploop.loading import load_model, table_rows
 
     for key in ("checkpoint", "data_dir", "output_dir"):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from arc_data.puzzles.registry import TASKS
-from hrm_deeploop.config import at_least, device_name, one_of, optional_at_least
+from hrm_deeploop.typed_config import at_least, device_name, one_of, optional_at_least
 
 # `evaluate task=...`: the dataset's own (auto), a grid task of the registry (the one list of them), or
 # generic (scored without cells to solve, augmentation or pictures)

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from hrm_deeploop import runtime
-from hrm_deeploop.data.puzzles import num_sequential_batches, sequential_batches
+from hrm_deeploop.data.batches import num_sequential_batches, sequential_batches
 from hrm_deeploop.data.rows import map_rows
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.models.act import ACTReasoner

@@ -189,7 +189,7 @@ def set_rng_state(state: dict[str, Any], **generators: torch.Generator) -> None:
             g.set_state(state["generators"][k])
 
 
-IDENTITY_FILE = "data_identity.json"  # the dataset a run trains on (`data.puzzles.dataset_identity`)
+IDENTITY_FILE = "data_identity.json"  # the dataset a run trains on (`data.batches.dataset_identity`)
 LOCK_FILE = locks.LOCK_FILE
 
 

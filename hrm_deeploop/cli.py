@@ -10,7 +10,7 @@ one line on stderr and exit code 2, before anything is read or written; so is ev
 the function raises. Ctrl-C exits 130, SIGTERM 143 (`interrupts`: both are a KeyboardInterrupt).
 
 Torch is imported only by the functions that need it, and every schema lives in a torch-free
-module (the trainers' in training/config.py), so every `SUB --help`, `scales`, `build-arc`,
+module (the trainers' in training/train_config.py), so every `SUB --help`, `scales`, `build-arc`,
 `viz-arc` and `vote` start without it (tests/test_cli_help.py checks all of them).
 """
 
@@ -49,11 +49,11 @@ COMMANDS: dict[str, Command] = {
                        "render ARC tasks / augmentations to PNG and an HTML gallery"),
     "generate-arc": Command("arc_data.generators.generate:run", "arc_data.generators.generate:GenerateArcConfig",
                             "generate_arc", "generate procedural ARC tasks (our own seeded families), offline"),
-    "build-puzzles": Command("arc_data.puzzles.build:run_build", "arc_data.puzzles.config:BuildPuzzlesConfig",
+    "build-puzzles": Command("arc_data.puzzles.build:run_build", "arc_data.puzzles.puzzle_config:BuildPuzzlesConfig",
                              "build_puzzles", "build a Sudoku / Maze dataset (HRM layout) from CSVs"),
-    "generate-puzzles": Command("arc_data.puzzles.generate:run_generate", "arc_data.puzzles.config:GeneratePuzzlesConfig",
+    "generate-puzzles": Command("arc_data.puzzles.generate:run_generate", "arc_data.puzzles.puzzle_config:GeneratePuzzlesConfig",
                                 "generate_puzzles", "generate Sudoku / Maze puzzles into CSVs, offline"),
-    "train": Command("hrm_deeploop.training.reasoner:run", "hrm_deeploop.training.config:TrainConfig", "train",
+    "train": Command("hrm_deeploop.training.reasoner:run", "hrm_deeploop.training.train_config:TrainConfig", "train",
                      "train HRM, TRM or URM (baseline or DeepLoop) on a built puzzle dataset"),
     "train-vit": Command("hrm_deeploop.training.vision:run", "hrm_deeploop.training.vision_config:TrainViTConfig",
                          "train_vit", "train LoopViT (baseline or DeepLoop) on canvases of a built ARC dataset"),
@@ -68,7 +68,7 @@ COMMANDS: dict[str, Command] = {
                                "solutions.json"),
     "prepare-text": Command("hrm_deeploop.text.prepare:run", "hrm_deeploop.text.prepare:PrepareTextConfig",
                             "prepare_text", "tokenise text/JSONL/Parquet into GPT-2 token shards"),
-    "train-gpt": Command("hrm_deeploop.training.lm:run", "hrm_deeploop.training.config:TrainGPTConfig", "train_gpt",
+    "train-gpt": Command("hrm_deeploop.training.lm:run", "hrm_deeploop.training.train_config:TrainGPTConfig", "train_gpt",
                          "train the looped GPT language model"),
     "eval-gpt": Command("eval.lm:run", "eval.lm:EvalGPTConfig", "eval_gpt",
                         "validation loss and lm-evaluation-harness tasks for a looped GPT"),
@@ -80,7 +80,7 @@ COMMANDS: dict[str, Command] = {
                       "a checkpoint to a Hugging Face Hub folder (model.safetensors, config.json, model card)"),
     "study": Command("hrm_deeploop.study:run", "hrm_deeploop.study:StudyConfig", "study",
                      "a grid over config keys x seeds for train / train-gpt, local pool or SLURM (submitit)"),
-    "ttt": Command("hrm_deeploop.pertask.run:run", "hrm_deeploop.pertask.config:PerTaskConfig", "ttt",
+    "ttt": Command("hrm_deeploop.pertask.run:run", "hrm_deeploop.pertask.ttt_config:PerTaskConfig", "ttt",
                    "per-task test-time training: one copy of a checkpoint per ARC task, then a submission"),
     "demo": Command("hrm_deeploop.demo:run", "hrm_deeploop.demo:DemoConfig", "demo",
                     "the whole pipeline end to end on bundled data (2 CPU cores; time in docs/demo.md)"),
@@ -89,10 +89,10 @@ COMMANDS: dict[str, Command] = {
 # Config-group schemas: a group's YAML files extend these (`defaults: [_schema_hrm]`).
 GROUP_SCHEMAS: dict[tuple[str, str], str] = {
     ("scaling", "_schema"): "hrm_deeploop.models.scaling:ScalingConfig",
-    ("model", "_schema_hrm"): "hrm_deeploop.models.config:HRMConfig",
-    ("model", "_schema_trm"): "hrm_deeploop.models.config:TRMConfig",
-    ("model", "_schema_urm"): "hrm_deeploop.models.config:URMConfig",
-    ("model", "_schema_gpt"): "hrm_deeploop.models.config:GPTConfig",
+    ("model", "_schema_hrm"): "hrm_deeploop.models.model_config:HRMConfig",
+    ("model", "_schema_trm"): "hrm_deeploop.models.model_config:TRMConfig",
+    ("model", "_schema_urm"): "hrm_deeploop.models.model_config:URMConfig",
+    ("model", "_schema_gpt"): "hrm_deeploop.models.model_config:GPTConfig",
     ("model", "_schema_loopvit"): "hrm_deeploop.models.loopvit_config:LoopViTConfig",
 }
 
@@ -203,7 +203,7 @@ def compose(name: str, overrides: list[str], convert: bool = True, choices: bool
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from hrm_deeploop.config import check_int64
+    from hrm_deeploop.typed_config import check_int64
 
     register_schemas(name)
     overrides = rewrite_deprecated(name, overrides)
@@ -273,7 +273,7 @@ def _known_keys(name: str) -> list[str]:
                 out += walk(v, full + ".")
         return out
 
-    from hrm_deeploop.models.config import MODEL_CONFIGS
+    from hrm_deeploop.models.model_config import MODEL_CONFIGS
 
     try:
         keys = walk(OmegaConf.structured(resolve(COMMANDS[name].schema)), "")
@@ -348,7 +348,7 @@ def describe_groups(cfg: Any, picked: dict[str, str | None], models: tuple[type,
 
     from omegaconf import OmegaConf
 
-    from hrm_deeploop.models.config import MODEL_CONFIGS
+    from hrm_deeploop.models.model_config import MODEL_CONFIGS
 
     def fits(keys: set[str]) -> bool:
         return all(k.startswith("model.") or OmegaConf.select(cfg, k, default=_ABSENT) is not _ABSENT for k in keys)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hrm_deeploop.config import at_least, device_name, one_of, positive
+from hrm_deeploop.typed_config import at_least, device_name, one_of, positive
 from hrm_deeploop.errors import ConfigError, UserError
 from hrm_deeploop.reports.demo import (
     arc_line,

@@ -23,11 +23,11 @@ from arc_data.dataset import load_identifiers
 from arc_data.errors import DatasetError
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop import official, runtime
-from hrm_deeploop.config import typed
+from hrm_deeploop.typed_config import typed
 from hrm_deeploop.data.rows import row_map
 from hrm_deeploop.errors import ConfigError, UserError
 from hrm_deeploop.models.act import ACTReasoner
-from hrm_deeploop.models.config import (
+from hrm_deeploop.models.model_config import (
     MODEL_CONFIGS,
     GPTConfig,
     HRMConfig,
@@ -56,7 +56,7 @@ class LoadedModel:
     run_config: dict | None = None  # the resolved config of the run that wrote it (ours), e.g. its data_dir
 
 
-# the reasoners' config schemas, by model.name: the models' registry (models/config.py) less the looped GPT
+# the reasoners' config schemas, by model.name: the models' registry (models/model_config.py) less the looped GPT
 REASONER_SCHEMAS: dict[str, type] = {n: c for n, c in MODEL_CONFIGS.items() if issubclass(c, ReasonerConfig)}
 
 

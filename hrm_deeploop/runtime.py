@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
-from hrm_deeploop.config import device_name
+from hrm_deeploop.typed_config import device_name
 from hrm_deeploop.errors import ConfigError, UserError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
@@ -258,7 +258,7 @@ class MemoryEstimate:
                 f"{human(self.activation_bytes)} of activations (an estimate)")
 
 
-# A model config's `layer_fields` (models/config.py) count identical blocks: the parameters are
+# A model config's `layer_fields` (models/model_config.py) count identical blocks: the parameters are
 # affine in each, so a model of thousands of blocks is counted from a few small builds (building
 # each block on the meta device costs milliseconds: 100,000 of them would take minutes before the refusal).
 EXACT_LAYERS = 64  # up to this many blocks per field, the model itself is built on the meta device

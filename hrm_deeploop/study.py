@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hrm_deeploop.config import at_least, check, one_of, optional_at_least
+from hrm_deeploop.typed_config import at_least, check, one_of, optional_at_least
 from hrm_deeploop.errors import ConfigError, UserError
 from hrm_deeploop.reports.study import command_value, write_reports
 
@@ -124,7 +124,7 @@ class StudyConfig:
         if self.compare is not None:
             one_of("compare", self.compare, list(self.grid))
         if isinstance(self.submitit, dict):
-            from hrm_deeploop.config import typed
+            from hrm_deeploop.typed_config import typed
 
             self.submitit = typed(self.submitit, SubmititConfig, "submitit.")
 

@@ -68,9 +68,9 @@ def stand_in_open_split(data_dir, split):
 
 
 def use_stand_in(monkeypatch) -> None:
-    import hrm_deeploop.data.puzzles
+    import hrm_deeploop.data.batches
 
-    monkeypatch.setattr(hrm_deeploop.data.puzzles, "open_split", stand_in_open_split)
+    monkeypatch.setattr(hrm_deeploop.data.batches, "open_split", stand_in_open_split)
 
 
 def _task(rng: np.random.Generator, n: int, side: int = 2):
@@ -181,12 +181,12 @@ def ddp_grads_worker(rank: int, world: int, port: int, data_dir: str, out_file: 
 
     import torch
 
-    import hrm_deeploop.data.puzzles
+    import hrm_deeploop.data.batches
     from hrm_deeploop import runtime
-    from hrm_deeploop.data.puzzles import fit_to_dataset
-    from hrm_deeploop.models.config import HRMConfig
+    from hrm_deeploop.data.batches import fit_to_dataset
+    from hrm_deeploop.models.model_config import HRMConfig
     from hrm_deeploop.models.scaling import ScalingConfig
-    from hrm_deeploop.training.config import TrainConfig
+    from hrm_deeploop.training.train_config import TrainConfig
     from hrm_deeploop.training.reasoner import Trainer
 
     saved_env = dict(os.environ)
@@ -194,7 +194,7 @@ def ddp_grads_worker(rank: int, world: int, port: int, data_dir: str, out_file: 
                       LOCAL_RANK=str(rank))
     if world > 1:
         torch.set_num_threads(1)
-    hrm_deeploop.data.puzzles.open_split = stand_in_open_split
+    hrm_deeploop.data.batches.open_split = stand_in_open_split
     env = runtime.setup("cpu")
     try:
         split = stand_in_open_split(data_dir, "train")

@@ -145,7 +145,7 @@ def test_yaml_files_hold_only_what_differs_from_the_dataclass():
     import yaml
     from omegaconf import OmegaConf
 
-    from hrm_deeploop.config import to_dict
+    from hrm_deeploop.typed_config import to_dict
 
     def restated(values, defaults, prefix=""):
         out = []
@@ -164,8 +164,8 @@ def test_yaml_files_hold_only_what_differs_from_the_dataclass():
         values = yaml.safe_load((config_dir() / f"{cmd.config}.yaml").read_text()) or {}
         assert restated(values, defaults) == [], name
     from hrm_deeploop.demo import DemoPreset
-    from hrm_deeploop.models.config import MODEL_CONFIGS
-    from hrm_deeploop.training.config import TrainConfig, TrainGPTConfig
+    from hrm_deeploop.models.model_config import MODEL_CONFIGS
+    from hrm_deeploop.training.train_config import TrainConfig, TrainGPTConfig
     from hrm_deeploop.training.vision_config import TrainViTConfig
 
     for f in (config_dir() / "experiment").glob("*.yaml"):

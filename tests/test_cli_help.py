@@ -118,7 +118,7 @@ def test_help_lists_each_trainers_experiments_and_they_compose(capsys):
 
 def test_help_and_scales_start_without_torch():
     """Every subcommand's --help (and `scales`, which runs) composes its schema without importing
-    torch: the schemas live in torch-free modules (training/config.py, models/config.py, ...)."""
+    torch: the schemas live in torch-free modules (training/train_config.py, models/model_config.py, ...)."""
     code = ("import sys; from hrm_deeploop.cli import COMMANDS, main; assert main(['--help']) == 0; "
             "assert main(['scales']) == 0\n"
             "for n in COMMANDS:\n"

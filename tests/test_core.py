@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hrm_deeploop.models.config import GPTConfig
+from hrm_deeploop.models.model_config import GPTConfig
 from hrm_deeploop.models.core import (
     Attention,
     Block,

@@ -12,7 +12,7 @@ from arc_data.arc.build import BuildConfig, build
 from arc_data.errors import ArcError, DatasetError, MazeError, SudokuError, raised_as
 from arc_data.puzzles import registry
 from arc_data.puzzles.build import build_puzzles
-from arc_data.puzzles.config import BuildPuzzlesConfig, GeneratePuzzlesConfig
+from arc_data.puzzles.puzzle_config import BuildPuzzlesConfig, GeneratePuzzlesConfig
 from hrm_deeploop.cli import main
 from tests.arc_synth import synthetic_tasks, write_layout
 

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from hrm_deeploop.errors import ConfigError
-from hrm_deeploop.models.config import GPTConfig
+from hrm_deeploop.models.model_config import GPTConfig
 from hrm_deeploop.models.gpt import GPT, flops_per_token
 from hrm_deeploop.models.scaling import ScalingConfig
 from hrm_deeploop.training.lm import param_groups
@@ -163,7 +163,7 @@ def test_flop_counter_hand_computed():
 
 def test_gpt2_small_param_count():
     """GPT-2 small looped: 12 blocks of 768 stored once (SwiGLU 2048 wide) + the tied 50304 x 768 table."""
-    from hrm_deeploop.models.config import GPTConfig
+    from hrm_deeploop.models.model_config import GPTConfig
 
     with torch.device("meta"):
         m = GPT(GPTConfig(num_rounds=3), ScalingConfig(scheme="deeploop"))

@@ -63,7 +63,7 @@ def test_trm_cuda_bf16_step_matches_eager_plain(compile_, fused, mixer, monkeypa
     """bf16 TRM train steps (weight average on) with the fused kernel and/or torch.compile match
     eager plain PyTorch; the model computes in bf16 and the average stays fp32."""
     from benchmarks.reasoner_setup import make_trainer, random_batches
-    from hrm_deeploop.models.config import TRMConfig
+    from hrm_deeploop.models.model_config import TRMConfig
     from hrm_deeploop.models.scaling import ScalingConfig
 
     cfg = TRMConfig(hidden_size=64, num_heads=2, expansion=2.0, num_h_cycles=2, num_l_cycles=2, halt_max_steps=3,

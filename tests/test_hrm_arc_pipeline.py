@@ -9,7 +9,7 @@ import pytest
 from arc_data.arc.build import BuildConfig, build
 from arc_data.dataset import open_split
 from hrm_deeploop.cli import run_subcommand
-from hrm_deeploop.data.puzzles import TrainSampler, sequential_batches
+from hrm_deeploop.data.batches import TrainSampler, sequential_batches
 from tests.hrm_helpers import TINY_OVERRIDES
 
 

@@ -9,7 +9,7 @@ import yaml
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.loading import load_model
-from hrm_deeploop.models.config import HRMConfig
+from hrm_deeploop.models.model_config import HRMConfig
 from hrm_deeploop.models.hrm import HRM
 from tests.hrm_helpers import make_dataset, stand_in_open_split, use_stand_in
 

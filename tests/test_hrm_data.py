@@ -4,7 +4,7 @@ examples, rank sharding, exact resume, padded sequential test batches."""
 import numpy as np
 import pytest
 
-from hrm_deeploop.data.puzzles import TrainSampler, collate, sequential_batches
+from hrm_deeploop.data.batches import TrainSampler, collate, sequential_batches
 from tests.hrm_helpers import make_dataset, stand_in_open_split
 
 

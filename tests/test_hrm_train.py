@@ -190,9 +190,9 @@ def _rank0_error_worker(rank: int, world: int, port: int, data_dir: str, out_dir
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank), WANDB_MODE="disabled")
     torch.set_num_threads(1)
-    import hrm_deeploop.data.puzzles
+    import hrm_deeploop.data.batches
 
-    hrm_deeploop.data.puzzles.open_split = stand_in_open_split
+    hrm_deeploop.data.batches.open_split = stand_in_open_split
     from hrm_deeploop.cli import run_subcommand
 
     rc = run_subcommand("train", [*TINY_OVERRIDES, f"data_dir={data_dir}", f"output_dir={out_dir}"])

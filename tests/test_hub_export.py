@@ -64,7 +64,7 @@ def _gpt_logits(checkpoint: Path) -> torch.Tensor:
 
 
 def _reasoner_outputs(checkpoint: Path, data_dir: Path) -> dict[str, torch.Tensor]:
-    from hrm_deeploop.data.puzzles import open_dataset, sequential_batches
+    from hrm_deeploop.data.batches import open_dataset, sequential_batches
     from hrm_deeploop.loading import load_model
 
     loaded = load_model(checkpoint)

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from hrm_deeploop.models.config import GPTConfig
+from hrm_deeploop.models.model_config import GPTConfig
 from hrm_deeploop.models.gpt import GPT
 from hrm_deeploop.models.scaling import ScalingConfig
 from hrm_deeploop.training.kappa import kappa, mean_pairwise_cos, measure, summarize, untied_visits

@@ -154,9 +154,9 @@ def _ddp_muon_worker(rank: int, world: int, port: int, data_dir: str, out_file: 
     the global batch of 8; each rank saves its weights before and after."""
     import os
 
-    import hrm_deeploop.data.puzzles
+    import hrm_deeploop.data.batches
     from hrm_deeploop import runtime
-    from hrm_deeploop.data.puzzles import fit_to_dataset
+    from hrm_deeploop.data.batches import fit_to_dataset
     from hrm_deeploop.training.reasoner import Trainer
     from tests.hrm_helpers import stand_in_open_split
 
@@ -165,7 +165,7 @@ def _ddp_muon_worker(rank: int, world: int, port: int, data_dir: str, out_file: 
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                           LOCAL_RANK=str(rank))
         torch.set_num_threads(1)
-    hrm_deeploop.data.puzzles.open_split = stand_in_open_split
+    hrm_deeploop.data.batches.open_split = stand_in_open_split
     env = runtime.setup("cpu")
     try:
         split = stand_in_open_split(data_dir, "train")

@@ -17,7 +17,7 @@ from eval.ranking import sigmoid
 from hrm_deeploop import runtime
 from hrm_deeploop.cli import run_subcommand
 from hrm_deeploop.loading import load_model
-from hrm_deeploop.models.config import HRMConfig, TRMConfig
+from hrm_deeploop.models.model_config import HRMConfig, TRMConfig
 from hrm_deeploop.models.reasoners import build_reasoner
 
 TINY = {"hrm": ["experiment=hrm_tiny_cpu", "model.hidden_size=32", "model.num_h_layers=1", "model.num_l_layers=1"],

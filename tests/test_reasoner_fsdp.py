@@ -36,12 +36,12 @@ def _fsdp_worker(rank: int, world: int, ports: list[int], data_dir: str, root: s
     os.environ.update(MASTER_ADDR="127.0.0.1", RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                       WANDB_MODE="disabled")
     torch.set_num_threads(1)
-    import hrm_deeploop.data.puzzles
+    import hrm_deeploop.data.batches
     from hrm_deeploop.cli import run_subcommand
     from hrm_deeploop.training import fsdp
     from tests.hrm_helpers import stand_in_open_split
 
-    hrm_deeploop.data.puzzles.open_split = stand_in_open_split
+    hrm_deeploop.data.batches.open_split = stand_in_open_split
     shard, seen = fsdp.shard, []
 
     def recorded(model, blocks):  # proof that the parameters really are sharded (DTensors, a part each)

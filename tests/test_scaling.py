@@ -5,7 +5,7 @@ import math
 import pytest
 
 from hrm_deeploop.errors import ConfigError
-from hrm_deeploop.models.config import GPTConfig, HRMConfig, TRMConfig
+from hrm_deeploop.models.model_config import GPTConfig, HRMConfig, TRMConfig
 from hrm_deeploop.models.scaling import (
     ScalingConfig,
     alpha_beta,

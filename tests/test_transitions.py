@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from hrm_deeploop.errors import ConfigError
-from hrm_deeploop.models.config import GPTConfig, HRMConfig, TRMConfig
+from hrm_deeploop.models.model_config import GPTConfig, HRMConfig, TRMConfig
 from hrm_deeploop.models.core import BlockConfig, LoopedCore, RMSNorm, init_block_, make_block, rms_norm
 from hrm_deeploop.models.gpt import GPT
 from hrm_deeploop.models.hrm import HRM

@@ -11,7 +11,7 @@ import yaml
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.loading import load_model
-from hrm_deeploop.models.config import TRMConfig
+from hrm_deeploop.models.model_config import TRMConfig
 from hrm_deeploop.models.trm import TRM
 from hrm_deeploop.official import official_trm_key_map
 from tests.hrm_helpers import make_dataset, stand_in_open_split, use_stand_in

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from hrm_deeploop.errors import ConfigError
-from hrm_deeploop.models.config import TRMConfig
+from hrm_deeploop.models.model_config import TRMConfig
 from hrm_deeploop.models.core import SeqMLPBlock
 from hrm_deeploop.models.scaling import ScalingConfig
 from hrm_deeploop.models.trm import TRM

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from hrm_deeploop.cli import compose
 from hrm_deeploop.errors import ConfigError
-from hrm_deeploop.models.config import URMConfig
+from hrm_deeploop.models.model_config import URMConfig
 from hrm_deeploop.models.core import ConvSwiGLU, SwiGLU
 from hrm_deeploop.models.scaling import ScalingConfig
 from hrm_deeploop.models.urm import URM

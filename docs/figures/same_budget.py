@@ -109,7 +109,7 @@ def study_trainer(model: str, fused: bool = True):  # noqa: ANN201 - (trainer, b
 
     from benchmarks.reasoner_setup import make_trainer, random_batches
     from hrm_deeploop.models.scaling import ScalingConfig
-    from hrm_deeploop.training.config import ReasonerOptim
+    from hrm_deeploop.training.train_config import ReasonerOptim
 
     cfg, device = study_model(model), torch.device("cpu")
     trainer = make_trainer(cfg, ScalingConfig(), device, BATCH, False, ReasonerOptim(lr=1e-3, warmup_steps=10),

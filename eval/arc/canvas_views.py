@@ -116,7 +116,7 @@ def evaluate_loopvit(c: Any, evaluation: Any, out: Path) -> int:
     """`evaluate` for a train-vit checkpoint on an ARC dataset: `predict_views` (c.passes views of
     every copy, drawn from c.tta_seed), then ARC's publish step (predictions.npz, the vote)."""
     from hrm_deeploop import runtime
-    from hrm_deeploop.data.puzzles import open_dataset
+    from hrm_deeploop.data.batches import open_dataset
     from hrm_deeploop.loading import load_model
 
     if c.poe:

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from hrm_deeploop.models.config import EXIT_CRITERIA, GPTConfig
+from hrm_deeploop.models.model_config import EXIT_CRITERIA, GPTConfig
 from hrm_deeploop.models.core import (
     FUSED,
     BlockConfig,

@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from hrm_deeploop.config import at_least, check, in_range, one_of, positive
+from hrm_deeploop.typed_config import at_least, check, in_range, one_of, positive
 from hrm_deeploop.errors import ConfigError
 from hrm_deeploop.models.scaling import POST_LN, Depth, ScalingConfig
 

@@ -1,7 +1,7 @@
 """Depth accounting and residual-scaling schemes (DeepLoop paper sections 2-4).
 
 One module, used by every model. Each model's config declares its own depth accounting
-(`<Model>Config.depth`, models/config.py) on the helpers here (`two_module_depth`,
+(`<Model>Config.depth`, models/model_config.py) on the helpers here (`two_module_depth`,
 `one_network_depth`, `loop_depth`); `model_depth` asks it. A scheme turns an unrolled depth N into
 a `Residual` policy for the blocks of one module:
 
@@ -52,7 +52,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from hrm_deeploop.config import at_least, check, one_of, positive
+from hrm_deeploop.typed_config import at_least, check, one_of, positive
 from hrm_deeploop.errors import ConfigError
 
 SCHEMES = ("baseline", "deepnorm", "deeploop", "power", "looped_eps", "operloop")
@@ -130,7 +130,7 @@ class Depth:
 def model_depth(model_cfg: Any, scaling: ScalingConfig | None = None) -> Depth:
     """The one depth function: N, M, N_g, M_g and each module's (K, R, N used for scaling) of a model
     config under `scaling`'s conventions. Each model's config declares its own accounting next to
-    its dataclass (`<Model>Config.depth`, models/config.py, on the helpers below) and refuses the
+    its dataclass (`<Model>Config.depth`, models/model_config.py, on the helpers below) and refuses the
     options it has no use for (per-module settings on one-network models)."""
     return model_cfg.depth(scaling or ScalingConfig())
 

@@ -23,7 +23,7 @@ from arc_data.files.guard import check_output_dir
 from arc_data.files.jsonio import parse_json, save_json
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.pertask import plan, worker
-from hrm_deeploop.pertask.config import RULES, PerTaskConfig
+from hrm_deeploop.pertask.ttt_config import RULES, PerTaskConfig
 
 SUMMARY = "ttt_summary.json"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from arc_data.files.jsonio import parse_json, save_json
 from hrm_deeploop.pertask import plan
-from hrm_deeploop.pertask.config import PerTaskConfig
+from hrm_deeploop.pertask.ttt_config import PerTaskConfig
 
 WORK = "work"
 LOG = "log.txt"
@@ -121,7 +121,7 @@ def _solve(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float, work:
 def eval_batch(data_dir: Path, cap: int = 256) -> int:
     """The evaluation batch for a task's test split: evaluate pads every batch to its global size, so
     the fewest equal batches of at most `cap` rows that hold the split (one batch of 9 rows, not 16)."""
-    from hrm_deeploop.data.puzzles import open_dataset
+    from hrm_deeploop.data.batches import open_dataset
 
     rows = max(1, int(open_dataset(str(data_dir), "test").num_examples))
     return math.ceil(rows / math.ceil(rows / cap))

@@ -23,9 +23,9 @@ from arc_data.files.guard import checked_output_dir
 from arc_data.files.jsonio import parse_json
 from arc_data.files.names import why_not_a_file
 from arc_data.files.publish import atomic_dir
-from hrm_deeploop.config import at_least, one_of, optional_at_least
+from hrm_deeploop.typed_config import at_least, one_of, optional_at_least
 from hrm_deeploop.errors import UserError
-from hrm_deeploop.models.config import GPTConfig
+from hrm_deeploop.models.model_config import GPTConfig
 from hrm_deeploop.text.corpus import write_demo_corpus
 from hrm_deeploop.text.shards import META_NAME, TOKEN_DTYPE, open_shard, write_meta, write_shard
 from hrm_deeploop.text.tokenizer import TOKENIZERS
@@ -332,7 +332,7 @@ def prepare(cfg: PrepareTextConfig) -> dict[str, Any]:
                 f"the corpus has only {num_tokens} tokens, all taken by the val split "
                 f"(val_tokens={cfg.val_tokens}); lower val_tokens"
             )
-        from hrm_deeploop.config import to_dict
+        from hrm_deeploop.typed_config import to_dict
 
         meta_path = write_meta(
             tmp,

@@ -39,7 +39,7 @@ import torch
 from arc_data.dataset import load_identifiers
 from arc_data.errors import DatasetError
 from hrm_deeploop import checkpoint as ckpt
-from hrm_deeploop.data.puzzles import check_matches
+from hrm_deeploop.data.batches import check_matches
 from hrm_deeploop.data.rows import row_map
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.loading import load_model

@@ -37,7 +37,7 @@ from hrm_deeploop.models.gpt import GPT, flops_per_token
 from hrm_deeploop.models.scaling import tape_layers
 from hrm_deeploop.text.loss import evaluate_loss
 from hrm_deeploop.training import fsdp
-from hrm_deeploop.training.config import LMOptim, TrainGPTConfig
+from hrm_deeploop.training.train_config import LMOptim, TrainGPTConfig
 from hrm_deeploop.training.loop import (
     Task,
     fit,

@@ -44,7 +44,7 @@ from typing import Any
 from arc_data.files.guard import check_output_dir
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop import interrupts, runtime
-from hrm_deeploop.config import (
+from hrm_deeploop.typed_config import (
     to_dict,
 )
 from hrm_deeploop.errors import ConfigError, TrainingDiverged, UserError

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from hrm_deeploop import runtime
-from hrm_deeploop.data.puzzles import (
+from hrm_deeploop.data.batches import (
     TrainSampler,
     check_matches,
     dataset_identity,
@@ -52,7 +52,7 @@ from hrm_deeploop.models.reasoners import build_reasoner
 from hrm_deeploop.models.scaling import model_depth, tape_layers
 from hrm_deeploop.training import fsdp
 from hrm_deeploop.training.adapt import Start, dense_trainable, prepare
-from hrm_deeploop.training.config import TrainConfig
+from hrm_deeploop.training.train_config import TrainConfig
 from hrm_deeploop.training.ema import EMA
 from hrm_deeploop.training.loop import (
     Task,

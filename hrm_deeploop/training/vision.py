@@ -3,7 +3,7 @@
 The model's part of the one training skeleton (`training.loop.fit`: run folder, resume, cadence,
 NaN guard, time budget, summary). Each step:
 
-1. the puzzle sampler (`data.puzzles.TrainSampler`: the same global batches as `train`) picks the
+1. the puzzle sampler (`data.batches.TrainSampler`: the same global batches as `train`) picks the
    examples; each becomes a canvas view (`data.canvas`) with a random upscale and corner drawn, for
    the whole global batch in order, from `numpy.random.default_rng([seed, step, 0])`: a function of
    the step (a resumed run draws what the uninterrupted one drew; the sampler's position is the only
@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop import runtime
 from hrm_deeploop.data.canvas import IGNORE, canvas_batch
-from hrm_deeploop.data.puzzles import TrainSampler, dataset_identity, num_sequential_batches, open_dataset
+from hrm_deeploop.data.batches import TrainSampler, dataset_identity, num_sequential_batches, open_dataset
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.loading import check_tensors, read_loopvit
 from hrm_deeploop.models.loopvit import LoopViT, LoopViTOutput, load_official

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hrm_deeploop.config import at_least, check, optional_at_least, positive
-from hrm_deeploop.models.config import model_config
+from hrm_deeploop.typed_config import at_least, check, optional_at_least, positive
+from hrm_deeploop.models.model_config import model_config
 from hrm_deeploop.models.loopvit_config import LoopViTConfig
-from hrm_deeploop.training.config import CheckpointConfig, EvalConfig, LoopConfig, OptimConfig, RunConfig
+from hrm_deeploop.training.train_config import CheckpointConfig, EvalConfig, LoopConfig, OptimConfig, RunConfig
 
 
 @dataclass

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from hrm_deeploop.config import at_least, check, in_range, one_of, positive, typed
+from hrm_deeploop.typed_config import at_least, check, in_range, one_of, positive, typed
 from hrm_deeploop.errors import ConfigError
 from hrm_deeploop.models.loopvit_config import LoopViTConfig
 from hrm_deeploop.models.scaling import Depth, ScalingConfig, loop_depth, one_network_depth, two_module_depth

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from hrm_deeploop.config import at_least, check, device_name, in_range, one_of, optional_at_least, positive
-from hrm_deeploop.models.config import GPTConfig, HRMConfig, TRMConfig, URMConfig, model_config
+from hrm_deeploop.typed_config import at_least, check, device_name, in_range, one_of, optional_at_least, positive
+from hrm_deeploop.models.model_config import GPTConfig, HRMConfig, TRMConfig, URMConfig, model_config
 from hrm_deeploop.models.rounds import DepthConfig
 from hrm_deeploop.models.scaling import ScalingConfig, model_depth
 
@@ -127,7 +127,7 @@ class RunConfig:
         at_least("seed", self.seed, 0)
         device_name("device", self.device)
         if isinstance(self.scaling, dict):
-            from hrm_deeploop.config import typed
+            from hrm_deeploop.typed_config import typed
 
             self.scaling = typed(self.scaling, ScalingConfig, "scaling.")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hrm_deeploop.config import at_least, one_of, optional_at_least
+from hrm_deeploop.typed_config import at_least, one_of, optional_at_least
 from hrm_deeploop.errors import UserError
 
 PROTOCOLS = ("strict", "transductive")
