@@ -142,7 +142,8 @@ def import_reference(ref_dir: Path) -> tuple[types.SimpleNamespace, str]:
             _STUBBED.clear()
     ref = types.SimpleNamespace(Model=loop.LoopARCViT, layers={"vanilla": vit.ARCTransformerEncoderLayer,
                                                                "hybrid": vit1.ARCTransformerEncoderLayer},
-                                loader=loader, gate_regularizers=offline._compute_gate_regularizers)
+                                loader=loader, gate_regularizers=offline._compute_gate_regularizers,
+                                dir=ref_dir, modules=modules)  # torch.compile looks its modules up by name
     return ref, f"stand-in modules {stubbed or ['none']}"
 
 
@@ -365,6 +366,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--canvas-pairs", type=int, default=200)
     parser.add_argument("--steps", type=int, default=10, help="timed steps per side")
     parser.add_argument("--skip-speed", action="store_true")
+    parser.add_argument("--variants", nargs="+", choices=["eager", "compiled", "compiled_whole"], default=["eager"],
+                        help="throughput variants; compiled: the reference as its script compiles it (torch.compile "
+                             "of the whole model), ours as train-vit does (train.compile: each block compiled once); "
+                             "compiled_whole: both sides' whole models compiled")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
@@ -399,28 +404,38 @@ def main(argv: list[str] | None = None) -> int:
               f"dataset's encoded rows), official loader {us_ref:.1f} us/example (from JSON lists): "
               f"{us_ref / us_ours:.2f}x")
     if not args.skip_speed:
-        print(f"\n## throughput: training step (forward, loss, backward, clip, AdamW), batch {batch}, eager, "
-              f"median CPU time of this process over {args.steps} interleaved steps")
+        print(f"\n## throughput: training step (forward, loss, backward, clip, AdamW), batch {batch}, "
+              f"median CPU time of this process over {args.steps} interleaved steps (compilation untimed)")
         table = []
-        for block in args.blocks:
-            c = replace(cfg, block=block)
-            torch.manual_seed(args.seed)
-            theirs, ours = build_reference(ref, c), LoopViT(c)
-            load_official(ours, theirs.state_dict())
+        for variant in args.variants:
+            for block in args.blocks:
+                c = replace(cfg, block=block)
+                torch.manual_seed(args.seed)
+                theirs, ours = build_reference(ref, c), LoopViT(c)
+                load_official(ours, theirs.state_dict())
+                if variant.startswith("compiled"):
+                    theirs = torch.compile(theirs)
+                    if variant == "compiled_whole":
+                        ours = torch.compile(ours)
+                    else:
+                        for layer in ours.layers:
+                            layer.compile()
 
-            def ref_loss(m, b):
-                logits, meta = m(b["canvas"], b["task_ids"], attention_mask=b["mask"], dynamic_exit=False)
-                return reference_loss(ref, logits, meta, b["target"])
+                def ref_loss(m, b):
+                    logits, meta = m(b["canvas"], b["task_ids"], attention_mask=b["mask"], dynamic_exit=False)
+                    return reference_loss(ref, logits, meta, b["target"])
 
-            def our_loss(m, b, c=c):
-                return vision_loss(m(b["canvas"], b["task_ids"], b["mask"]), b["target"], GATE_ENTROPY_WEIGHT,
-                                   LOOP_PENALTY_WEIGHT, c.num_loops)[0]
+                def our_loss(m, b, c=c):
+                    return vision_loss(m(b["canvas"], b["task_ids"], b["mask"]), b["target"], GATE_ENTROPY_WEIGHT,
+                                       LOOP_PENALTY_WEIGHT, c.num_loops)[0]
 
-            ms = time_interleaved({"reference": step_fn(theirs, batches, ref_loss, args.lr),
-                                   "ours": step_fn(ours, batches, our_loss, args.lr)}, device, 2, args.steps)
-            ex = {k: batch / (v / 1e3) for k, v in ms.items()}
-            table.append([block, f"{ex['reference']:,.2f}", f"{ex['ours']:,.2f}", f"{ex['ours'] / ex['reference']:.2f}x"])
-        print_table(["block", "reference ex/s", "ours ex/s", "ratio"], table)
+                with reference_modules(ref.dir, ref.modules, REFERENCE_TOP):
+                    ms = time_interleaved({"reference": step_fn(theirs, batches, ref_loss, args.lr),
+                                           "ours": step_fn(ours, batches, our_loss, args.lr)}, device, 3, args.steps)
+                ex = {k: batch / (v / 1e3) for k, v in ms.items()}
+                table.append([variant, block, f"{ex['reference']:,.2f}", f"{ex['ours']:,.2f}",
+                              f"{ex['ours'] / ex['reference']:.2f}x"])
+        print_table(["variant", "block", "reference ex/s", "ours ex/s", "ratio"], table)
         print("# ratio = ours / reference examples per second (> 1: ours is faster)")
     return 1 if failed else 0
 

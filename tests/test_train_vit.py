@@ -71,6 +71,8 @@ def test_config_refusals():
         compose("train-vit", ["model=loopvit_tiny", "scaling=deeploop"])
     cfg = compose("train-vit", ["model=loopvit_b6", "scaling=deeploop"])
     assert cfg.model.block == "vanilla"
+    with pytest.raises(ConfigError, match="train.compile_scope"):
+        compose("train-vit", ["model=loopvit_tiny", "train.compile_scope=loops"])
 
 
 def test_a_dataset_that_is_not_arc_grids_is_refused(monkeypatch, tmp_path):
@@ -169,9 +171,11 @@ def test_init_from_refuses_poisoned_weights(monkeypatch, data, tmp_path, capsys,
 
 
 @pytest.mark.slow  # the compile: about a minute of the 2-core CPU (train and eval graphs of one block)
-def test_compiled_blocks_give_the_eager_losses(monkeypatch, data, tmp_path):
-    """train.compile=true compiles each block (one graph for K blocks x T loops): the same losses
-    and evaluation as eager, to fp32 tolerance, over a few steps; the checkpoint keeps eager's keys."""
+@pytest.mark.parametrize("scope", ["block", "model"])
+def test_compiled_blocks_give_the_eager_losses(monkeypatch, data, tmp_path, scope):
+    """train.compile=true compiles each block (one graph for K blocks x T loops), or with
+    compile_scope=model the unrolled model: the same losses and evaluation as eager, to fp32
+    tolerance, over a few steps; the checkpoint keeps eager's keys."""
     from hrm_deeploop import checkpoint as ckpt
 
     common = ["train.max_steps=3", "eval.every=3", "model.dropout=0.0"]
@@ -179,7 +183,8 @@ def test_compiled_blocks_give_the_eager_losses(monkeypatch, data, tmp_path):
     from torch._dynamo.utils import counters
 
     counters.clear()
-    assert train_vit(monkeypatch, data, tmp_path / "compiled", *common, "train.compile=true") == 0
+    assert train_vit(monkeypatch, data, tmp_path / "compiled", *common, "train.compile=true",
+                     f"train.compile_scope={scope}") == 0
     assert counters["stats"]["unique_graphs"] >= 1  # it did compile (no silent eager fallback)
     rows = {run: [r for r in read_metrics(tmp_path / run)] for run in ("eager", "compiled")}
     loss = {run: torch.tensor([r["train/loss"] for r in rs if "train/loss" in r]) for run, rs in rows.items()}

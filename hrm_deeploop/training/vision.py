@@ -21,7 +21,10 @@ NaN guard, time budget, summary). Each step:
 Single process by default; under torchrun, DistributedDataParallel with rank-sharded batches, or
 with `train.fsdp=true` FSDP2 (`training/fsdp.py`: each of the K blocks its own unit, checkpoints in
 the one-process layout). `train.compile=true` compiles each block (`nn.Module.compile`: one graph,
-reused by the K blocks and the T loops, not the unrolled K x T loop, whose compile is slow).
+reused by the K blocks and the T loops, not the unrolled K x T loop, whose compile is slow);
+`train.compile_scope=model` compiles the whole unrolled model instead (one graph, slower to compile;
+on CPU at the tiny size 1.03-1.04x the official compiled model, where per-block is 0.75-0.79x:
+docs/loopvit.md).
 Evaluation: the test split at a fixed scale (`canvas.eval_scale`) and corner (1, 1), as the
 official validation: pixel accuracy over valid pixels and exact match per example.
 Checkpoints: model, optimiser, weight average, sampler position, step, RNG (the skeleton's).
@@ -134,7 +137,9 @@ class VisionTrainer(Task):
             start_weights(self.model, start, cfg.init_from)
         self.model.to(env.device).train()
         self.sharded = cfg.train.fsdp and env.distributed
-        if cfg.train.compile:  # each block: one graph for every block and loop (the module docstring)
+        if cfg.train.compile and cfg.train.compile_scope == "model":  # the unrolled K x T loop: one graph
+            self.model.compile()
+        elif cfg.train.compile:  # each block: one graph for every block and loop (the module docstring)
             for block in self.model.layers:
                 block.compile()
         if self.sharded:  # after the start weights, before the optimiser: it must hold the sharded parameters

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hrm_deeploop.typed_config import at_least, check, optional_at_least, positive
+from hrm_deeploop.typed_config import at_least, check, one_of, optional_at_least, positive
 from hrm_deeploop.models.model_config import model_config
 from hrm_deeploop.models.loopvit_config import LoopViTConfig
 from hrm_deeploop.training.train_config import CheckpointConfig, EvalConfig, LoopConfig, OptimConfig, RunConfig
+
+
+COMPILE_SCOPES = ("block", "model")
 
 
 @dataclass
@@ -22,10 +25,12 @@ class VisionLoop(LoopConfig):
     ema: bool = False  # an exponential moving average of the weights for evaluation
     ema_rate: float = 0.999
     epochs_per_iter: int = 1  # sampler iteration length in epochs (one task's views fill a batch: ttt)
+    compile_scope: str = "block"  # with train.compile: block (one graph for every block and loop) | model (the unrolled K x T)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         at_least("train.global_batch_size", self.global_batch_size, 1)
+        one_of("train.compile_scope", self.compile_scope, COMPILE_SCOPES)
         at_least("train.epochs_per_iter", self.epochs_per_iter, 1)
         check(self.max_steps is not None, "train.max_steps", self.max_steps, "set (the schedule's length)")
         check(isinstance(self.ema_rate, float) and 0.0 < self.ema_rate < 1.0, "train.ema_rate", self.ema_rate,
