@@ -110,3 +110,24 @@ def test_benchmarks_cuda_tiny(capsys):
                          "--rounds", "1", "--mem-rounds", "1", "2", "--max-r", "4"])
     out = capsys.readouterr().out
     assert rc == 0 and "largest R within" in out and "FAILED" not in out, out
+
+
+def test_train_vit_bf16_autocast_tracks_float32(tmp_path, monkeypatch):
+    """train-vit on CUDA: the bf16 autocast step (the default dtype) trains as the float32 one does,
+    to bf16 tolerance over a few steps (CPU runs float32 whatever `dtype` says)."""
+    from hrm_deeploop.cli import run_subcommand
+    from tests.hrm_helpers import make_dataset, read_metrics, use_stand_in
+
+    use_stand_in(monkeypatch)
+    data = make_dataset(tmp_path / "arc", num_tasks=3, train_per_puzzle=3, test_per_puzzle=1, side=3)
+    losses = {}
+    for dtype in ("bfloat16", "float32"):
+        out = tmp_path / dtype
+        assert run_subcommand("train-vit", ["experiment=loopvit_tiny_cpu", "train.progress=false", "device=cuda",
+                                            "train.global_batch_size=4", "optim.warmup_steps=2", "train.max_steps=4",
+                                            "model.dropout=0.0", f"dtype={dtype}", f"data_dir={data}",
+                                            f"output_dir={out}"]) in (0, None)
+        losses[dtype] = [r["train/loss"] for r in read_metrics(out) if "train/loss" in r]
+    assert len(losses["bfloat16"]) == 4 and all(math.isfinite(v) for v in losses["bfloat16"])
+    for a, b in zip(losses["bfloat16"], losses["float32"]):
+        assert abs(a - b) <= 0.05 * abs(b)

@@ -71,6 +71,8 @@ def test_config_refusals():
         compose("train-vit", ["model=loopvit_tiny", "scaling=deeploop"])
     cfg = compose("train-vit", ["model=loopvit_b6", "scaling=deeploop"])
     assert cfg.model.block == "vanilla"
+    with pytest.raises(ConfigError, match="float16 needs a loss scaler"):
+        compose("train-vit", ["model=loopvit_tiny", "dtype=float16"])
     with pytest.raises(ConfigError, match="train.compile_scope"):
         compose("train-vit", ["model=loopvit_tiny", "train.compile_scope=loops"])
 

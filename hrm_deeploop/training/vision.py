@@ -153,6 +153,7 @@ class VisionTrainer(Task):
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=o.lr, betas=(o.beta1, o.beta2),
                                            weight_decay=o.weight_decay)
         self.ema = EMA(self.model, cfg.train.ema_rate) if cfg.train.ema else None
+        self.dtype = runtime.compute_dtype(cfg.dtype, env.device)  # float32 on CPU
         self.step = 0
 
     def describe(self) -> str:
@@ -178,9 +179,10 @@ class VisionTrainer(Task):
         o, m = self.cfg.optim, self.cfg.model
         lr = lr_at(self.step, o.lr, o.warmup_steps, self.total_steps, o.min_lr_ratio)
         set_lr(self.optimizer, lr)
-        out = self.ddp(t["canvas"], t["task_ids"], t["mask"])
-        loss, parts = vision_loss(out, t["target"], o.gate_entropy_weight, o.loop_penalty_weight, m.num_loops,
-                                  pixel_share(t["target"], self.env.world_size))
+        with runtime.autocast(self.env.device, self.dtype):  # a no-op on CPU and for float32
+            out = self.ddp(t["canvas"], t["task_ids"], t["mask"])
+            loss, parts = vision_loss(out, t["target"], o.gate_entropy_weight, o.loop_penalty_weight, m.num_loops,
+                                      pixel_share(t["target"], self.env.world_size))
         loss.backward()
         params = [p for p in self.model.parameters() if p.grad is not None]
         # the norm over every parameter (DTensors under FSDP2: over every shard, replicated); clip 0: none

@@ -16,6 +16,7 @@ from hrm_deeploop.training.train_config import CheckpointConfig, EvalConfig, Loo
 
 
 COMPILE_SCOPES = ("block", "model")
+TRAIN_DTYPES = ("bfloat16", "float32")
 
 
 @dataclass
@@ -85,6 +86,7 @@ class TrainViTConfig(RunConfig):
 
     data_dir: str | None = None  # a dataset built by `hrm-deeploop build-arc` (train/ and test/ inside)
     init_from: str | None = None  # start from these weights: an official LoopViT .pt or a train-vit checkpoint
+    dtype: str = "bfloat16"  # the training step's autocast dtype on CUDA (CPU runs, and evaluation, in float32)
     train: VisionLoop = field(default_factory=VisionLoop)
     optim: VisionOptim = field(default_factory=VisionOptim)
     canvas: CanvasConfig = field(default_factory=CanvasConfig)
@@ -98,6 +100,8 @@ class TrainViTConfig(RunConfig):
               "loopvit (the reasoners train with train, the looped GPT with train-gpt)")
         self.model.depth(self.scaling)  # the scheme fits the block
         positive("optim.lr", self.optim.lr)
+        check(self.dtype in TRAIN_DTYPES, "dtype", self.dtype,
+              "bfloat16 or float32 (float16 needs a loss scaler, which train-vit does not have)")
         check(self.diagnostics.kappa_every == 0, "diagnostics.kappa_every", self.diagnostics.kappa_every,
               "0 for train-vit (visit alignment is measured for the reasoners)")
         self.check_fsdp(self.train)
