@@ -217,6 +217,8 @@ def ddp_grads_worker(rank: int, world: int, port: int, data_dir: str, out_file: 
         runtime.teardown()
         os.environ.clear()
         os.environ.update(saved_env)
+    if world > 1:  # a spawned rank: done, leave without interpreter teardown (an atexit import under load
+        os._exit(0)  # once deadlocked a finished rank for 14 minutes); the in-process run returns as usual
 
 
 def read_metrics(run_dir) -> list[dict]:
