@@ -19,7 +19,8 @@ own process (so its wall time and peak RSS, `os.wait4`, are the command's), one 
   (c)        init_from, adapt.trains=all, --adapt-steps;
   (d)        train from scratch on the joint build, --pre-steps + --adapt-steps;
   (e)        per-task test-time training (`ttt`): one copy of the pretrained model per unseen task,
-             --ttt-steps each (default --adapt-steps / the number of unseen tasks: (c)'s compute).
+             --ttt-steps each (default --adapt-steps / the number of unseen tasks: (c)'s compute);
+             its predictions also ranked by product of experts (`e_poe` in the results).
 Each is scored by `evaluate` (count-first vote over the 1 + num_aug copies of each test input):
 pass@1 and pass@2 by HRM's rule, and pass@2 by the ARC Prize rule. `--quick` runs the same
 sequence on 3 + 2 tasks for a few steps: the time and memory of each command at tiny size.
@@ -184,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
                  "train_overrides=['optim.warmup_steps=5','checkpoint.every=0']"], t, f"ttt (e), {ttt_steps} steps a task")
             run["e"] = submission_scores(r / "e" / "submission.json", chal)
             run["e"]["steps_per_task"] = ttt_steps
+            if (r / "e" / "submission_poe.json").is_file():  # the same predictions ranked by product of experts
+                run["e_poe"] = submission_scores(r / "e" / "submission_poe.json", chal)
         if "d" in args.protocols:
             cli(["train", *common, f"seed={seed}", f"data_dir={r / 'joint'}", f"output_dir={r / 'd'}",
                  f"train.max_steps={args.pre_steps + args.adapt_steps}"], t, "train (d) joint")
@@ -191,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
                 "evaluate (d)")
             run["d"] = scores(r / "eval_d")
         results.write_text(json.dumps(log, indent=1) + "\n")
-        for name in (n for n in "abcde" if n in run):
+        for name in (n for n in ("a", "b", "c", "d", "e", "e_poe") if n in run):
             s = run[name]
             print(f"  ({name}) pass@1 {s['pass@1']:.1f}  pass@2 {s['pass@2']:.1f}  ARC Prize pass@2 "
                   f"{s['arc_prize@2']:.1f}  solved {s['solved@2']}", flush=True)
