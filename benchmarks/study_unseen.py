@@ -19,7 +19,8 @@ own process (so its wall time and peak RSS, `os.wait4`, are the command's), one 
   (c)        init_from, adapt.trains=all, --adapt-steps;
   (d)        train from scratch on the joint build, --pre-steps + --adapt-steps;
   (e)        per-task test-time training (`ttt`): one copy of the pretrained model per unseen task,
-             --ttt-steps each (default --adapt-steps / the number of unseen tasks: (c)'s compute).
+             --ttt-steps each (default --adapt-steps / the number of unseen tasks: (c)'s compute);
+             its predictions also ranked by product of experts (`e_poe` in the results).
 With `--pretrain-generated K`, the pretraining set also holds K `generate-arc` tasks of each family
 not in `--unseen-families` (difficulty 1, generator seed 0), at the same steps x batch: the arm to
 set against a run without it (its own `--out`). With `--unseen-families`, `--family-protocols`
@@ -252,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"ttt ({key}), {ttt_steps} steps a task")
                 run[key] = submission_scores(r / key / "submission.json", challenges)
                 run[key]["steps_per_task"] = ttt_steps
+                if (r / key / "submission_poe.json").is_file():  # the same predictions ranked by product of experts
+                    run[key + "_poe"] = submission_scores(r / key / "submission_poe.json", challenges)
         if "d" in args.protocols:
             cli(["train", *common, f"seed={seed}", f"data_dir={r / 'joint'}", f"output_dir={r / 'd'}",
                  f"train.max_steps={args.pre_steps + args.adapt_steps}"], t, "train (d) joint")
@@ -260,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
             run["d"] = scores(r / "eval_d")
         log["generated"] = gen_log
         results.write_text(json.dumps(log, indent=1) + "\n")
-        for name in (n for n in ("a", "b", "c", "d", "e", "c_fam", "e_fam") if n in run):
+        for name in (n for n in ("a", "b", "c", "d", "e", "e_poe", "c_fam", "e_fam", "e_fam_poe") if n in run):
             s = run[name]
             print(f"  ({name}) pass@1 {s['pass@1']:.1f}  pass@2 {s['pass@2']:.1f}  ARC Prize pass@2 "
                   f"{s['arc_prize@2']:.1f}  cell@1 {s['cell@1']:.1f}  solved {s['solved@2']}", flush=True)
