@@ -239,10 +239,9 @@ def test_packed_pairs_pack_and_slice_like_lists(tmp_path):
 def test_the_quick_grid_path_takes_only_what_parse_grid_accepts_identically(grid):
     """On JSON without true/false, clean grids skip parse_grid's per-cell scan; anything else goes
     to parse_grid (its message). [[True, 2]] would pass numpy, which is why bools are ruled out first."""
-    from arc_data.arc.generated import _quick_grid
-    from arc_data.arc.sources import parse_grid
+    from arc_data.arc.sources import parse_grid, quick_grid
 
-    quick = _quick_grid(grid)
+    quick = quick_grid(grid)
     try:
         ref = parse_grid(grid, "f", "t", "w")
     except ArcError:

@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from arc_data.arc.pairscan import scan_file
-from arc_data.arc.sources import EVAL_SUBSET, Pair, SourceInfo, Task, load_source, parse_grid
+from arc_data.arc.sources import EVAL_SUBSET, Pair, SourceInfo, Task, load_source, parse_grid, quick_grid
 from arc_data.arc.spill import Spill
 from arc_data.errors import ArcError
 from arc_data.files.jsonio import parse_json
@@ -230,28 +230,10 @@ def _oversize(g: object) -> bool:
     return isinstance(g, list) and (len(g) > MAX_SIDE or any(isinstance(r, list) and len(r) > MAX_SIDE for r in g))
 
 
-def _quick_grid(obj: object) -> np.ndarray | None:
-    """`parse_grid`'s result for a grid it accepts, found without its per-cell Python scan; None
-    when unsure (then parse_grid decides and names the problem). Only for JSON known to hold no
-    `true`/`false` (a bool would pass numpy's int conversion)."""
-    if type(obj) is not list or not obj or len(obj) > MAX_SIDE or type(obj[0]) is not list:
-        return None
-    w = len(obj[0])
-    if not 0 < w <= MAX_SIDE or any(type(r) is not list or len(r) != w for r in obj):
-        return None
-    try:
-        arr = np.array(obj)
-    except (ValueError, TypeError, OverflowError):
-        return None
-    if arr.dtype.kind != "i" or arr.ndim != 2 or arr.min() < 0 or arr.max() > 9:
-        return None
-    return arr.astype(np.uint8)
-
-
 def _pairs_slow(entries: list, file: str, unit: str, oversize: str, skipped: list[str],
                 no_bools: bool = False) -> list[Pair]:
     """Validated pairs from parsed entries ({"input", "output"} objects or [input, output] lists).
-    `no_bools`: the JSON text held no `true`/`false`, so `_quick_grid` may take the clean grids."""
+    `no_bools`: the JSON text held no `true`/`false`, so `quick_grid` may take the clean grids."""
     pairs: list[Pair] = []
     dropped = 0
     for i, e in enumerate(entries):
@@ -264,8 +246,8 @@ def _pairs_slow(entries: list, file: str, unit: str, oversize: str, skipped: lis
         if oversize == "skip" and (_oversize(raw[0]) or _oversize(raw[1])):
             dropped += 1
             continue
-        a = _quick_grid(raw[0]) if no_bools else None
-        b = _quick_grid(raw[1]) if no_bools else None
+        a = quick_grid(raw[0]) if no_bools else None
+        b = quick_grid(raw[1]) if no_bools else None
         pairs.append((a if a is not None else parse_grid(raw[0], file, unit, f"entry {i}.input"),
                       b if b is not None else parse_grid(raw[1], file, unit, f"entry {i}.output")))
     if dropped:
