@@ -12,9 +12,8 @@ is called with one fixed set of dtypes, so each compiles once per machine.
 
 from __future__ import annotations
 
-from arc_data.jit import njit
-
 from arc_data.format import COLOUR_OFFSET, EOS, MAX_SIDE
+from arc_data.jit import njit
 
 
 @njit(inline="always", cache=True)

@@ -12,6 +12,7 @@ key a grid cell by cell without materialising it.
 from __future__ import annotations
 
 import numpy as np
+
 from arc_data.jit import njit
 
 FNV_OFFSET = np.uint64(0xCBF29CE484222325)

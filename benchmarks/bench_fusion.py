@@ -35,13 +35,13 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from benchmarks.benchlib import add_common_args, describe, failure_line, print_table, setup_device, time_steps  # noqa: E402
+from hrm_deeploop.models.core import Rotary, apply_rope, swiglu_width  # noqa: E402
+from hrm_deeploop.models.kernels.residual_norm import residual_rms_norm_reference  # noqa: E402
+from hrm_deeploop.models.losses import stablemax_cross_entropy  # noqa: E402
 from hrm_deeploop.models.model_config import (
     GPTConfig,  # noqa: E402
     HRMConfig,  # noqa: E402
 )
-from hrm_deeploop.models.core import Rotary, apply_rope, swiglu_width  # noqa: E402
-from hrm_deeploop.models.kernels.residual_norm import residual_rms_norm_reference  # noqa: E402
-from hrm_deeploop.models.losses import stablemax_cross_entropy  # noqa: E402
 from hrm_deeploop.training.train_config import TrainGPTConfig  # noqa: E402
 
 

@@ -30,8 +30,8 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from benchmarks.benchlib import add_common_args, describe, fmt_mb, print_table, setup_device, time_steps  # noqa: E402
-from hrm_deeploop.models.model_config import GPTConfig  # noqa: E402
 from hrm_deeploop.models.gpt import GPT  # noqa: E402
+from hrm_deeploop.models.model_config import GPTConfig  # noqa: E402
 from hrm_deeploop.models.scaling import ScalingConfig  # noqa: E402
 from hrm_deeploop.text.generate import CACHES, Sampling, generate_tokens  # noqa: E402
 

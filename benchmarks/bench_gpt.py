@@ -48,12 +48,12 @@ from benchmarks.benchlib import (  # noqa: E402
     time_steps,
 )
 from hrm_deeploop import runtime  # noqa: E402
-from hrm_deeploop.models.model_config import GPTConfig  # noqa: E402
 from hrm_deeploop.models.gpt import GPT, flops_per_token  # noqa: E402
+from hrm_deeploop.models.model_config import GPTConfig  # noqa: E402
 from hrm_deeploop.models.scaling import ScalingConfig  # noqa: E402
-from hrm_deeploop.training.train_config import LMOptim, TrainGPTConfig  # noqa: E402
 from hrm_deeploop.training.lm import make_optimizer  # noqa: E402
 from hrm_deeploop.training.loop import mfu  # noqa: E402
+from hrm_deeploop.training.train_config import LMOptim, TrainGPTConfig  # noqa: E402
 
 PRESETS = {
     # GPT-2 small looped (the paper's LM setup): micro-batch 24 x 1024 as in the README (Looped GPT section).

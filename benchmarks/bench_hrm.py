@@ -52,13 +52,13 @@ from benchmarks.benchlib import (  # noqa: E402
 )
 from benchmarks.reasoner_setup import make_trainer, random_batches  # noqa: E402
 from hrm_deeploop import runtime  # noqa: E402
-from hrm_deeploop.models.model_config import HRMConfig  # noqa: E402
 from hrm_deeploop.models.core import swiglu_width  # noqa: E402
+from hrm_deeploop.models.model_config import HRMConfig  # noqa: E402
 from hrm_deeploop.models.scaling import ScalingConfig  # noqa: E402
+from hrm_deeploop.training.loop import mfu  # noqa: E402
 from hrm_deeploop.training.train_config import (  # noqa: E402
     TrainGPTConfig,
 )
-from hrm_deeploop.training.loop import mfu  # noqa: E402
 
 PRESETS = {
     # The reference's ARC config per GPU: global batch 768 on 8 GPUs = 96 per GPU, bf16.

@@ -46,11 +46,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from benchmarks.benchlib import add_common_args, describe, print_table, setup_device, sync  # noqa: E402
 from hrm_deeploop import runtime  # noqa: E402
-from hrm_deeploop.models.model_config import GPTConfig  # noqa: E402
 from hrm_deeploop.models.gpt import GPT, flops_per_token  # noqa: E402
+from hrm_deeploop.models.model_config import GPTConfig  # noqa: E402
 from hrm_deeploop.models.scaling import ScalingConfig  # noqa: E402
-from hrm_deeploop.training.train_config import LMOptim, TrainGPTConfig  # noqa: E402
 from hrm_deeploop.training.lm import make_optimizer  # noqa: E402
+from hrm_deeploop.training.train_config import LMOptim, TrainGPTConfig  # noqa: E402
 
 
 @dataclass(frozen=True)

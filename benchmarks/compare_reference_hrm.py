@@ -68,18 +68,18 @@ from benchmarks.benchlib import (  # noqa: E402
     time_steps,
 )
 from benchmarks.reasoner_setup import random_batches  # noqa: E402
-from benchmarks.refcheck import our_step_fn, reference_optimizers, reference_step_fn  # noqa: E402
+from benchmarks.refcheck import our_step_fn, reference_optimizers, reference_rollout, reference_step_fn  # noqa: E402
 from hrm_deeploop import runtime  # noqa: E402
-from hrm_deeploop.typed_config import to_dict, typed  # noqa: E402
 from hrm_deeploop.errors import ConfigError  # noqa: E402
-from hrm_deeploop.models.model_config import HRMConfig  # noqa: E402
 from hrm_deeploop.models.hrm import HRM  # noqa: E402
 from hrm_deeploop.models.losses import act_loss  # noqa: E402
+from hrm_deeploop.models.model_config import HRMConfig  # noqa: E402
 from hrm_deeploop.models.scaling import ScalingConfig  # noqa: E402
 from hrm_deeploop.official import official_key_map, official_state_dict  # noqa: E402
+from hrm_deeploop.training.optim import SparseSignSGD, lr_at, make_adam_atan2, set_lr  # noqa: E402
 from hrm_deeploop.training.train_config import ReasonerOptim as OptimConfig  # noqa: E402
 from hrm_deeploop.training.train_config import TrainGPTConfig  # noqa: E402
-from hrm_deeploop.training.optim import SparseSignSGD, lr_at, make_adam_atan2, set_lr  # noqa: E402
+from hrm_deeploop.typed_config import to_dict, typed  # noqa: E402
 
 REFERENCE_MLP_MULTIPLE = 256  # HRM's SwiGLU rounds its width up to a multiple of 256, fixed
 
@@ -233,14 +233,7 @@ def _check(ref, cfg: HRMConfig, batch: int, device: torch.device, steps: int, o:
     ours.eval()
     b = batches[0]
     with torch.inference_mode():
-        with torch.device(device):
-            carry = head.initial_carry(b)
-        segments = 0
-        while True:
-            carry, _, _, ref_out, done = head(carry=carry, batch=b, return_keys=["logits", "q_halt_logits"])
-            segments += 1
-            if done:
-                break
+        ref_out, segments = reference_rollout(head, b, device)
         _, out = ours.predict(b)
         with perturbed(ours):  # the rollout's own sensitivity: ours against ours
             _, twin = ours.predict(b)

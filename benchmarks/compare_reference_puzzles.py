@@ -116,8 +116,8 @@ def run_ours(task: str, csv_dir: Path, out: Path, num_aug: int = 0, subsample_si
 
 
 def generate_csvs(out: Path, task: str, size: int, train: int, test: int, seed: int, **knobs) -> None:
-    from arc_data.puzzles.puzzle_config import GeneratePuzzlesConfig
     from arc_data.puzzles.generate import generate_puzzles
+    from arc_data.puzzles.puzzle_config import GeneratePuzzlesConfig
 
     with contextlib.redirect_stdout(io.StringIO()):
         generate_puzzles(GeneratePuzzlesConfig(task=task, size=size, count_train=train, count_test=test,

@@ -68,10 +68,10 @@ from benchmarks.refcheck import (  # noqa: E402
     stub_pretrain_modules,
 )
 from hrm_deeploop import runtime  # noqa: E402
-from hrm_deeploop.typed_config import to_dict, typed  # noqa: E402
 from hrm_deeploop.errors import ConfigError  # noqa: E402
 from hrm_deeploop.models.model_config import TRMConfig  # noqa: E402
 from hrm_deeploop.official import official_trm_key_map  # noqa: E402
+from hrm_deeploop.typed_config import to_dict, typed  # noqa: E402
 
 REFERENCE_MLP_MULTIPLE = 256  # TRM's SwiGLU rounds its width up to a multiple of 256, fixed
 

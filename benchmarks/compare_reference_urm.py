@@ -65,10 +65,10 @@ from benchmarks.refcheck import (  # noqa: E402
     stub_pretrain_modules,
 )
 from hrm_deeploop import runtime  # noqa: E402
-from hrm_deeploop.typed_config import to_dict, typed  # noqa: E402
 from hrm_deeploop.errors import ConfigError  # noqa: E402
 from hrm_deeploop.models.model_config import URMConfig  # noqa: E402
 from hrm_deeploop.official import OFFICIAL_PREFIX  # noqa: E402
+from hrm_deeploop.typed_config import to_dict, typed  # noqa: E402
 
 REFERENCE_MLP_MULTIPLE = 256  # URM's ConvSwiGLU rounds its width up to a multiple of 256, fixed
 REFERENCE_EXPLORATION = 0.1  # hard-coded in its ACT wrapper

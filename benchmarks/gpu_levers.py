@@ -48,9 +48,9 @@ from benchmarks.benchlib import (  # noqa: E402
 from benchmarks.gpuprof import kernel_profile  # noqa: E402
 from benchmarks.refcheck import reference_step_fn  # noqa: E402
 from hrm_deeploop import runtime  # noqa: E402
-from hrm_deeploop.typed_config import to_dict, typed  # noqa: E402
-from hrm_deeploop.training.train_config import ReasonerOptim, TrainGPTConfig  # noqa: E402
 from hrm_deeploop.training.optim import AdamATan2  # noqa: E402
+from hrm_deeploop.training.train_config import ReasonerOptim, TrainGPTConfig  # noqa: E402
+from hrm_deeploop.typed_config import to_dict, typed  # noqa: E402
 
 LEVERS = ("default", "nofused", "optim", "cgraphs", "autotune")
 MODELS = {  # model -> (comparison module, its config class, EMA in the reference's setup)

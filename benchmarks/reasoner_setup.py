@@ -12,8 +12,8 @@ import torch
 from hrm_deeploop import runtime
 from hrm_deeploop.models.model_config import HRMConfig, TRMConfig
 from hrm_deeploop.models.scaling import ScalingConfig
-from hrm_deeploop.training.train_config import ReasonerLoop, ReasonerOptim, TrainConfig
 from hrm_deeploop.training.reasoner import Trainer
+from hrm_deeploop.training.train_config import ReasonerLoop, ReasonerOptim, TrainConfig
 
 
 def fake_split(num_ids: int, examples: int = 1) -> SimpleNamespace:

@@ -61,6 +61,19 @@ def reference_modules(ref_dir, modules: dict, tops: tuple[str, ...]) -> Iterator
         sys.modules.update(saved)
 
 
+def reference_rollout(head, batch: dict, device: torch.device) -> tuple[dict, int]:
+    """A reference ACT loss head run on `batch` until every sequence halts (inside inference_mode):
+    (its last outputs, logits and q_halt_logits; the number of segments)."""
+    with torch.device(device):
+        carry = head.initial_carry(batch)
+    segments = 0
+    while True:
+        carry, _, _, out, done = head(carry=carry, batch=batch, return_keys=["logits", "q_halt_logits"])
+        segments += 1
+        if done:
+            return out, segments
+
+
 def stub_pretrain_modules() -> list[str]:
     """Stand-ins for what the references' pretrain.py imports at module level and the comparisons
     never call: `argdantic`, `wandb`, `coolname`, and `adam_atan2`, whose class is our AdamATan2
@@ -260,14 +273,7 @@ def _check_reference(ref, cfg, batch: int, device: torch.device, steps: int, o, 
             ema_names[n].copy_(p)
         ema_head.model.inner.puzzle_emb.weights.copy_(model.puzzle_emb.weights)
     with torch.inference_mode():
-        with torch.device(device):
-            ref_c = ema_head.initial_carry(b)
-        segments = 0
-        while True:
-            ref_c, _, _, ref_out, done = ema_head(carry=ref_c, batch=b, return_keys=["logits", "q_halt_logits"])
-            segments += 1
-            if done:
-                break
+        ref_out, segments = reference_rollout(ema_head, b, device)
         model.eval()
         with trainer.ema.applied(model):
             _, out = model.predict(b)

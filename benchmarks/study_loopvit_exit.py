@@ -32,8 +32,8 @@ from torch.utils.flop_counter import FlopCounterMode
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from benchmarks.benchlib import print_table  # noqa: E402
-from hrm_deeploop.data.canvas import IGNORE, canvas_batch  # noqa: E402
 from hrm_deeploop.data.batches import open_dataset  # noqa: E402
+from hrm_deeploop.data.canvas import IGNORE, canvas_batch  # noqa: E402
 from hrm_deeploop.loading import load_model  # noqa: E402
 from hrm_deeploop.models.loopvit import ExitRule, LoopViT, canvas_entropy  # noqa: E402
 

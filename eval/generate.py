@@ -13,9 +13,9 @@ import sys
 import time
 from dataclasses import dataclass
 
-from hrm_deeploop.typed_config import at_least, device_name, one_of, optional_at_least, typed
 from hrm_deeploop.errors import ConfigError, UserError
 from hrm_deeploop.models.model_config import EXIT_CRITERIA
+from hrm_deeploop.typed_config import at_least, device_name, one_of, optional_at_least, typed
 
 
 @dataclass

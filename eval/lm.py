@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from arc_data.files.guard import check_output_dir
-from hrm_deeploop.typed_config import at_least, device_name, one_of, optional_at_least, positive, typed
 from hrm_deeploop.errors import ConfigError, UserError
 from hrm_deeploop.models.model_config import EXIT_CRITERIA
+from hrm_deeploop.typed_config import at_least, device_name, one_of, optional_at_least, positive, typed
 
 PAPER_TASKS = ["arc_challenge", "arc_easy", "hellaswag", "openbookqa", "piqa", "sciq", "social_iqa", "winogrande"]
 

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hrm_deeploop.typed_config import at_least, device_name, one_of, positive
 from hrm_deeploop.errors import ConfigError, UserError
 from hrm_deeploop.reports.demo import (
     arc_line,
@@ -42,6 +41,7 @@ from hrm_deeploop.reports.demo import (
     train_line,
 )
 from hrm_deeploop.steps import Job, Pool, Stage
+from hrm_deeploop.typed_config import at_least, device_name, one_of, positive
 
 __all__ = ["DemoConfig", "DemoPreset", "puzzle_summary", "run", "write_arc_subset"]
 

@@ -23,10 +23,12 @@ from arc_data.dataset import load_identifiers
 from arc_data.errors import DatasetError
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop import official, runtime
-from hrm_deeploop.typed_config import typed
 from hrm_deeploop.data.rows import row_map
 from hrm_deeploop.errors import ConfigError, UserError
 from hrm_deeploop.models.act import ACTReasoner
+from hrm_deeploop.models.gpt import GPT
+from hrm_deeploop.models.loopvit import LoopViT, load_official
+from hrm_deeploop.models.loopvit_config import LoopViTConfig, official_config
 from hrm_deeploop.models.model_config import (
     MODEL_CONFIGS,
     GPTConfig,
@@ -35,12 +37,10 @@ from hrm_deeploop.models.model_config import (
     TRMConfig,
     URMConfig,
 )
-from hrm_deeploop.models.gpt import GPT
-from hrm_deeploop.models.loopvit import LoopViT, load_official
-from hrm_deeploop.models.loopvit_config import LoopViTConfig, official_config
 from hrm_deeploop.models.reasoners import build_reasoner
 from hrm_deeploop.models.rounds import scaling_rounds_of
 from hrm_deeploop.models.scaling import ScalingConfig
+from hrm_deeploop.typed_config import typed
 
 
 @dataclass

@@ -22,8 +22,8 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
-from hrm_deeploop.typed_config import device_name
 from hrm_deeploop.errors import ConfigError, UserError
+from hrm_deeploop.typed_config import device_name
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
 

@@ -11,9 +11,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from hrm_deeploop.typed_config import one_of, typed
 from hrm_deeploop.models.model_config import MODEL_CONFIGS, model_config
 from hrm_deeploop.models.scaling import ScalingConfig, model_depth, module_exponents, module_residuals
+from hrm_deeploop.typed_config import one_of, typed
 
 # the report's depth-convention keys, one per model that has one (`<Model>Config.depth_option`)
 DEPTH_OPTIONS = tuple(c.depth_option for c in MODEL_CONFIGS.values() if getattr(c, "depth_option", None))

@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hrm_deeploop.typed_config import at_least, check, one_of, optional_at_least
 from hrm_deeploop.errors import ConfigError, UserError
 from hrm_deeploop.reports.study import command_value, write_reports
+from hrm_deeploop.typed_config import at_least, check, one_of, optional_at_least
 
 TRAINERS = ("train", "train-gpt")
 LAUNCHERS = ("local", "submitit")

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from hrm_deeploop.typed_config import to_dict, typed
 from hrm_deeploop.models.model_config import GPTConfig
 from hrm_deeploop.models.scaling import ScalingConfig
-from hrm_deeploop.training.train_config import TrainGPTConfig
 from hrm_deeploop.training.lm import Data, unigram_entropy
+from hrm_deeploop.training.train_config import TrainGPTConfig
+from hrm_deeploop.typed_config import to_dict, typed
 
 VOCAB = 64
 

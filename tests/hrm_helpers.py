@@ -186,8 +186,8 @@ def ddp_grads_worker(rank: int, world: int, port: int, data_dir: str, out_file: 
     from hrm_deeploop.data.batches import fit_to_dataset
     from hrm_deeploop.models.model_config import HRMConfig
     from hrm_deeploop.models.scaling import ScalingConfig
-    from hrm_deeploop.training.train_config import TrainConfig
     from hrm_deeploop.training.reasoner import Trainer
+    from hrm_deeploop.training.train_config import TrainConfig
 
     saved_env = dict(os.environ)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),

@@ -15,8 +15,8 @@ from arc_data.originals import load_aug_table
 from eval.arc.canvas_views import predict_views
 from eval.arc.vote import vote
 from eval.predictions import Predictions
-from hrm_deeploop.data.canvas import BORDER
 from hrm_deeploop.data.batches import open_dataset
+from hrm_deeploop.data.canvas import BORDER
 from tests.arc_synth import write_kaggle
 
 TEST_INPUT = [[1, 2], [3, 4], [5, 0]]  # 3 x 2, no symmetry: a copy undone wrongly is another grid

@@ -6,7 +6,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hrm_deeploop.models.model_config import GPTConfig
 from hrm_deeploop.models.core import (
     Attention,
     Block,
@@ -20,6 +19,7 @@ from hrm_deeploop.models.core import (
     swiglu_width,
     trunc_normal_,
 )
+from hrm_deeploop.models.model_config import GPTConfig
 from hrm_deeploop.models.scaling import Residual, ScalingConfig, alpha_beta, model_depth, module_residuals
 
 torch.set_grad_enabled(True)

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from hrm_deeploop.errors import ConfigError
-from hrm_deeploop.models.model_config import GPTConfig
 from hrm_deeploop.models.gpt import GPT, flops_per_token
+from hrm_deeploop.models.model_config import GPTConfig
 from hrm_deeploop.models.scaling import ScalingConfig
 from hrm_deeploop.training.lm import param_groups
 from hrm_deeploop.training.loop import mfu

@@ -5,9 +5,9 @@ from __future__ import annotations
 import csv
 import json
 
-from hrm_deeploop.typed_config import to_dict, typed
 from hrm_deeploop.training import sweep as sweep_mod
 from hrm_deeploop.training.sweep import SweepConfig, overrides, sweep
+from hrm_deeploop.typed_config import to_dict, typed
 from tests.gpt_helpers import array_data, one_thread, patterned_tokens, tiny_model, tiny_train_cfg  # noqa: F401  (autouse)
 
 _STREAM = patterned_tokens(12_000, seed=0)

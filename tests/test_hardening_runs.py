@@ -517,8 +517,8 @@ def test_a_model_of_many_blocks_is_counted_exactly_without_building_them(monkeyp
     field: the same numbers as the whole model built on the meta device (lowered to 2 here so
     the whole model is small enough to build too), and 100,000 blocks are counted at once."""
     from hrm_deeploop import runtime
-    from hrm_deeploop.models.model_config import GPTConfig, HRMConfig, TRMConfig, URMConfig
     from hrm_deeploop.models.gpt import GPT
+    from hrm_deeploop.models.model_config import GPTConfig, HRMConfig, TRMConfig, URMConfig
     from hrm_deeploop.models.reasoners import build_reasoner
     from hrm_deeploop.models.scaling import ScalingConfig
 

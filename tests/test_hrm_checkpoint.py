@@ -9,8 +9,8 @@ import yaml
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.loading import load_model
-from hrm_deeploop.models.model_config import HRMConfig
 from hrm_deeploop.models.hrm import HRM
+from hrm_deeploop.models.model_config import HRMConfig
 from tests.hrm_helpers import make_dataset, stand_in_open_split, use_stand_in
 
 ARCH = {

@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hrm_deeploop.models.model_config import HRMConfig
 from hrm_deeploop.models.hrm import HRM
+from hrm_deeploop.models.model_config import HRMConfig
 from hrm_deeploop.models.scaling import ScalingConfig
 from tests.hrm_helpers import random_batch as batch
 

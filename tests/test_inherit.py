@@ -6,8 +6,8 @@ import yaml
 
 from arc_data.arc.build import BuildConfig, build
 from hrm_deeploop.cli import run_subcommand
-from hrm_deeploop.training.train_config import ReasonerOptim
 from hrm_deeploop.training.inherit import inherit, warmup_warning
+from hrm_deeploop.training.train_config import ReasonerOptim
 from tests.arc_synth import write_kaggle
 from tests.test_adapt import _tasks
 

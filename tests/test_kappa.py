@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
-from hrm_deeploop.models.model_config import GPTConfig
 from hrm_deeploop.models.gpt import GPT
+from hrm_deeploop.models.model_config import GPTConfig
 from hrm_deeploop.models.scaling import ScalingConfig
 from hrm_deeploop.training.kappa import kappa, mean_pairwise_cos, measure, summarize, untied_visits
 from tests.gpt_helpers import array_data, one_thread, patterned_tokens, tiny_train_cfg  # noqa: F401

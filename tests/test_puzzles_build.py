@@ -13,8 +13,8 @@ from arc_data.dataset import open_split, task_kind
 from arc_data.errors import DatasetError
 from arc_data.puzzles import csvfile
 from arc_data.puzzles.build import build_puzzles, load_table
-from arc_data.puzzles.puzzle_config import BuildPuzzlesConfig, GeneratePuzzlesConfig
 from arc_data.puzzles.generate import generate_puzzles
+from arc_data.puzzles.puzzle_config import BuildPuzzlesConfig, GeneratePuzzlesConfig
 from arc_data.sudoku import apply_augs, invert_augs, is_solution_reference
 from hrm_deeploop.cli import main
 

@@ -14,8 +14,8 @@ from arc_data.arc.build import BuildConfig, build
 from arc_data.dataset import open_split, task_kind
 from arc_data.errors import DatasetError
 from arc_data.puzzles.build import build_puzzles
-from arc_data.puzzles.puzzle_config import BuildPuzzlesConfig, GeneratePuzzlesConfig
 from arc_data.puzzles.generate import generate_puzzles
+from arc_data.puzzles.puzzle_config import BuildPuzzlesConfig, GeneratePuzzlesConfig
 from tests.arc_synth import synthetic_tasks, write_layout
 
 

@@ -136,8 +136,8 @@ def test_generate_until_on_a_local_generative_task_with_the_looped_gpt(tmp_path)
     """A tiny looped GPT (byte-level) through lm-eval on a local generate_until task: the answers
     are its greedy continuations (KV cache) for the first question and a wrong one for the second,
     so exact_match is 1/2 exactly when generation, stop string and scoring all agree."""
-    from hrm_deeploop.models.model_config import GPTConfig
     from hrm_deeploop.models.gpt import GPT
+    from hrm_deeploop.models.model_config import GPTConfig
     from hrm_deeploop.models.scaling import ScalingConfig
     from hrm_deeploop.text.tokenizer import get_bytes_tokenizer
     from tests.lm_eval_helpers import write_tiny_gen_task

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from hrm_deeploop.errors import ConfigError
-from hrm_deeploop.models.model_config import GPTConfig, HRMConfig, TRMConfig
 from hrm_deeploop.models.core import BlockConfig, LoopedCore, RMSNorm, init_block_, make_block, rms_norm
 from hrm_deeploop.models.gpt import GPT
 from hrm_deeploop.models.hrm import HRM
+from hrm_deeploop.models.model_config import GPTConfig, HRMConfig, TRMConfig
 from hrm_deeploop.models.scaling import Residual, ScalingConfig, residual_for
 from hrm_deeploop.models.transitions import TRANSITIONS, OperLoop, PreNorm, Transition
 from hrm_deeploop.scales import describe

@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from hrm_deeploop.errors import ConfigError
-from hrm_deeploop.models.model_config import TRMConfig
 from hrm_deeploop.models.core import SeqMLPBlock
+from hrm_deeploop.models.model_config import TRMConfig
 from hrm_deeploop.models.scaling import ScalingConfig
 from hrm_deeploop.models.trm import TRM
 from tests.hrm_helpers import random_batch as batch

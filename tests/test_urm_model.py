@@ -11,8 +11,8 @@ import torch.nn.functional as F
 
 from hrm_deeploop.cli import compose
 from hrm_deeploop.errors import ConfigError
-from hrm_deeploop.models.model_config import URMConfig
 from hrm_deeploop.models.core import ConvSwiGLU, SwiGLU
+from hrm_deeploop.models.model_config import URMConfig
 from hrm_deeploop.models.scaling import ScalingConfig
 from hrm_deeploop.models.urm import URM
 from tests.hrm_helpers import make_dataset, read_metrics, train_cli

@@ -5,6 +5,7 @@ arc_data.maze; tested against `maze.shortest_path_length_reference` (plain-Pytho
 from __future__ import annotations
 
 import numpy as np
+
 from arc_data.jit import njit
 
 WALL, OPEN, START, GOAL, PATH = (ord(c) for c in "# SGo")  # arc_data.maze.CHARSET

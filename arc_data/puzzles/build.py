@@ -45,8 +45,8 @@ from arc_data.files.guard import checked_output_dir
 from arc_data.files.jsonio import save_json
 from arc_data.files.publish import atomic_dir
 from arc_data.progress import package_version, progress_bar
-from arc_data.puzzles.puzzle_config import BuildPuzzlesConfig
 from arc_data.puzzles.csvfile import PuzzleCsv, read_puzzle_csv
+from arc_data.puzzles.puzzle_config import BuildPuzzlesConfig
 from arc_data.puzzles.registry import GridTask, task_named
 
 AUG_CHUNK = 1 << 16  # augmented rows per block

@@ -21,8 +21,8 @@ from arc_data.files.guard import checked_output_dir
 from arc_data.files.jsonio import save_json
 from arc_data.files.publish import atomic_dir
 from arc_data.progress import package_version, progress_bar
-from arc_data.puzzles.puzzle_config import GeneratePuzzlesConfig
 from arc_data.puzzles.csvfile import write_puzzle_csv
+from arc_data.puzzles.puzzle_config import GeneratePuzzlesConfig
 from arc_data.puzzles.registry import task_named
 
 STALL_ATTEMPTS = 20_000  # attempts in a row without a new distinct puzzle before generate-puzzles gives up

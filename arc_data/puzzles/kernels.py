@@ -6,6 +6,7 @@ gather. Imported lazily by arc_data.puzzles.csvfile for files above its NUMBA_MI
 from __future__ import annotations
 
 import numpy as np
+
 from arc_data.jit import njit
 
 

@@ -9,6 +9,7 @@ the numpy path of `arc_data.puzzles.build.encode`, the augmentation against `sud
 from __future__ import annotations
 
 import numpy as np
+
 from arc_data.jit import njit
 
 

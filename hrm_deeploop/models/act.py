@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from hrm_deeploop.models.model_config import ReasonerConfig
 from hrm_deeploop.models.core import BlockConfig, Linear, LoopedCore, Rotary, init_block_, trunc_normal_
+from hrm_deeploop.models.model_config import ReasonerConfig
 from hrm_deeploop.models.scaling import Residual
 
 DATA_KEYS = ("inputs", "labels", "puzzle_identifiers")

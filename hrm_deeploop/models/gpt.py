@@ -23,7 +23,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from hrm_deeploop.models.model_config import EXIT_CRITERIA, GPTConfig
 from hrm_deeploop.models.core import (
     FUSED,
     BlockConfig,
@@ -36,6 +35,7 @@ from hrm_deeploop.models.core import (
     trunc_normal_,
 )
 from hrm_deeploop.models.kvcache import KVCache
+from hrm_deeploop.models.model_config import EXIT_CRITERIA, GPTConfig
 from hrm_deeploop.models.scaling import ScalingConfig, model_depth, module_residuals, residual_for
 
 

@@ -21,8 +21,8 @@ import torch
 from torch import Tensor
 
 from hrm_deeploop.models.act import ACTReasoner, block_config
-from hrm_deeploop.models.model_config import HRMConfig
 from hrm_deeploop.models.core import FUSED, LoopedCore
+from hrm_deeploop.models.model_config import HRMConfig
 from hrm_deeploop.models.scaling import ScalingConfig, model_depth, module_residuals
 
 

@@ -35,9 +35,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from hrm_deeploop.typed_config import at_least, check, in_range, one_of, positive
 from hrm_deeploop.errors import ConfigError
 from hrm_deeploop.models.scaling import POST_LN, Depth, ScalingConfig
+from hrm_deeploop.typed_config import at_least, check, in_range, one_of, positive
 
 BLOCKS = ("hybrid", "vanilla")
 NUM_COLORS = 12  # ARC colours 0-9, 10 = background / ignored target, 11 = the output's border (data/canvas.py)

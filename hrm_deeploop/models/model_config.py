@@ -28,10 +28,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from hrm_deeploop.typed_config import at_least, check, in_range, one_of, positive, typed
 from hrm_deeploop.errors import ConfigError
 from hrm_deeploop.models.loopvit_config import LoopViTConfig
 from hrm_deeploop.models.scaling import Depth, ScalingConfig, loop_depth, one_network_depth, two_module_depth
+from hrm_deeploop.typed_config import at_least, check, in_range, one_of, positive, typed
 
 COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 import torch
 
 from hrm_deeploop.models.act import ACTReasoner
-from hrm_deeploop.models.model_config import ReasonerConfig
 from hrm_deeploop.models.core import FUSED
 from hrm_deeploop.models.hrm import HRM
+from hrm_deeploop.models.model_config import ReasonerConfig
 from hrm_deeploop.models.scaling import ScalingConfig
 from hrm_deeploop.models.trm import TRM
 from hrm_deeploop.models.urm import URM

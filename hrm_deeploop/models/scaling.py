@@ -52,8 +52,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from hrm_deeploop.typed_config import at_least, check, one_of, positive
 from hrm_deeploop.errors import ConfigError
+from hrm_deeploop.typed_config import at_least, check, one_of, positive
 
 SCHEMES = ("baseline", "deepnorm", "deeploop", "power", "looped_eps", "operloop")
 POST_LN = ("baseline", "deepnorm", "deeploop", "power")

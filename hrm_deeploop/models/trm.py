@@ -32,8 +32,8 @@ import torch
 from torch import Tensor
 
 from hrm_deeploop.models.act import ACTReasoner, block_config
-from hrm_deeploop.models.model_config import TRMConfig
 from hrm_deeploop.models.core import FUSED, LoopedCore
+from hrm_deeploop.models.model_config import TRMConfig
 from hrm_deeploop.models.scaling import ScalingConfig, model_depth, module_residuals
 
 

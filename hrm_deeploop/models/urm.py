@@ -31,8 +31,8 @@ import torch
 from torch import Tensor
 
 from hrm_deeploop.models.act import ACTReasoner, Carry, block_config
-from hrm_deeploop.models.model_config import URMConfig
 from hrm_deeploop.models.core import FUSED, LoopedCore
+from hrm_deeploop.models.model_config import URMConfig
 from hrm_deeploop.models.scaling import ScalingConfig, model_depth, module_residuals
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hrm_deeploop.typed_config import at_least, one_of, optional_at_least
 from hrm_deeploop.errors import UserError
+from hrm_deeploop.typed_config import at_least, one_of, optional_at_least
 
 PROTOCOLS = ("strict", "transductive")
 MAX_CANDIDATES = 10  # ranked candidates kept per test input (the vote's tasks.json default)

@@ -23,12 +23,12 @@ from arc_data.files.guard import checked_output_dir
 from arc_data.files.jsonio import parse_json
 from arc_data.files.names import why_not_a_file
 from arc_data.files.publish import atomic_dir
-from hrm_deeploop.typed_config import at_least, one_of, optional_at_least
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.models.model_config import GPTConfig
 from hrm_deeploop.text.corpus import write_demo_corpus
 from hrm_deeploop.text.shards import META_NAME, TOKEN_DTYPE, open_shard, write_meta, write_shard
 from hrm_deeploop.text.tokenizer import TOKENIZERS
+from hrm_deeploop.typed_config import at_least, one_of, optional_at_least
 
 # The smallest shard: one window of the looped GPT's default context (seq_len + 1 tokens), the least
 # train-gpt's loader reads from a shard. Smaller shards (shard_size=1: one token each) are refused, and

@@ -37,7 +37,6 @@ from hrm_deeploop.models.gpt import GPT, flops_per_token
 from hrm_deeploop.models.scaling import tape_layers
 from hrm_deeploop.text.loss import evaluate_loss
 from hrm_deeploop.training import fsdp
-from hrm_deeploop.training.train_config import LMOptim, TrainGPTConfig
 from hrm_deeploop.training.loop import (
     Task,
     fit,
@@ -45,6 +44,7 @@ from hrm_deeploop.training.loop import (
 )
 from hrm_deeploop.training.optim import lr_at, set_lr
 from hrm_deeploop.training.runlog import check_finite
+from hrm_deeploop.training.train_config import LMOptim, TrainGPTConfig
 
 # ---- data -----------------------------------------------------------------------------------
 

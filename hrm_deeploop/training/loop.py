@@ -44,13 +44,13 @@ from typing import Any
 from arc_data.files.guard import check_output_dir
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop import interrupts, runtime
-from hrm_deeploop.typed_config import (
-    to_dict,
-)
 from hrm_deeploop.errors import ConfigError, TrainingDiverged, UserError
 from hrm_deeploop.training.checkpointer import Checkpointer
 from hrm_deeploop.training.inherit import warmup_warning
 from hrm_deeploop.training.runlog import RunLogger
+from hrm_deeploop.typed_config import (
+    to_dict,
+)
 
 # ---- what a model contributes --------------------------------------------------------------------
 

@@ -52,7 +52,6 @@ from hrm_deeploop.models.reasoners import build_reasoner
 from hrm_deeploop.models.scaling import model_depth, tape_layers
 from hrm_deeploop.training import fsdp
 from hrm_deeploop.training.adapt import Start, dense_trainable, prepare
-from hrm_deeploop.training.train_config import TrainConfig
 from hrm_deeploop.training.ema import EMA
 from hrm_deeploop.training.loop import (
     Task,
@@ -68,6 +67,7 @@ from hrm_deeploop.training.optim import (
     set_lr,
 )
 from hrm_deeploop.training.runlog import check_finite
+from hrm_deeploop.training.train_config import TrainConfig
 
 METRIC_KEYS = ("count", "accuracy", "exact_accuracy", "q_halt_accuracy", "steps",
                "lm_loss", "q_halt_loss", "q_continue_loss")

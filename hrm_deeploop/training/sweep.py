@@ -31,10 +31,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hrm_deeploop.typed_config import at_least, check, one_of, positive, to_dict, typed
 from hrm_deeploop.errors import TrainingDiverged, UserError
 from hrm_deeploop.models.scaling import SCHEMES
 from hrm_deeploop.training.train_config import TrainGPTConfig
+from hrm_deeploop.typed_config import at_least, check, one_of, positive, to_dict, typed
 
 if TYPE_CHECKING:  # an annotation only: training.lm imports torch, which `sweep --help` does without
     from hrm_deeploop.training.lm import Data

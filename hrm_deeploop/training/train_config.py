@@ -13,10 +13,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from hrm_deeploop.typed_config import at_least, check, device_name, in_range, one_of, optional_at_least, positive
 from hrm_deeploop.models.model_config import GPTConfig, HRMConfig, TRMConfig, URMConfig, model_config
 from hrm_deeploop.models.rounds import DepthConfig
 from hrm_deeploop.models.scaling import ScalingConfig, model_depth
+from hrm_deeploop.typed_config import (
+    at_least,
+    check,
+    device_name,
+    in_range,
+    one_of,
+    optional_at_least,
+    positive,
+)
 
 # ---- the shared config sections ------------------------------------------------------------------
 

@@ -47,8 +47,8 @@ import torch.nn.functional as F
 
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop import runtime
-from hrm_deeploop.data.canvas import IGNORE, canvas_batch
 from hrm_deeploop.data.batches import TrainSampler, dataset_identity, num_sequential_batches, open_dataset
+from hrm_deeploop.data.canvas import IGNORE, canvas_batch
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.loading import check_tensors, read_loopvit
 from hrm_deeploop.models.loopvit import LoopViT, LoopViTOutput, load_official

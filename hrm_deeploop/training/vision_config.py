@@ -9,11 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hrm_deeploop.typed_config import at_least, check, one_of, optional_at_least, positive
-from hrm_deeploop.models.model_config import model_config
 from hrm_deeploop.models.loopvit_config import LoopViTConfig
-from hrm_deeploop.training.train_config import CheckpointConfig, EvalConfig, LoopConfig, OptimConfig, RunConfig
-
+from hrm_deeploop.models.model_config import model_config
+from hrm_deeploop.training.train_config import (
+    CheckpointConfig,
+    EvalConfig,
+    LoopConfig,
+    OptimConfig,
+    RunConfig,
+)
+from hrm_deeploop.typed_config import at_least, check, one_of, optional_at_least, positive
 
 COMPILE_SCOPES = ("block", "model")
 TRAIN_DTYPES = ("bfloat16", "float32")
