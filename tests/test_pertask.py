@@ -220,3 +220,22 @@ def test_a_loopvit_checkpoint_each_task_trained_on_its_canvas_views(pretrained, 
         with np.load(work / "eval" / "predictions.npz") as z:
             assert len(z["q_halt"]) == 2 * 3  # (the test input + num_aug=1 copy) x 3 passes
         assert plan.finished(out, tid)["status"] == "trained"
+
+
+def test_an_official_loopvit_file_is_trained_per_task(pretrained, tmp_path):
+    """An official LoopViT `.pt` (no run beside it): ttt recognises it (`plan.run_model`), each task's
+    copy starts from it by train-vit init_from (the architecture from the file, a fresh task
+    table); strict refuses it (nothing says what it was trained on), transductive runs it."""
+    from tests.test_train_vit import _official_file
+
+    root, chal = pretrained
+    _official_file(tmp_path / "loop_vit_base.pt", "hybrid", num_tasks=400)
+    assert plan.run_model(str(tmp_path / "loop_vit_base.pt")) == "loopvit"
+    args = [f"checkpoint={tmp_path / 'loop_vit_base.pt'}", f"challenges={chal}", *TTT, "passes=2"]
+    assert run_subcommand("ttt", [*args, f"output_dir={tmp_path / 's'}"]) == 2
+    out = tmp_path / "o"
+    assert run_subcommand("ttt", [*args, f"output_dir={out}", "protocol=transductive", "keep_work=true"]) == 0
+    summary = json.loads((out / "ttt_summary.json").read_text())
+    assert summary["model"] == "loopvit" and summary["status"] == {"trained": 2}
+    for tid in ("new00", "new01"):
+        assert json.loads((out / "tasks" / tid / "work" / "run" / "summary.json").read_text())["model"] == "loopvit"

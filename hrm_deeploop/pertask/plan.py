@@ -98,11 +98,18 @@ def leave_one_out(tid: str, task: dict) -> dict[str, dict]:
 
 def run_model(checkpoint: str) -> str | None:
     """The model a run folder (or its checkpoints/step_N.pt) trained (`loopvit` for train-vit, `hrm`,
-    `trm`, `urm`, ...), from the run's config (`training.inherit.run_config`, torch-free); None
-    without one. No weights read."""
+    `trm`, `urm`, ...), from the run's config (`training.inherit.run_config`, torch-free, no weights
+    read); for a file with no run around it, `loopvit` when the safe loader reads it as an official
+    LoopViT checkpoint (`{model_state, config}`); None otherwise."""
     from hrm_deeploop.training.inherit import run_config
 
     found = run_config(str(checkpoint))
+    if not found and Path(checkpoint).is_file():
+        from hrm_deeploop import checkpoint as ckpt
+        from hrm_deeploop.loading import is_official_loopvit
+
+        state = ckpt.load(Path(checkpoint))
+        return "loopvit" if isinstance(state, dict) and is_official_loopvit(state) else None
     model = found[1].get("model") if found else None
     return model.get("name") if isinstance(model, dict) else None
 
