@@ -50,6 +50,17 @@ from pathlib import Path
 
 from hrm_deeploop.training.runlog import read_rows
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the figures' sibling scripts, run or loaded from a file
+from budget_records import (  # noqa: E402  (the committed run records of section 4.9)
+    RECORD_KEY,
+    RECORDS,
+    machine,
+    merge_records,
+    read_records,
+    run_key,
+    write_records,
+)
+
 _PLOT = sys.argv[sys.argv.index("--plot") + 1] if "--plot" in sys.argv else None
 TASK = sys.argv[sys.argv.index("--task") + 1] if "--task" in sys.argv else "sudoku6"
 ROOT = Path(next((a for a in sys.argv[1:] if not a.startswith("--") and a not in (_PLOT, TASK)), "/work/runs/study3"))
@@ -246,64 +257,6 @@ def plot(path: Path) -> None:
     print(f"wrote {path}")
 
 
-RECORDS = Path(__file__).resolve().parent / "data" / "same_budget_arc.jsonl"
-RECORD_KEY = ("model", "scheme", "lr", "seed", "steps")
-
-
-def run_key(record: dict) -> tuple:
-    """Which run a record is of: (model, scheme, lr, seed, steps)."""
-    return tuple(record[k] for k in RECORD_KEY)
-
-
-def read_records(path: Path | None = None) -> list[dict]:
-    """The committed records of section 4.9's runs (RECORDS), one JSON object a line; a malformed line is a one-line
-    error naming the file and the line."""
-    path, out = path or RECORDS, []
-    for n, line in enumerate(path.read_text().splitlines() if path.is_file() else [], 1):
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise SystemExit(f"{path}:{n}: not a JSON object ({e})") from None
-        if not isinstance(rec, dict):
-            raise SystemExit(f"{path}:{n}: not a JSON object (a {type(rec).__name__})")
-        missing = [k for k in (*RECORD_KEY, "exact_copies", "copies", "pass_at_k", "solved", "train_fit", "params")
-                   if k not in rec]
-        if missing:
-            raise SystemExit(f"{path}:{n}: a record without {', '.join(missing)}")
-        out.append(rec)
-    return out
-
-
-def merge_records(old: list[dict], new: list[dict]) -> list[dict]:
-    """old with every record of new added, a record of the same run (model, scheme, lr, seed, steps) replaced;
-    sorted by that key, so the file's order does not depend on when runs finished."""
-    by_key = {run_key(r): r for r in [*old, *new]}
-    return [by_key[k] for k in sorted(by_key, key=lambda k: (k[0], k[1], float(k[2]), k[3], k[4]))]
-
-
-def write_records(records: list[dict], path: Path | None = None) -> None:
-    from hrm_deeploop.checkpoint import atomic_write_bytes
-
-    path = path or RECORDS
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in records).encode())
-
-
-def machine() -> str:
-    """The CPU model and torch release of this machine, for the records it collects."""
-    import platform
-
-    import torch
-
-    from hrm_deeploop.runtime import available_cpus
-
-    info = Path("/proc/cpuinfo")
-    names = [line.split(":", 1)[1].strip() for line in (info.read_text().splitlines() if info.is_file() else [])
-             if line.startswith("model name")]
-    cpu = names[0] if names else platform.processor()
-    return f"{cpu}, {available_cpus()} cores, torch {torch.__version__}"
-
-
 def collect() -> int:
     """Add a record of every finished run under <root>/arc (1500 steps) and <root>/arc_wall (equal CPU time) that
     has its `evaluate` folder, to the committed records file. The run folders stay on the machine that ran them; the
@@ -325,10 +278,10 @@ def collect() -> int:
                         "pass_at_k": scores, "solved": solved, "ms_per_step": round(f[1], 1),
                         "wall_s": round(f[2]), "params": f[3], "train_fit": round(f[4], 2), "test_inputs": lines,
                         "machine": where, "source": f"run folder {run}, collected {time.strftime('%Y-%m-%d')}"})
-    old = read_records()
+    old = read_records(RECORDS)
     have = {run_key(r): r for r in old}
     changed = [r for r in new if have.get(run_key(r)) != r]
-    write_records(merge_records(old, new))
+    write_records(merge_records(old, new), RECORDS)
     for r in changed:
         print("recorded:", " ".join(str(r[k]) for k in RECORD_KEY))
     print(f"{RECORDS}: {len(changed)} of {len(new)} runs found new or changed")
@@ -340,7 +293,7 @@ def arc_runs(model: str, scheme: str) -> list[tuple[str, int, dict[int, tuple]]]
     exact %)})] of one (model, scheme) on 4.7's ARC tasks, from the committed records (ms/step and wall s are None
     for the runs whose folders were lost before they were recorded)."""
     cells: dict[tuple[str, int], dict[int, tuple]] = {}
-    for r in read_records():
+    for r in read_records(RECORDS):  # this module's RECORDS (the tests point it elsewhere)
         if (r["model"], r["scheme"]) == (model, scheme):
             cells.setdefault((r["lr"], r["steps"]), {})[r["seed"]] = (
                 100 * r["exact_copies"] / r["copies"], r["pass_at_k"]["1"], r["pass_at_k"]["2"], r["solved"],
