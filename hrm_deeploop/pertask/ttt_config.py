@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hrm_deeploop.errors import UserError
+from hrm_deeploop.training.train_config import TRAINS
 from hrm_deeploop.typed_config import at_least, one_of, optional_at_least
 
 PROTOCOLS = ("strict", "transductive")
@@ -69,7 +70,7 @@ class PerTaskConfig:
         optional_at_least("time_budget", self.time_budget, 0)
         one_of("protocol", self.protocol, PROTOCOLS)
         one_of("launcher", self.launcher, LAUNCHERS)
-        one_of("trains", self.trains, ("all", "embeddings", "embeddings_then_all"))
+        one_of("trains", self.trains, TRAINS)  # adapt.trains: one owner (training/train_config.py)
         at_least("submitit.shards", self.submitit.shards, 1)
         if not self.ks or any(not isinstance(k, int) or not 1 <= k <= MAX_CANDIDATES for k in self.ks):
             raise UserError(f"ks={self.ks}: each K from 1 to {MAX_CANDIDATES} (the candidates kept per test input)")
