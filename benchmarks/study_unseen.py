@@ -155,6 +155,45 @@ def write_family_challenges(folder: Path, held: list[str], per_family: int, log:
     return folder / "generated_evaluation_challenges.json"
 
 
+def write_fit_sources(folder: Path, sources: list[Path], skip: list[str]) -> list[Path]:
+    """The pretraining sources again, every task an evaluation task (its folder named `evaluation`),
+    with the same names in the same order: built with the pretraining seed, they have the
+    pretraining set's identifiers, so the pretrained model is scored on its own training tasks' test
+    inputs (which it trained on: how well it fits them, not what it generalises); `skip`: the held-out
+    tasks, which the pretraining build leaves out."""
+    out = []
+    for k, src in enumerate(sources):
+        files = sorted(p for p in src.rglob("*.json") if p.parent.name == "training" and p.stem not in skip)
+        dest = folder / f"s{k}" / "evaluation"
+        dest.mkdir(parents=True, exist_ok=True)
+        for f in files:
+            (dest / f.name).write_bytes(f.read_bytes())
+        out.append(folder / f"s{k}")
+    return out
+
+
+def fit_batches(data: Path, num_tasks: int, batch: int = 16) -> int:
+    """Batches of `batch` test rows that cover the first `num_tasks` evaluation tasks of a build
+    (the ARC-1 pretraining tasks come first): the fit is scored on those (every row of the
+    generated ones would take minutes a seed on the shared CPU)."""
+    import numpy as np
+
+    pi = np.load(data / "test" / "all__puzzle_indices.npy")
+    gi = np.load(data / "test" / "all__group_indices.npy")
+    return max(1, -(-int(pi[gi[min(num_tasks, len(gi) - 1)]]) // batch))
+
+
+def fit_scores(eval_dir: Path, arc_ids: list[str]) -> dict:
+    """The ARC-1 pretraining tasks solved at pass@2 (of those scored: all of them, `fit_batches`),
+    and cell@1 over their test inputs."""
+    tasks = json.loads((eval_dir / "tasks.json").read_text())["tasks"]
+    arc = {k: v for k, v in tasks.items() if k in arc_ids}
+    cells = [cell_accuracy(ti["candidates"][0]["grid"] if ti["candidates"] else None, ti["truth"])
+             for v in arc.values() for ti in v["test_inputs"]]
+    return {"arc_tasks": len(arc), "solved@2": sorted(k for k, v in arc.items() if v["correct"]["2"]),
+            "cell@1": 100 * sum(cells) / max(1, len(cells))}
+
+
 def finished(run: Path, steps: int) -> bool:
     """True when `run` is a finished training run of `steps` steps (a rerun then reuses it)."""
     summary = run / "summary.json"
@@ -181,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated generate-arc families held out of pretraining: (c) and (e) also on them")
     ap.add_argument("--family-tasks", type=int, default=2, help="tasks per unseen family")
     ap.add_argument("--family-protocols", default="ce", help="which of (a)-(c), (e) to run on the unseen families")
+    ap.add_argument("--fit", action="store_true",
+                    help="score the pretrained model on its ARC-1 pretraining tasks' test inputs (how well it fits them)")
     ap.add_argument("--quick", action="store_true", help="3 + 2 tasks, 4 steps: time and memory at tiny size")
     args = ap.parse_args(argv)
     out = Path(args.out)
@@ -224,6 +265,20 @@ def main(argv: list[str] | None = None) -> int:
         if set(args.protocols) & set("abce") and not finished(r / "pretrain", args.pre_steps):
             cli(["train", *common, f"seed={seed}", f"data_dir={r / 'pre'}", f"output_dir={r / 'pretrain'}",
                  f"train.max_steps={args.pre_steps}"], t, "pretrain")
+        if args.fit and set(args.protocols) & set("abce") and "fit" not in run:
+            fit_raw = out / "raw" / "fit"
+            fit_srcs = write_fit_sources(fit_raw, pre_sources, unseen) if not fit_raw.exists() else sorted(fit_raw.iterdir())
+            if not (r / "fit").exists():
+                cli(["build-arc", f"sources=[{','.join(map(str, fit_srcs))}]", f"output_dir={r / 'fit'}",
+                     f"num_aug={args.num_aug}", f"seed={seed}", "progress=false"], t, "build fit")
+            same = (r / "fit" / "identifiers.json").read_bytes() == (r / "pre" / "identifiers.json").read_bytes()
+            assert same, f"{r / 'fit'}: its identifiers differ from the pretraining set's"
+            cli(["evaluate", f"checkpoint={r / 'pretrain'}", f"data_dir={r / 'fit'}", f"output_dir={r / 'eval_fit'}",
+                 f"max_batches={fit_batches(r / 'fit', len(pre_ids))}", "global_batch_size=16", *ev], t, "evaluate (fit)")
+            run["fit"] = fit_scores(r / "eval_fit", pre_ids)
+            f = run["fit"]
+            print(f"  (fit) its ARC-1 pretraining tasks solved at pass@2: {len(f['solved@2'])}/{f['arc_tasks']}, "
+                  f"cell@1 {f['cell@1']:.1f}", flush=True)
         chal = out / "raw" / "unseen_challenges.json"
         if "e" in args.protocols and not chal.is_file():
             write_unseen_challenges(chal, unseen)

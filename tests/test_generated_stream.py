@@ -70,23 +70,52 @@ def test_streamed_build_is_byte_identical(tmp_path, monkeypatch, materialize, ch
 
 
 def test_spilled_units_read_back_the_same_pairs(tmp_path):
-    """With a spill, each unit's cells go to the temporary file as it is read (its tasks hold a range
-    of the unit's pairs, re-ordered as grouped), and every task reads back the pairs the in-memory
-    load gives, in the same order."""
-    from arc_data.arc.generated import GeneratedSourceConfig, SpilledPacked, loader
+    """With a spill, each generated source is a `TaskTable`: its units' cells and a per-grid index go
+    to the temporary file as they are read, and in memory a task is a few integers; every task it
+    makes on demand reads back the pairs the in-memory load gives, with the same name, file and
+    imitated ids, in the same order, and its columns (demonstrations, test pairs) agree."""
+    from arc_data.arc.generated import GeneratedSourceConfig, loader
     from arc_data.arc.sources import load_sources
     from arc_data.arc.spill import Spill
+    from arc_data.arc.tasktable import TaskList, TaskTable, load_tasks
 
     specs = _sources(tmp_path)[1:]
     plain = load_sources(specs, load=loader(GeneratedSourceConfig(pairs_per_task=3), 9))[0]
     spill = Spill(tmp_path)
-    spilled = load_sources(specs, load=loader(GeneratedSourceConfig(pairs_per_task=3), 9, spill))[0]
-    assert [t.name for t in spilled] == [t.name for t in plain] and len(plain) > 10
+    spilled, _ = load_tasks(specs, "evaluation", True, loader(GeneratedSourceConfig(pairs_per_task=3), 9, spill))
+    assert isinstance(spilled, TaskList) and all(isinstance(p.source, TaskTable) for p in spilled.parts)
+    assert list(spilled.names()) == [t.name for t in plain] and len(plain) > 10
+    assert (spilled.num_train == [len(t.train) for t in plain]).all()
+    assert (spilled.num_test == [len(t.test) for t in plain]).all() and not spilled.is_eval.any()
     for a, b in zip(plain, spilled):
-        assert isinstance(b.train.unit, SpilledPacked) and isinstance(b.train.idx, range)
-        assert b.train == a.train and b.test == a.test and b.imitates == a.imitates
+        assert (b.name, b.file, b.source, b.subset, b.imitates) == (a.name, a.file, a.source, a.subset, a.imitates)
+        assert a.train == b.train and a.test == b.test
     cells = sum(x.size + y.size for t in plain for x, y in t.train + t.test)
     assert spill.size >= cells  # every kept pair's cells are in the file
+    spill.close()
+
+
+def test_a_table_out_of_name_order_is_sorted_and_a_repeated_id_refused(tmp_path):
+    """Units whose task names do not come in name order (file `ab-c` lists before `ab`, but
+    `rearc-ab-0000` sorts before `rearc-ab-c-0000`) give the order `load_sources` gives; the same
+    task id from two sources is refused, naming both files, as for plain sources."""
+    from arc_data.arc.generated import GeneratedSourceConfig, loader
+    from arc_data.arc.sources import load_sources
+    from arc_data.arc.spill import Spill
+    from arc_data.arc.tasktable import load_tasks
+    from arc_data.errors import ArcError
+
+    spec = f"rearc:{write_rearc(tmp_path / 're_arc', {'ab': 9, 'ab-c': 9, 'a': 5}, seed=2)}"
+    grouping = GeneratedSourceConfig(pairs_per_task=2)
+    plain = load_sources([spec], load=loader(grouping, 1))[0]
+    spill = Spill(tmp_path)
+    tl, _ = load_tasks([spec], "evaluation", True, loader(grouping, 1, spill))
+    assert not tl.parts[0].source._in_order  # the table was sorted
+    assert list(tl.names()) == [t.name for t in plain] and plain[0].name == "rearc-a-0000"
+    assert [t.train for t in tl] == [t.train for t in plain]
+    other = f"rearc:{write_rearc(tmp_path / 'other', {'ab': 3}, seed=3)}"
+    with pytest.raises(ArcError, match=r"task rearc-ab-0000: the same task id is also in .*re_arc"):
+        load_tasks([spec, other], "evaluation", True, loader(grouping, 1, spill))
     spill.close()
 
 

@@ -19,17 +19,19 @@ import numpy as np
 from arc_data import format as fmt
 from arc_data.arc.generated import GeneratedSourceConfig, loader, source_path, split_spec
 from arc_data.arc.plan import Plan, SplitPlan, check_request, make_plan
-from arc_data.arc.sources import EVAL_SUBSET, SOURCE_NAMES, SourceInfo, load_sources
-from arc_data.arc.spill import Spill
+from arc_data.arc.sources import EVAL_SUBSET, SOURCE_NAMES, SourceInfo
+from arc_data.arc.spill import Spill, save_npz
 from arc_data.arc.tasksplit import (
     HOLDOUT_POOLS,
     LABEL_MODES,
     as_evaluation,
+    imitations,
     mode_line,
     split_tasks,
     unlabelled_tasks,
     validation_tasks,
 )
+from arc_data.arc.tasktable import TaskList, load_tasks
 from arc_data.dataset import resolve_examples
 from arc_data.errors import ArcError, raised_as
 from arc_data.files.atomic import dir_size, save_npy
@@ -188,14 +190,10 @@ def encode_split(plan: Plan, sp: SplitPlan, out_dir: Path, bar) -> None:
 
 
 def write_dataset(plan: Plan, tmp: Path, materialize: bool, manifest: dict, progress: bool) -> None:
-    np.savez(
-        tmp / fmt.AUGMENTATIONS_FILE,
-        base_task=plan.base_task,
-        dihedral=plan.dihedral,
-        colour_map=plan.colour_map,
-        task_names=np.array([t.name for t in plan.tasks], dtype=str),
-    )
-    (tmp / fmt.IDENTIFIERS_FILE).write_bytes(plan.identifiers_json())
+    save_npz(tmp / fmt.AUGMENTATIONS_FILE, {"base_task": plan.base_task, "dihedral": plan.dihedral,
+                                             "colour_map": plan.colour_map, "task_names": plan.tasks.names_column()},
+             plan.grids.spill)
+    plan.write_identifiers(tmp / fmt.IDENTIFIERS_FILE)
     if not materialize:
         plan.grids.save(tmp / fmt.GRIDS_FILE)
     total = sum(sp.num_examples for sp in plan.splits.values())
@@ -262,18 +260,18 @@ def _build_with(cfg: BuildConfig, spill: Spill | None) -> BuildSummary:
                                         [*inputs, cfg.output_dir, cfg.holdout_dir],
                                         marker=fmt.MANIFEST_FILE, writer="build-arc", field="validation_dir")
 
-    tasks, infos = load_sources(list(cfg.sources), cfg.eval_name, require_outputs=cfg.test_labels == "required",
-                                load=loader(cfg.generated, cfg.seed, spill))
+    tasks, infos = load_tasks(list(cfg.sources), cfg.eval_name, require_outputs=cfg.test_labels == "required",
+                              load=loader(cfg.generated, cfg.seed, spill))
     for note in (n for info in infos for n in info.skipped):
         print(f"build-arc: skipped {note}", file=sys.stderr)
     tasks = as_evaluation(tasks, set(unlabelled_tasks(tasks)))  # unlabelled test inputs never train
     kept, held = split_tasks(tasks, list(cfg.holdout_tasks), cfg.holdout_fraction, cfg.holdout_pool, cfg.seed)
-    held_names = [t.name for t in held]
-    imitations = sum(bool(set(held_names).intersection(t.imitates)) for t in tasks)
-    if imitations:
-        print(f"build-arc: {imitations} generated task(s) imitating a held-out task left out of {cfg.output_dir}")
+    held_names = list(held.names())
+    imitated = imitations(tasks, held_names)
+    if imitated:
+        print(f"build-arc: {imitated} generated task(s) imitating a held-out task left out of {cfg.output_dir}")
     jobs = [(target, kept, {"role": "pretraining" if held_target else "all", "held_out_tasks": held_names,
-                            "holdout_dir": cfg.holdout_dir, "imitations_left_out": imitations})]
+                            "holdout_dir": cfg.holdout_dir, "imitations_left_out": imitated})]
     if held_target is not None:
         jobs.append((held_target, held, {"role": "unseen", "held_out_tasks": held_names,
                                          "pretraining_dir": cfg.output_dir}))
@@ -284,7 +282,7 @@ def _build_with(cfg: BuildConfig, spill: Spill | None) -> BuildSummary:
         if no_val:
             print(f"build-arc: validation_dir: {len(no_val)} task(s) with one demonstration left out: "
                   f"{', '.join(no_val[:5])}", file=sys.stderr)
-        jobs.append((val_target, val, {"role": "validation (last demonstration of each task as its test pair)",
+        jobs.append((val_target, TaskList.of(val), {"role": "validation (last demonstration of each task as its test pair)",
                                        "tasks_without_validation": no_val,
                                        "of": cfg.holdout_dir or cfg.output_dir}))
     prepared = []
@@ -292,7 +290,7 @@ def _build_with(cfg: BuildConfig, spill: Spill | None) -> BuildSummary:
         print(mode_line(job_tasks, str(tgt.path)))
         check_request(job_tasks, cfg.num_aug, cfg.materialize, tgt.path)
         plan = make_plan(job_tasks, cfg.num_aug, cfg.seed, spill)
-        short = {t.name: int(n) for t, n in zip(job_tasks, plan.num_puzzles) if n < cfg.num_aug + 1}
+        short = {job_tasks.name(int(i)): int(plan.num_puzzles[i]) for i in np.nonzero(plan.num_puzzles < cfg.num_aug + 1)[0]}
         counts = {
             split: {
                 "groups": len(sp.group_indices) - 1,
@@ -317,7 +315,7 @@ def _build_with(cfg: BuildConfig, spill: Spill | None) -> BuildSummary:
             layout=manifest["layout"],
             seconds=time.perf_counter() - t0,
             num_tasks=len(job_tasks),
-            num_eval_tasks=sum(t.is_eval for t in job_tasks),
+            num_eval_tasks=int(job_tasks.is_eval.sum()),
             num_identifiers=plan.num_ids,
             splits=counts,
             bytes_on_disk=dir_size(tgt.path),

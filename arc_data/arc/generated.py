@@ -42,6 +42,7 @@ import numpy as np
 from arc_data.arc.pairscan import scan_file
 from arc_data.arc.sources import EVAL_SUBSET, Pair, SourceInfo, Task, load_source, parse_grid, quick_grid
 from arc_data.arc.spill import Spill
+from arc_data.arc.tasktable import TaskTable
 from arc_data.errors import ArcError
 from arc_data.files.jsonio import parse_json
 from arc_data.files.names import regular_files
@@ -95,30 +96,6 @@ class Packed:
         return len(self.start) // 2
 
 
-class SpilledPacked(Packed):
-    """A unit whose cells were written to a `Spill` as it was read, its pairs in the order given (a
-    task's pairs are then a `range` of them: no Python int per pair): its grids are read back from
-    the spill's map when asked, so the units of a whole source are never in memory together.
-    Offsets (int32, within the unit) and sides (int16) as arrays: 16 bytes a pair."""
-
-    __slots__ = ("spill", "at")
-
-    def __init__(self, unit: Packed, spill: Spill, order: np.ndarray) -> None:
-        hw = np.asarray(unit.hw, np.int64).reshape(-1, 2)
-        start = np.asarray(unit.start, np.int64)
-        grids = np.stack([2 * order, 2 * order + 1], axis=1).ravel()  # the unit's grids in pair order
-        size = hw[grids, 0] * hw[grids, 1]
-        new_start = np.cumsum(size) - size
-        cell = np.repeat(start[grids] - new_start, size) + np.arange(int(size.sum()))
-        self.spill, self.at = spill, spill.append(unit.cells[cell])
-        self.start = new_start.astype(np.int32)
-        self.hw = hw[grids].astype(np.int16).ravel()
-
-    @property
-    def cells(self) -> np.ndarray:
-        return self.spill.cells()[self.at:]
-
-
 class PackedPairs(Sequence):
     """Some pairs of a `Packed` unit, by index: what a generated Task holds as `train` / `test`.
     Grids are made (as views) when read, so a task costs a few small objects, not two arrays a
@@ -158,8 +135,6 @@ class PackedPairs(Sequence):
                 cells[dst[j]:dst[j] + h * w] = buf[a:a + h * w]
                 new_hw += (h, w)
                 j += 1
-        if isinstance(unit, SpilledPacked):
-            return  # the unit is read back from its spill, which lives as long as the build
         moved = Packed.__new__(Packed)
         moved.cells, moved.start, moved.hw = cells, dst, new_hw
         self.unit, self.idx = moved, tuple(range(len(self.idx)))
@@ -223,7 +198,7 @@ def loader(grouping: GeneratedSourceConfig, seed: int,
 
 
 # ---------------------------------------------------------------------------------------------
-# units: (unit name, imitated ids, file, pairs)
+# units: (unit name, imitated ids, file, line (BARC; 0 for a file of pairs), pairs)
 
 
 def _oversize(g: object) -> bool:
@@ -292,13 +267,13 @@ def _task_files(root: Path, kind: str) -> list[Path]:
 
 
 def _pair_units(root: Path, kind: str, grouping: GeneratedSourceConfig, digest,
-                skipped: list[str]) -> Iterator[tuple[str, tuple[str, ...], str, Packed]]:
+                skipped: list[str]) -> Iterator[tuple[str, tuple[str, ...], str, int, Packed]]:
     for path in _task_files(root, kind):
-        yield path.stem, (path.stem,), str(path), _pair_file(path, kind, grouping, digest, skipped)
+        yield path.stem, (path.stem,), str(path), 0, _pair_file(path, kind, grouping, digest, skipped)
 
 
 def _barc_units(root: Path, grouping: GeneratedSourceConfig, digest,
-                skipped: list[str]) -> Iterator[tuple[str, tuple[str, ...], str, Packed]]:
+                skipped: list[str]) -> Iterator[tuple[str, tuple[str, ...], str, int, Packed]]:
     if root.is_dir():
         files, _ = regular_files(sorted(root.glob("*.jsonl"), key=lambda p: p.name))
         if not files:
@@ -322,7 +297,7 @@ def _barc_units(root: Path, grouping: GeneratedSourceConfig, digest,
                     raise ArcError(f"{where}: not a generated problem (a JSON object with a non-empty 'examples' list)")
                 seeds = obj.get("seeds") if isinstance(obj.get("seeds"), list) else []
                 imitates = tuple(sorted({m[1] for s in seeds if isinstance(s, str) and (m := _SEED_FILE.match(s))}))
-                yield unit, imitates, f"{path}: line {lineno}", Packed.of(_pairs_slow(
+                yield unit, imitates, str(path), lineno, Packed.of(_pairs_slow(
                     obj["examples"], str(path), unit, grouping.oversize, skipped,
                     no_bools=b"true" not in line and b"false" not in line))
         digest.update(path.name.encode() + b"\0" + h.digest())
@@ -332,21 +307,22 @@ def _barc_units(root: Path, grouping: GeneratedSourceConfig, digest,
 # grouping
 
 
-def group_unit(kind: str, unit: str, imitates: tuple[str, ...], file: str, spec: str, pairs: Packed,
-               grouping: GeneratedSourceConfig, seed: int, spill: Spill | None = None) -> tuple[list[Task], int]:
-    """One unit's pairs -> (tasks, pairs left over): a seeded shuffle, the first `examples`, chunks
-    of `pairs_per_task` (a last chunk of test_pairs or fewer is left over). With `spill`, the kept
-    pairs go to it in the shuffled order, each task a range of them."""
+def unit_order(kind: str, unit: str, num_pairs: int, grouping: GeneratedSourceConfig, seed: int) -> np.ndarray:
+    """The unit's pairs in their grouped order: a seeded shuffle, the first `examples`."""
     rng = np.random.Generator(np.random.PCG64([seed, zlib.crc32(f"{kind}:{unit}".encode())]))
-    order = rng.permutation(pairs.num_pairs)
-    if grouping.examples:
-        order = order[:grouping.examples]
-    if spill is not None:
-        pairs, order = SpilledPacked(pairs, spill, order), range(len(order))
+    order = rng.permutation(num_pairs)
+    return order[:grouping.examples] if grouping.examples else order
+
+
+def group_unit(kind: str, unit: str, imitates: tuple[str, ...], file: str, spec: str, pairs: Packed,
+               grouping: GeneratedSourceConfig, seed: int) -> tuple[list[Task], int]:
+    """One unit's pairs -> (tasks, pairs left over): `unit_order`, cut into chunks of
+    `pairs_per_task` (a last chunk of test_pairs or fewer is left over)."""
+    order = unit_order(kind, unit, pairs.num_pairs, grouping, seed)
     k, n_test = grouping.pairs_per_task, grouping.test_pairs
     tasks, left = [], 0
     for j, lo in enumerate(range(0, len(order), k)):
-        chunk = order[lo:lo + k] if spill is not None else tuple(order[lo:lo + k].tolist())
+        chunk = tuple(order[lo:lo + k].tolist())
         if len(chunk) <= n_test:
             left += len(chunk)
             continue
@@ -356,7 +332,9 @@ def group_unit(kind: str, unit: str, imitates: tuple[str, ...], file: str, spec:
 
 
 def load_generated(spec: str, kind: str, path: str, grouping: GeneratedSourceConfig,
-                   seed: int, spill: Spill | None = None) -> tuple[list[Task], SourceInfo]:
+                   seed: int, spill: Spill | None = None) -> tuple[list[Task] | TaskTable, SourceInfo]:
+    """One generated source's tasks: a list of `Task`, or with `spill` a `TaskTable` (each unit's
+    kept pairs go to the spill as it is read, nothing per task but a few integers in memory)."""
     root = Path(os.path.expanduser(path))
     if not path:
         raise ArcError(f"{spec}: give a path after '{kind}:'")
@@ -364,16 +342,23 @@ def load_generated(spec: str, kind: str, path: str, grouping: GeneratedSourceCon
     skipped: list[str] = []
     units = _barc_units(root, grouping, digest, skipped) if kind == "barc" else \
         _pair_units(root, kind, grouping, digest, skipped)
+    table = None if spill is None else TaskTable(spec, kind, spill, grouping.pairs_per_task, grouping.test_pairs)
     tasks: list[Task] = []
     left = 0
-    for unit, imitates, file, pairs in units:
-        made, n_left = group_unit(kind, unit, imitates, file, spec, pairs, grouping, seed, spill)
+    for unit, imitates, file, line, pairs in units:
+        if table is not None:
+            hw = np.asarray(pairs.hw, np.int64).reshape(-1, 2)
+            left += table.add_unit(unit, imitates, file, line, pairs.cells, np.asarray(pairs.start, np.int64), hw,
+                                   unit_order(kind, unit, pairs.num_pairs, grouping, seed))
+            continue
+        made, n_left = group_unit(kind, unit, imitates, f"{file}: line {line}" if line else file, spec, pairs,
+                                  grouping, seed)
         tasks += made
         left += n_left
     if left:
         skipped.append(f"{spec}: {left} pair(s) left over at the end of units (a chunk of test_pairs or fewer), not used")
-    if not tasks:
+    made = table.finish() if table is not None else tasks
+    if not len(made):
         raise ArcError(f"{spec}: no task made (every unit had fewer than generated.test_pairs + 1 pairs)")
-    info = SourceInfo(spec, kind, str(root), digest.hexdigest(), len(tasks), 0, skipped)
-    return tasks, info
-
+    info = SourceInfo(spec, kind, str(root), digest.hexdigest(), len(made), 0, skipped)
+    return made, info

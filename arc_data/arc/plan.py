@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from arc_data.arc.sources import Task
 from arc_data.arc.spill import Spill, save_npz
+from arc_data.arc.tasktable import TaskList, TaskTable, copy_runs
 from arc_data.budget import check_count, check_fits
 from arc_data.format import BLANK_NAME, MAX_SIDE, SEQ_LEN, SPLITS, aug_name
 
@@ -83,7 +83,7 @@ class SplitPlan:
 
 @dataclass
 class Plan:
-    tasks: list[Task]
+    tasks: TaskList
     grids: Grids
     task_pairs: np.ndarray  # int64 [T+1]: task t's pairs (demos then tests)
     num_demos: np.ndarray  # int64 [T]
@@ -101,58 +101,82 @@ class Plan:
 
     def identifiers_json(self) -> bytes:
         """identifiers.json, byte for byte `json.dumps(names) + "\n"`: id -> HRM name, `<blank>`, then
-        per task `<task>` and its augmentations `<task>_t<tid>_<map>` (`name_of`). A task's augmented
-        names differ only in their fixed-width tail, so each task's are written as one uint8 block."""
-        tail = np.empty((self.num_ids, 15), np.uint8)  # _t<tid>_<10 digits>"
-        tail[:, 0] = tail[:, 3] = ord("_")
-        tail[:, 1] = ord("t")
-        tail[:, 2] = self.dihedral + ord("0")
-        tail[:, 4:14] = self.colour_map + ord("0")
-        tail[:, 14] = ord('"')
-        parts = [f"[{json.dumps(BLANK_NAME)}".encode()]
-        for t, task in enumerate(self.tasks):
-            quoted = json.dumps(task.name)
-            parts.append(f", {quoted}".encode())
-            head = np.frombuffer(f', {quoted[:-1]}'.encode(), np.uint8)
-            lo, n = int(self.task_first_id[t]) + 1, int(self.num_puzzles[t]) - 1
-            block = np.empty((n, len(head) + tail.shape[1]), np.uint8)
-            block[:, :len(head)] = head
-            block[:, len(head):] = tail[lo:lo + n]
-            parts.append(block.tobytes())
-        parts.append(b"]\n")
-        return b"".join(parts)
+        per task `<task>` and its augmentations `<task>_t<tid>_<map>` (`name_of`)."""
+        return b"".join(self.identifier_chunks())
+
+    def write_identifiers(self, path: Path) -> None:
+        """identifiers.json written a chunk of tasks at a time (never whole in memory)."""
+        with open(path, "wb") as f:
+            for chunk in self.identifier_chunks():
+                f.write(chunk)
+
+    def identifier_chunks(self):
+        """identifiers.json's bytes, TASK_CHUNK tasks at a time. A task's augmented names differ only
+        in their fixed-width tail, so each task's are written as one uint8 block."""
+        yield f"[{json.dumps(BLANK_NAME)}".encode()
+        names = self.tasks.names()
+        n_tasks = len(self.task_first_id)
+        for lo in range(0, n_tasks, TASK_CHUNK):
+            hi = min(n_tasks, lo + TASK_CHUNK)
+            a = int(self.task_first_id[lo])
+            b = int(self.task_first_id[hi - 1] + self.num_puzzles[hi - 1])
+            tail = np.empty((b - a, 15), np.uint8)  # _t<tid>_<10 digits>"
+            tail[:, 0] = tail[:, 3] = ord("_")
+            tail[:, 1] = ord("t")
+            tail[:, 2] = self.dihedral[a:b] + ord("0")
+            tail[:, 4:14] = self.colour_map[a:b] + ord("0")
+            tail[:, 14] = ord('"')
+            parts = []
+            for t in range(lo, hi):
+                quoted = json.dumps(next(names))
+                parts.append(f", {quoted}".encode())
+                head = np.frombuffer(f', {quoted[:-1]}'.encode(), np.uint8)
+                first, n = int(self.task_first_id[t]) + 1 - a, int(self.num_puzzles[t]) - 1
+                block = np.empty((n, len(head) + tail.shape[1]), np.uint8)
+                block[:, :len(head)] = head
+                block[:, len(head):] = tail[first:first + n]
+                parts.append(block.tobytes())
+            yield b"".join(parts)
+        yield b"]\n"
 
 
-def pack_grids(tasks: list[Task], spill: Spill | None = None) -> tuple[Grids, np.ndarray, np.ndarray]:
+def pack_grids(tasks, spill: Spill | None = None) -> tuple[Grids, np.ndarray, np.ndarray]:
     """Tasks -> packed grids, task pair ranges [T+1], demo counts [T].
 
     Two passes (shapes, then cells copied into one buffer allocated once), so packing holds the
     grids once more and nothing per grid (a 400k-pair source: no list of 800k views). A task's
     `train` / `test` is a list of pairs, or a packed sequence of them (`generated.PackedPairs`)
     that gives its grids' shapes (`grid_shapes()`) and copies its cells (`copy_cells(cells, offsets)`)
-    without making a grid object each. With `spill`, the buffer and the per-grid arrays (offset,
-    shape, pair_grids) are allocated in it, and its pages handed back every TASK_CHUNK tasks."""
-    num_pairs = np.array([len(t.train) + len(t.test) for t in tasks], np.int64)
+    without making a grid object each; a generated table's tasks (`tasktable.TaskTable`) are packed
+    from its index in the spill, TASK_CHUNK tasks at a time, no task object made. With `spill`, the
+    buffer and the per-grid arrays (offset, shape, pair_grids) are allocated in it, and its pages
+    handed back every TASK_CHUNK tasks."""
+    tl = TaskList.of(tasks)
+    num_demos = tl.num_train
+    num_pairs = num_demos + tl.num_test
     task_pairs = np.concatenate([[0], np.cumsum(num_pairs)]).astype(np.int64)
-    num_demos = np.array([len(t.train) for t in tasks], np.int64)
     n_grids = 2 * int(task_pairs[-1])
     shape = _empty(spill, (n_grids, 2), np.int64)
     g = 0
-    for i, t in enumerate(tasks):
-        if spill is not None and i % TASK_CHUNK == TASK_CHUNK - 1:
-            spill.release()
-        for pairs in (t.train, t.test):
-            if hasattr(pairs, "grid_shapes"):
-                shape[g:g + 2 * len(pairs)] = pairs.grid_shapes()
-                g += 2 * len(pairs)
-                continue
-            for inp, out in pairs:
-                # An unlabelled test input (test_labels=optional) gets an empty 0x0 output: encoded as
-                # an all-PAD label row, which the loader ignores and evaluation reads as "no solution".
-                assert out is not None or t.is_eval, f"{t.file}: task {t.name}: test output missing"
-                shape[g] = inp.shape
-                shape[g + 1] = EMPTY_GRID.shape if out is None else out.shape
-                g += 2
+    for part, entries in _parts(tl, spill):
+        if entries is not None:
+            shape[g:g + len(entries), 0] = (entries >> 5) & 31
+            shape[g:g + len(entries), 1] = entries & 31
+            g += len(entries)
+            continue
+        for t in part:
+            for pairs in (t.train, t.test):
+                if hasattr(pairs, "grid_shapes"):
+                    shape[g:g + 2 * len(pairs)] = pairs.grid_shapes()
+                    g += 2 * len(pairs)
+                    continue
+                for inp, out in pairs:
+                    # An unlabelled test input (test_labels=optional) gets an empty 0x0 output: encoded as
+                    # an all-PAD label row, which the loader ignores and evaluation reads as "no solution".
+                    assert out is not None or t.is_eval, f"{t.file}: task {t.name}: test output missing"
+                    shape[g] = inp.shape
+                    shape[g + 1] = EMPTY_GRID.shape if out is None else out.shape
+                    g += 2
     offset = _empty(spill, (n_grids,), np.int64)  # exclusive cumulative sizes, a chunk at a time
     pair_grids = _empty(spill, (n_grids // 2, 2), np.int64)
     total = 0
@@ -166,22 +190,40 @@ def pack_grids(tasks: list[Task], spill: Spill | None = None) -> tuple[Grids, np
             spill.release()
     cells = np.empty(total, np.uint8) if spill is None else spill.allocate(total)
     g = 0
-    for i, t in enumerate(tasks):
-        if spill is not None and i % TASK_CHUNK == TASK_CHUNK - 1:
-            spill.release()
-        for pairs in (t.train, t.test):
-            if hasattr(pairs, "copy_cells"):
-                pairs.copy_cells(cells, offset[g:g + 2 * len(pairs)])
-                g += 2 * len(pairs)
-                continue
-            for inp, out in pairs:
-                cells[offset[g]:offset[g] + inp.size] = inp.ravel()
-                if out is not None:
-                    cells[offset[g + 1]:offset[g + 1] + out.size] = out.ravel()
-                g += 2
+    for part, entries in _parts(tl, spill):
+        if entries is not None:
+            n = len(entries)
+            copy_runs(spill.cells(), entries >> 10, cells, offset[g:g + n], ((entries >> 5) & 31) * (entries & 31))
+            g += n
+            continue
+        for t in part:
+            for pairs in (t.train, t.test):
+                if hasattr(pairs, "copy_cells"):
+                    pairs.copy_cells(cells, offset[g:g + 2 * len(pairs)])
+                    g += 2 * len(pairs)
+                    continue
+                for inp, out in pairs:
+                    cells[offset[g]:offset[g] + inp.size] = inp.ravel()
+                    if out is not None:
+                        cells[offset[g + 1]:offset[g + 1] + out.size] = out.ravel()
+                    g += 2
     grids = Grids(cells, offset, shape, pair_grids, spill)
     grids.release()
     return grids, task_pairs, num_demos
+
+
+def _parts(tl: TaskList, spill: Spill | None):
+    """TASK_CHUNK tasks at a time, in order: (None, their grid index entries) for a table's rows,
+    (their tasks, None) for a plain list's; the spill's pages handed back after each chunk."""
+    for p in tl.parts:
+        for lo in range(0, len(p.rows), TASK_CHUNK):
+            rows = p.rows[lo:lo + TASK_CHUNK]
+            if isinstance(p.source, TaskTable):
+                yield None, p.source.grid_entries(rows)
+            else:
+                yield [TaskList._task(p, j) for j in range(lo, lo + len(rows))], None
+            if spill is not None:
+                spill.release()
 
 
 def _empty(spill: Spill | None, shape: tuple[int, ...], dtype) -> np.ndarray:
@@ -285,7 +327,7 @@ def _translate(rng: np.random.Generator, sp: SplitPlan, grids: Grids, dihedral: 
     sp.offsets[pi[:-1] + keep] = 0
 
 
-def check_request(tasks: list[Task], num_aug: int, materialize: bool, out: Path) -> None:
+def check_request(tasks, num_aug: int, materialize: bool, out: Path) -> None:
     """Refuse, before `make_plan` allocates anything, a num_aug that cannot exist or that this
     machine cannot hold: the trial draws (T x 5 num_aug x 10 bytes), the accepted ids (8 bytes each),
     the augmentation table (15 bytes an id), about 50 bytes an example while planning; on disk 2 x 900
@@ -293,17 +335,20 @@ def check_request(tasks: list[Task], num_aug: int, materialize: bool, out: Path)
     all num_aug augmentations (an upper bound: some tasks have fewer distinct ones)."""
     check_count("num_aug", num_aug, MAX_DISTINCT_AUG, "8 dihedral transforms x 9! colour permutations per task",
                 "lower num_aug")
-    n_tasks = len(tasks)
+    tl = TaskList.of(tasks)
+    n_tasks = len(tl)
     copies = n_tasks * (num_aug + 1)
-    examples = (num_aug + 1) * sum(len(t.train) + len(t.test) for t in tasks)
+    examples = (num_aug + 1) * int((tl.num_train + tl.num_test).sum())
     memory = n_tasks * num_aug * (TRIAL_FACTOR * 10 + 8) + copies * 15 + examples * 50
     disk = copies * 19 + examples * (2 * SEQ_LEN if materialize else 14)
     check_fits(f"num_aug={num_aug} over {n_tasks:,} tasks (up to {examples:,} examples)", memory=memory, disk=disk,
                at=out.parent, fix="lower num_aug" + ("" if not materialize else " (or materialize=false, the compact plan)"))
 
 
-def make_plan(tasks: list[Task], num_aug: int, seed: int, spill: Spill | None = None) -> Plan:
-    """The plan of `tasks`; with `spill`, their grids are packed into it (`pack_grids`)."""
+def make_plan(tasks, num_aug: int, seed: int, spill: Spill | None = None) -> Plan:
+    """The plan of `tasks` (a list of Task or a `TaskList`); with `spill`, their grids are packed
+    into it (`pack_grids`)."""
+    tasks = TaskList.of(tasks)
     rng = np.random.Generator(np.random.PCG64(seed))
     grids, task_pairs, num_demos = pack_grids(tasks, spill)
     n_tasks = len(tasks)
@@ -325,7 +370,7 @@ def make_plan(tasks: list[Task], num_aug: int, seed: int, spill: Spill | None = 
     colour_map[rows, 1:] = acc_perm[t_idx, k]
     del trial_tid, acc_perm
 
-    is_eval = np.array([t.is_eval for t in tasks], dtype=bool)
+    is_eval = tasks.is_eval
     n_pairs = np.diff(task_pairs)
     all_t = np.arange(n_tasks)
     train_n = np.where(is_eval, num_demos, n_pairs)
@@ -345,5 +390,5 @@ def name_of(plan: Plan, pid: int) -> str:
     """HRM name of one puzzle id (the reference for `Plan.identifiers`)."""
     t = int(plan.base_task[pid])
     if pid == plan.task_first_id[t]:
-        return plan.tasks[t].name
-    return aug_name(plan.tasks[t].name, int(plan.dihedral[pid]), plan.colour_map[pid])
+        return plan.tasks.name(t)
+    return aug_name(plan.tasks.name(t), int(plan.dihedral[pid]), plan.colour_map[pid])

@@ -370,6 +370,18 @@ def load_source(spec: str, eval_name: str = EVAL_SUBSET, require_outputs: bool =
     return tasks, info
 
 
+def sorted_checked(got: list[Task], seen: dict[str, Task]) -> list[Task]:
+    """One source's tasks sorted by (subset, name), each name checked plain and not in `seen`
+    (the tasks of the sources before it), then added to it."""
+    got.sort(key=lambda t: (t.subset, t.name))
+    for t in got:
+        check_task_name(t.name, t.file)
+        if t.name in seen:
+            raise ArcError(f"{t.file}: task {t.name}: the same task id is also in {seen[t.name].file}")
+        seen[t.name] = t
+    return got
+
+
 def load_sources(
     specs: list[str], eval_name: str = EVAL_SUBSET, require_outputs: bool = True, load=load_source
 ) -> tuple[list[Task], list[SourceInfo]]:
@@ -385,14 +397,6 @@ def load_sources(
     seen: dict[str, Task] = {}
     for spec in specs:
         got, info = load(str(spec), eval_name, require_outputs)
-        got.sort(key=lambda t: (t.subset, t.name))
-        for t in got:
-            check_task_name(t.name, t.file)
-            if t.name in seen:
-                raise ArcError(
-                    f"{t.file}: task {t.name}: the same task id is also in {seen[t.name].file}"
-                )
-            seen[t.name] = t
-        tasks += got
+        tasks += sorted_checked(got, seen)
         infos.append(info)
     return tasks, infos

@@ -30,12 +30,12 @@ class Spill:
         self._maps: list[mmap.mmap] = []
         self._view: np.ndarray | None = None
 
-    def append(self, cells: np.ndarray) -> int:
-        """Write `cells` (uint8) at the end; return where they start."""
-        at = self.size
+    def append(self, cells: np.ndarray, align: int = 1) -> int:
+        """Write `cells` (uint8) at the end, from a multiple of `align`; return where they start."""
+        at = -(-self.size // align) * align
         self._file.seek(at)
         self._file.write(memoryview(np.ascontiguousarray(cells, np.uint8)).cast("B"))
-        self.size += int(cells.size)
+        self.size = at + int(cells.size)
         return at
 
     def allocate(self, n: int) -> np.ndarray:
@@ -67,11 +67,26 @@ class Spill:
         self._file.close()
 
 
-def save_npz(path: Path, arrays: dict[str, np.ndarray], spill: Spill) -> None:
+class Column:
+    """A 1-d array given a chunk at a time (`chunks()`), never whole: what `save_npz` writes as the
+    array it stands for."""
+
+    def __init__(self, dtype: np.dtype, length: int, chunks) -> None:
+        self.dtype, self.length, self.chunks = np.dtype(dtype), length, chunks
+
+
+def save_npz(path: Path, arrays: dict, spill: Spill | None) -> None:
     """`np.savez(path, **arrays)` (the same arrays when read back), writing each array in chunks of
-    SAVE_CHUNK bytes and releasing the spill's pages between them."""
+    SAVE_CHUNK bytes and releasing the spill's pages between them; a `Column` a chunk at a time."""
     with zipfile.ZipFile(path, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as z:
         for name, arr in arrays.items():
+            if isinstance(arr, Column):
+                with z.open(name + ".npy", "w", force_zip64=True) as f:
+                    np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(arr.dtype),
+                                                             "fortran_order": False, "shape": (arr.length,)})
+                    for chunk in arr.chunks():
+                        f.write(np.ascontiguousarray(chunk, arr.dtype).tobytes())
+                continue
             arr = np.asarray(arr)
             with z.open(name + ".npy", "w", force_zip64=True) as f:
                 if arr.ndim == 0 or arr.dtype.hasobject or not arr.flags.c_contiguous:
@@ -81,4 +96,5 @@ def save_npz(path: Path, arrays: dict[str, np.ndarray], spill: Spill) -> None:
                 step = max(1, SAVE_CHUNK // max(1, arr[:1].nbytes))  # rows a chunk
                 for lo in range(0, len(arr), step):
                     f.write(arr[lo:lo + step].tobytes())
-                    spill.release()
+                    if spill is not None:
+                        spill.release()

@@ -30,70 +30,89 @@ import dataclasses
 import numpy as np
 
 from arc_data.arc.sources import Task
+from arc_data.arc.tasktable import TaskList
 from arc_data.errors import ArcError
 
 LABEL_MODES = ("required", "optional")
 HOLDOUT_POOLS = ("all", "evaluation")
 
 
-def unlabelled_tasks(tasks: list[Task]) -> list[str]:
-    """Names of the tasks with at least one test input without a solution."""
-    return [t.name for t in tasks if any(out is None for _, out in t.test)]
+def unlabelled_tasks(tasks) -> list[str]:
+    """Names of the tasks with at least one test input without a solution (a generated table's
+    tasks are all labelled)."""
+    return [t.name for t in TaskList.of(tasks).lists() if any(out is None for _, out in t.test)]
 
 
-def as_evaluation(tasks: list[Task], names: set[str] | None = None) -> list[Task]:
-    """The tasks with `is_eval` set for those named (all when `names` is None); copies, inputs untouched."""
-    return [dataclasses.replace(t, is_eval=True) if names is None or t.name in names else t for t in tasks]
+def as_evaluation(tasks, names: set[str] | None = None) -> TaskList:
+    """The tasks with `is_eval` set for those named (all when `names` is None); inputs untouched."""
+    tl = TaskList.of(tasks)
+    if names is None:
+        mark = np.ones(len(tl), bool)
+    elif names:
+        mark = np.fromiter((n in names for n in tl.names()), bool, len(tl))
+    else:
+        return tl
+    return tl.take(np.ones(len(tl), bool), tl.is_eval | mark)
 
 
-def mode_line(tasks: list[Task], where: str) -> str:
+def mode_line(tasks, where: str) -> str:
     """One line saying whether a build is labelled: every test input scored, or some not."""
-    unl = unlabelled_tasks(tasks)
-    tests = sum(len(t.test) for t in tasks if t.is_eval)
+    tl = TaskList.of(tasks)
+    unl = unlabelled_tasks(tl)
+    tests = int(tl.num_test[tl.is_eval].sum())
     if not unl:
         return f"build-arc: {where}: labelled build (every test input has its solution; accuracy is computed)"
-    missing = sum(out is None for t in tasks for _, out in t.test)
+    missing = sum(out is None for t in tl.lists() for _, out in t.test)
     shown = ", ".join(unl[:3]) + (", ..." if len(unl) > 3 else "")
     return (f"build-arc: {where}: UNLABELLED build: {missing} of {tests} test inputs have no solution "
             f"({len(unl)} task(s): {shown}); they go to test/ without labels, and evaluate/vote write "
             "votes and submission.json but no accuracy for them")
 
 
-def split_tasks(tasks: list[Task], names: list[str], fraction: float, pool: str,
-                seed: int) -> tuple[list[Task], list[Task]]:
-    """(kept, held out), each in source order. Unknown names are an error naming the first one."""
+def split_tasks(tasks, names: list[str], fraction: float, pool: str, seed: int) -> tuple[TaskList, TaskList]:
+    """(kept, held out), each in source order. Unknown names are an error naming the first one.
+    Tasks are found by index, their names made only for those asked for: a generated source's
+    tasks stay rows of its table (`tasktable`)."""
     if pool not in HOLDOUT_POOLS:
         raise ArcError(f"holdout_pool={pool!r}: must be one of {', '.join(HOLDOUT_POOLS)}")
     if not (isinstance(fraction, (int, float)) and 0.0 <= fraction <= 1.0):
         raise ArcError(f"holdout_fraction={fraction!r}: must be in [0, 1]")
-    by_name = {t.name: t for t in tasks}
-    unknown = [n for n in names if n not in by_name]
+    tl = TaskList.of(tasks)
+    wanted = set(names)
+    found = {n: i for i, n in enumerate(tl.names()) if n in wanted} if wanted else {}
+    unknown = [n for n in names if n not in found]
     if unknown:
         raise ArcError(f"holdout_tasks: task {unknown[0]} is in none of the sources "
                            f"({len(unknown)} unknown name(s))")
-    held = set(names)
+    held = np.zeros(len(tl), bool)
+    held[list(found.values())] = True
     if fraction > 0:
-        candidates = [t.name for t in tasks if pool == "all" or t.is_eval]
+        candidates = np.nonzero(tl.is_eval if pool == "evaluation" else np.ones(len(tl), bool))[0]
         rng = np.random.Generator(np.random.PCG64([seed, 1]))
         order = rng.permutation(len(candidates))
-        held |= {candidates[i] for i in order[: int(round(fraction * len(candidates)))]}
+        held[candidates[order[: int(round(fraction * len(candidates)))]]] = True
     # strict: a generated task imitating a held-out task is held out of the pretraining set too
-    kept = [t for t in tasks if t.name not in held and not held.intersection(t.imitates)]
-    out = [t for t in tasks if t.name in held]
-    if held and not kept:
+    held_names = {tl.name(int(i)) for i in np.nonzero(held)[0]}
+    keep = ~held & ~tl.imitates_any(held_names) if held_names else ~held
+    if held.any() and not keep.any():
         raise ArcError("holdout: every task is held out; nothing is left for output_dir")
-    return kept, as_evaluation(out)
+    return tl.take(keep), tl.take(held, np.ones(len(tl), bool))
 
 
-def validation_tasks(tasks: list[Task]) -> tuple[list[Task], list[str]]:
+def imitations(tasks, held_names: list[str]) -> int:
+    """How many tasks imitate one of the held-out tasks (those left out of the pretraining set)."""
+    return int(TaskList.of(tasks).imitates_any(set(held_names)).sum()) if held_names else 0
+
+
+def validation_tasks(tasks) -> tuple[list[Task], list[str]]:
     """Leave-one-out over the demonstrations, for picking a checkpoint without the test inputs:
     each evaluation task's last demonstration becomes its only (labelled) test pair and leaves its
     demonstrations; the task's real test inputs are not included. Tasks with a single
     demonstration are left out (returned by name)."""
     out, skipped = [], []
-    for t in tasks:
-        if not t.is_eval:
-            continue
+    tl = TaskList.of(tasks)
+    for i in np.nonzero(tl.is_eval)[0]:
+        t = tl[int(i)]
         if len(t.train) < 2:
             skipped.append(t.name)
             continue
