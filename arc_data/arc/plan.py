@@ -289,7 +289,9 @@ def _ranges(start: np.ndarray, count: np.ndarray) -> np.ndarray:
 
 
 def _split_plan(groups: np.ndarray, pair_lo: np.ndarray, pair_n: np.ndarray, first_id: np.ndarray,
-                num_puzzles: np.ndarray) -> SplitPlan:
+                num_puzzles: np.ndarray, spill: Spill | None = None) -> SplitPlan:
+    """One split's arrays. With `spill`, the per-pair and per-example ones (group_pairs, offsets)
+    are allocated in it and filled EXAMPLE_CHUNK groups at a time."""
     n_puz = num_puzzles[groups]
     group_indices = np.concatenate([[0], np.cumsum(n_puz)]).astype(np.int32)
     ids = _ranges(first_id[groups], n_puz)
@@ -297,18 +299,24 @@ def _split_plan(groups: np.ndarray, pair_lo: np.ndarray, pair_n: np.ndarray, fir
     puzzle_indices = np.concatenate([[0], np.cumsum(per_puzzle)])
     if puzzle_indices[-1] >= 2**31:
         raise OverflowError("more than 2**31 examples in one split")
-    group_pairs = _ranges(pair_lo, pair_n)
     gpi = np.concatenate([[0], np.cumsum(pair_n)]).astype(np.int64)
+    group_pairs = _empty(spill, (int(gpi[-1]),), np.int64)
+    for lo in range(0, len(groups), EXAMPLE_CHUNK):
+        hi = min(len(groups), lo + EXAMPLE_CHUNK)
+        group_pairs[gpi[lo]:gpi[hi]] = _ranges(pair_lo[lo:hi], pair_n[lo:hi])
+        if spill is not None:
+            spill.release()
     e = int(puzzle_indices[-1])
-    return SplitPlan(ids.astype(np.int32), puzzle_indices.astype(np.int32), group_indices,
-                     group_pairs.astype(np.int64), gpi, np.zeros((e, 2), np.uint8))
+    offsets = np.zeros((e, 2), np.uint8) if spill is None else _empty(spill, (e, 2), np.uint8)
+    return SplitPlan(ids.astype(np.int32), puzzle_indices.astype(np.int32), group_indices, group_pairs, gpi, offsets)
 
 
 def _translate(rng: np.random.Generator, sp: SplitPlan, grids: Grids, dihedral: np.ndarray,
                chunk: int | None = None) -> None:
     """Random offsets for every example but one per puzzle (HRM spec 1.5), in place: every row
-    offset, then every column offset, each drawn EXAMPLE_CHUNK examples at a time (an array-bounded
-    `integers` draws element after element from one stream, so chunks give what one call gives)."""
+    offset, then every column offset, each drawn about EXAMPLE_CHUNK examples (whole groups) at a
+    time, their sides computed for that chunk (an array-bounded `integers` draws element after
+    element from one stream, so chunks give what one call gives)."""
     e = sp.num_examples
     if e == 0:
         return
@@ -317,13 +325,21 @@ def _translate(rng: np.random.Generator, sp: SplitPlan, grids: Grids, dihedral: 
     keep = rng.integers(0, np.diff(pi))  # the untranslated example of each puzzle
     from arc_data.arc.kernels import example_sides  # each example's larger grid, transformed
 
-    h, w = example_sides(sp.puzzle_identifiers, pi, sp.group_indices, sp.group_pairs, sp.group_pair_indices,
-                         grids.shape, grids.pair_grids, dihedral, TRANSPOSING)
-    grids.release()
-    for axis, side in ((0, h), (1, w)):  # rows, then columns: one stream, drawn a chunk at a time
-        for lo in range(0, e, chunk):
-            hi = min(e, lo + chunk)
-            sp.offsets[lo:hi, axis] = rng.integers(0, MAX_SIDE - side[lo:hi] + 1).astype(np.uint8)
+    gi = sp.group_indices
+    g_end = pi[gi[1:]]  # examples up to each group's end
+    bounds = [0]
+    while bounds[-1] < len(g_end):
+        g0 = bounds[-1]
+        bounds.append(max(g0 + 1, int(np.searchsorted(g_end, pi[gi[g0]] + chunk, side="right"))))
+    for axis in (0, 1):  # rows, then columns: one stream, drawn a chunk at a time
+        for g0, g1 in zip(bounds[:-1], bounds[1:]):
+            p0, p1 = int(gi[g0]), int(gi[g1])
+            e0, e1 = int(pi[p0]), int(pi[p1])
+            sides = example_sides(sp.puzzle_identifiers[p0:p1], pi[p0:p1 + 1] - e0, (gi[g0:g1 + 1] - p0).astype(gi.dtype),
+                                  sp.group_pairs, sp.group_pair_indices[g0:g1 + 1], grids.shape, grids.pair_grids,
+                                  dihedral, TRANSPOSING)
+            sp.offsets[e0:e1, axis] = rng.integers(0, MAX_SIDE - sides[axis] + 1).astype(np.uint8)
+            grids.release()
     sp.offsets[pi[:-1] + keep] = 0
 
 
@@ -376,9 +392,9 @@ def make_plan(tasks, num_aug: int, seed: int, spill: Spill | None = None) -> Pla
     train_n = np.where(is_eval, num_demos, n_pairs)
     ev = all_t[is_eval]
     splits = {
-        "train": _split_plan(all_t, task_pairs[:-1], train_n, task_first_id, num_puzzles),
+        "train": _split_plan(all_t, task_pairs[:-1], train_n, task_first_id, num_puzzles, spill),
         "test": _split_plan(ev, task_pairs[:-1][ev] + num_demos[ev], n_pairs[ev] - num_demos[ev],
-                            task_first_id, num_puzzles),
+                            task_first_id, num_puzzles, spill),
     }
     assert tuple(splits) == SPLITS
     _translate(rng, splits["train"], grids, dihedral)
