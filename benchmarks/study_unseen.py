@@ -25,7 +25,10 @@ With `--pretrain-generated K`, the pretraining set also holds K `generate-arc` t
 not in `--unseen-families` (difficulty 1, generator seed 0), at the same steps x batch: the arm to
 set against a run without it (its own `--out`). With `--unseen-families`, `--family-protocols`
 (default (c) and (e)) also run on `--family-tasks` tasks of each of those families (generator
-seed 1, never pretrained on by either arm): results `c_fam`, `e_fam`.
+seed 1, never pretrained on by either arm): results `c_fam`, `e_fam`. With `--fit`, the
+pretrained model is also scored on its ARC-1 pretraining tasks' test inputs (which it trained on:
+a build of the pretraining sources as evaluation tasks, with the pretraining set's identifiers):
+result `fit`, whether the budget lets it learn what it was shown.
 Each is scored by `evaluate` (count-first vote over the 1 + num_aug copies of each test input):
 pass@1 and pass@2 by HRM's rule, and pass@2 by the ARC Prize rule. `--quick` runs the same
 sequence on 3 + 2 tasks for a few steps: the time and memory of each command at tiny size.
