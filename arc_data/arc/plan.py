@@ -15,8 +15,9 @@ on which trials are accepted, and tasks can be augmented in parallel. T = number
 source order (`sources.load_sources`). Not byte-compatible with HRM's legacy-RNG stream (which is
 not reproducible itself, spec 1.7), but the same distribution. Steps 2 and 3 are drawn a chunk at a
 time (TASK_CHUNK tasks, EXAMPLE_CHUNK examples) from the same stream, which gives the same numbers
-as one call (tests/test_generated_stream.py): a generated source's plan keeps its grids and
-per-grid arrays in a temporary file (`spill.py`), and nothing per example but the offsets in memory.
+as one call (tests/test_generated_stream.py): a generated source's plan keeps its grids, per-grid
+arrays and each split's per-pair and per-example arrays (group_pairs, offsets) in a temporary file
+(`spill.py`), and its tasks as rows of a table (`tasktable.py`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from arc_data.arc.spill import Spill, save_npz
-from arc_data.arc.tasktable import TaskList, TaskTable, copy_runs
+from arc_data.arc.tasktable import TaskList, TaskTable, copy_runs, ranges
 from arc_data.budget import check_count, check_fits
 from arc_data.format import BLANK_NAME, MAX_SIDE, SEQ_LEN, SPLITS, aug_name
 
@@ -281,20 +282,13 @@ def augment(grids: Grids, task_pairs: np.ndarray, trial_tid: np.ndarray, trial_p
                          trial_perm, np.int64(num_aug))
 
 
-def _ranges(start: np.ndarray, count: np.ndarray) -> np.ndarray:
-    """concatenate(arange(s, s + n) for s, n in zip(start, count)), int64, without a list of arrays."""
-    count = np.asarray(count, np.int64)
-    ends = np.cumsum(count)
-    return np.repeat(np.asarray(start, np.int64) - (ends - count), count) + np.arange(int(ends[-1]) if len(ends) else 0)
-
-
 def _split_plan(groups: np.ndarray, pair_lo: np.ndarray, pair_n: np.ndarray, first_id: np.ndarray,
                 num_puzzles: np.ndarray, spill: Spill | None = None) -> SplitPlan:
     """One split's arrays. With `spill`, the per-pair and per-example ones (group_pairs, offsets)
     are allocated in it and filled EXAMPLE_CHUNK groups at a time."""
     n_puz = num_puzzles[groups]
     group_indices = np.concatenate([[0], np.cumsum(n_puz)]).astype(np.int32)
-    ids = _ranges(first_id[groups], n_puz)
+    ids = ranges(first_id[groups], n_puz)
     per_puzzle = np.repeat(pair_n, n_puz)
     puzzle_indices = np.concatenate([[0], np.cumsum(per_puzzle)])
     if puzzle_indices[-1] >= 2**31:
@@ -303,7 +297,7 @@ def _split_plan(groups: np.ndarray, pair_lo: np.ndarray, pair_n: np.ndarray, fir
     group_pairs = _empty(spill, (int(gpi[-1]),), np.int64)
     for lo in range(0, len(groups), EXAMPLE_CHUNK):
         hi = min(len(groups), lo + EXAMPLE_CHUNK)
-        group_pairs[gpi[lo]:gpi[hi]] = _ranges(pair_lo[lo:hi], pair_n[lo:hi])
+        group_pairs[gpi[lo]:gpi[hi]] = ranges(pair_lo[lo:hi], pair_n[lo:hi])
         if spill is not None:
             spill.release()
     e = int(puzzle_indices[-1])

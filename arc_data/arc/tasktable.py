@@ -41,7 +41,8 @@ def copy_runs(src: np.ndarray, src_start: np.ndarray, dst: np.ndarray, dst_start
             dst[b + j] = src[a + j]
 
 
-def _ranges(start: np.ndarray, count: np.ndarray) -> np.ndarray:
+def ranges(start: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """concatenate(arange(s, s + n) for s, n in zip(start, count)), int64, without a list of arrays."""
     count = np.asarray(count, np.int64)
     ends = np.cumsum(count)
     return np.repeat(np.asarray(start, np.int64) - (ends - count), count) + np.arange(int(ends[-1]) if len(ends) else 0)
@@ -106,7 +107,7 @@ class TaskTable:
         """Arrays from the growing buffers, tasks in name order, names checked (plain, unique)."""
         self.unit = np.frombuffer(self.unit, np.int32).astype(np.int32)
         self.first = np.frombuffer(self.first, np.int32).astype(np.int32)
-        self.num_train = np.frombuffer(self.num_train, np.int32).astype(np.int64)
+        self.num_train = np.frombuffer(self.num_train, np.int32).astype(np.int32)
         self.unit_index = np.frombuffer(self.unit_index, np.int64).astype(np.int64)
         self.unit_file = np.frombuffer(self.unit_file, np.int32).astype(np.int32)
         self.unit_line = np.frombuffer(self.unit_line, np.int32).astype(np.int32)
@@ -162,7 +163,7 @@ class TaskTable:
         """The index entries of `rows`' grids, in order (each row: its demonstrations' then its test
         pairs' input, output), int64."""
         base = self.unit_index[self.unit[rows]] // 8 + 2 * self.first[rows].astype(np.int64)
-        pos = _ranges(base, 2 * (self.num_train[rows] + self.test_pairs))
+        pos = ranges(base, 2 * (self.num_train[rows] + self.test_pairs))
         index = self.spill.cells()[:8 * (int(pos.max()) + 1) if len(pos) else 0].view(np.int64)
         return index[pos]
 
@@ -198,13 +199,6 @@ class TaskList:
             return tasks
         tasks = list(tasks)
         return cls([_Part(tasks, np.arange(len(tasks), dtype=np.int64), np.array([t.is_eval for t in tasks], bool))])
-
-    @classmethod
-    def table(cls, table: TaskTable) -> TaskList:
-        return cls([_Part(table, np.arange(len(table), dtype=np.int64), np.zeros(len(table), bool))])
-
-    def __add__(self, other) -> TaskList:
-        return TaskList(self.parts + TaskList.of(other).parts)
 
     def __len__(self) -> int:
         return int(self._ends[-1]) if len(self._ends) else 0
