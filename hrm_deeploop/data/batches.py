@@ -266,25 +266,33 @@ def _plain(state: Any) -> Any:
     return state.tolist() if isinstance(state, np.ndarray) else state
 
 
+def rank_windows(total: int, window: int, rank: int = 0, world_size: int = 1,
+                 max_windows: int | None = None) -> Iterator[np.ndarray]:
+    """Example indices of rank r's share of each sequential window of `window` examples: rows
+    [start + r*B, start + (r+1)*B) clipped to the split, B = window / world_size, possibly empty.
+    Every evaluation reads a split this way (ARC's padded batches here, the puzzles' chunks of whole
+    examples with their test-time copies, LoopViT's canvases), so rank 0 gathering each window's
+    shares in rank order has the split in example order (`eval.predict.predict_sharded`)."""
+    if window % world_size:
+        raise UserError(f"global batch size {window} is not divisible by the world size {world_size}")
+    B = window // world_size
+    for k, start in enumerate(range(0, total, window)):
+        if max_windows is not None and k >= max_windows:
+            return
+        end = min(start + window, total)
+        yield np.arange(min(start + rank * B, end), min(start + (rank + 1) * B, end), dtype=np.int64)
+
+
+def window_batch(split: Any, idx: np.ndarray, local_batch_size: int) -> Batch:
+    """`collate` of examples `idx` with their puzzle ids looked up, padded to the local batch."""
+    pi = np.asarray(split.puzzle_indices, dtype=np.int64)
+    puzzle = np.searchsorted(pi, idx, side="right") - 1
+    return collate(split, idx, np.asarray(split.puzzle_identifiers, dtype=np.int32)[puzzle], local_batch_size)
+
+
 def sequential_batches(split: Any, global_batch_size: int, rank: int = 0, world_size: int = 1,
                  max_batches: int | None = None) -> Iterator[Batch]:
     """Sequential batches over every example of a split, rank-sharded and padded (spec 2)."""
-    if global_batch_size % world_size:
-        raise UserError(f"global batch size {global_batch_size} is not divisible by the world size {world_size}")
     B = global_batch_size // world_size
-    pi = np.asarray(split.puzzle_indices, dtype=np.int64)
-    pids_all = np.asarray(split.puzzle_identifiers, dtype=np.int32)
-    total = int(split.num_examples)
-    for k, start in enumerate(range(0, total, global_batch_size)):
-        if max_batches is not None and k >= max_batches:
-            return
-        end = min(start + global_batch_size, total)
-        lo, hi = min(start + rank * B, end), min(start + (rank + 1) * B, end)
-        idx = np.arange(lo, hi, dtype=np.int64)
-        puzzle = np.searchsorted(pi, idx, side="right") - 1
-        yield collate(split, idx, pids_all[puzzle], B)
-
-
-def num_sequential_batches(split: Any, global_batch_size: int, max_batches: int | None = None) -> int:
-    n = -(int(split.num_examples) // -global_batch_size)
-    return n if max_batches is None else min(n, max_batches)
+    for idx in rank_windows(int(split.num_examples), global_batch_size, rank, world_size, max_batches):
+        yield window_batch(split, idx, B)
