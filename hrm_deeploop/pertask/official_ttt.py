@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from arc_data.grid_key import grid_key
-from hrm_deeploop.data.canvas import IGNORE, View, draw_view, place
+from hrm_deeploop.data.canvas import IGNORE, draw_view, place
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.models.loopvit import LoopViT
 from hrm_deeploop.models.loopvit_config import NUM_COLORS
