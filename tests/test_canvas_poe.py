@@ -86,3 +86,31 @@ def test_product_of_experts_and_count_first_disagree_on_canvases(tmp_path):
     p = Predictions(one["puzzle_identifiers"], one["inputs"], one["predictions"], one["q_halt"])
     agree = vote(p, tmp_path / "data", log_probs=one["log_probs"])
     assert np.asarray(agree.poe.tasks[0].tests[0].candidates[0].grid).tolist() == A  # no sure pass: A both ways
+
+
+def test_evaluate_poe_on_a_loopvit_run_writes_both_rankings(tmp_path):
+    """`evaluate poe=true` on a train-vit checkpoint: log_probs.npy holds the canvas tables, and the
+    vote writes poe.json and submission_poe.json beside the count-first outputs."""
+    import json
+
+    from hrm_deeploop.cli import run_subcommand
+
+    task = {"train": [{"input": [[1, 2]], "output": [[2, 1]]}, {"input": [[3, 3]], "output": [[3, 3]]}],
+            "test": [{"input": TEST_INPUT}]}
+    chal = write_kaggle(tmp_path / "raw", "arc-agi_evaluation", {"t": task}, solutions=False)
+    build(BuildConfig(sources=[str(chal)], output_dir=str(tmp_path / "data"), test_labels="optional", num_aug=2,
+                      seed=0, progress=False))
+    assert run_subcommand("train-vit", ["experiment=loopvit_tiny_cpu", "train.progress=false", "optim.warmup_steps=1",
+                                        "train.global_batch_size=4", "train.epochs_per_iter=2", "train.max_steps=2",
+                                        f"data_dir={tmp_path / 'data'}",
+                                        f"output_dir={tmp_path / 'vit'}"]) == 0
+    out = tmp_path / "eval"
+    assert run_subcommand("evaluate", [f"checkpoint={tmp_path / 'vit'}", f"data_dir={tmp_path / 'data'}",
+                                       f"output_dir={out}", f"challenges={chal}", "progress=false", "poe=true",
+                                       "passes=2", "global_batch_size=4", "device=cpu"]) == 0
+    lp = np.load(out / "log_probs.npy")
+    assert lp.shape == (3 * 2, 961, 13)  # (the test input + 2 copies) x 2 passes
+    poe = json.loads((out / "poe.json").read_text())["tasks"]["t"][0]["candidates"]
+    scored = [c["log_lik"] for c in poe if c["grid"]]  # the empty candidate (no grid) is not scored, ranked last
+    assert scored and None not in scored and scored == sorted(scored, reverse=True)
+    assert set(json.loads((out / "submission_poe.json").read_text())) == {"t"}
