@@ -165,3 +165,24 @@ def test_official_ttt_side_by_side_is_bit_identical(capsys):
     assert rc == 0, out
     assert "identical (name, train pairs, test inputs, colour map in order): 51  ok" in out
     assert out.count("learning rates identical") == 2 and "losses max rel diff 0 " in out and out.strip().endswith("# ok")
+
+
+def test_a_run_stops_at_its_deadline_and_still_predicts():
+    """A deadline already passed: each run stops after its first step, and the task is still
+    predicted and voted (the budget's clean stop)."""
+    import time
+
+    import torch
+
+    from hrm_deeploop.models.loopvit import LoopViT
+    from hrm_deeploop.models.loopvit_config import flavour
+    from hrm_deeploop.pertask.official_ttt import run_task
+
+    views = build_views("abcd1234", TASK, file_index=0, perms=0)
+    torch.manual_seed(0)
+    model = LoopViT(flavour("tiny", num_tasks=len(views)))
+    r = run_task(model, views, TASK, epochs=100, batch=8, lr=3e-4, runs=2, passes=1, pool=True, poe=True, seed=0,
+                 device=torch.device("cpu"), deadline=time.monotonic())
+    assert [(x["steps"], x["stopped"]) for x in r["runs"]] == [(1, True), (1, True)]
+    assert len(r["attempts"]) == len(r["attempts_poe"]) == 2  # both test inputs answered by both rules
+    assert all(sum(v) <= 2 * 6 for v in r["votes"])  # per test input: 2 runs x 6 views x 1 pass at most
