@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from arc_data import format as fmt
+from eval.arc.poe import canvas_table
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop.data.canvas import BORDER, View, canvas_batch, decode
 from hrm_deeploop.errors import UserError
@@ -54,16 +55,20 @@ def canvas_row(pred: np.ndarray, view: View, dihedral: int = 0) -> np.ndarray:
 
 @torch.no_grad()
 def predict_views(model: LoopViT, split: Any, device: torch.device, batch: int, passes: int, seed: int,
-                  dihedral: np.ndarray, max_batches: int | None = None) -> dict[str, np.ndarray]:
+                  dihedral: np.ndarray, max_batches: int | None = None, log_probs: bool = False
+                  ) -> dict[str, np.ndarray]:
     """Rows for `predictions.npz`: for each example of `split` (in order), `passes` predictions, each
     on its own random view (scale and corner drawn from `default_rng([seed, pass])`), decoded and
     encoded in the example's frame (`canvas_row`; `dihedral`: the augmentation table's transform of
     each puzzle id); columns as `eval.predict.predict_split` returns them, plus "views" (n, 3)
-    int64: scale, x0, y0."""
+    int64: scale, x0, y0; with `log_probs` also "log_probs", each row's canvas table float16
+    [n, 961, 13] (`eval.arc.poe.canvas_table`: what the product of experts scores candidates by)."""
     pi = np.asarray(split.puzzle_indices, np.int64)
     pids = np.asarray(split.puzzle_identifiers, np.int64)
     n = int(split.num_examples)
     cols: dict[str, list[np.ndarray]] = {"puzzle_identifiers": [], "inputs": [], "predictions": [], "views": []}
+    if log_probs:
+        cols["log_probs"] = []
     size = model.cfg.image_size
     for p in range(passes):
         rng = np.random.default_rng([seed, p])
@@ -74,7 +79,12 @@ def predict_views(model: LoopViT, split: Any, device: torch.device, batch: int, 
             puzzle = pids[np.searchsorted(pi, idx, side="right") - 1]
             b = canvas_batch(split, idx, puzzle, size, rng, resolution=True, translation=True)
             t = {key: torch.from_numpy(b[key]).to(device) for key in ("canvas", "mask", "task_ids")}
-            pred = model(t["canvas"], t["task_ids"], t["mask"]).logits.argmax(-1).cpu().numpy()  # (B, S, S)
+            logits = model(t["canvas"], t["task_ids"], t["mask"]).logits  # (B, S, S, C)
+            pred = logits.argmax(-1).cpu().numpy()  # (B, S, S)
+            if log_probs:
+                lp = torch.log_softmax(logits.float(), -1).cpu().numpy()
+                cols["log_probs"].append(np.stack([canvas_table(lp[i], *map(int, b["views"][i]))
+                                                   for i in range(len(idx))]).astype(np.float16))
             rows = np.stack([canvas_row(pred[i], View(*map(int, b["views"][i])), int(dihedral[puzzle[i]]))
                              for i in range(len(idx))])
             cols["puzzle_identifiers"].append(puzzle.astype(np.int32))
@@ -119,9 +129,6 @@ def evaluate_loopvit(c: Any, evaluation: Any, out: Path) -> int:
     from hrm_deeploop.data.batches import open_dataset
     from hrm_deeploop.loading import load_model
 
-    if c.poe:
-        raise UserError("poe=true: the product of experts scores the reasoners' 30 x 30 rows; a LoopViT predicts "
-                        "canvases (count-first vote only)")
     env = runtime.setup(c.device)
     try:
         if env.distributed:
@@ -142,7 +149,7 @@ def evaluate_loopvit(c: Any, evaluation: Any, out: Path) -> int:
         from eval.arc.vote import read_table
 
         preds = predict_views(model, split, env.device, G, c.passes, c.tta_seed, read_table(Path(c.data_dir)).dihedral,
-                              c.max_batches)
+                              c.max_batches, log_probs=c.poe)
     finally:
         runtime.teardown()
     preds.pop("views")

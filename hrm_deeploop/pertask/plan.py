@@ -21,10 +21,11 @@ RESULT = "result.json"
 PLAN = "ttt_plan.json"
 # the settings a task's result depends on: a rerun into the same folder must have the same
 IDENTITY = ("checkpoint", "challenges", "num_aug", "steps", "batch", "lr", "trains", "train_overrides",
-            "eval_overrides", "protocol", "seed", "leave_one_out", "passes", "poe")
+            "eval_overrides", "protocol", "seed", "leave_one_out", "passes", "poe", "views", "official")
 # identity keys added since the first runs: an older plan had their defaults (its tasks' results
-# hold count-first fields only, which `merge` gives for both rules)
-LATER = {"leave_one_out": False, "passes": 10, "poe": True}
+# hold count-first fields only, which `merge` gives for both rules); `official` counts with
+# views=official only
+LATER = {"leave_one_out": False, "passes": 10, "poe": True, "views": "build", "official": None}
 LOO = "-loo"  # a pseudo-task's id: <task>-loo<i>
 
 
@@ -49,8 +50,11 @@ def claim(out: Path, cfg) -> None:
     """Make `out` this run's folder, or check that it is: a folder holding anything else than an
     earlier run of the same set with the same settings (its `ttt_plan.json`) is refused in one line,
     so a resume never mixes two sets of results and never writes into a stranger's folder."""
+    import dataclasses
+
     marker = out / PLAN
     identity = {k: getattr(cfg, k) for k in IDENTITY}
+    identity["official"] = dataclasses.asdict(cfg.official) if cfg.views == "official" else None
     identity["challenges_sha256"] = hashlib.sha256(Path(cfg.challenges).read_bytes()).hexdigest()
     if marker.is_file():
         before = parse_json(marker.read_bytes(), str(marker))

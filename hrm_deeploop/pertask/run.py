@@ -36,6 +36,9 @@ def run(cfg: PerTaskConfig) -> int:
     tasks = plan.load_challenges(cfg.challenges)
     out = check_output_dir(cfg.output_dir, [cfg.challenges, cfg.checkpoint, cfg.solutions or None])
     check_protocol(cfg, list(tasks))
+    if cfg.views == "official" and plan.run_model(cfg.checkpoint) != "loopvit":
+        raise UserError(f"views=official: the official LoopViT loop needs a LoopViT checkpoint; {cfg.checkpoint} "
+                        "is not one (views=build trains HRM, TRM and URM)")
     plan.claim(out, cfg)  # a folder of this very set only: resumed, never mixed with another
     if cfg.launcher == "submitit":
         return launch_submitit(cfg, tasks, out)
@@ -154,7 +157,8 @@ def finish(cfg: PerTaskConfig, tasks: dict[str, dict], out: Path) -> int:
     """submission.json (count-first) and submission_poe.json (product of experts) over every task,
     the summary, and with solutions the scores of both rules on the same predictions."""
     model = plan.run_model(cfg.checkpoint)
-    poe = cfg.poe and model != "loopvit"  # a LoopViT's canvases have no product-of-experts score here
+    # a LoopViT's canvases are scored by the product of experts in the official loop (views=official)
+    poe = cfg.poe and (model != "loopvit" or cfg.views == "official")
     rules = {r: sfx for r, sfx in RULES.items() if poe or not sfx}
     for sfx in rules.values():
         sub, ranked, counts = plan.merge(out, tasks, sfx)

@@ -53,6 +53,14 @@ def solve(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float) -> dic
 
 
 def _solve(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float, work: Path) -> dict:
+    if cfg.views == "official":
+        from hrm_deeploop.pertask.official_solve import solve_official
+
+        result = solve_official(cfg, tid, task, train_minutes)
+        plan.write_result(Path(cfg.output_dir), tid, result)  # last: its presence means finished
+        if not cfg.keep_work:
+            shutil.rmtree(work, ignore_errors=True)
+        return result
     from arc_data.arc.build import BuildConfig, build
     from hrm_deeploop.cli import run_subcommand
 
