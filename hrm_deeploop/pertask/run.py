@@ -157,8 +157,7 @@ def finish(cfg: PerTaskConfig, tasks: dict[str, dict], out: Path) -> int:
     """submission.json (count-first) and submission_poe.json (product of experts) over every task,
     the summary, and with solutions the scores of both rules on the same predictions."""
     model = plan.run_model(cfg.checkpoint)
-    # a LoopViT's canvases are scored by the product of experts in the official loop (views=official)
-    poe = cfg.poe and (model != "loopvit" or cfg.views == "official")
+    poe = cfg.poe
     rules = {r: sfx for r, sfx in RULES.items() if poe or not sfx}
     for sfx in rules.values():
         sub, ranked, counts = plan.merge(out, tasks, sfx)

@@ -78,7 +78,7 @@ def _solve(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float, work:
                       num_aug=cfg.num_aug, seed=cfg.seed, progress=False))
     build_s = time.monotonic() - t0
     vit = plan.run_model(cfg.checkpoint) == "loopvit"
-    poe = cfg.poe and not vit  # the product of experts scores the reasoners' rows, not canvases
+    poe = cfg.poe  # evaluate scores canvases too (eval.arc.poe.canvas_table)
     start = cfg.checkpoint
     if vit:  # train-vit starts from a file: a run folder's latest checkpoint
         from hrm_deeploop.checkpoint import resolve
