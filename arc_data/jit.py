@@ -28,7 +28,7 @@ def _load_numpy_support_without_blas_probe() -> None:
         return
     sys.modules[name] = None  # type: ignore[assignment]  # `import` of a None entry: ImportError
     try:
-        import numba.np.arraymath  # noqa: F401
+        import numba.np.arraymath  # noqa: F401  # lazy: imported while scipy's BLAS entry is blocked (above)
     finally:
         del sys.modules[name]
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 def package_version() -> str:
     try:
-        from importlib.metadata import version
+        from importlib.metadata import version  # lazy: `build-arc --help` skips it
 
         return version("hrm-deeploop")
     except Exception:  # not installed (a source checkout): read pyproject.toml
         try:
-            import tomllib
+            import tomllib  # lazy: `build-arc --help` skips it
 
             pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
             return tomllib.loads(pyproject.read_text())["project"]["version"] + "+src"
@@ -24,7 +24,7 @@ def package_version() -> str:
 
 def progress_bar(enabled: bool, prefix: str):
     """A tqdm bar factory on stderr: `bar(total, desc, unit)`; disabled bars are no-ops."""
-    from tqdm import tqdm
+    from tqdm import tqdm  # lazy: keeps tqdm off `build-arc --help`
 
     return lambda total, desc, unit="it": tqdm(total=total, desc=f"{prefix} {desc}", unit=unit, unit_scale=True,
                                                file=sys.stderr, dynamic_ncols=True, disable=not enabled)

@@ -22,35 +22,33 @@ Both the materialised HRM layout and the compact format are read through
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
+from arc_data.dataset import PuzzleSplit
+from arc_data.dataset import open_split as _open_split
+from arc_data.errors import DatasetError
+from arc_data.files.names import why_not_a_folder
+from arc_data.format import MANIFEST_FILE
 from hrm_deeploop.errors import ConfigError, UserError, os_error
 from hrm_deeploop.models.losses import IGNORE_LABEL
-
-if TYPE_CHECKING:
-    from arc_data.dataset import PuzzleSplit
 
 DATASET_KEYS = ("vocab_size", "seq_len", "num_puzzle_identifiers")  # what a model takes from its dataset
 
 
 def open_split(data_dir: str | Path, split: str) -> Any:
     """The dataset split through the data package (materialised or compact format)."""
-    from arc_data.dataset import open_split as _open_split
-
     return _open_split(data_dir, split)
 
 
 def open_dataset(data_dir: str | None, split: str) -> Any:
     """`open_split` with one-line errors naming the folder (data_dir unset, missing, unreadable)."""
-    from arc_data.errors import DatasetError
-    from arc_data.files.names import why_not_a_folder
-
     if not data_dir:
         raise ConfigError("data_dir is not set (data_dir=PATH to a dataset built by hrm-deeploop build-arc)")
     path = Path(data_dir)
@@ -75,8 +73,6 @@ def dataset_identity(data_dir: str | Path) -> dict[str, Any]:
     one (16 MiB read, not the whole ARC array), enough to tell a rebuilt or different dataset from
     the original. Left out: manifest.json (it records the build's output path, and a moved or
     copied dataset is the same dataset) and hidden files."""
-    from arc_data.format import MANIFEST_FILE
-
     root = Path(data_dir)
     folders = [root, *sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))]
     out: dict[str, Any] = {}
@@ -88,8 +84,6 @@ def dataset_identity(data_dir: str | Path) -> dict[str, Any]:
 
 
 def _file_identity(path: Path) -> dict[str, Any]:
-    import hashlib
-
     h = hashlib.sha256()
     try:
         size = path.stat().st_size

@@ -38,6 +38,7 @@ test-time training does; the run's optimiser starts fresh.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -315,8 +316,6 @@ def start_weights(model: LoopViT, start: dict[str, Any], path: str | None) -> No
 
 def build(cfg: TrainViTConfig, env: runtime.Env) -> VisionTrainer:
     """Open and check the data, size the task table to it, build the trainer (nothing written)."""
-    from dataclasses import replace
-
     train_split = open_dataset(cfg.data_dir, "train")
     meta = train_split.meta
     if int(meta.seq_len) != 900 or int(meta.vocab_size) != 12:
