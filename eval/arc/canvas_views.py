@@ -23,12 +23,17 @@ from typing import Any
 
 import numpy as np
 import torch
+import yaml
 
 from arc_data import format as fmt
 from eval.arc.poe import canvas_table
+from eval.arc.vote import read_table
 from hrm_deeploop import checkpoint as ckpt
+from hrm_deeploop import runtime
+from hrm_deeploop.data.batches import open_dataset
 from hrm_deeploop.data.canvas import BORDER, View, canvas_batch, decode
 from hrm_deeploop.errors import UserError
+from hrm_deeploop.loading import is_official_loopvit, load_model
 from hrm_deeploop.models.loopvit import LoopViT
 
 
@@ -103,7 +108,6 @@ def is_loopvit_run(checkpoint: str) -> bool:
     config.yaml names model loopvit (read without loading the weights: the reasoners' checkpoints
     are then loaded once, by `hrm_deeploop.loading`), or a file with no run beside it that the safe
     loader reads as an official LoopViT checkpoint (`{model_state, config}`, as its scripts save)."""
-    import yaml
 
     p = Path(checkpoint)
     run = p if p.is_dir() else p.parent.parent
@@ -114,7 +118,6 @@ def is_loopvit_run(checkpoint: str) -> bool:
     if conf is None:
         if not p.is_file() or p.suffix not in (".pt", ".pth"):
             return False
-        from hrm_deeploop.loading import is_official_loopvit
 
         state = ckpt.load(p)
         return isinstance(state, dict) and is_official_loopvit(state)
@@ -125,9 +128,6 @@ def is_loopvit_run(checkpoint: str) -> bool:
 def evaluate_loopvit(c: Any, evaluation: Any, out: Path) -> int:
     """`evaluate` for a train-vit checkpoint on an ARC dataset: `predict_views` (c.passes views of
     every copy, drawn from c.tta_seed), then ARC's publish step (predictions.npz, the vote)."""
-    from hrm_deeploop import runtime
-    from hrm_deeploop.data.batches import open_dataset
-    from hrm_deeploop.loading import load_model
 
     env = runtime.setup(c.device)
     try:
@@ -146,7 +146,6 @@ def evaluate_loopvit(c: Any, evaluation: Any, out: Path) -> int:
         G = c.global_batch_size or (256 if env.device.type == "cuda" else 16)
         print(f"evaluate: {loaded.kind} LoopViT checkpoint {loaded.path} ({loaded.weights} weights), {split.num_examples} examples of '{c.split}' x "
               f"{c.passes} random views each (seed {c.tta_seed}), device={env.device}")
-        from eval.arc.vote import read_table
 
         preds = predict_views(model, split, env.device, G, c.passes, c.tta_seed, read_table(Path(c.data_dir)).dihedral,
                               c.max_batches, log_probs=c.poe)

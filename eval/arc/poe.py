@@ -140,7 +140,7 @@ def poe(tasks: list[TaskResult], log_probs: np.ndarray, test_of_row: np.ndarray,
     """Re-rank every test input's candidates of a count-first vote (`tasks`, in the vote's test-input
     order) by the product of experts. `test_of_row[j]` is the test input of view `rows[j]` (a row of
     predictions.npz, puzzle id `pid[j]`); `grid_of(candidate)` materialises a candidate's grid."""
-    from eval.arc.arcprize import arc_prize_score, solutions_of, submission
+    from eval.arc.arcprize import arc_prize_score, solutions_of, submission  # lazy: 113 modules, scoring only
 
     if log_probs.shape[1] != SEQ_LEN and not is_canvas(log_probs):
         raise UserError(f"log_probs: rows of {log_probs.shape[1]} positions, ARC's are {SEQ_LEN}")

@@ -19,8 +19,8 @@ def file_index(cfg: PerTaskConfig, tid: str) -> int:
 
 
 def solve_official(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float) -> dict:
-    from hrm_deeploop import runtime
-    from hrm_deeploop.pertask.official_ttt import run_task, start_model
+    from hrm_deeploop import runtime  # lazy: torch only in the process that trains the task
+    from hrm_deeploop.pertask.official_ttt import run_task, start_model  # lazy: torch only where it trains
 
     t0 = time.monotonic()
     o = cfg.official

@@ -36,20 +36,21 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from arc_data import format as fmt
 from arc_data.grid_key import grid_key
+from hrm_deeploop.checkpoint import resolve
 from hrm_deeploop.data.canvas import IGNORE, draw_view, place
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.models.loopvit import LoopViT
 from hrm_deeploop.models.loopvit_config import NUM_COLORS
 from hrm_deeploop.pertask.official_views import OfficialView, epoch_lr_factor, is_grid, recolour, unaugment
+from hrm_deeploop.training.vision import read_start, start_weights
 
 UNIFORM = -math.log(NUM_COLORS)  # a candidate pixel off the canvas: the model said nothing about it
 
 
 def start_model(checkpoint: str, num_views: int, seed: int, dropout: float | None) -> LoopViT:
     """The checkpoint's LoopViT with a fresh task table of `num_views` rows (trunc-normal 0.02)."""
-    from hrm_deeploop.checkpoint import resolve
-    from hrm_deeploop.training.vision import read_start, start_weights
 
     path = str(resolve(checkpoint))
     cfg, start = read_start(path)
@@ -165,7 +166,6 @@ def candidate_log_likelihood(record: dict, grid: list[list[int]], view: Official
     into the view, placed at the prediction's scale and corner as the loss's target (its cells, the
     border column right of it and the row below it, corner included), the log-probabilities of
     those pixels summed; a pixel off the canvas counts `UNIFORM`."""
-    from arc_data import format as fmt
 
     g = np.asarray(grid, dtype=np.int64)
     if view.colour_map is not None:

@@ -7,6 +7,7 @@ never recomputed."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import os
@@ -50,7 +51,6 @@ def claim(out: Path, cfg) -> None:
     """Make `out` this run's folder, or check that it is: a folder holding anything else than an
     earlier run of the same set with the same settings (its `ttt_plan.json`) is refused in one line,
     so a resume never mixes two sets of results and never writes into a stranger's folder."""
-    import dataclasses
 
     marker = out / PLAN
     identity = {k: getattr(cfg, k) for k in IDENTITY}
@@ -105,12 +105,12 @@ def run_model(checkpoint: str) -> str | None:
     `trm`, `urm`, ...), from the run's config (`training.inherit.run_config`, torch-free, no weights
     read); for a file with no run around it, `loopvit` when the safe loader reads it as an official
     LoopViT checkpoint (`{model_state, config}`); None otherwise."""
-    from hrm_deeploop.training.inherit import run_config
+    from hrm_deeploop.training.inherit import run_config  # lazy: plan stays light (ttt's resume checks)
 
     found = run_config(str(checkpoint))
     if not found and Path(checkpoint).is_file():
-        from hrm_deeploop import checkpoint as ckpt
-        from hrm_deeploop.loading import is_official_loopvit
+        from hrm_deeploop import checkpoint as ckpt  # lazy: torch only for a bare checkpoint file
+        from hrm_deeploop.loading import is_official_loopvit  # lazy: torch only for a bare checkpoint file
 
         state = ckpt.load(Path(checkpoint))
         return "loopvit" if isinstance(state, dict) and is_official_loopvit(state) else None

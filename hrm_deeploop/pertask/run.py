@@ -14,11 +14,15 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
+import shutil
 import time
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 
+import yaml
+
+from arc_data.dataset import load_identifiers
 from arc_data.files.guard import check_output_dir
 from arc_data.files.jsonio import parse_json, save_json
 from hrm_deeploop.errors import UserError
@@ -125,10 +129,9 @@ def wait_for_all(cfg: PerTaskConfig, tasks: dict[str, dict], out: Path, poll_s: 
 
 def launch_submitit(cfg: PerTaskConfig, tasks: dict[str, dict], out: Path) -> int:
     """The shards as one submitit job array; waits for it, then merges."""
-    import shutil
 
     try:
-        import submitit
+        import submitit  # lazy: only a SLURM run needs submitit
     except ImportError:
         raise UserError("launcher=submitit needs submitit: pip install 'hrm-deeploop[cluster]'") from None
     s = cfg.submitit
@@ -181,7 +184,7 @@ def finish(cfg: PerTaskConfig, tasks: dict[str, dict], out: Path) -> int:
     print(f"ttt: {len(tasks)} tasks ({line}); {out / 'submission.json'} (protocol: {cfg.protocol})"
           + ("" if overhead is None else f"; outside training: {100 * overhead:.1f}% of the tasks' time"), flush=True)
     if cfg.solutions:  # `score`, through the CLI's table (the library never imports the evaluators)
-        from hrm_deeploop.cli import run_subcommand
+        from hrm_deeploop.cli import run_subcommand  # lazy: the CLI's command table imports this module
 
         summary["scores"] = {}
         for rule, sfx in rules.items():
@@ -218,9 +221,7 @@ def check_protocol(cfg: PerTaskConfig, ids: list[str]) -> None:
 def trained_names(checkpoint: str) -> list[str] | None:
     """Every puzzle name the checkpoint's run (and the runs it was adapted from) trained on, from
     the runs' config.yaml and their datasets' identifiers.json; None when a link is missing."""
-    import yaml
 
-    from arc_data.dataset import load_identifiers
 
     names: list[str] = []
     p, seen_runs = Path(checkpoint), set()
