@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from hrm_deeploop import interrupts
-from hrm_deeploop.cli_fast import exit_now, selects_groups
+from hrm_deeploop.cli_fast import exit_now, plain_config, selects_groups
 from hrm_deeploop.errors import ConfigError, UserError
 
 
@@ -422,7 +422,8 @@ def run_subcommand(name: str, overrides: list[str]) -> int:
         if any(o in ("-h", "--help") for o in overrides):
             print(describe(name, [o for o in overrides if o not in ("-h", "--help")]))
             return 0
-        cfg = compose(name, prepare(name, overrides))
+        overrides = prepare(name, overrides)  # a plain call gets its config without Hydra (cli_fast):
+        cfg = plain_config(COMMANDS[name], config_dir(), overrides, DEPRECATED.get(name, {})) or compose(name, overrides)
         return int(resolve(COMMANDS[name].target)(cfg) or 0)
     except (UserError, *_data_errors()) as e:
         close_progress_bars()
@@ -445,8 +446,7 @@ def run_subcommand(name: str, overrides: list[str]) -> int:
 
 
 def close_progress_bars() -> None:
-    """Close every live tqdm bar, so the error line that follows starts on a line of its own
-    instead of being glued onto a half-drawn bar."""
+    """Close every live tqdm bar: the error line that follows starts on a line of its own."""
     tqdm = sys.modules.get("tqdm")
     for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", ()) or ()):
         bar.close()
