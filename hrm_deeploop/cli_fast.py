@@ -54,7 +54,7 @@ def _value(kind: Any, text: str) -> tuple[bool, Any]:
         return (True, int(text)) if _INT.fullmatch(text) else (False, None)
     if kind is float:
         return (True, float(text)) if _FLOAT.fullmatch(text) else (False, None)
-    if kind in (str, str | None, typing.Optional[str]):
+    if kind in (str, str | None):
         s = _plain_str(text)
         return (s is not None, s)
     if kind == list[str] and text.startswith("[") and text.endswith("]"):
@@ -79,11 +79,11 @@ def _kept(kind: Any, default: Any) -> bool:
         hints = _hints(kind)
         return hints is not None and type(default) is kind and all(
             f.init and _kept(hints[f.name], getattr(default, f.name)) for f in dataclasses.fields(kind))
-    if kind in (str | None, typing.Optional[str]) and default is None:
+    if kind == str | None and default is None:
         return True
     if kind == list[str]:
         return type(default) is list and all(type(v) is str and v != "???" for v in default)
-    base = str if kind in (str | None, typing.Optional[str]) else kind
+    base = str if kind == str | None else kind
     return base in (bool, int, float, str) and type(default) is base and default != "???"
 
 
