@@ -146,6 +146,7 @@ def encode_split(plan: Plan, sp: SplitPlan, out_dir: Path, bar) -> None:
     e = sp.num_examples
     g = plan.grids
     rows = min(ENCODE_CHUNK, max(e, 1))
+    starts = sp.puzzle_indices.astype(np.int64), sp.group_indices.astype(np.int64)  # not once a block in searchsorted
     files: list[NpyBlocks] = []
     try:
         for name in (fmt.INPUTS_FILE, fmt.LABELS_FILE):
@@ -165,8 +166,7 @@ def encode_split(plan: Plan, sp: SplitPlan, out_dir: Path, bar) -> None:
                         f.carry(1 - slot, n, slot)
                 n = hi - lo
                 idx = np.arange(lo, hi, dtype=np.int64)
-                pair, pid = resolve_examples(sp.puzzle_identifiers, sp.puzzle_indices, sp.group_indices,
-                                             sp.group_pairs, sp.group_pair_indices, idx)
+                pair, pid = resolve_examples(sp.puzzle_identifiers, *starts, sp.group_pairs, sp.group_pair_indices, idx)
                 encode_examples(g.cells, g.offset, g.shape, g.pair_grids, pair, pid, plan.dihedral,
                                 plan.colour_map, sp.offsets[lo:hi], f_in.rows_view(slot, n), f_lab.rows_view(slot, n))
                 pending[slot] = [wi.submit(f_in.write, slot, n, f_in.reserve(slot, n)),
