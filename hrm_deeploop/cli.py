@@ -3,9 +3,9 @@
 `COMMANDS` is a table: subcommand -> the function it runs ("module:function"), the typed dataclass
 that is the single source of its defaults ("module:Class"), and its YAML file in `configs/` (which
 holds only what differs from the dataclass, plus config-group choices such as `model: hrm`).
-For each call the CLI composes the YAML with the command-line overrides (Hydra's compose API,
-the dataclass registered as the YAML's schema), converts the result once to the dataclass, and
-calls the function with it. Every config mistake (unknown key, wrong type, value out of range) is
+For each call the CLI composes the YAML with the command-line overrides (Hydra's compose API, the
+dataclass registered as the YAML's schema; a plain call without Hydra, `cli_fast.plain_config`),
+converts the result once to the dataclass, and calls the function with it. Every config mistake (unknown key, wrong type, value out of range) is
 one line on stderr and exit code 2, before anything is read or written; so is every `UserError`
 the function raises. Ctrl-C exits 130, SIGTERM 143 (`interrupts`: both are a KeyboardInterrupt).
 
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from hrm_deeploop import interrupts
-from hrm_deeploop.cli_fast import exit_now, selects_groups
+from hrm_deeploop.cli_fast import exit_now, plain_config, quick_start, selects_groups
 from hrm_deeploop.errors import ConfigError, UserError
 
 
@@ -416,13 +416,15 @@ def prepare(name: str, overrides: list[str]) -> list[str]:
     return resolve(PREPARE[name])(overrides, preset)
 
 
-def run_subcommand(name: str, overrides: list[str]) -> int:
-    """Compose, convert, run. Returns the exit code (2 for user errors, 130 for Ctrl-C)."""
+def run_subcommand(name: str, overrides: list[str], ends_process: bool = False) -> int:
+    """Compose, convert, run; the exit code (2: user error, 130: Ctrl-C). `ends_process`: quick_start."""
     try:
         if any(o in ("-h", "--help") for o in overrides):
             print(describe(name, [o for o in overrides if o not in ("-h", "--help")]))
             return 0
-        cfg = compose(name, prepare(name, overrides))
+        overrides = prepare(name, overrides)
+        with quick_start(ends_process):  # a plain call gets its config without Hydra (cli_fast)
+            cfg = plain_config(COMMANDS[name], config_dir(), overrides, DEPRECATED.get(name, {})) or compose(name, overrides)
         return int(resolve(COMMANDS[name].target)(cfg) or 0)
     except (UserError, *_data_errors()) as e:
         close_progress_bars()
@@ -445,8 +447,7 @@ def run_subcommand(name: str, overrides: list[str]) -> int:
 
 
 def close_progress_bars() -> None:
-    """Close every live tqdm bar, so the error line that follows starts on a line of its own
-    instead of being glued onto a half-drawn bar."""
+    """Close every live tqdm bar: the error line that follows starts on a line of its own."""
     tqdm = sys.modules.get("tqdm")
     for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", ()) or ()):
         bar.close()
@@ -488,11 +489,10 @@ def main(argv: list[str] | None = None) -> int:
               + f"\n\n{_usage()}", file=sys.stderr)
         return 2
     os.environ.setdefault("HYDRA_FULL_ERROR", "0")
+    ends_process = entry and COMMANDS[name].exit_fast
     with interrupts.handled():  # SIGTERM behaves like Ctrl-C everywhere (exit 143 instead of 130)
-        code = run_subcommand(name, rest)
-    if entry and COMMANDS[name].exit_fast:
-        exit_now(code)
-    return code
+        code = run_subcommand(name, rest, ends_process)
+    return exit_now(code) if ends_process else code
 
 
 if __name__ == "__main__":
