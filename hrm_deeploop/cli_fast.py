@@ -177,7 +177,7 @@ def quick_start(ends_process: bool) -> Iterator[None]:
 
 def selects_groups(config_file: Path) -> bool:
     """Whether a subcommand's YAML picks a config group (a `group: choice` entry in its defaults)."""
-    import yaml
+    import yaml  # lazy: only when a subcommand's YAML must be read (the fast path loads 2 modules)
 
     data = yaml.safe_load(config_file.read_text()) or {}
     return any(isinstance(entry, dict) for entry in data.get("defaults") or [])
@@ -186,7 +186,7 @@ def selects_groups(config_file: Path) -> bool:
 def exit_now(code: int) -> typing.NoReturn:
     """End the process as `sys.exit(code)` would, less the interpreter's teardown of its objects:
     atexit handlers run, stdout and stderr are flushed, then `os._exit`."""
-    import atexit
+    import atexit  # lazy: the fast path imports nothing it may not use
 
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
