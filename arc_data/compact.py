@@ -54,7 +54,7 @@ def _draw(cells, off, h, w, tid, cmap, row, pr, pc):
             row[dst + j] = EOS
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # the builder's writer threads and table writer run meanwhile
 def encode_examples(cells, goff, gshape, pair_grids, ex_pair, ex_pid, dihedral, colour_map, pads, out_in, out_lab):
     """Encode examples: pair ex_pair[e] under puzzle ex_pid[e]'s augmentation at pads[e] -> rows e."""
     for e in range(ex_pair.shape[0]):

@@ -373,7 +373,7 @@ class PuzzleSplit:
                         raise _bad(self.path / name, f"example {row} holds a token outside [0, vocab_size = "
                                                      f"{self.meta.vocab_size}) (dataset.json)")
             return x, y
-        from arc_data.compact import encode_examples
+        from arc_data.compact import encode_examples  # lazy: keeps numba off `vote --help`
 
         pair, pid = resolve_examples(self.puzzle_identifiers, self.puzzle_indices, self.group_indices,
                                      self._group_pairs, self._gpi, idx)

@@ -15,25 +15,35 @@ from numba import njit
 from numba.core import event
 
 
-def _load_numpy_support_without_blas_probe() -> None:
-    """Import numba's numpy implementations (which its CPU target loads before the first kernel
-    runs, compiled or cached) without their BLAS probe: `numba.np.arraymath` imports
-    `scipy.linalg.cython_blas` at import only to learn whether float `np.convolve`/`np.correlate`
-    may call BLAS's dot, and importing scipy.linalg costs 0.1-0.2 s, a tenth of a whole build-arc.
-    No kernel here uses those two; with the probe refused they loop in numba instead. Every other
-    BLAS/LAPACK function (np.dot, np.linalg) imports scipy itself when it compiles, as before; a
-    process that already imported scipy.linalg is left as it is."""
-    name = "scipy.linalg.cython_blas"
-    if name in sys.modules or "numba.np.arraymath" in sys.modules:
-        return
-    sys.modules[name] = None  # type: ignore[assignment]  # `import` of a None entry: ImportError
+def _import_numba() -> None:
+    """Import numba and the numpy support its CPU target loads before the first kernel runs
+    (compiled or cached), without two optional probes of installed packages:
+
+    - BLAS: `numba.np.arraymath` imports `scipy.linalg.cython_blas` at import only to learn whether
+      float `np.convolve`/`np.correlate` may call BLAS's dot, and importing scipy.linalg costs
+      0.1-0.2 s, a tenth of a whole build-arc. No kernel here uses those two; with the probe refused
+      they loop in numba instead. Every other BLAS/LAPACK function (np.dot, np.linalg) imports scipy
+      itself when it compiles, as before.
+    - CFFI: `numba.core.typing.cffi_utils` imports cffi and pycparser (15-50 ms) when the CPU target
+      starts, only to type calls of CFFI functions inside kernels. None of ours makes one, so it is
+      imported with cffi refused (numba then declines CFFI functions, as where cffi is not installed).
+
+    A probe whose module, or whose user, this process already imported is left as it is; cffi and
+    scipy stay importable by anything else."""
+    probes = [name for name, user in (("scipy.linalg.cython_blas", "numba.np.arraymath"),
+                                      ("cffi", "numba.core.typing.cffi_utils"))
+              if name not in sys.modules and user not in sys.modules]
+    for name in probes:
+        sys.modules[name] = None  # type: ignore[assignment]  # `import` of a None entry: ImportError
     try:
-        import numba.np.arraymath  # noqa: F401
+        import numba.core.typing.cffi_utils  # noqa: F401  # lazy: imported while cffi is refused (above)
+        import numba.np.arraymath  # noqa: F401  # lazy: imported while scipy's BLAS entry is refused (above)
     finally:
-        del sys.modules[name]
+        for name in probes:
+            del sys.modules[name]
 
 
-_load_numpy_support_without_blas_probe()
+_import_numba()
 
 __all__ = ["njit"]
 

@@ -74,7 +74,7 @@ def table_from_names(names: list[str]) -> AugTable:
 
 def load_aug_table(data_dir: Path) -> AugTable:
     """The dataset's augmentation table, checked (dihedral ids 0..7, colour maps permutations)."""
-    from arc_data.dataset import load_augmentations
+    from arc_data.dataset import load_augmentations  # lazy: `vote --help` skips it
 
     path = data_dir / fmt.AUGMENTATIONS_FILE
     if path.is_file():
@@ -134,7 +134,7 @@ def read_examples(data_dir: Path, split: str, ranges: list[tuple[int, int]]) -> 
     try:
         if (d / fmt.INPUTS_FILE).exists():
             return read_rows(d / fmt.INPUTS_FILE, ranges), read_rows(d / fmt.LABELS_FILE, ranges)
-        from arc_data.dataset import open_split
+        from arc_data.dataset import open_split  # lazy: `vote --help` skips it
 
         idx = np.concatenate([np.arange(a, b) for a, b in ranges]) if ranges else np.empty(0, np.int64)
         return open_split(data_dir, split).examples(idx)

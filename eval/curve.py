@@ -52,10 +52,10 @@ def evaluate_run(c: Any, run_one) -> int:
 
 
 def write_curve(rows: list[dict[str, Any]], out: Path) -> None:
-    import matplotlib
+    import matplotlib  # lazy: matplotlib only when the curve is drawn
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: matplotlib only when the curve is drawn
 
     keys = [k for k in rows[0] if k != "step"]
     (out / "curve.json").write_text(json.dumps(rows, indent=1) + "\n")

@@ -23,13 +23,13 @@ from hrm_deeploop.errors import ConfigError, UserError
 
 
 def _arc(task: str) -> TaskEvaluation:
-    from eval.arc.evaluate import ArcEvaluation
+    from eval.arc.evaluate import ArcEvaluation  # lazy: only the dataset's task room loads (PIL)
 
     return ArcEvaluation()
 
 
 def _puzzles(task: str) -> TaskEvaluation:
-    from eval.puzzles.evaluate import PuzzleEvaluation
+    from eval.puzzles.evaluate import PuzzleEvaluation  # lazy: only the dataset's task room loads (numba)
 
     return PuzzleEvaluation(task)
 
@@ -42,18 +42,18 @@ EVALUATIONS: dict[str, Callable[[str], TaskEvaluation]] = {"arc": _arc}
 
 
 def run(c: EvaluateConfig) -> int:
-    # torch and what imports it (here and in the branches below), so that `evaluate --help`, which
-    # imports this module for its options, starts without torch
-    from hrm_deeploop import runtime
-    from hrm_deeploop.data.batches import check_matches, open_dataset
-    from hrm_deeploop.loading import load_model, table_rows
+    # torch and what imports it (here and in the branches below) load once run() starts: importing
+    # this module stays light
+    from hrm_deeploop import runtime  # lazy: torch only once run() starts
+    from hrm_deeploop.data.batches import check_matches, open_dataset  # lazy: torch only once run() starts
+    from hrm_deeploop.loading import load_model, table_rows  # lazy: torch only once run() starts
 
     for key in ("checkpoint", "data_dir", "output_dir"):
         if not getattr(c, key):
             raise ConfigError(f"{key} is not set (hrm-deeploop evaluate checkpoint=CKPT data_dir=DIR output_dir=OUT)")
     out = check_output_dir(c.output_dir, [c.data_dir])
     if c.all_checkpoints:
-        from eval.curve import evaluate_run
+        from eval.curve import evaluate_run  # lazy: only with all_checkpoints=true
 
         return evaluate_run(c, run)
     pred_path = out / "predictions.npz"
@@ -65,7 +65,7 @@ def run(c: EvaluateConfig) -> int:
     evaluation = EVALUATIONS.get(task, _puzzles)(task)
     evaluation.check(c, out)
     if task == "arc":
-        from eval.arc.canvas_views import evaluate_loopvit, is_loopvit_run
+        from eval.arc.canvas_views import evaluate_loopvit, is_loopvit_run  # lazy: only for LoopViT runs
 
         if is_loopvit_run(c.checkpoint):
             return evaluate_loopvit(c, evaluation, out)

@@ -9,11 +9,12 @@ gives the same text every time (`hrm_deeploop.text.generate`). Sampling stops at
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass
 
-from hrm_deeploop.errors import ConfigError, UserError
+from hrm_deeploop.errors import ConfigError, UserError, os_error
 from hrm_deeploop.models.model_config import EXIT_CRITERIA
 from hrm_deeploop.typed_config import at_least, device_name, one_of, optional_at_least, typed
 
@@ -81,14 +82,18 @@ def run(cfg: GenerateConfig) -> int:
 
 def generate(opts: GenerateConfig) -> str:
     """Stream a continuation of opts.prompt to stdout; return it."""
-    import torch  # here, with the other heavy imports, so `generate --help` starts without torch
+    import torch  # lazy: keeps torch off `generate --help`
 
-    from hrm_deeploop import checkpoint as ckpt
-    from hrm_deeploop import runtime
-    from hrm_deeploop.loading import load_model
-    from hrm_deeploop.models.gpt import ExitRule
-    from hrm_deeploop.text.generate import GenerationStats, Sampling, generate_tokens
-    from hrm_deeploop.text.tokenizer import get_tokenizer
+    from hrm_deeploop import checkpoint as ckpt  # lazy: keeps torch off `generate --help`
+    from hrm_deeploop import runtime  # lazy: keeps torch off `generate --help`
+    from hrm_deeploop.loading import load_model  # lazy: keeps torch off `generate --help`
+    from hrm_deeploop.models.gpt import ExitRule  # lazy: keeps torch off `generate --help`
+    from hrm_deeploop.text.generate import (  # lazy: keeps torch off `generate --help`
+        GenerationStats,
+        Sampling,
+        generate_tokens,
+    )
+    from hrm_deeploop.text.tokenizer import get_tokenizer  # lazy: `generate --help` skips it
 
     if not opts.checkpoint:
         raise ConfigError("checkpoint= is required (a step_N.pt file or a train-gpt run folder)")
@@ -128,8 +133,6 @@ def generate(opts: GenerateConfig) -> str:
         text = stream.close()
     except OSError as e:  # stdout is a closed pipe (`| head`), a full disk, a file-size limit
         _silence_stdout()
-        from hrm_deeploop.errors import os_error
-
         why = "it is a pipe whose reader has gone" if isinstance(e, BrokenPipeError) else os_error(e)
         raise UserError(f"cannot write the text to stdout ({why}); stopped after {stats.new_tokens} tokens") from None
     dt = time.perf_counter() - t0
@@ -141,8 +144,6 @@ def generate(opts: GenerateConfig) -> str:
 
 def _silence_stdout() -> None:
     """Point stdout at /dev/null, so that the interpreter's last flush of it cannot fail again."""
-    import os
-
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -154,10 +155,10 @@ def _silence_stdout() -> None:
 def check_generation(model, prompt_tokens: int, opts: GenerateConfig, device) -> None:
     """The loop counts and the KV cache, before anything is sampled: `num_rounds=1000000` is refused
     (or announced) by its time, like the trainers' loop counts, and by its cache's memory."""
-    import torch
+    import torch  # lazy: keeps torch off `generate --help`
 
-    from arc_data.budget import check_fits
-    from hrm_deeploop import runtime
+    from arc_data.budget import check_fits  # lazy: `generate --help` skips it
+    from hrm_deeploop import runtime  # lazy: keeps torch off `generate --help`
 
     m = model.cfg
     rounds = opts.num_rounds or m.num_rounds

@@ -89,13 +89,14 @@ def output_dir_for(opts: EvalGPTConfig, path: Path) -> Path:
 
 
 def evaluate(opts: EvalGPTConfig) -> dict[str, Any]:
-    from hrm_deeploop import checkpoint as ckpt
-    from hrm_deeploop import runtime
-    from hrm_deeploop.loading import (
-        load_model,  # torch: imported here, so `eval-gpt --help` starts without it
+    from hrm_deeploop import checkpoint as ckpt  # lazy: keeps torch off `eval-gpt --help`
+    from hrm_deeploop import runtime  # lazy: keeps torch off `eval-gpt --help`
+    from hrm_deeploop.loading import load_model  # lazy: keeps torch off `eval-gpt --help`
+    from hrm_deeploop.models.gpt import ExitRule  # lazy: keeps torch off `eval-gpt --help`
+    from hrm_deeploop.text.loss import (  # lazy: keeps torch off `eval-gpt --help`
+        evaluate_loss,
+        evaluate_loss_exit,
     )
-    from hrm_deeploop.models.gpt import ExitRule
-    from hrm_deeploop.text.loss import evaluate_loss, evaluate_loss_exit
 
     if not opts.checkpoint:
         raise ConfigError("checkpoint= is required (a step_N.pt file or a train-gpt run folder)")
@@ -111,7 +112,7 @@ def evaluate(opts: EvalGPTConfig) -> dict[str, Any]:
         result: dict[str, Any] = {"checkpoint": str(path), "step": loaded.step,
                                   "num_rounds": model.cfg.num_rounds, "scheme": model.scaling.scheme}
         if opts.data:
-            from hrm_deeploop.text.loader import iter_eval_batches
+            from hrm_deeploop.text.loader import iter_eval_batches  # lazy: `eval-gpt --help` skips it
 
             tokenizer_id = opts.tokenizer_id
             if tokenizer_id == "auto":  # what the checkpoint was trained with (gpt2 for older checkpoints)
@@ -129,8 +130,8 @@ def evaluate(opts: EvalGPTConfig) -> dict[str, Any]:
                 runtime.print0(f"val loss {result['val_loss']:.4f}, mean rounds {result['mean_rounds']:.3f} of "
                              f"{model.cfg.num_rounds} (exit={opts.exit} < {opts.exit_threshold:g}; {path})")
         if opts.lm_eval:
-            from hrm_deeploop.text.lm_eval import run_lm_eval
-            from hrm_deeploop.text.tokenizer import get_tokenizer
+            from hrm_deeploop.text.lm_eval import run_lm_eval  # lazy: keeps torch off `eval-gpt --help`
+            from hrm_deeploop.text.tokenizer import get_tokenizer  # lazy: `eval-gpt --help` skips it
 
             trained_with = ((loaded.run_config or {}).get("data") or {}).get("tokenizer_id") or "gpt2"
             table = run_lm_eval(model, opts.tasks, opts.num_fewshot, opts.limit, opts.lm_eval_batch_size,

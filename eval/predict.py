@@ -1,29 +1,32 @@
 """The predictions layer of `hrm-deeploop evaluate`, for every task: how a model is run on a batch
 (`run_segments`: the dataset's puzzle ids mapped to the checkpoint's table rows, a fresh carry, then
-`segments` ACT segments in eval mode, halt_max_steps by default, more to run deeper than trained),
-and how the ranks' results come together (`gather_on_main`). `predict_split` runs every example
-of a split in the reference's protocol (sequential batches padded to the global batch, sharded
-across ranks under torchrun, gathered on rank 0 in dataset order: ARC's predictions); the puzzle
-evaluation runs whole examples with their test-time copies through the same two functions
-(`eval.puzzles.evaluate`). What a task does with the predictions (ARC's vote, the puzzles'
-per-segment scores) is its room's (`eval.arc.evaluate`, `eval.puzzles.evaluate`); the command is
-`eval.evaluate`, the checkpoint's loader `hrm_deeploop.loading.load_model`.
+`segments` ACT segments in eval mode, halt_max_steps by default, more to run deeper than trained:
+the one way to run deeper) and the one shard / gather loop (`predict_sharded`: each rank's share
+of every sequential window, `hrm_deeploop.data.batches.rank_windows`, gathered on rank 0 in
+example order). ARC's predictions (`predict_split`: the reference's protocol, each share padded
+to the local batch) and the puzzles' per-segment scores of whole examples with their test-time
+copies (`eval.puzzles.evaluate.predict_and_score`) are two `work` functions of that loop; what a
+task does with the predictions (ARC's vote, the puzzles' report) is its room's (`eval.arc.evaluate`,
+`eval.puzzles.evaluate`); the command is `eval.evaluate`, the checkpoint's loader
+`hrm_deeploop.loading.load_model`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
 from hrm_deeploop import runtime
-from hrm_deeploop.data.batches import num_sequential_batches, sequential_batches
+from hrm_deeploop.data.batches import rank_windows, window_batch
 from hrm_deeploop.data.rows import map_rows
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.models.act import ACTReasoner
+
+T = TypeVar("T")
 
 
 def run_segments(model: ACTReasoner, batch: dict[str, torch.Tensor], rows: torch.Tensor | None,
@@ -45,40 +48,51 @@ def gather_on_main(local: Any, env: runtime.Env) -> list[Any] | None:
     return gathered if env.is_main else None
 
 
-@torch.no_grad()
-def predict_split(model: ACTReasoner, split: Any, env: runtime.Env, global_batch_size: int, max_batches: int | None = None,
-                  show_progress: bool = True, rows: torch.Tensor | None = None,
-                  segments: int | None = None, log_probs: bool = False) -> dict[str, np.ndarray] | None:
-    """The last segment's predictions of this rank's rows, gathered on rank 0 in dataset order
-    (None on other ranks); `rows` and `segments` as `run_segments` takes them. With `log_probs`,
-    also "log_probs": float16 [n, L, V], the log-softmax of those logits (for `eval.arc.poe`)."""
-    model.eval()
-    cols: dict[str, list[np.ndarray]] = {"index": [], "puzzle_identifiers": [], "inputs": [], "predictions": [], "q_halt": []}
-    if log_probs:
-        cols["log_probs"] = []
-    bar = runtime.progress(num_sequential_batches(split, global_batch_size, max_batches), "predict") if show_progress else None
-    for b in sequential_batches(split, global_batch_size, env.rank, env.world_size, max_batches):
-        n = b.num_valid
-        if n:
-            for step_out in run_segments(model, {k: v.to(env.device) for k, v in b.tensors.items()}, rows, segments):
-                out = step_out  # the last segment's outputs are the predictions
-            cols["index"].append(b.index[:n])
-            cols["puzzle_identifiers"].append(b.tensors["puzzle_identifiers"][:n].numpy().astype(np.int32))
-            cols["inputs"].append(b.tensors["inputs"][:n].numpy().astype(np.uint8))
-            cols["predictions"].append(out["logits"][:n].argmax(-1).to(torch.uint8).cpu().numpy())
-            cols["q_halt"].append(out["q_halt_logits"][:n].float().cpu().numpy())
-            if log_probs:  # (n, L, V)
-                cols["log_probs"].append(torch.log_softmax(out["logits"][:n].float(), -1).to(torch.float16).cpu().numpy())
+def predict_sharded(work: Callable[[np.ndarray], T], total: int, window: int, env: runtime.Env,
+                    max_windows: int | None = None, label: str = "predict", show_progress: bool = True) -> list[T] | None:
+    """`work(idx)` on this rank's share of every sequential window of the split's `total` examples
+    (`hrm_deeploop.data.batches.rank_windows`; an empty share is skipped), every rank's results on
+    rank 0 in example order (None on the other ranks): the one shard / gather loop of evaluation."""
+    windows = list(rank_windows(total, window, env.rank, env.world_size, max_windows))
+    bar = runtime.progress(len(windows), label) if show_progress else None
+    mine: list[T | None] = []
+    for idx in windows:
+        mine.append(work(idx) if len(idx) else None)
         if bar is not None:
             bar.update(1)
     if bar is not None:
         bar.close()
-    gathered = gather_on_main({k: (np.concatenate(v) if v else None) for k, v in cols.items()}, env)
+    gathered = gather_on_main(mine, env)
     if gathered is None:
         return None
-    parts = [g for g in gathered if g["index"] is not None]
-    if not parts:
+    ordered = [part[k] for k in range(len(windows)) for part in gathered if part[k] is not None]
+    if not ordered:
         raise UserError("the split has no examples to predict")
-    merged = {k: np.concatenate([g[k] for g in parts]) for k in cols}
-    order = np.argsort(merged.pop("index"), kind="stable")
-    return {k: v[order] for k, v in merged.items()}
+    return ordered
+
+
+@torch.no_grad()
+def predict_split(model: ACTReasoner, split: Any, env: runtime.Env, global_batch_size: int, max_batches: int | None = None,
+                  show_progress: bool = True, rows: torch.Tensor | None = None,
+                  segments: int | None = None, log_probs: bool = False) -> dict[str, np.ndarray] | None:
+    """The last segment's predictions of every example, on rank 0 in dataset order (None on other
+    ranks): the reference's protocol, each rank's share of a window padded to the local batch;
+    `rows` and `segments` as `run_segments` takes them. With `log_probs`, also "log_probs":
+    float16 [n, L, V], the log-softmax of those logits (for `eval.arc.poe`)."""
+    model.eval()
+    B = global_batch_size // env.world_size
+
+    def work(idx: np.ndarray) -> dict[str, np.ndarray]:
+        b, n = window_batch(split, idx, B), len(idx)
+        for step_out in run_segments(model, {k: v.to(env.device) for k, v in b.tensors.items()}, rows, segments):
+            out = step_out  # the last segment's outputs are the predictions
+        cols = {"puzzle_identifiers": b.tensors["puzzle_identifiers"][:n].numpy().astype(np.int32),
+                "inputs": b.tensors["inputs"][:n].numpy().astype(np.uint8),
+                "predictions": out["logits"][:n].argmax(-1).to(torch.uint8).cpu().numpy(),
+                "q_halt": out["q_halt_logits"][:n].float().cpu().numpy()}
+        if log_probs:  # (n, L, V)
+            cols["log_probs"] = torch.log_softmax(out["logits"][:n].float(), -1).to(torch.float16).cpu().numpy()
+        return cols
+
+    parts = predict_sharded(work, int(split.num_examples), global_batch_size, env, max_batches, "predict", show_progress)
+    return None if parts is None else {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}

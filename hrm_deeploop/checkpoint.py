@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import yaml
 
 try:  # numpy >= 2
     from numpy._core.multiarray import _reconstruct as _np_reconstruct
@@ -219,8 +220,6 @@ def prepare_run_dir(run_dir: str | Path, config: dict[str, Any], resume: bool,
     - Temp files of a killed run (`*.tmp` here and in checkpoints/) are removed.
     `record_run` writes config.yaml and data_identity.json once the resume state has loaded.
     """
-    import yaml
-
     run_dir = Path(run_dir)
     ckpt = latest(run_dir)
     saved_cfg_path = run_dir / "config.yaml"
@@ -262,8 +261,6 @@ def prepare_run_dir(run_dir: str | Path, config: dict[str, Any], resume: bool,
 def record_run(run_dir: str | Path, config: dict[str, Any], identity: dict[str, Any] | None = None) -> None:
     """Write `<run>/config.yaml` (the resolved config) and, given the dataset's identity,
     `<run>/data_identity.json` (what `prepare_run_dir` compares on resume)."""
-    import yaml
-
     run_dir = Path(run_dir)
     atomic_write_bytes(run_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False).encode())
     if identity is not None:

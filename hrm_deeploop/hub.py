@@ -98,8 +98,8 @@ def fetch(spec: str) -> Path:
     if os.environ.get(LOCAL_ENV):
         return local_folder(ref, os.environ[LOCAL_ENV])
     try:
-        import huggingface_hub
-        from huggingface_hub import constants, errors
+        import huggingface_hub  # lazy: the optional `hub` extra
+        from huggingface_hub import constants, errors  # lazy: the optional `hub` extra
     except ImportError:
         raise UserError(f"checkpoint '{spec}' is on the Hugging Face Hub, which needs huggingface_hub: {INSTALL}") from None
     try:
@@ -144,7 +144,7 @@ def is_export(folder: Path) -> bool:
 
 def _safetensors() -> Any:
     try:
-        import safetensors.torch
+        import safetensors.torch  # lazy: keeps torch off `export --help`
     except ImportError:
         raise UserError(f"reading or writing {WEIGHTS} needs safetensors: {INSTALL}") from None
     return safetensors.torch
@@ -152,8 +152,8 @@ def _safetensors() -> Any:
 
 def read_export(folder: Path) -> dict[str, Any]:
     """An exported folder as the train-state entries the loaders read: model, config, step, ema (None)."""
-    from arc_data.errors import DatasetError
-    from arc_data.files.jsonio import read_json
+    from arc_data.errors import DatasetError  # lazy: `export --help` skips it
+    from arc_data.files.jsonio import read_json  # lazy: `export --help` skips it
 
     config_path = folder / CONFIG
     try:  # the one JSON reader: a FIFO, deep nesting or a key twice is one line too

@@ -64,7 +64,7 @@ def is_official(state: dict[str, Any]) -> bool:
 
 def read_official_arch(ckpt_path: str | Path) -> dict[str, Any]:
     """The resolved `arch` section of the `all_config.yaml` next to an official `step_N` file."""
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf  # lazy: omegaconf only to read an official checkpoint's config
 
     cfg_path = Path(ckpt_path).parent / "all_config.yaml"
     if not cfg_path.is_file():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import os
 import random
 import sys
@@ -20,8 +21,11 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm.auto import tqdm
 
+from arc_data.budget import check_fits, human
+from arc_data.errors import DatasetError
 from hrm_deeploop.errors import ConfigError, UserError
 from hrm_deeploop.typed_config import device_name
 
@@ -211,10 +215,6 @@ def wrap_ddp(model: torch.nn.Module, e: Env, sync_buffers: bool = True, unused_p
     truncated back-propagation cuts the embedding norm off the tape), so DDP must look for them."""
     if not e.distributed:
         return model
-    import inspect
-
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
     # `forward_sync_buffers` replaced `broadcast_buffers` in newer torch; torch 2.6 has only the latter
     sync = ("forward_sync_buffers" if "forward_sync_buffers" in inspect.signature(DDP.__init__).parameters
             else "broadcast_buffers")
@@ -251,8 +251,6 @@ class MemoryEstimate:
         return self.state_bytes + self.activation_bytes
 
     def describe(self) -> str:
-        from arc_data.budget import human
-
         held = "weights, gradients and optimiser state" if self.copies > 1 else "weights"
         return (f"{self.parameters:,} parameters: {human(self.state_bytes)} of {held}, about "
                 f"{human(self.activation_bytes)} of activations (an estimate)")
@@ -315,9 +313,6 @@ def check_memory(what: str, est: MemoryEstimate, device: torch.device, fix: str)
     node's ranks (LOCAL_WORLD_SIZE under torchrun); a large request that fits is announced on
     stderr (rank 0) before anything is allocated. Under torchrun every rank refuses if one does
     (none waits on a collective the others never reach)."""
-    from arc_data.budget import check_fits
-    from arc_data.errors import DatasetError
-
     def say(line: str) -> None:
         print0(f"{line} ({est.describe()})", file=sys.stderr)
 

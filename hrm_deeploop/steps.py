@@ -104,7 +104,7 @@ class Pool:
     """Runs stages of jobs as subprocesses (see the module docstring)."""
 
     def __init__(self, logs: Path, tty: bool | None = None) -> None:
-        from hrm_deeploop.runtime import available_cpus
+        from hrm_deeploop.runtime import available_cpus  # lazy: keeps torch off `demo --help`
 
         self.logs = logs
         self.cpus = available_cpus()

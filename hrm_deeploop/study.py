@@ -31,16 +31,20 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hrm_deeploop import interrupts
+from hrm_deeploop.cli import compose
 from hrm_deeploop.errors import ConfigError, UserError
 from hrm_deeploop.reports.study import command_value, write_reports
-from hrm_deeploop.typed_config import at_least, check, one_of, optional_at_least
+from hrm_deeploop.typed_config import at_least, check, one_of, optional_at_least, typed
 
 TRAINERS = ("train", "train-gpt")
 LAUNCHERS = ("local", "submitit")
@@ -124,8 +128,6 @@ class StudyConfig:
         if self.compare is not None:
             one_of("compare", self.compare, list(self.grid))
         if isinstance(self.submitit, dict):
-            from hrm_deeploop.typed_config import typed
-
             self.submitit = typed(self.submitit, SubmititConfig, "submitit.")
 
     @property
@@ -168,8 +170,6 @@ def cell_name(cell: tuple[tuple[str, str], ...]) -> str:
 
 def plan(cfg: StudyConfig, root: Path) -> list[Run]:
     """Every cell x seed, its config composed and checked (ConfigError names the run)."""
-    from hrm_deeploop.cli import compose
-
     keys = list(cfg.grid)
     cells = [tuple(zip(keys, (command_value(v) for v in combo))) for combo in itertools.product(*cfg.grid.values())]
     names = [cell_name(c) for c in cells]
@@ -190,7 +190,7 @@ def plan(cfg: StudyConfig, root: Path) -> list[Run]:
 
 
 def _finished(run: Run) -> bool:
-    from hrm_deeploop.training.sweep import read_summary, run_done
+    from hrm_deeploop.training.sweep import read_summary, run_done  # lazy: `study --help` skips it
 
     return run_done(read_summary(run.run_dir), run.stop_after)
 
@@ -226,7 +226,7 @@ class Launch:
 
 def run_in_job(launch: Launch) -> int:
     """The submitit job's function, on every node of the run: start the trainer (or torchrun) there."""
-    import submitit
+    import submitit  # lazy: submitit only for Slurm runs
 
     job = submitit.JobEnvironment()
     argv = launch.argv(master=job.hostnames[0], job_id=str(job.job_id))
@@ -245,11 +245,6 @@ def launch_local(cfg: StudyConfig, runs: list[Run], root: Path) -> dict[str, str
     """Run each in its own process, `jobs` at once; returns run name -> failure text. Ctrl-C or
     SIGTERM stops the study: no queued run starts, every running one gets a SIGTERM (it checkpoints
     and exits: a rerun resumes it, and skips the finished ones) and is waited for."""
-    import signal
-    import threading
-
-    from hrm_deeploop import interrupts
-
     jobs = cfg.jobs or max(1, (os.cpu_count() or 1) // (cfg.threads * cfg.nproc_per_node))
     logs = root / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -299,7 +294,7 @@ def launch_local(cfg: StudyConfig, runs: list[Run], root: Path) -> dict[str, str
 def submitit_executor(cfg: StudyConfig, root: Path) -> Any:
     """The submitit executor for one job per run, with the parameters of `cfg.submitit`."""
     try:
-        import submitit
+        import submitit  # lazy: submitit only for Slurm runs
     except ImportError:
         raise UserError("launcher=submitit needs submitit: pip install 'hrm-deeploop[cluster]'") from None
     s = cfg.submitit
@@ -343,7 +338,7 @@ def launch_submitit(cfg: StudyConfig, runs: list[Run], root: Path) -> dict[str, 
 
 def study(cfg: StudyConfig) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """Plan, run what is not done, aggregate. Returns the per-run rows and the failures."""
-    from arc_data.files.guard import check_output_dir
+    from arc_data.files.guard import check_output_dir  # lazy: `study --help` skips it
 
     if not cfg.output_dir:
         raise ConfigError("output_dir is not set")
@@ -381,7 +376,7 @@ def _lookup(summary: dict[str, Any], path: str) -> Any:
 
 
 def _row(cfg: StudyConfig, run: Run, failure: str | None) -> dict[str, Any]:
-    from hrm_deeploop.training.sweep import read_summary
+    from hrm_deeploop.training.sweep import read_summary  # lazy: `study --help` skips it
 
     s = read_summary(run.run_dir) or {}
     metric, value = None, None

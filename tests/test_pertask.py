@@ -210,9 +210,10 @@ def test_a_loopvit_checkpoint_each_task_trained_on_its_canvas_views(pretrained, 
     assert run_subcommand("ttt", [f"checkpoint={tmp_path / 'vit'}", f"challenges={chal}", f"output_dir={out}", *TTT,
                                   "passes=3", "keep_work=true", f"solutions={sol}"]) == 0
     summary = json.loads((out / "ttt_summary.json").read_text())
-    assert summary["model"] == "loopvit" and summary["status"] == {"trained": 2} and list(summary["scores"]) == \
-        ["count-first"]
-    assert not (out / "submission_poe.json").exists()
+    assert summary["model"] == "loopvit" and summary["status"] == {"trained": 2}
+    assert list(summary["scores"]) == ["count-first", "poe"]  # both rules on the same canvas predictions
+    sub_poe = json.loads((out / "submission_poe.json").read_text())
+    assert set(sub_poe) == {"new00", "new01"} and all(len(t[0]) == 2 for t in sub_poe.values())
     for tid in ("new00", "new01"):
         work = out / "tasks" / tid / "work"
         assert "a fresh task table" in (out / "tasks" / tid / "log.txt").read_text()

@@ -148,6 +148,7 @@ def encode_split(plan: Plan, sp: SplitPlan, out_dir: Path, bar) -> None:
     e = sp.num_examples
     g = plan.grids
     rows = min(ENCODE_CHUNK, max(e, 1))
+    starts = sp.puzzle_indices.astype(np.int64), sp.group_indices.astype(np.int64)  # not once a block in searchsorted
     files: list[NpyBlocks] = []
     try:
         for name in (fmt.INPUTS_FILE, fmt.LABELS_FILE):
@@ -167,8 +168,7 @@ def encode_split(plan: Plan, sp: SplitPlan, out_dir: Path, bar) -> None:
                         f.carry(1 - slot, n, slot)
                 n = hi - lo
                 idx = np.arange(lo, hi, dtype=np.int64)
-                pair, pid = resolve_examples(sp.puzzle_identifiers, sp.puzzle_indices, sp.group_indices,
-                                             sp.group_pairs, sp.group_pair_indices, idx)
+                pair, pid = resolve_examples(sp.puzzle_identifiers, *starts, sp.group_pairs, sp.group_pair_indices, idx)
                 encode_examples(g.cells, g.offset, g.shape, g.pair_grids, pair, pid, plan.dihedral,
                                 plan.colour_map, sp.offsets[lo:hi], f_in.rows_view(slot, n), f_lab.rows_view(slot, n))
                 pending[slot] = [wi.submit(f_in.write, slot, n, f_in.reserve(slot, n)),
@@ -189,28 +189,43 @@ def encode_split(plan: Plan, sp: SplitPlan, out_dir: Path, bar) -> None:
             f.abort()
 
 
-def write_dataset(plan: Plan, tmp: Path, materialize: bool, manifest: dict, progress: bool) -> None:
+def write_tables(plan: Plan, tmp: Path, materialize: bool) -> None:
+    """Everything but the encoded examples: augmentations.npz, identifiers.json, (compact) grids.npz,
+    each split's index arrays and dataset.json (its folder already made). The task names and
+    identifiers are written a chunk of tasks at a time (a generated source's tasks are table rows)."""
     save_npz(tmp / fmt.AUGMENTATIONS_FILE, {"base_task": plan.base_task, "dihedral": plan.dihedral,
                                              "colour_map": plan.colour_map, "task_names": plan.tasks.names_column()},
              plan.grids.spill)
     plan.write_identifiers(tmp / fmt.IDENTIFIERS_FILE)
     if not materialize:
         plan.grids.save(tmp / fmt.GRIDS_FILE)
-    total = sum(sp.num_examples for sp in plan.splits.values())
-    with progress_bar(progress and materialize, "build-arc")(total, "encode", "ex") as bar:
-        for split, sp in plan.splits.items():
-            d = tmp / split
-            d.mkdir()
-            save_npy(d / fmt.PUZZLE_IDS_FILE, sp.puzzle_identifiers)
-            save_npy(d / fmt.PUZZLE_INDICES_FILE, sp.puzzle_indices)
-            save_npy(d / fmt.GROUP_INDICES_FILE, sp.group_indices)
-            if materialize:
-                encode_split(plan, sp, d, bar)
-            else:
-                save_npy(d / fmt.PLAN_GROUP_PAIRS_FILE, sp.group_pairs)
-                save_npy(d / fmt.PLAN_GROUP_PAIR_INDICES_FILE, sp.group_pair_indices)
-                save_npy(d / fmt.PLAN_OFFSETS_FILE, sp.offsets)
-            save_json(d / fmt.META_FILE, split_meta(sp, plan.num_ids))
+    for split, sp in plan.splits.items():
+        d = tmp / split
+        save_npy(d / fmt.PUZZLE_IDS_FILE, sp.puzzle_identifiers)
+        save_npy(d / fmt.PUZZLE_INDICES_FILE, sp.puzzle_indices)
+        save_npy(d / fmt.GROUP_INDICES_FILE, sp.group_indices)
+        if not materialize:
+            save_npy(d / fmt.PLAN_GROUP_PAIRS_FILE, sp.group_pairs)
+            save_npy(d / fmt.PLAN_GROUP_PAIR_INDICES_FILE, sp.group_pair_indices)
+            save_npy(d / fmt.PLAN_OFFSETS_FILE, sp.offsets)
+        save_json(d / fmt.META_FILE, split_meta(sp, plan.num_ids))
+
+
+def write_dataset(plan: Plan, tmp: Path, materialize: bool, manifest: dict, progress: bool) -> None:
+    """The tables (`write_tables`) are written on a thread beside the encoding, whose wait on the
+    disk leaves the CPU idle (the encoder runs without the GIL); the manifest goes last."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    for split in plan.splits:
+        (tmp / split).mkdir()
+    with ThreadPoolExecutor(1, thread_name_prefix="arc-tables") as side:
+        tables = side.submit(write_tables, plan, tmp, materialize)
+        if materialize:
+            total = sum(sp.num_examples for sp in plan.splits.values())
+            with progress_bar(progress, "build-arc")(total, "encode", "ex") as bar:
+                for split, sp in plan.splits.items():
+                    encode_split(plan, sp, tmp / split, bar)
+        tables.result()
     save_json(tmp / fmt.MANIFEST_FILE, manifest)  # last: its presence marks a complete build
 
 

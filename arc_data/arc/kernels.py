@@ -13,9 +13,11 @@ grid hashes mixed; per puzzle the pair hashes sorted, then mixed in turn, so it 
 example order (spec 1.3). It is not cryptographic; it only has to tell augmented puzzles apart (a
 false "duplicate" needs a collision in both lanes).
 
-Threading: none. Every kernel runs on its caller's thread (numba's thread pool never starts, so
-DataLoader workers forked from a process are safe); the builder overlaps encoding with its two
-writer threads instead, which on two cores was as fast as encoding on numba's pool.
+Threading: none inside a kernel. Every kernel runs on its caller's thread (numba's thread pool
+never starts, so DataLoader workers forked from a process are safe); the builder overlaps encoding
+with its two writer threads instead, which on two cores was as fast as encoding on numba's pool,
+and tries one piece of the tasks on worker threads while the next piece's colour permutations are
+drawn (`plan.augment_in_chunks`): `augment_tasks` and `_shuffle_rows` run without the GIL.
 Every kernel has `cache=True` and is called with one fixed set of dtypes (see the wrappers), so
 each compiles once per machine.
 """
@@ -205,7 +207,7 @@ def _augment_task(cells, goff, gshape, pair_grids, p_lo, p_hi, trial_tid, trial_
     return n_acc, t
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def augment_tasks(cells, goff, gshape, pair_grids, task_pairs, trial_tid, trial_perm, num_aug):
     """Per task t (pairs task_pairs[t]..task_pairs[t+1]): accepted trial ids [T, num_aug], counts, trials."""
     n_tasks = task_pairs.shape[0] - 1
@@ -224,7 +226,7 @@ def augment_tasks(cells, goff, gshape, pair_grids, task_pairs, trial_tid, trial_
 # `Generator.permuted` of colour rows, drawn from the same stream 10x faster
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _shuffle_rows(raw, has_half, half, out):
     """numpy's Fisher-Yates of each row of `out` (in place, row after row), as `Generator.permuted`
     does it: for i = n-1 .. 1, j = random_interval(i) (the masked rejection of `next_uint32`), swap.

@@ -218,13 +218,15 @@ def _list_json(folder: Path, skipped: list[str] | None = None) -> list[Path]:
     """The regular *.json files in `folder`, sorted by name (never the file system's listing order).
 
     Hidden files (`.x.json`, `..json`) and anything that is not a regular file (a FIFO would block
-    the read forever; a folder named x.json) are not read; each is added to `skipped` with why."""
-    named = sorted((p for p in folder.iterdir() if p.suffix == ".json"), key=lambda p: p.name)
-    regular, other = regular_files(p for p in named if not p.name.startswith("."))
+    the read forever; a folder named x.json) are not read; each is added to `skipped` with why.
+    Listed with `os.scandir`, whose entries know their type (a stat only for a link)."""
+    with os.scandir(folder) as it:
+        named = sorted((e for e in it if Path(e.name).suffix == ".json"), key=lambda e: e.name)
+    regular, other = regular_files(e for e in named if not e.name.startswith("."))
     if skipped is not None:
-        skipped += [f"{p}: a hidden file" for p in named if p.name.startswith(".")]
-        skipped += [f"{p}: not a regular file" for p in other]
-    return regular
+        skipped += [f"{folder / e.name}: a hidden file" for e in named if e.name.startswith(".")]
+        skipped += [f"{folder / e.name}: not a regular file" for e in other]
+    return [folder / e.name for e in regular]
 
 
 def _task_file(path: Path, spec: str, subset: str, require_outputs: bool, digest) -> Task:
@@ -249,7 +251,11 @@ def _task_file(path: Path, spec: str, subset: str, require_outputs: bool, digest
 def _directory(root: Path, spec: str, require_outputs: bool, digest, skipped: list[str]) -> list[Task]:
     subdirs = sorted((d for d in root.iterdir() if d.is_dir() and not d.name.startswith(".")),
                      key=lambda d: d.name)
-    with_json = [d for d in subdirs if _list_json(d)]
+    listed: dict[Path, tuple[list[Path], list[str]]] = {}  # each folder listed once
+    for d in subdirs:
+        notes: list[str] = []
+        listed[d] = (_list_json(d, notes), notes)
+    with_json = [d for d in subdirs if listed[d][0]]
     if with_json:
         folders = with_json
     elif _list_json(root):
@@ -261,7 +267,12 @@ def _directory(root: Path, spec: str, require_outputs: bool, digest, skipped: li
         raise ArcError(f"{root}: no task files (*.json) in it or in its subdirectories")
     tasks = []
     for folder in folders:
-        tasks += [_task_file(p, spec, folder.name, require_outputs, digest) for p in _list_json(folder, skipped)]
+        if folder in listed:
+            files, notes = listed[folder]
+            skipped += notes
+        else:
+            files = _list_json(folder, skipped)
+        tasks += [_task_file(p, spec, folder.name, require_outputs, digest) for p in files]
     return tasks
 
 

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 import numba
 import numpy as np
 
-from arc_data.arc.sources import Task
+from arc_data.arc.sources import Task, sorted_checked
 from arc_data.arc.spill import Column, Spill
 from arc_data.errors import ArcError
 from arc_data.files.names import check_task_name
@@ -295,8 +295,6 @@ def load_tasks(specs: list[str], eval_name: str, require_outputs: bool, load) ->
     """`sources.load_sources` for a build whose generated sources come as `TaskTable`s (`load` is
     `generated.loader(..., spill)`): the same tasks in the same order, the same checks (plain names,
     no task id twice), as a `TaskList`."""
-    from arc_data.arc.sources import sorted_checked
-
     parts: list[_Part] = []
     infos = []
     seen: dict[str, Task] = {}

@@ -88,7 +88,7 @@ def fsync_tree(root: Path) -> None:
     """fsync every file under `root`, then the folders (their entries). The calls run side by side
     (threads): the filesystem commits them together (ext4: one journal commit and one disk cache
     flush for many), where one after another each waits for its own: 18 files took 0.1 s, not 0.025 s."""
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import ThreadPoolExecutor  # lazy: only where files are synced
 
     dirs = [root]
     files = []

@@ -79,7 +79,7 @@ class NpyBlocks:
             except OSError as e:
                 if e.errno != errno.EINVAL or not self.direct:
                     raise
-                import fcntl  # only where O_DIRECT exists (Linux)
+                import fcntl  # lazy: only where O_DIRECT exists (Linux)
 
                 fcntl.fcntl(self.fd, fcntl.F_SETFL, fcntl.fcntl(self.fd, fcntl.F_GETFL) & ~os.O_DIRECT)
                 self.direct = False  # refused by this filesystem: buffered from here on

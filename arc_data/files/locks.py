@@ -32,7 +32,7 @@ class RunLock:
     host are written into the file for the error a second run gets. Creates the folder."""
 
     def __init__(self, run_dir: str | os.PathLike):
-        import fcntl
+        import fcntl  # lazy: POSIX-only, imported where a lock is taken
 
         self.path = Path(run_dir) / LOCK_FILE
         try:  # never through a symlink (its target could be anyone's file) nor on a non-file
@@ -81,7 +81,7 @@ def _os_words(e: OSError, path: Path) -> str:
 def lock_holder(folder: Path) -> str | None:
     """'PID 1234 on host' (or 'a live run') if a live process holds `folder/run.lock`, else None. A
     lock file no process holds (left by a run that was killed) is None: it needs no hand to remove it."""
-    import fcntl
+    import fcntl  # lazy: POSIX-only, imported where a lock is taken
 
     path = folder / LOCK_FILE
     try:

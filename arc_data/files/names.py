@@ -15,6 +15,7 @@ import re
 import stat
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TypeVar
 
 from arc_data.errors import DatasetError
 
@@ -98,9 +99,13 @@ def why_not_a_file(path: Path) -> str:
 
 
 
-def regular_files(paths: Iterable[Path]) -> tuple[list[Path], list[Path]]:
-    """(regular files, everything else) among `paths`: FIFOs, sockets, devices and folders named
-    like data files are never opened (a FIFO would block the reader forever)."""
+P = TypeVar("P", Path, os.DirEntry)  # anything with is_file()
+
+
+def regular_files(paths: Iterable[P]) -> tuple[list[P], list[P]]:
+    """(regular files, everything else) among `paths` (Paths, or `os.scandir` entries, which know
+    their type without a stat): FIFOs, sockets, devices and folders named like data files are never
+    opened (a FIFO would block the reader forever)."""
     ok, skipped = [], []
     for p in paths:
         (ok if p.is_file() else skipped).append(p)

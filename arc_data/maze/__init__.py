@@ -18,6 +18,8 @@ BFS distance. Augmentation: the 8 dihedral transforms (`format.dihedral` numberi
 
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
 
 from arc_data import format as fmt
@@ -99,7 +101,7 @@ def shortest_path_length(board: np.ndarray, n: int) -> int:
     """BFS distance S->G on a board (CSV bytes [n*n]; walls '#'), -1 when unreachable."""
     b = np.asarray(board, dtype=np.uint8).reshape(-1)
     s, g = int(np.flatnonzero(b == START)[0]), int(np.flatnonzero(b == GOAL)[0])
-    from arc_data.maze.kernels import maze_bfs
+    from arc_data.maze.kernels import maze_bfs  # lazy: keeps numba off `evaluate --help`
 
     dist = np.empty(n * n, np.int64)
     maze_bfs((b != WALL).astype(np.uint8), n, s, dist, np.empty(n * n, np.int64))
@@ -108,8 +110,6 @@ def shortest_path_length(board: np.ndarray, n: int) -> int:
 
 def shortest_path_length_reference(board: np.ndarray, n: int) -> int:
     """Plain-Python BFS (the reference the kernel is tested against)."""
-    from collections import deque
-
     b = np.asarray(board, dtype=np.uint8).reshape(n, n)
     s = tuple(int(v) for v in np.argwhere(b == START)[0])
     g = tuple(int(v) for v in np.argwhere(b == GOAL)[0])
@@ -141,7 +141,7 @@ def generate(rng: np.random.Generator, n: int, min_path: int = 1, openings: floa
     >= min_path steps (the caller retries)."""
     q = np.empty(n * n, np.uint8)
     a = np.empty(n * n, np.uint8)
-    from arc_data.maze.kernels import maze_generate_one
+    from arc_data.maze.kernels import maze_generate_one  # lazy: keeps numba off `evaluate --help`
 
     length = maze_generate_one(n, rng.random(uniforms_per_maze(n)), float(openings), int(min_path), q, a)
     if length < 0:

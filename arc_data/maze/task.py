@@ -125,13 +125,13 @@ class Maze:
 
     @property
     def legend(self) -> str:
-        from arc_data.maze.viz import LEGEND
+        from arc_data.maze.viz import LEGEND  # lazy: `build-puzzles --help` skips it
 
         return LEGEND
 
     def render(self, inputs: np.ndarray, labels: np.ndarray, prediction: np.ndarray | None = None,
                cell: int | None = None):
-        from arc_data.maze.viz import render_maze
+        from arc_data.maze.viz import render_maze  # lazy: `build-puzzles --help` skips it
 
         return render_maze(inputs, labels, prediction, cell or self.render_cell)
 

@@ -26,7 +26,7 @@ WALL, OPEN, START, GOAL, PATH = 1, 2, 3, 4, 5  # tokens: arc_data.maze.CHARSET i
 
 def render_maze(inputs: np.ndarray, labels: np.ndarray, prediction: np.ndarray | None = None, cell: int = 10):
     """The maze, (n*cell) pixels square, with the true path and optionally a predicted one."""
-    from PIL import Image
+    from PIL import Image  # lazy: PIL only for pictures
 
     x, y = np.asarray(inputs).reshape(-1), np.asarray(labels).reshape(-1)
     n = fmt.square_side(x.size)

@@ -216,8 +216,8 @@ def resolve_source(source: str, split: str) -> tuple[Path, str | None]:
     if not _REPO_ID.match(source):
         raise DatasetError(f"source: {source} is neither a folder nor a dataset repository id (owner/name)")
     try:
-        from huggingface_hub import hf_hub_download
-        from huggingface_hub.errors import HfHubHTTPError
+        from huggingface_hub import hf_hub_download  # lazy: huggingface_hub only for downloads
+        from huggingface_hub.errors import HfHubHTTPError  # lazy: huggingface_hub only for downloads
     except ImportError:
         raise DatasetError(f"source: {source} is not a folder, and huggingface_hub is not installed to download "
                            f"it (pip install huggingface_hub, or download train.csv/test.csv yourself)") from None

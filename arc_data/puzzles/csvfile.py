@@ -152,7 +152,7 @@ def _split_block(buf: np.ndarray, ratings: bool) -> Split | None:
 
 def _split_block_numba(buf: np.ndarray, ratings: bool) -> Split | None:
     """_split_block in one pass (arc_data.puzzles.kernels.csv_scan): the same rows, or None."""
-    from arc_data.puzzles.kernels import csv_scan
+    from arc_data.puzzles.kernels import csv_scan  # lazy: numba only for large files (NUMBA_MIN_BYTES)
 
     rows, width, q_off, a_off, r = csv_scan(buf, ratings)
     if rows < 0:
@@ -163,7 +163,7 @@ def _split_block_numba(buf: np.ndarray, ratings: bool) -> Split | None:
 def _gather(buf: np.ndarray, offsets: np.ndarray, width: int, out: np.ndarray, numba: bool) -> None:
     """out[r] = buf[offsets[r] : offsets[r] + width]."""
     if numba:
-        from arc_data.puzzles.kernels import gather_rows
+        from arc_data.puzzles.kernels import gather_rows  # lazy: numba only for large files (NUMBA_MIN_BYTES)
 
         gather_rows(buf, offsets, width, out)
         return

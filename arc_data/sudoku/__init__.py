@@ -69,7 +69,7 @@ def count_solutions(board: np.ndarray, limit: int = 2) -> tuple[int, int, np.nda
     board = np.ascontiguousarray(board, dtype=np.int64).reshape(-1)
     n = size_of(board.size)
     sol = np.zeros(board.size, np.int64)
-    from arc_data.sudoku.kernels import sudoku_search
+    from arc_data.sudoku.kernels import sudoku_search  # lazy: keeps numba off `evaluate --help`
 
     cnt, bt = sudoku_search(board, n, box_index(n), _ascending(n), int(limit), sol, _POPCOUNT)
     return int(cnt), int(bt), sol
@@ -121,7 +121,7 @@ def generate(rng: np.random.Generator, n: int, givens: int = 0) -> tuple[np.ndar
     dig_order = rng.permutation(N).astype(np.int64)
     puzzle = np.zeros(N, np.int64)
     solution = np.zeros(N, np.int64)
-    from arc_data.sudoku.kernels import sudoku_generate_one
+    from arc_data.sudoku.kernels import sudoku_generate_one  # lazy: keeps numba off `evaluate --help`
 
     k, bt = sudoku_generate_one(n, box_index(n), fill_order, _ascending(n), dig_order, int(givens), _POPCOUNT,
                                 puzzle, solution)

@@ -69,7 +69,7 @@ class Sudoku:
         """The numpy encode + check of the pipeline in one numba pass per row, in place, for large
         sets: (row, problem, cell, byte), row -1 when all is well; problem "question" / "answer"
         for a byte outside the charset, else the answer check's message."""
-        from arc_data.sudoku.kernels import sudoku_encode_check
+        from arc_data.sudoku.kernels import sudoku_encode_check  # lazy: keeps numba off `evaluate --help`
 
         i, code, cell, byte = sudoku_encode_check(inputs, labels, lut, n, sudoku.box_index(n), check)
         problem = {1: "question", 2: "answer", 3: "the answer has a blank cell",
@@ -96,7 +96,7 @@ class Sudoku:
     def _augment_numba(inputs: np.ndarray, labels: np.ndarray, src: np.ndarray, augs: sudoku.SudokuAugs,
                        n: int) -> tuple[np.ndarray, np.ndarray]:
         """sudoku.apply_augs(x[src], augs, offset=1) for inputs and labels in one numba pass."""
-        from arc_data.sudoku.kernels import sudoku_augment
+        from arc_data.sudoku.kernels import sudoku_augment  # lazy: keeps numba off `evaluate --help`
 
         out_q = np.empty((src.size, inputs.shape[1]), np.uint8)
         out_a = np.empty_like(out_q)
@@ -177,13 +177,13 @@ class Sudoku:
 
     @property
     def legend(self) -> str:
-        from arc_data.sudoku.viz import LEGEND
+        from arc_data.sudoku.viz import LEGEND  # lazy: `build-puzzles --help` skips it
 
         return LEGEND
 
     def render(self, inputs: np.ndarray, labels: np.ndarray, prediction: np.ndarray | None = None,
                cell: int | None = None):
-        from arc_data.sudoku.viz import render_sudoku
+        from arc_data.sudoku.viz import render_sudoku  # lazy: `build-puzzles --help` skips it
 
         return render_sudoku(inputs, labels, prediction, cell or self.render_cell)
 

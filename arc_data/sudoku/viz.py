@@ -27,7 +27,7 @@ LEGEND = ("givens black, the solution's digits blue; with a prediction every cel
 
 
 def _font(size: int):
-    from PIL import ImageFont
+    from PIL import ImageFont  # lazy: PIL only for pictures
 
     try:
         return ImageFont.load_default(size=size)
@@ -44,7 +44,7 @@ def _side(row: np.ndarray) -> int:
 
 def render_sudoku(inputs: np.ndarray, labels: np.ndarray, prediction: np.ndarray | None = None, cell: int = 28):
     """One board, (n*cell+1) pixels square. Box lines from the size (4: 2x2, 6: 2x3, 8: 2x4, 9: 3x3)."""
-    from PIL import Image, ImageDraw
+    from PIL import Image, ImageDraw  # lazy: PIL only for pictures
 
     x, y = np.asarray(inputs).reshape(-1), np.asarray(labels).reshape(-1)
     n = _side(x)

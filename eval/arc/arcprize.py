@@ -87,8 +87,8 @@ def solutions_of(tasks: list[Any]) -> dict[str, list[Grid]]:
 def read_json(path: str | Path, what: str) -> Any:
     """A user's JSON file through the one reader (`arc_data.files.jsonio`: a regular file, valid JSON,
     no key twice in one object, not nested beyond the parser), its refusal a UserError."""
-    from arc_data.errors import DatasetError
-    from arc_data.files.jsonio import read_json as read
+    from arc_data.errors import DatasetError  # lazy: `score --help` skips it
+    from arc_data.files.jsonio import read_json as read  # lazy: `score --help` skips it
 
     try:
         return read(path, what)
@@ -171,7 +171,7 @@ def ranked_pass_at_k(ranked: Any, solutions: dict[str, list[Grid]], ks: list[int
     """pass@K (`eval.arc.results.pass_at_k`: HRM's rule and per test input) of ranked candidates,
     `{task: [[grid, ...] best first, per test input]}`, against the solutions; a task or test
     input without candidates is wrong."""
-    from eval.arc.results import pass_at_k
+    from eval.arc.results import pass_at_k  # lazy: `score --help` skips it
 
     if not isinstance(ranked, dict):
         raise UserError(f"{where}: not a JSON object mapping task ids to ranked candidates")
@@ -209,7 +209,7 @@ def run(c: ScoreConfig) -> int:
         raise UserError(f"ks={c.ks}: must be a non-empty list of positive integers")
     target = None
     if c.output is not None:  # "may I write there" is decided before anything is read
-        from arc_data.files.guard import check_output_file
+        from arc_data.files.guard import check_output_file  # lazy: `score --help` skips it
 
         target = check_output_file(c.output, c.overwrite, [c.submission, c.solutions, *([c.ranked] if c.ranked else [])], "output",
                                    "score")
@@ -232,7 +232,7 @@ def run(c: ScoreConfig) -> int:
         print("pass@K of the ranked candidates: " + ", ".join(
             f"pass@{k} {at_k['hrm'][k]:.2f}% (per test input {at_k['fractional'][k]:.2f}%)" for k in at_k["hrm"]))
     if target is not None:
-        from arc_data.files.publish import publish_file
+        from arc_data.files.publish import publish_file  # lazy: `score --help` skips it
 
         record = {"rule": LABEL, "percent": score.percent, "percent_over_submitted": 100 * over_submitted,
                   "num_tasks": len(score.tasks), "num_submitted": len(submitted), "tasks": score.tasks,

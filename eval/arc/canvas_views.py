@@ -23,11 +23,17 @@ from typing import Any
 
 import numpy as np
 import torch
+import yaml
 
 from arc_data import format as fmt
+from eval.arc.poe import canvas_table
+from eval.arc.vote import read_table
 from hrm_deeploop import checkpoint as ckpt
+from hrm_deeploop import runtime
+from hrm_deeploop.data.batches import open_dataset
 from hrm_deeploop.data.canvas import BORDER, View, canvas_batch, decode
 from hrm_deeploop.errors import UserError
+from hrm_deeploop.loading import is_official_loopvit, load_model
 from hrm_deeploop.models.loopvit import LoopViT
 
 
@@ -54,16 +60,20 @@ def canvas_row(pred: np.ndarray, view: View, dihedral: int = 0) -> np.ndarray:
 
 @torch.no_grad()
 def predict_views(model: LoopViT, split: Any, device: torch.device, batch: int, passes: int, seed: int,
-                  dihedral: np.ndarray, max_batches: int | None = None) -> dict[str, np.ndarray]:
+                  dihedral: np.ndarray, max_batches: int | None = None, log_probs: bool = False
+                  ) -> dict[str, np.ndarray]:
     """Rows for `predictions.npz`: for each example of `split` (in order), `passes` predictions, each
     on its own random view (scale and corner drawn from `default_rng([seed, pass])`), decoded and
     encoded in the example's frame (`canvas_row`; `dihedral`: the augmentation table's transform of
     each puzzle id); columns as `eval.predict.predict_split` returns them, plus "views" (n, 3)
-    int64: scale, x0, y0."""
+    int64: scale, x0, y0; with `log_probs` also "log_probs", each row's canvas table float16
+    [n, 961, 13] (`eval.arc.poe.canvas_table`: what the product of experts scores candidates by)."""
     pi = np.asarray(split.puzzle_indices, np.int64)
     pids = np.asarray(split.puzzle_identifiers, np.int64)
     n = int(split.num_examples)
     cols: dict[str, list[np.ndarray]] = {"puzzle_identifiers": [], "inputs": [], "predictions": [], "views": []}
+    if log_probs:
+        cols["log_probs"] = []
     size = model.cfg.image_size
     for p in range(passes):
         rng = np.random.default_rng([seed, p])
@@ -74,7 +84,12 @@ def predict_views(model: LoopViT, split: Any, device: torch.device, batch: int, 
             puzzle = pids[np.searchsorted(pi, idx, side="right") - 1]
             b = canvas_batch(split, idx, puzzle, size, rng, resolution=True, translation=True)
             t = {key: torch.from_numpy(b[key]).to(device) for key in ("canvas", "mask", "task_ids")}
-            pred = model(t["canvas"], t["task_ids"], t["mask"]).logits.argmax(-1).cpu().numpy()  # (B, S, S)
+            logits = model(t["canvas"], t["task_ids"], t["mask"]).logits  # (B, S, S, C)
+            pred = logits.argmax(-1).cpu().numpy()  # (B, S, S)
+            if log_probs:
+                lp = torch.log_softmax(logits.float(), -1).cpu().numpy()
+                cols["log_probs"].append(np.stack([canvas_table(lp[i], *map(int, b["views"][i]))
+                                                   for i in range(len(idx))]).astype(np.float16))
             rows = np.stack([canvas_row(pred[i], View(*map(int, b["views"][i])), int(dihedral[puzzle[i]]))
                              for i in range(len(idx))])
             cols["puzzle_identifiers"].append(puzzle.astype(np.int32))
@@ -93,7 +108,6 @@ def is_loopvit_run(checkpoint: str) -> bool:
     config.yaml names model loopvit (read without loading the weights: the reasoners' checkpoints
     are then loaded once, by `hrm_deeploop.loading`), or a file with no run beside it that the safe
     loader reads as an official LoopViT checkpoint (`{model_state, config}`, as its scripts save)."""
-    import yaml
 
     p = Path(checkpoint)
     run = p if p.is_dir() else p.parent.parent
@@ -104,7 +118,6 @@ def is_loopvit_run(checkpoint: str) -> bool:
     if conf is None:
         if not p.is_file() or p.suffix not in (".pt", ".pth"):
             return False
-        from hrm_deeploop.loading import is_official_loopvit
 
         state = ckpt.load(p)
         return isinstance(state, dict) and is_official_loopvit(state)
@@ -115,13 +128,7 @@ def is_loopvit_run(checkpoint: str) -> bool:
 def evaluate_loopvit(c: Any, evaluation: Any, out: Path) -> int:
     """`evaluate` for a train-vit checkpoint on an ARC dataset: `predict_views` (c.passes views of
     every copy, drawn from c.tta_seed), then ARC's publish step (predictions.npz, the vote)."""
-    from hrm_deeploop import runtime
-    from hrm_deeploop.data.batches import open_dataset
-    from hrm_deeploop.loading import load_model
 
-    if c.poe:
-        raise UserError("poe=true: the product of experts scores the reasoners' 30 x 30 rows; a LoopViT predicts "
-                        "canvases (count-first vote only)")
     env = runtime.setup(c.device)
     try:
         if env.distributed:
@@ -139,10 +146,9 @@ def evaluate_loopvit(c: Any, evaluation: Any, out: Path) -> int:
         G = c.global_batch_size or (256 if env.device.type == "cuda" else 16)
         print(f"evaluate: {loaded.kind} LoopViT checkpoint {loaded.path} ({loaded.weights} weights), {split.num_examples} examples of '{c.split}' x "
               f"{c.passes} random views each (seed {c.tta_seed}), device={env.device}")
-        from eval.arc.vote import read_table
 
         preds = predict_views(model, split, env.device, G, c.passes, c.tta_seed, read_table(Path(c.data_dir)).dihedral,
-                              c.max_batches)
+                              c.max_batches, log_probs=c.poe)
     finally:
         runtime.teardown()
     preds.pop("views")

@@ -25,6 +25,7 @@ from omegaconf import MISSING
 from arc_data import format as fmt
 from arc_data.dataset import DatasetMeta, read_meta, task_kind
 from arc_data.errors import DatasetError
+from arc_data.files.guard import check_output_dir
 from arc_data.originals import AugTable, load_aug_table, read_originals
 from eval.arc.results import (
     ARC_PRIZE,
@@ -110,7 +111,7 @@ class GroundTruth:
 
 def load_ground_truth(data_dir: Path, split: str, table: AugTable) -> GroundTruth:
     """Test inputs and true outputs from each task's un-augmented copy (dihedral 0, identity colours)."""
-    from eval.arc.decode import decode_keys
+    from eval.arc.decode import decode_keys  # lazy: keeps numba off `vote --help`
 
     d = data_dir / split
     try:
@@ -208,7 +209,7 @@ def vote(
             f"e.g. puzzle ids {bad}"
         )
 
-    from eval.arc.decode import decode_keys, grid_of_shape
+    from eval.arc.decode import decode_keys, grid_of_shape  # lazy: keeps numba off `vote --help`
 
     t1 = time.perf_counter()
     inv = table.inv_colour
@@ -273,14 +274,20 @@ def vote(
     if len(scored) < len(task_list):
         warnings.append(f"{len(task_list) - len(scored)} of {len(task_list)} tasks have test inputs without "
                         "solutions: voted and submitted, not scored")
-    from eval.arc.arcprize import arc_prize_score, cover, read_json, solutions_of, submission
+    from eval.arc.arcprize import (  # lazy: `vote --help` skips it
+        arc_prize_score,
+        cover,
+        read_json,
+        solutions_of,
+        submission,
+    )
 
     sub = submission(task_list)
     prize = arc_prize_score(sub, solutions_of(scored)) if scored else None
     scores[ARC_PRIZE] = {"2": None if prize is None else prize.percent}
     poe_result = None
     if log_probs is not None:
-        from eval.arc.poe import poe
+        from eval.arc.poe import poe  # lazy: `vote --help` skips it
 
         def grid_of(c: Candidate) -> np.ndarray:
             r = int(preds.puzzle_identifiers[c.first_seen])
@@ -318,8 +325,7 @@ def vote(
 
 def run(c: VoteConfig) -> int:
     """`hrm-deeploop vote predictions=FILE data_dir=DIR output_dir=OUT [ks=[1,2]] [overwrite=true]`."""
-    from arc_data.files.guard import check_output_dir
-    from eval.arc.report import output_names
+    from eval.arc.report import output_names  # lazy: keeps PIL off `vote --help`
 
     out = check_output_dir(c.output_dir, [c.data_dir])
     check_outputs(out, output_names(c.report, bool(c.log_probs)), c.overwrite, "vote")
@@ -332,7 +338,7 @@ def run(c: VoteConfig) -> int:
 def write_vote(result: VoteResult, output_dir: str | Path, overwrite: bool = False, max_candidates: int = 10,
                report: bool = True, report_candidates: int = 3) -> list[Path]:
     """Every vote output of `result` (`eval.arc.report`) in output_dir, published together (`eval.outputs`)."""
-    from eval.arc.report import output_names, write_vote_files
+    from eval.arc.report import output_names, write_vote_files  # lazy: keeps PIL off `vote --help`
 
     return write_outputs(output_dir, output_names(report, result.poe is not None), overwrite, "vote", "vote",
                          lambda stage: write_vote_files(result, stage, max_candidates, report, report_candidates))
@@ -344,7 +350,7 @@ def vote_file(c: VoteConfig, path: Path) -> VoteResult:
     preds = load_predictions(path)
     log_probs = None
     if c.log_probs:
-        from eval.arc.poe import load_log_probs
+        from eval.arc.poe import load_log_probs  # lazy: `vote --help` skips it
 
         log_probs = load_log_probs(c.log_probs, len(preds), fmt.VOCAB_SIZE)
     t_read = time.perf_counter() - t0
@@ -360,7 +366,7 @@ def vote_file(c: VoteConfig, path: Path) -> VoteResult:
 
 
 def print_summary(result: VoteResult, out: Path) -> None:
-    from eval.arc.report import format_table
+    from eval.arc.report import format_table  # lazy: keeps PIL off `vote --help`
 
     print(format_table(result.scores, result.poe and result.poe.scores))
     s = result.stats

@@ -8,8 +8,8 @@ frame and scored (`eval.puzzles.scoring`), and the copies of an example vote (co
 Nothing per segment is kept beyond the scores, so memory grows with the examples, not the segments.
 
 Batches hold whole examples (all their copies), so each vote happens where its copies were
-predicted; under torchrun the chunks of examples are dealt round-robin to the ranks and the
-per-example results gathered on rank 0, which writes:
+predicted; under torchrun each rank takes its chunk of every window of examples and rank 0
+gathers the per-example results (`eval.predict.predict_sharded`, the loop ARC's predictions use), and writes:
 
     predictions.npz          the last segment's predictions of every copy, in the frame the model saw
                              (eval.predictions; rows example-major, with `example` and `tta_copy`)
@@ -32,7 +32,7 @@ from arc_data.grid_key import row_keys
 from arc_data.puzzles.registry import TASKS, GridTask
 from eval.evaluate_config import EvaluateConfig
 from eval.outputs import check_outputs, write_outputs
-from eval.predict import gather_on_main, run_segments
+from eval.predict import predict_sharded, run_segments
 from eval.predictions import save_predictions
 from eval.puzzles import tta as T
 from eval.puzzles.report import FILES, PREDICTIONS_FILE, Shown, write_files
@@ -156,45 +156,26 @@ def run_chunk(model: ACTReasoner, split: Any, plan: Plan, idx: np.ndarray, devic
 
 
 def _merge(chunks: list[Chunk]) -> Chunk:
-    order = np.argsort(np.concatenate([c.examples for c in chunks]), kind="stable")
-    copies = len(chunks[0].q_halt) // len(chunks[0].examples)
-    row_order = (order[:, None] * copies + np.arange(copies)[None, :]).reshape(-1)
-
-    def cat(get, rows=False):
+    """The chunks, in example order already (`predict_sharded`), as one."""
+    def cat(get):
         parts = [get(c) for c in chunks]
-        if parts[0] is None:
-            return None
-        v = np.concatenate(parts)
-        return v[row_order] if rows else v[order]
+        return None if parts[0] is None else np.concatenate(parts)
 
     return Chunk(examples=cat(lambda c: c.examples), scores={k: cat(lambda c, k=k: c.scores[k]) for k in chunks[0].scores},
                  num_supervised=cat(lambda c: c.num_supervised), num_solve=cat(lambda c: c.num_solve),
-                 puzzle_identifiers=cat(lambda c: c.puzzle_identifiers, True), inputs=cat(lambda c: c.inputs, True),
-                 predictions=cat(lambda c: c.predictions, True), q_halt=cat(lambda c: c.q_halt, True))
+                 puzzle_identifiers=cat(lambda c: c.puzzle_identifiers), inputs=cat(lambda c: c.inputs),
+                 predictions=cat(lambda c: c.predictions), q_halt=cat(lambda c: c.q_halt))
 
 
 def predict_and_score(model: ACTReasoner, split: Any, plan: Plan, env: runtime.Env, local_batch: int,
                       show_progress: bool = True, rows_of_ids: torch.Tensor | None = None) -> Chunk | None:
-    """Every example of the plan, this rank's chunks; merged on rank 0 in example order (None elsewhere)."""
+    """Every example of the plan: this rank's chunk of each window of `plan.chunk` examples a rank
+    (`eval.predict.predict_sharded`), merged on rank 0 in example order (None elsewhere)."""
     model.eval()
-    starts = list(range(0, len(plan.examples), plan.chunk))
-    mine = starts[env.rank::env.world_size]
-    bar = runtime.progress(len(starts), "evaluate") if show_progress else None
-    chunks = []
-    for a in mine:
-        chunks.append(run_chunk(model, split, plan, plan.examples[a:a + plan.chunk], env.device, local_batch,
-                                rows_of_ids))
-        if bar is not None:  # every rank does one chunk per turn; rank 0's bar counts them all
-            bar.update(min(env.world_size, len(starts) - bar.n))
-    if bar is not None:
-        bar.close()
-    gathered = gather_on_main(chunks, env)
-    if gathered is None:
-        return None
-    chunks = [c for part in gathered for c in part]
-    if not chunks:
-        raise UserError("the split has no examples to evaluate")
-    return _merge(chunks)
+    chunks = predict_sharded(lambda idx: run_chunk(model, split, plan, plan.examples[idx], env.device, local_batch, rows_of_ids),
+                             len(plan.examples), plan.chunk * env.world_size, env, label="evaluate",
+                             show_progress=show_progress)
+    return None if chunks is None else _merge(chunks)
 
 
 def _shown(split: Any, plan: Plan, res: Chunk, count: int) -> list[Shown]:

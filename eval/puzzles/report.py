@@ -93,7 +93,7 @@ TITLE_SIZE, LABEL_SIZE = 15, 13  # px: the caption above the boards, the panel l
 def picture(task: GridTask, s: Shown) -> bytes:
     """PNG: input | truth | prediction, the prediction framed green (solved) or red and labelled
     with the candidate it is (copy 0, or the vote's top-1 and its votes)."""
-    from PIL import Image, ImageDraw, ImageFont
+    from PIL import Image, ImageDraw, ImageFont  # lazy: PIL only for pictures
 
     n = int(round(len(s.inputs) ** 0.5))
     cell = task.picture_cell(n)

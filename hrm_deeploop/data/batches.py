@@ -22,35 +22,33 @@ Both the materialised HRM layout and the compact format are read through
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
+from arc_data.dataset import PuzzleSplit
+from arc_data.dataset import open_split as _open_split
+from arc_data.errors import DatasetError
+from arc_data.files.names import why_not_a_folder
+from arc_data.format import MANIFEST_FILE
 from hrm_deeploop.errors import ConfigError, UserError, os_error
 from hrm_deeploop.models.losses import IGNORE_LABEL
-
-if TYPE_CHECKING:
-    from arc_data.dataset import PuzzleSplit
 
 DATASET_KEYS = ("vocab_size", "seq_len", "num_puzzle_identifiers")  # what a model takes from its dataset
 
 
 def open_split(data_dir: str | Path, split: str) -> Any:
     """The dataset split through the data package (materialised or compact format)."""
-    from arc_data.dataset import open_split as _open_split
-
     return _open_split(data_dir, split)
 
 
 def open_dataset(data_dir: str | None, split: str) -> Any:
     """`open_split` with one-line errors naming the folder (data_dir unset, missing, unreadable)."""
-    from arc_data.errors import DatasetError
-    from arc_data.files.names import why_not_a_folder
-
     if not data_dir:
         raise ConfigError("data_dir is not set (data_dir=PATH to a dataset built by hrm-deeploop build-arc)")
     path = Path(data_dir)
@@ -75,8 +73,6 @@ def dataset_identity(data_dir: str | Path) -> dict[str, Any]:
     one (16 MiB read, not the whole ARC array), enough to tell a rebuilt or different dataset from
     the original. Left out: manifest.json (it records the build's output path, and a moved or
     copied dataset is the same dataset) and hidden files."""
-    from arc_data.format import MANIFEST_FILE
-
     root = Path(data_dir)
     folders = [root, *sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))]
     out: dict[str, Any] = {}
@@ -88,8 +84,6 @@ def dataset_identity(data_dir: str | Path) -> dict[str, Any]:
 
 
 def _file_identity(path: Path) -> dict[str, Any]:
-    import hashlib
-
     h = hashlib.sha256()
     try:
         size = path.stat().st_size
@@ -266,25 +260,33 @@ def _plain(state: Any) -> Any:
     return state.tolist() if isinstance(state, np.ndarray) else state
 
 
+def rank_windows(total: int, window: int, rank: int = 0, world_size: int = 1,
+                 max_windows: int | None = None) -> Iterator[np.ndarray]:
+    """Example indices of rank r's share of each sequential window of `window` examples: rows
+    [start + r*B, start + (r+1)*B) clipped to the split, B = window / world_size, possibly empty.
+    Every evaluation reads a split this way (ARC's padded batches here, the puzzles' chunks of whole
+    examples with their test-time copies, LoopViT's canvases), so rank 0 gathering each window's
+    shares in rank order has the split in example order (`eval.predict.predict_sharded`)."""
+    if window % world_size:
+        raise UserError(f"global batch size {window} is not divisible by the world size {world_size}")
+    B = window // world_size
+    for k, start in enumerate(range(0, total, window)):
+        if max_windows is not None and k >= max_windows:
+            return
+        end = min(start + window, total)
+        yield np.arange(min(start + rank * B, end), min(start + (rank + 1) * B, end), dtype=np.int64)
+
+
+def window_batch(split: Any, idx: np.ndarray, local_batch_size: int) -> Batch:
+    """`collate` of examples `idx` with their puzzle ids looked up, padded to the local batch."""
+    pi = np.asarray(split.puzzle_indices, dtype=np.int64)
+    puzzle = np.searchsorted(pi, idx, side="right") - 1
+    return collate(split, idx, np.asarray(split.puzzle_identifiers, dtype=np.int32)[puzzle], local_batch_size)
+
+
 def sequential_batches(split: Any, global_batch_size: int, rank: int = 0, world_size: int = 1,
                  max_batches: int | None = None) -> Iterator[Batch]:
     """Sequential batches over every example of a split, rank-sharded and padded (spec 2)."""
-    if global_batch_size % world_size:
-        raise UserError(f"global batch size {global_batch_size} is not divisible by the world size {world_size}")
     B = global_batch_size // world_size
-    pi = np.asarray(split.puzzle_indices, dtype=np.int64)
-    pids_all = np.asarray(split.puzzle_identifiers, dtype=np.int32)
-    total = int(split.num_examples)
-    for k, start in enumerate(range(0, total, global_batch_size)):
-        if max_batches is not None and k >= max_batches:
-            return
-        end = min(start + global_batch_size, total)
-        lo, hi = min(start + rank * B, end), min(start + (rank + 1) * B, end)
-        idx = np.arange(lo, hi, dtype=np.int64)
-        puzzle = np.searchsorted(pi, idx, side="right") - 1
-        yield collate(split, idx, pids_all[puzzle], B)
-
-
-def num_sequential_batches(split: Any, global_batch_size: int, max_batches: int | None = None) -> int:
-    n = -(int(split.num_examples) // -global_batch_size)
-    return n if max_batches is None else min(n, max_batches)
+    for idx in rank_windows(int(split.num_examples), global_batch_size, rank, world_size, max_batches):
+        yield window_batch(split, idx, B)

@@ -103,7 +103,9 @@ class RMSNorm(nn.Module):
         if f is None:
             return rms_norm(x, self.weight, self.eps)
         if self.fused and x.is_cuda:
-            from hrm_deeploop.models.kernels.residual_norm import residual_rms_norm
+            from hrm_deeploop.models.kernels.residual_norm import (
+                residual_rms_norm,  # lazy: triton, only for fused blocks on CUDA
+            )
 
             return residual_rms_norm(x, f, alpha, self.weight, self.eps)
         # x first: the sum keeps x's memory layout (TRM's transposed stream), so the norm reduces in

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from hrm_deeploop.typed_config import at_least, check, one_of, positive
+from hrm_deeploop.typed_config import at_least, check, one_of, positive, typed
 
 SAMPLERS = ("fixed", "uniform", "lognormal_poisson", "schedule")
 SCALING_N = ("fixed", "mean", "max")
@@ -117,7 +117,5 @@ class DepthConfig:
 def scaling_rounds_of(config: dict[str, Any], model_rounds: int) -> float | None:
     """The alpha/beta R a train-gpt run's saved config implies (None: model.num_rounds; also for
     runs from before `depth` existed)."""
-    from hrm_deeploop.typed_config import typed
-
     depth = typed(config.get("depth") or {}, DepthConfig, "depth.")
     return depth.scaling_rounds(model_rounds, (config.get("train") or {}).get("max_steps"))

@@ -7,6 +7,7 @@ never recomputed."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import os
@@ -21,10 +22,11 @@ RESULT = "result.json"
 PLAN = "ttt_plan.json"
 # the settings a task's result depends on: a rerun into the same folder must have the same
 IDENTITY = ("checkpoint", "challenges", "num_aug", "steps", "batch", "lr", "trains", "train_overrides",
-            "eval_overrides", "protocol", "seed", "leave_one_out", "passes", "poe")
+            "eval_overrides", "protocol", "seed", "leave_one_out", "passes", "poe", "views", "official")
 # identity keys added since the first runs: an older plan had their defaults (its tasks' results
-# hold count-first fields only, which `merge` gives for both rules)
-LATER = {"leave_one_out": False, "passes": 10, "poe": True}
+# hold count-first fields only, which `merge` gives for both rules); `official` counts with
+# views=official only
+LATER = {"leave_one_out": False, "passes": 10, "poe": True, "views": "build", "official": None}
 LOO = "-loo"  # a pseudo-task's id: <task>-loo<i>
 
 
@@ -49,8 +51,10 @@ def claim(out: Path, cfg) -> None:
     """Make `out` this run's folder, or check that it is: a folder holding anything else than an
     earlier run of the same set with the same settings (its `ttt_plan.json`) is refused in one line,
     so a resume never mixes two sets of results and never writes into a stranger's folder."""
+
     marker = out / PLAN
     identity = {k: getattr(cfg, k) for k in IDENTITY}
+    identity["official"] = dataclasses.asdict(cfg.official) if cfg.views == "official" else None
     identity["challenges_sha256"] = hashlib.sha256(Path(cfg.challenges).read_bytes()).hexdigest()
     if marker.is_file():
         before = parse_json(marker.read_bytes(), str(marker))
@@ -101,12 +105,12 @@ def run_model(checkpoint: str) -> str | None:
     `trm`, `urm`, ...), from the run's config (`training.inherit.run_config`, torch-free, no weights
     read); for a file with no run around it, `loopvit` when the safe loader reads it as an official
     LoopViT checkpoint (`{model_state, config}`); None otherwise."""
-    from hrm_deeploop.training.inherit import run_config
+    from hrm_deeploop.training.inherit import run_config  # lazy: plan stays light (ttt's resume checks)
 
     found = run_config(str(checkpoint))
     if not found and Path(checkpoint).is_file():
-        from hrm_deeploop import checkpoint as ckpt
-        from hrm_deeploop.loading import is_official_loopvit
+        from hrm_deeploop import checkpoint as ckpt  # lazy: torch only for a bare checkpoint file
+        from hrm_deeploop.loading import is_official_loopvit  # lazy: torch only for a bare checkpoint file
 
         state = ckpt.load(Path(checkpoint))
         return "loopvit" if isinstance(state, dict) and is_official_loopvit(state) else None

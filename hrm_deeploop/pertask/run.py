@@ -14,11 +14,15 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
+import shutil
 import time
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 
+import yaml
+
+from arc_data.dataset import load_identifiers
 from arc_data.files.guard import check_output_dir
 from arc_data.files.jsonio import parse_json, save_json
 from hrm_deeploop.errors import UserError
@@ -36,6 +40,9 @@ def run(cfg: PerTaskConfig) -> int:
     tasks = plan.load_challenges(cfg.challenges)
     out = check_output_dir(cfg.output_dir, [cfg.challenges, cfg.checkpoint, cfg.solutions or None])
     check_protocol(cfg, list(tasks))
+    if cfg.views == "official" and plan.run_model(cfg.checkpoint) != "loopvit":
+        raise UserError(f"views=official: the official LoopViT loop needs a LoopViT checkpoint; {cfg.checkpoint} "
+                        "is not one (views=build trains HRM, TRM and URM)")
     plan.claim(out, cfg)  # a folder of this very set only: resumed, never mixed with another
     if cfg.launcher == "submitit":
         return launch_submitit(cfg, tasks, out)
@@ -122,10 +129,9 @@ def wait_for_all(cfg: PerTaskConfig, tasks: dict[str, dict], out: Path, poll_s: 
 
 def launch_submitit(cfg: PerTaskConfig, tasks: dict[str, dict], out: Path) -> int:
     """The shards as one submitit job array; waits for it, then merges."""
-    import shutil
 
     try:
-        import submitit
+        import submitit  # lazy: only a SLURM run needs submitit
     except ImportError:
         raise UserError("launcher=submitit needs submitit: pip install 'hrm-deeploop[cluster]'") from None
     s = cfg.submitit
@@ -154,7 +160,7 @@ def finish(cfg: PerTaskConfig, tasks: dict[str, dict], out: Path) -> int:
     """submission.json (count-first) and submission_poe.json (product of experts) over every task,
     the summary, and with solutions the scores of both rules on the same predictions."""
     model = plan.run_model(cfg.checkpoint)
-    poe = cfg.poe and model != "loopvit"  # a LoopViT's canvases have no product-of-experts score here
+    poe = cfg.poe
     rules = {r: sfx for r, sfx in RULES.items() if poe or not sfx}
     for sfx in rules.values():
         sub, ranked, counts = plan.merge(out, tasks, sfx)
@@ -178,7 +184,7 @@ def finish(cfg: PerTaskConfig, tasks: dict[str, dict], out: Path) -> int:
     print(f"ttt: {len(tasks)} tasks ({line}); {out / 'submission.json'} (protocol: {cfg.protocol})"
           + ("" if overhead is None else f"; outside training: {100 * overhead:.1f}% of the tasks' time"), flush=True)
     if cfg.solutions:  # `score`, through the CLI's table (the library never imports the evaluators)
-        from hrm_deeploop.cli import run_subcommand
+        from hrm_deeploop.cli import run_subcommand  # lazy: the CLI's command table imports this module
 
         summary["scores"] = {}
         for rule, sfx in rules.items():
@@ -215,9 +221,7 @@ def check_protocol(cfg: PerTaskConfig, ids: list[str]) -> None:
 def trained_names(checkpoint: str) -> list[str] | None:
     """Every puzzle name the checkpoint's run (and the runs it was adapted from) trained on, from
     the runs' config.yaml and their datasets' identifiers.json; None when a link is missing."""
-    import yaml
 
-    from arc_data.dataset import load_identifiers
 
     names: list[str] = []
     p, seen_runs = Path(checkpoint), set()

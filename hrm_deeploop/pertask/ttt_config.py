@@ -12,6 +12,21 @@ PROTOCOLS = ("strict", "transductive")
 MAX_CANDIDATES = 10  # ranked candidates kept per test input (the vote's tasks.json default)
 RULES = {"count-first": "", "poe": "_poe"}  # scoring rule -> suffix of its files (submission<suffix>.json, ...)
 LAUNCHERS = ("local", "submitit")
+VIEWS = ("build", "official")
+
+
+@dataclass
+class PerTaskOfficial:
+    """`official.*`, with `views=official` (a LoopViT checkpoint): the official test-time training
+    (`test_time_train_ARC.py` and its script's flags; docs/per-task.md#the-official-loopvit-loop)."""
+
+    epochs: int = 100  # epochs 0..epochs (101), the learning rate warmed up and cosine-decayed per epoch
+    batch: int = 8
+    lr: float = 3e-4
+    runs: int = 2  # independent runs from the same start (--ttt-num-each)
+    pool: bool = True  # vote over every run's predictions (VARC's analysis.py); false: the first run's only
+    perms: int = 9  # colour permutations of each geometric view (9: 51 views)
+    dropout: float | None = 0.1  # the TTT script's dropout; None: the checkpoint's
 
 
 @dataclass
@@ -56,6 +71,8 @@ class PerTaskConfig:
     poe: bool = True  # also rank each task's candidates by the product of experts (evaluate poe=true)
     ks: list[int] = field(default_factory=lambda: [1, 2, 10])  # pass@K reported with `solutions` (K <= 10)
     keep_work: bool = False  # keep each task's dataset, run and evaluation folders (checkpoints included)
+    views: str = "build"  # build: build-arc's num_aug views and train/evaluate; official: LoopViT's official loop
+    official: PerTaskOfficial = field(default_factory=PerTaskOfficial)
     seed: int = 0
     device: str = "auto"
     progress: bool = True
@@ -72,5 +89,17 @@ class PerTaskConfig:
         one_of("launcher", self.launcher, LAUNCHERS)
         one_of("trains", self.trains, TRAINS)  # adapt.trains: one owner (training/train_config.py)
         at_least("submitit.shards", self.submitit.shards, 1)
+        one_of("views", self.views, VIEWS)
+        o = self.official
+        for key in ("epochs", "perms"):
+            at_least(f"official.{key}", getattr(o, key), 0)
+        for key in ("batch", "runs"):
+            at_least(f"official.{key}", getattr(o, key), 1)
+        at_least("official.lr", o.lr, 0)
+        if o.dropout is not None and not 0 <= o.dropout < 1:
+            raise UserError(f"official.dropout={o.dropout}: from 0 to below 1, or null (the checkpoint's)")
+        if self.views == "official" and (self.leave_one_out or self.train_overrides or self.eval_overrides):
+            raise UserError("views=official runs the official loop: leave_one_out, train_overrides and "
+                            "eval_overrides are for views=build (set official.* instead)")
         if not self.ks or any(not isinstance(k, int) or not 1 <= k <= MAX_CANDIDATES for k in self.ks):
             raise UserError(f"ks={self.ks}: each K from 1 to {MAX_CANDIDATES} (the candidates kept per test input)")

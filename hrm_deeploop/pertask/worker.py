@@ -15,6 +15,7 @@ from pathlib import Path
 
 from arc_data.files.jsonio import parse_json, save_json
 from hrm_deeploop.pertask import plan
+from hrm_deeploop.pertask.official_solve import solve_official
 from hrm_deeploop.pertask.ttt_config import PerTaskConfig
 
 WORK = "work"
@@ -32,7 +33,7 @@ def init_worker(threads: int) -> None:
     for var in TORCHRUN_VARS:
         os.environ.pop(var, None)
     os.environ["OMP_NUM_THREADS"] = str(threads)
-    import torch
+    import torch  # lazy: after this worker's OMP_NUM_THREADS is set
 
     torch.set_num_threads(threads)
 
@@ -53,8 +54,15 @@ def solve(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float) -> dic
 
 
 def _solve(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float, work: Path) -> dict:
-    from arc_data.arc.build import BuildConfig, build
-    from hrm_deeploop.cli import run_subcommand
+    if cfg.views == "official":
+
+        result = solve_official(cfg, tid, task, train_minutes)
+        plan.write_result(Path(cfg.output_dir), tid, result)  # last: its presence means finished
+        if not cfg.keep_work:
+            shutil.rmtree(work, ignore_errors=True)
+        return result
+    from arc_data.arc.build import BuildConfig, build  # lazy: numba only in the process that builds a task
+    from hrm_deeploop.cli import run_subcommand  # lazy: the CLI's command table imports this package
 
     out = Path(cfg.output_dir)
     t0 = time.monotonic()
@@ -70,10 +78,10 @@ def _solve(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float, work:
                       num_aug=cfg.num_aug, seed=cfg.seed, progress=False))
     build_s = time.monotonic() - t0
     vit = plan.run_model(cfg.checkpoint) == "loopvit"
-    poe = cfg.poe and not vit  # the product of experts scores the reasoners' rows, not canvases
+    poe = cfg.poe  # evaluate scores canvases too (eval.arc.poe.canvas_table)
     start = cfg.checkpoint
     if vit:  # train-vit starts from a file: a run folder's latest checkpoint
-        from hrm_deeploop.checkpoint import resolve
+        from hrm_deeploop.checkpoint import resolve  # lazy: torch only in the process that trains a task
 
         start = str(resolve(cfg.checkpoint))
     train = [f"init_from={start}", f"data_dir={work / 'data'}", f"output_dir={work / 'run'}",
@@ -121,7 +129,7 @@ def _solve(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float, work:
 def eval_batch(data_dir: Path, cap: int = 256) -> int:
     """The evaluation batch for a task's test split: evaluate pads every batch to its global size, so
     the fewest equal batches of at most `cap` rows that hold the split (one batch of 9 rows, not 16)."""
-    from hrm_deeploop.data.batches import open_dataset
+    from hrm_deeploop.data.batches import open_dataset  # lazy: torch only in the process that trains a task
 
     rows = max(1, int(open_dataset(str(data_dir), "test").num_examples))
     return math.ceil(rows / math.ceil(rows / cap))

@@ -36,9 +36,9 @@ def plot_curves(out: Path, results: dict[str, Any]) -> Path:
     """loss_curves.png: one row per part (Sudoku, ARC, looped GPT), loss on the left and accuracy
     (the GPT: validation loss) on the right, each panel with its own step axis; one line per run,
     the schemes in different colours and dash patterns so that neither hides the other."""
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter  # lazy: matplotlib only when a figure is drawn
 
-    from hrm_deeploop.training.sweep import pyplot
+    from hrm_deeploop.training.sweep import pyplot  # lazy: matplotlib only when a figure is drawn
 
     parts = []
     if results.get("puzzles"):

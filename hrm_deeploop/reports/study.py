@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from hrm_deeploop.errors import UserError, os_error
 from hrm_deeploop.reports.stats import mann_whitney_u, spread
 
 # `cfg` below is the study's StudyConfig (hrm_deeploop/study.py), read for its grid, metrics, base
@@ -27,7 +28,7 @@ def command_value(v: Any) -> str:
         return str(v).lower()
     if isinstance(v, str) and re.fullmatch(r"[A-Za-z0-9_./+-]+", v):
         return v
-    from hrm_deeploop.training.sweep import hydra_value
+    from hrm_deeploop.training.sweep import hydra_value  # lazy: `study --help` skips it
 
     return hydra_value(v)
 
@@ -100,7 +101,7 @@ def by(rows: list[dict[str, Any]], *keys: str) -> dict[tuple[str, ...], list[dic
 
 
 def write_reports(cfg: Any, rows: list[dict[str, Any]], root: Path) -> dict[str, Path]:
-    from hrm_deeploop.checkpoint import atomic_write_bytes
+    from hrm_deeploop.checkpoint import atomic_write_bytes  # lazy: keeps torch off `study --help`
 
     metric = ", else ".join(f"`{m}`" for m in cfg.metrics)
     table_rows = shown(rows, cfg.metrics[0])
@@ -125,8 +126,6 @@ def write_reports(cfg: Any, rows: list[dict[str, Any]], root: Path) -> dict[str,
         plot_study(cfg, table_rows, tmp)
         os.replace(tmp, root / "study.png")
     except OSError as e:  # a full disk, the file-size limit: one line
-        from hrm_deeploop.errors import UserError, os_error
-
         tmp.unlink(missing_ok=True)
         raise UserError(f"cannot write '{root / 'study.png'}': {os_error(e)}") from None
     out["study.png"] = root / "study.png"
@@ -135,7 +134,7 @@ def write_reports(cfg: Any, rows: list[dict[str, Any]], root: Path) -> dict[str,
 
 def plot_study(cfg: Any, rows: list[dict[str, Any]], path: Path) -> Path:
     """study.png (see `study_figure`)."""
-    from hrm_deeploop.training.sweep import pyplot
+    from hrm_deeploop.training.sweep import pyplot  # lazy: `study --help` skips it
 
     fig, _ = study_figure(cfg, rows)
     fig.savefig(path)
@@ -147,7 +146,7 @@ def study_figure(cfg: Any, rows: list[dict[str, Any]]) -> tuple[Any, Any]:
     """One dot per seed and the mean per cell; cells grouped by the other axes, coloured by `compare`.
     `rows` hold the values in the unit shown (`shown`); an axis of values that are all >= 0 starts
     at 0 (never below, even when every value is 0)."""
-    from hrm_deeploop.training.sweep import pyplot
+    from hrm_deeploop.training.sweep import pyplot  # lazy: `study --help` skips it
 
     plt = pyplot()
     key = cfg.compare_key

@@ -32,10 +32,13 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from tqdm import tqdm
 
 from hrm_deeploop.errors import UserError
 
 try:
+    import lm_eval
+    from lm_eval import utils
     from lm_eval.api.model import TemplateLM
     from lm_eval.api.registry import register_model
 except ImportError as e:  # the optional `lmeval` extra
@@ -156,8 +159,6 @@ class LoopedLM(TemplateLM):
         override_bs: int | None = None,
     ) -> list[tuple[float, bool]]:
         """Score (request_key, context_tokens, continuation_tokens) triples, in request order."""
-        from tqdm import tqdm
-
         L = self.max_length
         bs = int(override_bs or self.batch_size)
         # Longest first: padding is small within a batch and a memory error shows up at once.
@@ -199,8 +200,6 @@ class LoopedLM(TemplateLM):
     def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:
         """Total log-likelihood of each whole string, in windows of max_length (lm-eval's rule:
         the first window is conditioned on `<|endoftext|>`, every token is predicted once)."""
-        from lm_eval import utils
-
         windows: list[tuple[None, list[int], list[int]]] = []
         owner: list[int] = []
         for idx, (string,) in enumerate(req.args for req in requests):
@@ -230,8 +229,6 @@ class LoopedLM(TemplateLM):
         greedy unless `do_sample` (then `temperature`, `top_k`, `top_p`), stopped at the first
         `until` string (cut off, not returned) or the end-of-text token. A looped GPT decodes
         with its per-(block, round) KV cache; any other module recomputes the whole sequence."""
-        from tqdm import tqdm
-
         out: list[str] = []
         for req in tqdm(requests, disable=disable_tqdm or self.rank != 0, desc="generate_until"):
             context, gen_kwargs = req.args
@@ -343,7 +340,7 @@ def run_lm_eval(
     writes lm_eval.md, lm_eval.csv and lm_eval_results.json (lm-eval's raw results per shot)
     into that folder. The model's train/eval mode is restored afterwards.
     """
-    from lm_eval.tasks import TaskManager
+    from lm_eval.tasks import TaskManager  # lazy: lm_eval.tasks (+900 modules) only when tasks run
 
     shots = [num_fewshot] if isinstance(num_fewshot, int) else list(num_fewshot)
     was_training = model.training  # restored at the end: LoopedLM puts the model in eval mode
@@ -372,8 +369,6 @@ def _evaluate_shot(
     lm: LoopedLM, tasks: Sequence[str], shot: int, limit: int | float | None, manager: Any, seed: int
 ) -> tuple[dict[str, float] | None, dict[str, Any] | None]:
     """One lm_eval.simple_evaluate call: (acc per task, lm-eval's raw results)."""
-    import lm_eval
-
     out = lm_eval.simple_evaluate(
         model=lm,
         tasks=list(tasks),

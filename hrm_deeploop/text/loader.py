@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 def _to_xy(windows: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
-    import torch
+    import torch  # lazy: torch only where windows become tensors
 
     buf = torch.from_numpy(np.stack(windows).astype(np.int64))  # (B, T+1)
     return buf[:, :-1].contiguous(), buf[:, 1:].contiguous()  # x, y: (B, T)

@@ -27,8 +27,8 @@ from hrm_deeploop.errors import UserError
 from hrm_deeploop.models.model_config import GPTConfig
 from hrm_deeploop.text.corpus import write_demo_corpus
 from hrm_deeploop.text.shards import META_NAME, TOKEN_DTYPE, open_shard, write_meta, write_shard
-from hrm_deeploop.text.tokenizer import TOKENIZERS
-from hrm_deeploop.typed_config import at_least, one_of, optional_at_least
+from hrm_deeploop.text.tokenizer import TOKENIZERS, get_tokenizer
+from hrm_deeploop.typed_config import at_least, one_of, optional_at_least, to_dict
 
 # The smallest shard: one window of the looped GPT's default context (seq_len + 1 tokens), the least
 # train-gpt's loader reads from a shard. Smaller shards (shard_size=1: one token each) are refused, and
@@ -152,7 +152,7 @@ def _docs_from_file(path: Path, cfg: PrepareTextConfig) -> Iterator[str]:
             yield row[cfg.text_field]
     else:
         try:
-            import pyarrow.parquet as pq
+            import pyarrow.parquet as pq  # lazy: pyarrow only for Parquet input
         except ImportError:
             raise UserError(
                 f"input {path}: reading Parquet needs pyarrow; install the text extra: "
@@ -173,7 +173,7 @@ def _docs_from_file(path: Path, cfg: PrepareTextConfig) -> Iterator[str]:
 
 def _docs_from_hf(cfg: PrepareTextConfig) -> Iterator[str]:
     try:
-        import datasets
+        import datasets  # lazy: `datasets` only for Hub input
     except ImportError:
         raise UserError(
             f"hf_dataset={cfg.hf_dataset} needs the `datasets` library; install the text extra: "
@@ -253,9 +253,7 @@ def prepare(cfg: PrepareTextConfig) -> dict[str, Any]:
     appears only when complete: shards are written into a temporary sibling folder that is renamed
     into place at the end (and removed on any error).
     """
-    from tqdm import tqdm
-
-    from hrm_deeploop.text.tokenizer import get_tokenizer
+    from tqdm import tqdm  # lazy: keeps tqdm off `prepare-text --help`
 
     chosen = [bool(cfg.inputs), cfg.hf_dataset is not None, cfg.demo_docs > 0]
     if sum(chosen) != 1:
@@ -332,8 +330,6 @@ def prepare(cfg: PrepareTextConfig) -> dict[str, Any]:
                 f"the corpus has only {num_tokens} tokens, all taken by the val split "
                 f"(val_tokens={cfg.val_tokens}); lower val_tokens"
             )
-        from hrm_deeploop.typed_config import to_dict
-
         meta_path = write_meta(
             tmp,
             cfg.tokenizer,

@@ -24,6 +24,7 @@ import numpy as np
 from arc_data.errors import DatasetError
 from arc_data.files.jsonio import parse_json
 from hrm_deeploop.errors import UserError
+from hrm_deeploop.text.tokenizer import get_tokenizer
 
 SHARD_MAGIC = 20240520
 SHARD_VERSION = 1
@@ -167,8 +168,6 @@ def read_meta(folder: PathLike) -> dict[str, Any]:
 
 def write_meta(folder: PathLike, tokenizer_id: str, **extra: Any) -> Path:
     """Write `meta.json` for a folder of shards (prepare-text does this; also for foreign shards)."""
-    from hrm_deeploop.text.tokenizer import get_tokenizer
-
     tok = get_tokenizer(tokenizer_id)
     meta = {
         "format": META_FORMAT,

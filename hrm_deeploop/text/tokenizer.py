@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 
+from hrm_deeploop.errors import UserError
+
 GPT2_ASSET = Path(__file__).resolve().parent / "assets" / "gpt2.tiktoken.gz"
 # sha256 of the uncompressed ranks file; equals tiktoken's published hash of r50k_base.tiktoken
 # (GPT-2's ranks), so a corrupted or edited asset is caught on load.
@@ -30,8 +32,6 @@ GPT2_VOCAB_SIZE = 50257
 
 
 def _load_ranks(path: Path = GPT2_ASSET) -> dict[bytes, int]:
-    from hrm_deeploop.errors import UserError
-
     try:
         raw = gzip.decompress(path.read_bytes())
     except (OSError, EOFError) as e:
@@ -75,7 +75,7 @@ class Tokenizer:
 @lru_cache(maxsize=1)
 def get_gpt2_tokenizer() -> Tokenizer:
     """GPT-2's tokenizer (50,257 ids, `<|endoftext|>` = 50256), built from the vendored ranks."""
-    import tiktoken
+    import tiktoken  # lazy: tiktoken only for the GPT-2 tokenizer
 
     enc = tiktoken.Encoding(
         name="gpt2",
@@ -138,8 +138,6 @@ TOKENIZERS = {"gpt2": get_gpt2_tokenizer, "bytes": get_bytes_tokenizer}
 
 
 def get_tokenizer(tokenizer_id: str) -> Tokenizer | ByteTokenizer:
-    from hrm_deeploop.errors import UserError
-
     if tokenizer_id not in TOKENIZERS:
         raise UserError(f"unknown tokenizer '{tokenizer_id}'; known: {sorted(TOKENIZERS)}")
     return TOKENIZERS[tokenizer_id]()

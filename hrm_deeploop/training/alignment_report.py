@@ -84,10 +84,10 @@ def alignment_table(results: list[dict[str, Any]], root: Path) -> str:
 
 def plot_alignment(results: list[dict[str, Any]], root: Path, path: Path) -> Path | None:
     """kappa/max over training, one panel per method, one line per R."""
-    import matplotlib
+    import matplotlib  # lazy: matplotlib only when the figure is drawn
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: matplotlib only when the figure is drawn
 
     runs = [r for r in results if r["kind"] == "rounds"]
     methods = list(dict.fromkeys(r["scheme"] for r in runs))

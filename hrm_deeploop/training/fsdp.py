@@ -11,6 +11,9 @@
   with `torch.distributed.checkpoint.state_dict` (a collective: every rank calls it, rank 0 gets the
   tensors). So a checkpoint written at one world size, sharded or not, resumes at any other and
   loads in `evaluate`, `eval-gpt`, `generate` and `export` unchanged.
+
+Lazy imports: each import inside a function here is torch.distributed's FSDP or DCP (+600 modules,
+sympy among them), loaded only by a run with train.fsdp=true.
 """
 
 from __future__ import annotations

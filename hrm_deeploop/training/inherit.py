@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 INHERITED_SECTIONS = ("optim",)
 INHERITED_KEYS = ("logger", "project")
 
@@ -34,8 +36,6 @@ def run_config(init_from: str) -> tuple[Path, dict[str, Any]] | None:
             continue
         try:
             if name == "config.yaml":
-                import yaml
-
                 data = yaml.safe_load(f.read_text())
             else:  # an exported folder: the run's config sits under "config"
                 data = json.loads(f.read_text()).get("config")

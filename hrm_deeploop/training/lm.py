@@ -32,11 +32,15 @@ import torch
 from torch import Tensor
 
 from hrm_deeploop import runtime
+from hrm_deeploop.checkpoint import strip_prefixes
 from hrm_deeploop.errors import ConfigError, UserError
 from hrm_deeploop.models.gpt import GPT, flops_per_token
 from hrm_deeploop.models.scaling import tape_layers
+from hrm_deeploop.text.loader import TokenShards, iter_eval_batches
 from hrm_deeploop.text.loss import evaluate_loss
+from hrm_deeploop.text.shards import expand_shards, open_shard
 from hrm_deeploop.training import fsdp
+from hrm_deeploop.training.kappa import adam_preconditioner, measure, summarize
 from hrm_deeploop.training.loop import (
     Task,
     fit,
@@ -78,8 +82,6 @@ def unigram_entropy(tokens: np.ndarray, vocab_size: int | None = None) -> float:
 def shard_unigram_entropy(pattern: str, max_tokens: int) -> float:
     """Unigram entropy of (up to `max_tokens` of) the training shards, read from the start of each
     shard in proportion to its size."""
-    from hrm_deeploop.text.shards import expand_shards, open_shard
-
     maps = [open_shard(p) for p in expand_shards(pattern)]
     total = sum(len(m) for m in maps)
     frac = min(1.0, max_tokens / total)
@@ -93,8 +95,6 @@ def shard_unigram_entropy(pattern: str, max_tokens: int) -> float:
 
 def open_data(cfg: TrainGPTConfig, e: runtime.Env) -> Data:
     """Open and validate the shards (every error here is raised before anything is written)."""
-    from hrm_deeploop.text.loader import TokenShards, iter_eval_batches
-
     model_cfg = cfg.model
     if not cfg.data.train:
         raise ConfigError("data.train is empty: point it at training shards (hrm-deeploop prepare-text output)")
@@ -262,8 +262,6 @@ class LMTrainer(Task):
 
     def diagnose(self, step: int) -> dict[str, float] | None:
         """Visit alignment kappa_R per physical sublayer on a fixed batch (training/kappa.py)."""
-        from hrm_deeploop.training.kappa import adam_preconditioner, measure, summarize
-
         if self._probe_batch is None:
             if self.data.val is not None:
                 self._probe_batch = next(iter(self.data.val()))
@@ -305,8 +303,6 @@ class LMTrainer(Task):
                 "scaling_rounds": self.model.scaling_rounds}
 
     def load_state_dict(self, state: dict[str, Any], path: Path) -> None:
-        from hrm_deeploop.checkpoint import strip_prefixes
-
         try:
             if self.sharded:
                 fsdp.load_full_model_state(self.model, strip_prefixes(state["model"]))

@@ -96,7 +96,7 @@ def make_adam_atan2(params, lr: float, betas: tuple[float, float], weight_decay:
     params = list(params)
     if device.type == "cuda":
         try:
-            from adam_atan2 import AdamATan2 as CudaAdamATan2  # needs the compiled backend
+            from adam_atan2 import AdamATan2 as CudaAdamATan2  # lazy: optional; needs the CUDA build
         except ImportError:
             CudaAdamATan2 = None  # not installed, or built without CUDA: use the torch port below
         if CudaAdamATan2 is not None:

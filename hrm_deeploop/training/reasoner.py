@@ -47,12 +47,13 @@ from hrm_deeploop.data.batches import (
 from hrm_deeploop.data.rows import map_rows
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.models.act import ACTReasoner, Carry, carry_from_state, carry_state, carry_to
-from hrm_deeploop.models.losses import IGNORE_LABEL, act_loss
+from hrm_deeploop.models.losses import IGNORE_LABEL, LOSSES, act_loss
 from hrm_deeploop.models.reasoners import build_reasoner
 from hrm_deeploop.models.scaling import model_depth, tape_layers
 from hrm_deeploop.training import fsdp
 from hrm_deeploop.training.adapt import Start, dense_trainable, prepare
 from hrm_deeploop.training.ema import EMA
+from hrm_deeploop.training.kappa import adam_preconditioner, measure, summarize
 from hrm_deeploop.training.loop import (
     Task,
     fit,
@@ -293,9 +294,6 @@ class Trainer(Task):
         """Visit alignment kappa per physical sublayer and module (training/kappa.py), on a fixed
         batch from fresh states, over the gradient-visible visits: HRM's last H-cycle (C_L visits
         of each L block, one of each H block: eq. 17-19); TRM's last recursion (n+1 visits)."""
-        from hrm_deeploop.models.losses import LOSSES
-        from hrm_deeploop.training.kappa import adam_preconditioner, measure, summarize
-
         m = self.model
         if self._probe_batch is None:
             saved = self.sampler.state_dict()

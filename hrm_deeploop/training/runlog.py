@@ -123,7 +123,7 @@ def read_rows(path: Path, warn: bool = True) -> list[dict[str, Any]]:
 
 
 def _init_wandb(run_dir: Path, project: str, name: str | None, config: dict | None, resume: bool):
-    import wandb
+    import wandb  # lazy: wandb only with wandb logging
 
     if os.environ.get("WANDB_MODE") is None and not (os.environ.get("WANDB_API_KEY") or _has_netrc()):
         os.environ["WANDB_MODE"] = "offline"

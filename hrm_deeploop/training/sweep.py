@@ -122,7 +122,7 @@ def run(cfg: SweepConfig) -> int:
 def sweep(opts: SweepConfig, data_for: Callable[[RunSpec], Data] | None = None) -> list[dict[str, Any]]:
     """Run (or skip) every planned run, then write the tables and plots. `data_for` replaces the
     shard loaders for in-process runs (tests)."""
-    from arc_data.files.guard import check_output_dir
+    from arc_data.files.guard import check_output_dir  # lazy: `sweep --help` skips it
 
     root = check_output_dir(opts.output_dir, opts.inputs())
     results = []
@@ -173,7 +173,7 @@ def run_config(opts: SweepConfig, spec: RunSpec, run_dir: Path) -> TrainGPTConfi
 
 
 def _launch(opts: SweepConfig, spec: RunSpec, run_dir: Path, data_for: Callable[[RunSpec], Data] | None) -> None:
-    from hrm_deeploop.training import lm as train_gpt
+    from hrm_deeploop.training import lm as train_gpt  # lazy: keeps torch off `sweep --help`
 
     cfg = run_config(opts, spec, run_dir)
     if opts.launcher == "inprocess":
@@ -295,7 +295,10 @@ def p_table(results: list[dict[str, Any]]) -> str:
 def write_reports(results: list[dict[str, Any]], root: Path) -> dict[str, Path]:
     root.mkdir(parents=True, exist_ok=True)
     out = {}
-    from hrm_deeploop.training.alignment_report import alignment_table, plot_alignment
+    from hrm_deeploop.training.alignment_report import (  # lazy: `sweep --help` skips it
+        alignment_table,
+        plot_alignment,
+    )
 
     parts = [t for t in (rounds_table(results), p_table(results), alignment_table(results, root)) if t]
     out["table.md"] = root / "table.md"
@@ -317,10 +320,10 @@ def write_reports(results: list[dict[str, Any]], root: Path) -> dict[str, Path]:
 
 
 def pyplot():
-    import matplotlib
+    import matplotlib  # lazy: keeps matplotlib off `sweep --help`
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: keeps matplotlib off `sweep --help`
 
     return plt
 

@@ -24,6 +24,7 @@ from hrm_deeploop.typed_config import (
     one_of,
     optional_at_least,
     positive,
+    typed,
 )
 
 # ---- the shared config sections ------------------------------------------------------------------
@@ -135,8 +136,6 @@ class RunConfig:
         at_least("seed", self.seed, 0)
         device_name("device", self.device)
         if isinstance(self.scaling, dict):
-            from hrm_deeploop.typed_config import typed
-
             self.scaling = typed(self.scaling, ScalingConfig, "scaling.")
 
     def check_fsdp(self, train: LoopConfig) -> None:

@@ -38,6 +38,7 @@ test-time training does; the run's optimiser starts fresh.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,7 @@ import torch.nn.functional as F
 
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop import runtime
-from hrm_deeploop.data.batches import TrainSampler, dataset_identity, num_sequential_batches, open_dataset
+from hrm_deeploop.data.batches import TrainSampler, dataset_identity, open_dataset, rank_windows
 from hrm_deeploop.data.canvas import IGNORE, canvas_batch
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.loading import check_tensors, read_loopvit
@@ -265,13 +266,10 @@ def evaluate(model: LoopViT, split: Any, env: runtime.Env, global_batch_size: in
         raise UserError(f"eval batch {global_batch_size} is not divisible by the world size {env.world_size}")
     was = model.training
     model.eval()
-    B = global_batch_size // env.world_size
     pi, pids = np.asarray(split.puzzle_indices, np.int64), np.asarray(split.puzzle_identifiers, np.int64)
-    total, sums = int(split.num_examples), torch.zeros(4, dtype=torch.float64, device=env.device)
+    sums = torch.zeros(4, dtype=torch.float64, device=env.device)
     rng = np.random.default_rng(0)  # unused: no random view at evaluation
-    for k in range(num_sequential_batches(split, global_batch_size, max_batches)):
-        lo = min(k * global_batch_size + env.rank * B, total)
-        idx = np.arange(lo, min(lo + B, total, (k + 1) * global_batch_size), dtype=np.int64)
+    for idx in rank_windows(int(split.num_examples), global_batch_size, env.rank, env.world_size, max_batches):
         weight = 1.0 if len(idx) else 0.0
         if not len(idx):
             idx = np.zeros(1, dtype=np.int64)
@@ -318,8 +316,6 @@ def start_weights(model: LoopViT, start: dict[str, Any], path: str | None) -> No
 
 def build(cfg: TrainViTConfig, env: runtime.Env) -> VisionTrainer:
     """Open and check the data, size the task table to it, build the trainer (nothing written)."""
-    from dataclasses import replace
-
     train_split = open_dataset(cfg.data_dir, "train")
     meta = train_split.meta
     if int(meta.seq_len) != 900 or int(meta.vocab_size) != 12:
