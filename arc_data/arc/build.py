@@ -11,9 +11,11 @@ from __future__ import annotations
 import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numba
 import numpy as np
 
 from arc_data import format as fmt
@@ -32,6 +34,7 @@ from arc_data.arc.tasksplit import (
     validation_tasks,
 )
 from arc_data.arc.tasktable import TaskList, load_tasks
+from arc_data.compact import encode_examples
 from arc_data.dataset import resolve_examples
 from arc_data.errors import ArcError, raised_as
 from arc_data.files.atomic import dir_size, save_npy
@@ -141,9 +144,7 @@ def encode_split(plan: Plan, sp: SplitPlan, out_dir: Path, bar) -> None:
     encoding and I/O overlap. The files are written with direct I/O where the filesystem allows
     (`files.blocks.NpyBlocks`): no page-cache copy, and nothing left for the final fsync.
     """
-    from concurrent.futures import ThreadPoolExecutor
 
-    from arc_data.compact import encode_examples
 
     e = sp.num_examples
     g = plan.grids
@@ -214,7 +215,6 @@ def write_tables(plan: Plan, tmp: Path, materialize: bool) -> None:
 def write_dataset(plan: Plan, tmp: Path, materialize: bool, manifest: dict, progress: bool) -> None:
     """The tables (`write_tables`) are written on a thread beside the encoding, whose wait on the
     disk leaves the CPU idle (the encoder runs without the GIL); the manifest goes last."""
-    from concurrent.futures import ThreadPoolExecutor
 
     for split in plan.splits:
         (tmp / split).mkdir()
@@ -350,7 +350,6 @@ def _build_with(cfg: BuildConfig, spill: Spill | None) -> BuildSummary:
 
 
 def manifest_dict(cfg: BuildConfig, infos: list[SourceInfo], plan: Plan, counts: dict, short: dict) -> dict:
-    import numba
 
     return {
         "format": "hrm-arc",

@@ -238,7 +238,7 @@ def _empty(spill: Spill | None, shape: tuple[int, ...], dtype) -> np.ndarray:
 
 
 def draw_trials(rng: np.random.Generator, num_tasks: int, num_aug: int) -> tuple[np.ndarray, np.ndarray]:
-    from arc_data.arc.kernels import permuted_colours  # rng.permuted's values, twice as fast
+    from arc_data.arc.kernels import permuted_colours  # lazy: numba kernels stay off viz-arc --help
 
     n = TRIAL_FACTOR * num_aug
     tids = rng.integers(0, 8, size=(num_tasks, n), dtype=np.uint8)
@@ -256,9 +256,9 @@ def augment_in_chunks(rng: np.random.Generator, grids: Grids, task_pairs: np.nda
     kernels run without the GIL: on two cores 0.12 s became 0.07 s at ARC-1 num_aug=200).
     Returns the trial dihedral ids [T, 5 num_aug], accepted trial ids [T, num_aug] (-1 padded),
     their colour permutations [T, num_aug, 9], accepted counts [T] and trials used [T]."""
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import ThreadPoolExecutor  # lazy: threads stay off viz-arc --help
 
-    from arc_data.arc.kernels import permuted_colours
+    from arc_data.arc.kernels import permuted_colours  # lazy: numba kernels stay off viz-arc --help
 
     n_tasks = len(task_pairs) - 1
     trial_tid = rng.integers(0, 8, size=(n_tasks, TRIAL_FACTOR * num_aug), dtype=np.uint8)
@@ -288,7 +288,7 @@ def augment(grids: Grids, task_pairs: np.ndarray, trial_tid: np.ndarray, trial_p
             num_aug: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Accepted trial ids [T, num_aug] (-1 padded), accepted counts [T], trials used [T]: the
     kernel, on the caller's thread, without the GIL (a trial costs a few hundred nanoseconds)."""
-    from arc_data.arc.kernels import augment_tasks
+    from arc_data.arc.kernels import augment_tasks  # lazy: numba kernels stay off viz-arc --help
 
     return augment_tasks(grids.cells, grids.offset, grids.shape, grids.pair_grids, task_pairs, trial_tid,
                          trial_perm, np.int64(num_aug))
@@ -329,7 +329,7 @@ def _translate(rng: np.random.Generator, sp: SplitPlan, grids: Grids, dihedral: 
     chunk = chunk or EXAMPLE_CHUNK
     pi = sp.puzzle_indices.astype(np.int64)
     keep = rng.integers(0, np.diff(pi))  # the untranslated example of each puzzle
-    from arc_data.arc.kernels import example_sides  # each example's larger grid, transformed
+    from arc_data.arc.kernels import example_sides  # lazy: numba kernels stay off viz-arc --help
 
     gi = sp.group_indices
     g_end = pi[gi[1:]]  # examples up to each group's end

