@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from arc_data.arc.build import BuildConfig, build
 from arc_data.dataset import open_split
@@ -63,17 +64,18 @@ def test_own_pairs_votes_each_pair_over_its_passes_and_solves_a_task_when_all_it
 
 
 def test_the_loopvit_arm_runs_at_its_smallest_size(tmp_path, capsys):
-    """--quick: 3 pretraining tasks, 2 unseen, 4 steps; own pairs, no adaptation, the joint fine-tune
-    and ttt, each scored; a second call reuses the pretrained run and adds to the results."""
+    """--quick: 3 pretraining tasks, 2 unseen, 4 steps; own pairs and no adaptation, then in a second
+    call (the pretrained run reused, the results added to) the joint fine-tune and ttt, each scored."""
     out = tmp_path / "study"
-    args = ["--out", str(out), "--model", "loopvit", "--quick", "--protocols", "pace", "--passes", "1"]
-    assert study_unseen.main(args) == 0
-    res = json.loads((out / "results_loopvit.json").read_text())
-    run = res["runs"]["0"]
-    assert set(run) >= {"p", "a", "c", "e", "timing"} and run["p"]["tasks"] == 3
-    assert all(0.0 <= run[k]["pass@2"] <= 100.0 for k in "ace")
-    summary = json.loads((out / "loopvit_s0" / "e" / "ttt_summary.json").read_text())
-    assert summary["protocol"] == "strict"
+    args = ["--out", str(out), "--model", "loopvit", "--quick", "--passes", "1"]
+    assert study_unseen.main([*args, "--protocols", "pa"]) == 0
     capsys.readouterr()
-    assert study_unseen.main([*args[:-4], "--protocols", "a", "--passes", "1"]) == 0
-    assert "pretrain" not in capsys.readouterr().out  # the finished pretraining run is reused
+    assert study_unseen.main([*args, "--protocols", "ce"]) == 0
+    assert "pretrain:" not in capsys.readouterr().out  # the finished pretraining run is reused
+    run = json.loads((out / "results_loopvit.json").read_text())["runs"]["0"]
+    assert set(run) >= {"p", "a", "c", "e", "timing"} and run["p"]["tasks"] == 3
+    assert all(0.0 <= run[k]["pass@2"] <= 100.0 and 0.0 <= run[k]["cell@1"] <= 100.0 for k in "ace")
+    summary = json.loads((out / "loopvit_s0" / "e" / "ttt_summary.json").read_text())
+    assert summary["protocol"] == "strict" and summary["model"] == "loopvit"
+    with pytest.raises(SystemExit, match="adapted whole"):
+        study_unseen.main([*args, "--protocols", "b"])
