@@ -3,6 +3,8 @@
 
     OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/study_unseen.py --out runs/study/unseen --seeds 0 1
     OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/study_unseen.py --out /tmp/unseen-quick --quick
+    OMP_NUM_THREADS=1 python benchmarks/study_unseen.py --out runs/vit-unseen --model loopvit --seeds 0 \
+        --pre-steps 10000 --adapt-steps 1600 --lr 1e-3 --protocols pace        # results 4.14
 
 Tasks, chosen before any run (rules in docs/unseen-tasks.md):
   unseen      the eight simple per-cell / local ARC-1 training tasks of docs/results.md section 4.7;
@@ -26,6 +28,12 @@ not in `--unseen-families` (difficulty 1, generator seed 0), at the same steps x
 set against a run without it (its own `--out`). With `--unseen-families`, `--family-protocols`
 (default (c) and (e)) also run on `--family-tasks` tasks of each of those families (generator
 seed 1, never pretrained on by either arm): results `c_fam`, `e_fam`.
+With `--model loopvit` (the tiny LoopViT of results 4.11: vanilla block, DeepLoop, K 2 x T 6) every
+training command is `train-vit` (which adapts the whole model: no (b); (a)'s new tasks get a fresh
+task table, as train-vit starts one of another row count), and `evaluate` and `ttt` predict each
+copy through `--passes` random canvas views (scale, corner) drawn from the seed. `p` (in
+--protocols) scores the pretrained model on its own pretraining pairs (`own_pairs`): does the
+pretraining budget solve anything it trained on?
 Each is scored by `evaluate` (count-first vote over the 1 + num_aug copies of each test input):
 pass@1 and pass@2 by HRM's rule, and pass@2 by the ARC Prize rule. `--quick` runs the same
 sequence on 3 + 2 tasks for a few steps: the time and memory of each command at tiny size.
