@@ -3,6 +3,8 @@
 
     OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/study_unseen.py --out runs/study/unseen --seeds 0 1
     OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/study_unseen.py --out /tmp/unseen-quick --quick
+    OMP_NUM_THREADS=1 python benchmarks/study_unseen.py --out runs/vit-unseen --model loopvit --seeds 0 \
+        --pre-steps 10000 --adapt-steps 1600 --lr 1e-3 --protocols pace        # results 4.14
 
 Tasks, chosen before any run (rules in docs/unseen-tasks.md):
   unseen      the eight simple per-cell / local ARC-1 training tasks of docs/results.md section 4.7;
@@ -29,6 +31,12 @@ seed 1, never pretrained on by either arm): results `c_fam`, `e_fam`. With `--fi
 pretrained model is also scored on its ARC-1 pretraining tasks' test inputs (which it trained on:
 a build of the pretraining sources as evaluation tasks, with the pretraining set's identifiers):
 result `fit`, whether the budget lets it learn what it was shown.
+With `--model loopvit` (the tiny LoopViT of results 4.11: vanilla block, DeepLoop, K 2 x T 6) every
+training command is `train-vit` (which adapts the whole model: no (b); (a)'s new tasks get a fresh
+task table, as train-vit starts one of another row count), and `evaluate` and `ttt` predict each
+copy through `--passes` random canvas views (scale, corner) drawn from the seed. `p` (in
+--protocols) scores the pretrained model on its own pretraining pairs (`own_pairs`): does the
+pretraining budget solve anything it trained on?
 Each is scored by `evaluate` (count-first vote over the 1 + num_aug copies of each test input):
 pass@1 and pass@2 by HRM's rule, and pass@2 by the ARC Prize rule. `--quick` runs the same
 sequence on 3 + 2 tasks for a few steps: the time and memory of each command at tiny size.
@@ -46,12 +54,17 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # run from a checkout without installing (own_pairs reads the dataset)
 UNSEEN = ["0d3d703e", "b1948b0a", "c8f0f002", "d511f180", "f76d97a5", "25ff71a9", "a79310a0", "5582e5ca"]
 MODELS = {  # the tiny flavours of docs/results.md section 4.7 (HRM) and its TRM counterpart
     "hrm": ["model=hrm_tiny", "model.num_h_layers=1", "model.num_l_layers=1", "model.halt_max_steps=2"],
     "trm": ["model=trm_tiny", "model.halt_max_steps=2"],
     "urm": ["model=urm_tiny", "model.halt_max_steps=2"],
+    # the tiny LoopViT of docs/results.md section 4.11: the shipped scripts' Post-LN block with DeepLoop,
+    # d 32, K 2 x T 6, canvas 16 (trained by train-vit, predicted through random canvas views)
+    "loopvit": ["experiment=loopvit_tiny_cpu", "model.block=vanilla", "scaling=deeploop", "model.num_loops=6"],
 }
+VIT = "loopvit"
 
 
 def pretraining_tasks(max_side: int = 6) -> list[str]:
@@ -107,6 +120,46 @@ def scores(eval_dir: Path) -> dict:
     return {"pass@1": s["hrm"]["1"], "pass@2": s["hrm"]["2"], "arc_prize@2": s["arc_prize"]["2"],
             "solved@2": sorted(k for k, v in tasks.items() if v["correct"]["2"]),
             "cell@1": 100 * sum(cells) / max(1, len(cells))}
+
+
+def own_pairs(eval_dir: Path, data_dir: Path) -> dict:
+    """The pretrained model on its own pretraining pairs (every one trained on), from `evaluate
+    split=train vote=false`'s predictions.npz: a pair (one augmented copy of one input-output pair)
+    is right when the most frequent grid of its predictions (LoopViT: one per pass) is its output.
+    Counted on the un-augmented copies (`pairs`) and on every copy (`copies`); a task is solved when
+    all its un-augmented pairs are right."""
+    from collections import Counter, defaultdict
+
+    import numpy as np
+
+    from arc_data.dataset import open_split
+    from hrm_deeploop.data.canvas import grid_of
+
+    def key(row) -> tuple:
+        try:
+            g = grid_of(row)
+        except ValueError:  # colour cells that are no rectangle: no grid
+            return ()
+        return g.shape, g.tobytes()
+
+    split = open_split(data_dir, "train")
+    n = int(split.num_examples)
+    names = json.loads((data_dir / "identifiers.json").read_text())
+    x, y = split.examples(np.arange(n))
+    pids = np.asarray(split.puzzle_identifiers)[np.searchsorted(np.asarray(split.puzzle_indices), np.arange(n),
+                                                                side="right") - 1]
+    truth = {(int(p), a.tobytes()): key(b) for p, a, b in zip(pids, x, y)}
+    pred = np.load(eval_dir / "predictions.npz")
+    votes: dict = defaultdict(Counter)
+    for p, a, row in zip(pred["puzzle_identifiers"], pred["inputs"], pred["predictions"]):
+        votes[(int(p), a.tobytes())][key(row)] += 1
+    right = {k: votes[k].most_common(1)[0][0] == t for k, t in truth.items()}  # ties: first seen
+    base = {k: v for k, v in right.items() if "_t" not in names[k[0]]}
+    by_task: dict = defaultdict(list)
+    for (p, _), v in base.items():
+        by_task[names[p]].append(v)
+    return {"pairs": f"{sum(base.values())}/{len(base)}", "copies": 100 * sum(right.values()) / max(1, len(right)),
+            "solved": sorted(t for t, v in by_task.items() if all(v)), "tasks": len(by_task)}
 
 
 def write_unseen_challenges(path: Path, ids: list[str]) -> None:
@@ -215,7 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--adapt-steps", type=int, default=300)
     ap.add_argument("--num-aug", type=int, default=8)
     ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--protocols", default="abcd", help="which of (a)-(e) to run, e.g. abce")
+    ap.add_argument("--protocols", default="abcd",
+                    help="which of (a)-(e) to run, e.g. abce; p: the pretrained model on its own tasks' pairs")
+    ap.add_argument("--passes", type=int, default=10, help="LoopViT: random canvas views of every copy at prediction")
     ap.add_argument("--ttt-steps", type=int, help="(e): steps per task (default: --adapt-steps / unseen tasks)")
     ap.add_argument("--pretrain-generated", type=int, default=0, metavar="K",
                     help="add K generate-arc tasks per family (families not in --unseen-families) to pretraining")
@@ -227,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="score the pretrained model on its ARC-1 pretraining tasks' test inputs (how well it fits them)")
     ap.add_argument("--quick", action="store_true", help="3 + 2 tasks, 4 steps: time and memory at tiny size")
     args = ap.parse_args(argv)
+    vit = args.model == VIT
+    if vit and "b" in args.protocols + args.family_protocols:
+        sys.exit("--protocols b: a LoopViT is adapted whole (train-vit has no embeddings-only adaptation)")
     out = Path(args.out)
     pre_ids, unseen = pretraining_tasks(), list(UNSEEN)
     if args.quick:
@@ -251,9 +309,11 @@ def main(argv: list[str] | None = None) -> int:
     common = ["logger=none", "device=cpu", "train.progress=false", "train.global_batch_size=8",
               "optim.warmup_steps=5", f"optim.lr={args.lr}", "checkpoint.every=0", *MODELS[args.model]]
     ev = ["device=cpu", "progress=false", "report=false"]
+    trainer = "train-vit" if vit else "train"
     for seed in args.seeds:
         r = out / f"{args.model}_s{seed}"
         run = log["runs"].setdefault(str(seed), {})
+        ev_seed = [*ev, f"passes={args.passes}", f"tta_seed={seed}"] if vit else ev  # LoopViT's random views
         t: dict = run.setdefault("timing", {})
         print(f"seed {seed}", flush=True)
         if not (r / "unseen").exists():
@@ -265,8 +325,8 @@ def main(argv: list[str] | None = None) -> int:
         if fam_chal and set(args.family_protocols) & set("abce") and not (r / "families").exists():
             cli(["build-arc", f"sources=[{fam_chal}]", f"output_dir={r / 'families'}", f"num_aug={args.num_aug}",
                  f"seed={seed}", "progress=false"], t, "build families")
-        if set(args.protocols) & set("abce") and not finished(r / "pretrain", args.pre_steps):
-            cli(["train", *common, f"seed={seed}", f"data_dir={r / 'pre'}", f"output_dir={r / 'pretrain'}",
+        if set(args.protocols) & set("abcep") and not finished(r / "pretrain", args.pre_steps):
+            cli([trainer, *common, f"seed={seed}", f"data_dir={r / 'pre'}", f"output_dir={r / 'pretrain'}",
                  f"train.max_steps={args.pre_steps}"], t, "pretrain")
         if args.fit and set(args.protocols) & set("abce") and "fit" not in run:
             fit_raw = out / "raw" / "fit"
@@ -277,11 +337,21 @@ def main(argv: list[str] | None = None) -> int:
             same = (r / "fit" / "identifiers.json").read_bytes() == (r / "pre" / "identifiers.json").read_bytes()
             assert same, f"{r / 'fit'}: its identifiers differ from the pretraining set's"
             cli(["evaluate", f"checkpoint={r / 'pretrain'}", f"data_dir={r / 'fit'}", f"output_dir={r / 'eval_fit'}",
-                 f"max_batches={fit_batches(r / 'fit', len(pre_ids))}", "global_batch_size=16", *ev], t, "evaluate (fit)")
+                 f"max_batches={fit_batches(r / 'fit', len(pre_ids))}", "global_batch_size=16", *ev_seed], t, "evaluate (fit)")
             run["fit"] = fit_scores(r / "eval_fit", pre_ids)
             f = run["fit"]
             print(f"  (fit) its ARC-1 pretraining tasks solved at pass@2: {len(f['solved@2'])}/{f['arc_tasks']}, "
                   f"cell@1 {f['cell@1']:.1f}", flush=True)
+        if "p" in args.protocols:  # every pair of the pretraining tasks (all trained on): does it solve its own?
+            cli(["evaluate", f"checkpoint={r / 'pretrain'}", f"data_dir={r / 'pre'}", "split=train", "vote=false",
+                 f"output_dir={r / 'eval_p'}", *ev_seed], t, "evaluate (p) pretraining pairs")
+            run["p"] = own_pairs(r / "eval_p", r / "pre")
+        # train-vit starts from a checkpoint file (the run folder's latest), train from the folder
+        start = r / "pretrain"
+        if vit and (start / "checkpoints").is_dir():
+            from hrm_deeploop.checkpoint import resolve
+
+            start = resolve(start)
         chal = out / "raw" / "unseen_challenges.json"
         if "e" in args.protocols and not chal.is_file():
             write_unseen_challenges(chal, unseen)
@@ -292,21 +362,21 @@ def main(argv: list[str] | None = None) -> int:
         for tag, data, challenges, num_tasks, protocols in sets:
             for name, extra in (("a", ["train.time_budget=0", f"train.max_steps={args.adapt_steps}"]),
                                 ("b", ["adapt.trains=embeddings", f"train.max_steps={args.adapt_steps}"]),
-                                ("c", ["adapt.trains=all", f"train.max_steps={args.adapt_steps}"])):
+                                ("c", ["adapt.trains=all"] * (not vit) + [f"train.max_steps={args.adapt_steps}"])):
                 if name not in protocols:
                     continue
                 key = name + tag
-                cli(["train", *common, f"seed={seed}", f"data_dir={data}", f"output_dir={r / key}",
-                     f"init_from={r / 'pretrain'}", "train.epochs_per_iter=4", *extra], t, f"adapt ({key})")
+                cli([trainer, *common, f"seed={seed}", f"data_dir={data}", f"output_dir={r / key}",
+                     f"init_from={start}", "train.epochs_per_iter=4", *extra], t, f"adapt ({key})")
                 cli(["evaluate", f"checkpoint={r / key}", f"data_dir={data}", f"output_dir={r / ('eval_' + key)}",
-                     *ev], t, f"evaluate ({key})")
+                     *ev_seed], t, f"evaluate ({key})")
                 run[key] = scores(r / f"eval_{key}")
             if "e" in protocols:
                 key = "e" + tag
                 ttt_steps = args.ttt_steps or max(1, args.adapt_steps // num_tasks)
                 cli(["ttt", f"checkpoint={r / 'pretrain'}", f"challenges={challenges}", f"output_dir={r / key}",
                      f"steps={ttt_steps}", "batch=8", f"num_aug={args.num_aug}", f"lr={args.lr}", f"seed={seed}",
-                     "workers=1", "threads=1", "device=cpu", "progress=false",
+                     "workers=1", "threads=1", "device=cpu", "progress=false", f"passes={args.passes}",
                      "train_overrides=['optim.warmup_steps=5','checkpoint.every=0']"], t,
                     f"ttt ({key}), {ttt_steps} steps a task")
                 run[key] = submission_scores(r / key / "submission.json", challenges)
@@ -314,13 +384,17 @@ def main(argv: list[str] | None = None) -> int:
                 if (r / key / "submission_poe.json").is_file():  # the same predictions ranked by product of experts
                     run[key + "_poe"] = submission_scores(r / key / "submission_poe.json", challenges)
         if "d" in args.protocols:
-            cli(["train", *common, f"seed={seed}", f"data_dir={r / 'joint'}", f"output_dir={r / 'd'}",
+            cli([trainer, *common, f"seed={seed}", f"data_dir={r / 'joint'}", f"output_dir={r / 'd'}",
                  f"train.max_steps={args.pre_steps + args.adapt_steps}"], t, "train (d) joint")
-            cli(["evaluate", f"checkpoint={r / 'd'}", f"data_dir={r / 'joint'}", f"output_dir={r / 'eval_d'}", *ev], t,
-                "evaluate (d)")
+            cli(["evaluate", f"checkpoint={r / 'd'}", f"data_dir={r / 'joint'}", f"output_dir={r / 'eval_d'}", *ev_seed],
+                t, "evaluate (d)")
             run["d"] = scores(r / "eval_d")
         log["generated"] = gen_log
         results.write_text(json.dumps(log, indent=1) + "\n")
+        if "p" in run:
+            p = run["p"]
+            print(f"  (p) own pretraining pairs right {p['pairs']} (every copy: {p['copies']:.1f}%); tasks solved "
+                  f"{len(p['solved'])}/{p['tasks']} {p['solved']}", flush=True)
         for name in (n for n in ("a", "b", "c", "d", "e", "e_poe", "c_fam", "e_fam", "e_fam_poe") if n in run):
             s = run[name]
             print(f"  ({name}) pass@1 {s['pass@1']:.1f}  pass@2 {s['pass@2']:.1f}  ARC Prize pass@2 "
