@@ -105,6 +105,6 @@ def _write_npy(f, arr: np.ndarray, spill: Spill | None) -> None:
     np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(arr))
     step = max(1, SAVE_CHUNK // max(1, arr[:1].nbytes))  # rows a chunk
     for lo in range(0, len(arr), step):
-        f.write(arr[lo:lo + step].tobytes())
+        f.write(arr[lo:lo + step].reshape(-1).view(np.uint8))  # its bytes, no copy
         if spill is not None:
             spill.release()
