@@ -22,7 +22,7 @@ from arc_data import format as fmt
 from arc_data.arc.generated import GeneratedSourceConfig, loader, source_path, split_spec
 from arc_data.arc.plan import Plan, SplitPlan, check_request, make_plan
 from arc_data.arc.sources import EVAL_SUBSET, SOURCE_NAMES, SourceInfo
-from arc_data.arc.spill import Spill, save_npz
+from arc_data.arc.spill import Spill, save_npy, save_npz
 from arc_data.arc.tasksplit import (
     HOLDOUT_POOLS,
     LABEL_MODES,
@@ -37,7 +37,7 @@ from arc_data.arc.tasktable import TaskList, load_tasks
 from arc_data.compact import encode_examples
 from arc_data.dataset import resolve_examples
 from arc_data.errors import ArcError, raised_as
-from arc_data.files.atomic import dir_size, save_npy
+from arc_data.files.atomic import dir_size
 from arc_data.files.blocks import NpyBlocks
 from arc_data.files.guard import checked_output_dir
 from arc_data.files.jsonio import save_json
@@ -202,13 +202,14 @@ def write_tables(plan: Plan, tmp: Path, materialize: bool) -> None:
         plan.grids.save(tmp / fmt.GRIDS_FILE)
     for split, sp in plan.splits.items():
         d = tmp / split
-        save_npy(d / fmt.PUZZLE_IDS_FILE, sp.puzzle_identifiers)
-        save_npy(d / fmt.PUZZLE_INDICES_FILE, sp.puzzle_indices)
-        save_npy(d / fmt.GROUP_INDICES_FILE, sp.group_indices)
+        spill = plan.grids.spill  # the arrays may be in it: written a chunk at a time
+        save_npy(d / fmt.PUZZLE_IDS_FILE, sp.puzzle_identifiers, spill)
+        save_npy(d / fmt.PUZZLE_INDICES_FILE, sp.puzzle_indices, spill)
+        save_npy(d / fmt.GROUP_INDICES_FILE, sp.group_indices, spill)
         if not materialize:
-            save_npy(d / fmt.PLAN_GROUP_PAIRS_FILE, sp.group_pairs)
-            save_npy(d / fmt.PLAN_GROUP_PAIR_INDICES_FILE, sp.group_pair_indices)
-            save_npy(d / fmt.PLAN_OFFSETS_FILE, sp.offsets)
+            save_npy(d / fmt.PLAN_GROUP_PAIRS_FILE, sp.group_pairs, spill)
+            save_npy(d / fmt.PLAN_GROUP_PAIR_INDICES_FILE, sp.group_pair_indices, spill)
+            save_npy(d / fmt.PLAN_OFFSETS_FILE, sp.offsets, spill)
         save_json(d / fmt.META_FILE, split_meta(sp, plan.num_ids))
 
 
@@ -305,7 +306,7 @@ def _build_with(cfg: BuildConfig, spill: Spill | None) -> BuildSummary:
         print(mode_line(job_tasks, str(tgt.path)))
         check_request(job_tasks, cfg.num_aug, cfg.materialize, tgt.path)
         plan = make_plan(job_tasks, cfg.num_aug, cfg.seed, spill)
-        short = {job_tasks.name(int(i)): int(plan.num_puzzles[i]) for i in np.nonzero(plan.num_puzzles < cfg.num_aug + 1)[0]}
+        short = {job_tasks.name(i): n for i, n in plan.short_tasks(cfg.num_aug + 1).items()}
         counts = {
             split: {
                 "groups": len(sp.group_indices) - 1,
@@ -366,7 +367,7 @@ def manifest_dict(cfg: BuildConfig, infos: list[SourceInfo], plan: Plan, counts:
         "num_tasks": len(plan.tasks),
         "num_puzzle_identifiers": plan.num_ids,
         "counts": counts,
-        "trials": int(plan.trials_used.sum()),
+        "trials": plan.trials(),
         "short_groups": short,
     }
 

@@ -15,9 +15,11 @@ on which trials are accepted, and tasks can be augmented in parallel. T = number
 source order (`sources.load_sources`). Not byte-compatible with HRM's legacy-RNG stream (which is
 not reproducible itself, spec 1.7), but the same distribution. Steps 2 and 3 are drawn a chunk at a
 time (TASK_CHUNK tasks, EXAMPLE_CHUNK examples) from the same stream, which gives the same numbers
-as one call (tests/test_generated_stream.py): a generated source's plan keeps its grids, per-grid
-arrays and each split's per-pair and per-example arrays (group_pairs, offsets) in a temporary file
-(`spill.py`), and its tasks as rows of a table (`tasktable.py`).
+as one call (tests/test_generated_stream.py). A generated source's plan keeps every array (grids,
+per grid, per task, per identifier, per puzzle, per example) in a temporary file (`spill.py`),
+computed, read and written TASK_CHUNK tasks or EXAMPLE_CHUNK examples at a time, the file's pages
+handed back after each chunk, so its memory does not grow with the source; its tasks are rows of a
+table (`tasktable.py`). Without a spill the same code runs on arrays in memory.
 """
 
 from __future__ import annotations
@@ -102,6 +104,20 @@ class Plan:
     def num_ids(self) -> int:
         return int(self.dihedral.shape[0])
 
+    def _read(self, arr: np.ndarray):
+        """(lo, arr[lo:lo + TASK_CHUNK]) in order, the spill's pages handed back after each."""
+        for lo in range(0, len(arr), TASK_CHUNK):
+            yield lo, arr[lo:lo + TASK_CHUNK]
+            self.grids.release()
+
+    def short_tasks(self, num_puzzles: int) -> dict[int, int]:
+        """{task: its puzzles} of the tasks with fewer than `num_puzzles`."""
+        return {lo + int(i): int(n[i]) for lo, n in self._read(self.num_puzzles) for i in np.nonzero(n < num_puzzles)[0]}
+
+    def trials(self) -> int:
+        """Trials used, all tasks together."""
+        return sum(int(u.sum()) for _, u in self._read(self.trials_used))
+
     def identifiers_json(self) -> bytes:
         """identifiers.json, byte for byte `json.dumps(names) + "\n"`: id -> HRM name, `<blank>`, then
         per task `<task>` and its augmentations `<task>_t<tid>_<map>` (`name_of`)."""
@@ -139,6 +155,7 @@ class Plan:
                 block[:, :len(head)] = head
                 block[:, len(head):] = tail[first:first + n]
                 parts.append(block.tobytes())
+            self.grids.release()
             yield b"".join(parts)
         yield b"]\n"
 
@@ -155,11 +172,17 @@ def pack_grids(tasks, spill: Spill | None = None) -> tuple[Grids, np.ndarray, np
     buffer and the per-grid arrays (offset, shape, pair_grids) are allocated in it, and its pages
     handed back every TASK_CHUNK tasks."""
     tl = TaskList.of(tasks)
-    num_demos = tl.num_train
-    num_pairs = num_demos + tl.num_test
-    task_pairs = np.concatenate([[0], np.cumsum(num_pairs)]).astype(np.int64)
+    num_demos = _zeros(spill, (len(tl),), np.int64)
+    task_pairs = _zeros(spill, (len(tl) + 1,), np.int64)
+    t = 0
+    for n_train, n_test in tl.count_chunks(TASK_CHUNK):
+        num_demos[t:t + len(n_train)] = n_train
+        task_pairs[t + 1:t + 1 + len(n_train)] = task_pairs[t] + np.cumsum(n_train + n_test)
+        t += len(n_train)
+        if spill is not None:
+            spill.release()
     n_grids = 2 * int(task_pairs[-1])
-    shape = _empty(spill, (n_grids, 2), np.int64)
+    shape = _zeros(spill, (n_grids, 2), np.int64)
     g = 0
     for part, entries in _parts(tl, spill):
         if entries is not None:
@@ -180,8 +203,8 @@ def pack_grids(tasks, spill: Spill | None = None) -> tuple[Grids, np.ndarray, np
                     shape[g] = inp.shape
                     shape[g + 1] = EMPTY_GRID.shape if out is None else out.shape
                     g += 2
-    offset = _empty(spill, (n_grids,), np.int64)  # exclusive cumulative sizes, a chunk at a time
-    pair_grids = _empty(spill, (n_grids // 2, 2), np.int64)
+    offset = _zeros(spill, (n_grids,), np.int64)  # exclusive cumulative sizes, a chunk at a time
+    pair_grids = _zeros(spill, (n_grids // 2, 2), np.int64)
     total = 0
     for lo in range(0, n_grids, EXAMPLE_CHUNK):
         size = shape[lo:lo + EXAMPLE_CHUNK, 0] * shape[lo:lo + EXAMPLE_CHUNK, 1]
@@ -229,10 +252,10 @@ def _parts(tl: TaskList, spill: Spill | None):
                 spill.release()
 
 
-def _empty(spill: Spill | None, shape: tuple[int, ...], dtype) -> np.ndarray:
-    """np.empty, or a zeroed array of that shape in the spill (its pages released as the rest)."""
+def _zeros(spill: Spill | None, shape: tuple[int, ...], dtype) -> np.ndarray:
+    """np.zeros, or a zeroed array of that shape in the spill (its pages released as the rest)."""
     if spill is None:
-        return np.empty(shape, dtype)
+        return np.zeros(shape, dtype)
     n = int(np.prod(shape))
     return spill.allocate(n * np.dtype(dtype).itemsize).view(dtype).reshape(shape)
 
@@ -262,10 +285,11 @@ def augment_in_chunks(rng: np.random.Generator, grids: Grids, task_pairs: np.nda
 
     n_tasks = len(task_pairs) - 1
     trial_tid = rng.integers(0, 8, size=(n_tasks, TRIAL_FACTOR * num_aug), dtype=np.uint8)
-    acc = np.full((n_tasks, num_aug), -1, np.int32)
-    acc_perm = np.zeros((n_tasks, num_aug, 9), np.uint8)
-    n_acc = np.zeros(n_tasks, np.int32)
-    used = np.zeros(n_tasks, np.int32)
+    spill = grids.spill  # every row of acc, n_acc and used is set below
+    acc = _zeros(spill, (n_tasks, num_aug), np.int32)
+    acc_perm = _zeros(spill, (n_tasks, num_aug, 9), np.uint8)
+    n_acc = _zeros(spill, (n_tasks,), np.int32)
+    used = _zeros(spill, (n_tasks,), np.int32)
     with ThreadPoolExecutor(AUGMENT_THREADS, thread_name_prefix="arc-augment") as pool:
         for lo in range(0, n_tasks, TASK_CHUNK):
             hi = min(n_tasks, lo + TASK_CHUNK)
@@ -294,59 +318,95 @@ def augment(grids: Grids, task_pairs: np.ndarray, trial_tid: np.ndarray, trial_p
                          trial_perm, np.int64(num_aug))
 
 
-def _split_plan(groups: np.ndarray, pair_lo: np.ndarray, pair_n: np.ndarray, first_id: np.ndarray,
-                num_puzzles: np.ndarray, spill: Spill | None = None) -> SplitPlan:
-    """One split's arrays. With `spill`, the per-pair and per-example ones (group_pairs, offsets)
-    are allocated in it and filled EXAMPLE_CHUNK groups at a time."""
-    n_puz = num_puzzles[groups]
-    group_indices = np.concatenate([[0], np.cumsum(n_puz)]).astype(np.int32)
-    ids = ranges(first_id[groups], n_puz)
-    per_puzzle = np.repeat(pair_n, n_puz)
-    puzzle_indices = np.concatenate([[0], np.cumsum(per_puzzle)])
-    if puzzle_indices[-1] >= 2**31:
+def _split_plan(test: bool, task_pairs: np.ndarray, num_demos: np.ndarray, is_eval: np.ndarray,
+                first_id: np.ndarray, num_puzzles: np.ndarray, spill: Spill | None = None) -> SplitPlan:
+    """One split's arrays, TASK_CHUNK tasks at a time: a pass that counts, then one that fills them
+    (in the spill, with `spill`). Its groups: train, every task (an evaluation task's demonstrations,
+    another's pairs); test, the evaluation tasks (their test pairs)."""
+    def chunks():
+        for lo in range(0, len(num_demos), TASK_CHUNK):
+            hi = min(len(num_demos), lo + TASK_CHUNK)
+            t, pair_lo, demos, ev = np.arange(lo, hi), task_pairs[lo:hi], num_demos[lo:hi], is_eval[lo:hi]
+            n_pairs = task_pairs[lo + 1:hi + 1] - pair_lo
+            if test:
+                t, pair_lo, pair_n = t[ev], pair_lo[ev] + demos[ev], n_pairs[ev] - demos[ev]
+            else:
+                pair_n = np.where(ev, demos, n_pairs)
+            yield t, pair_lo, pair_n, num_puzzles[t]
+            if spill is not None:
+                spill.release()
+
+    n_groups = n_puz = n_ex = n_pairs = 0
+    for t, _, pair_n, puz in chunks():
+        n_groups, n_puz, n_ex, n_pairs = n_groups + len(t), n_puz + int(puz.sum()), \
+            n_ex + int((pair_n * puz).sum()), n_pairs + int(pair_n.sum())
+    if n_ex >= 2**31:
         raise OverflowError("more than 2**31 examples in one split")
-    gpi = np.concatenate([[0], np.cumsum(pair_n)]).astype(np.int64)
-    group_pairs = _empty(spill, (int(gpi[-1]),), np.int64)
-    for lo in range(0, len(groups), EXAMPLE_CHUNK):
-        hi = min(len(groups), lo + EXAMPLE_CHUNK)
-        group_pairs[gpi[lo]:gpi[hi]] = ranges(pair_lo[lo:hi], pair_n[lo:hi])
-        if spill is not None:
-            spill.release()
-    e = int(puzzle_indices[-1])
-    offsets = np.zeros((e, 2), np.uint8) if spill is None else _empty(spill, (e, 2), np.uint8)
-    return SplitPlan(ids.astype(np.int32), puzzle_indices.astype(np.int32), group_indices, group_pairs, gpi, offsets)
+    sp = SplitPlan(_zeros(spill, (n_puz,), np.int32), _zeros(spill, (n_puz + 1,), np.int32),
+                   _zeros(spill, (n_groups + 1,), np.int32), _zeros(spill, (n_pairs,), np.int64),
+                   _zeros(spill, (n_groups + 1,), np.int64), _zeros(spill, (n_ex, 2), np.uint8))
+    g = p = e = q = 0
+    for t, pair_lo, pair_n, puz in chunks():
+        n, m, k = len(t), int(puz.sum()), int(pair_n.sum())
+        sp.group_indices[g + 1:g + n + 1] = p + np.cumsum(puz)
+        sp.puzzle_identifiers[p:p + m] = ranges(first_id[t], puz)
+        sp.puzzle_indices[p + 1:p + m + 1] = e + np.cumsum(np.repeat(pair_n, puz))
+        sp.group_pair_indices[g + 1:g + n + 1] = q + np.cumsum(pair_n)
+        sp.group_pairs[q:q + k] = ranges(pair_lo, pair_n)
+        g, p, e, q = g + n, p + m, e + int((pair_n * puz).sum()), q + k
+    return sp
+
+
+def _chunk_bounds(pi: np.ndarray, gi: np.ndarray, chunk: int) -> list[int]:
+    """Group bounds of chunks of about `chunk` examples (whole groups, one at least), found by
+    bisection (no array a group long)."""
+    n_groups = len(gi) - 1
+    bounds = [0]
+    while bounds[-1] < n_groups:
+        g0 = bounds[-1]
+        limit = int(pi[gi[g0]]) + chunk
+        lo, hi = g0, n_groups  # the first group that ends past limit
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (mid + 1, hi) if int(pi[gi[mid + 1]]) <= limit else (lo, mid)
+        bounds.append(max(g0 + 1, lo))
+    return bounds
 
 
 def _translate(rng: np.random.Generator, sp: SplitPlan, grids: Grids, dihedral: np.ndarray,
                chunk: int | None = None) -> None:
-    """Random offsets for every example but one per puzzle (HRM spec 1.5), in place: every row
-    offset, then every column offset, each drawn about EXAMPLE_CHUNK examples (whole groups) at a
-    time, their sides computed for that chunk (an array-bounded `integers` draws element after
-    element from one stream, so chunks give what one call gives)."""
+    """Random offsets for every example but one per puzzle (HRM spec 1.5), in place: the example
+    left untranslated of every puzzle, every row offset, then every column offset, each drawn about
+    EXAMPLE_CHUNK examples or puzzles (whole groups) at a time, their sides computed for that chunk
+    (an array-bounded `integers` draws element after element from one stream, so chunks give what
+    one call gives)."""
     e = sp.num_examples
     if e == 0:
         return
-    chunk = chunk or EXAMPLE_CHUNK
-    pi = sp.puzzle_indices.astype(np.int64)
-    keep = rng.integers(0, np.diff(pi))  # the untranslated example of each puzzle
     from arc_data.arc.kernels import example_sides  # lazy: numba kernels stay off viz-arc --help
 
-    gi = sp.group_indices
-    g_end = pi[gi[1:]]  # examples up to each group's end
-    bounds = [0]
-    while bounds[-1] < len(g_end):
-        g0 = bounds[-1]
-        bounds.append(max(g0 + 1, int(np.searchsorted(g_end, pi[gi[g0]] + chunk, side="right"))))
+    chunk = chunk or EXAMPLE_CHUNK
+    pi, gi = sp.puzzle_indices, sp.group_indices
+    n_puz = len(sp.puzzle_identifiers)
+    keep = _zeros(grids.spill, (n_puz,), np.int64)  # the untranslated example of each puzzle
+    for lo in range(0, n_puz, chunk):
+        keep[lo:lo + chunk] = rng.integers(0, np.diff(pi[lo:lo + chunk + 1].astype(np.int64)))
+        grids.release()
+    bounds = _chunk_bounds(pi, gi, chunk)
     for axis in (0, 1):  # rows, then columns: one stream, drawn a chunk at a time
         for g0, g1 in zip(bounds[:-1], bounds[1:]):
             p0, p1 = int(gi[g0]), int(gi[g1])
-            e0, e1 = int(pi[p0]), int(pi[p1])
-            sides = example_sides(sp.puzzle_identifiers[p0:p1], pi[p0:p1 + 1] - e0, (gi[g0:g1 + 1] - p0).astype(gi.dtype),
+            starts = pi[p0:p1 + 1].astype(np.int64)
+            e0, e1 = int(starts[0]), int(starts[-1])
+            sides = example_sides(sp.puzzle_identifiers[p0:p1], starts - e0, (gi[g0:g1 + 1] - p0).astype(gi.dtype),
                                   sp.group_pairs, sp.group_pair_indices[g0:g1 + 1], grids.shape, grids.pair_grids,
                                   dihedral, TRANSPOSING)
             sp.offsets[e0:e1, axis] = rng.integers(0, MAX_SIDE - sides[axis] + 1).astype(np.uint8)
             grids.release()
-    sp.offsets[pi[:-1] + keep] = 0
+    for lo in range(0, n_puz, chunk):
+        hi = min(n_puz, lo + chunk)
+        sp.offsets[pi[lo:hi].astype(np.int64) + keep[lo:hi]] = 0
+        grids.release()
 
 
 def check_request(tasks, num_aug: int, materialize: bool, out: Path) -> None:
@@ -360,7 +420,7 @@ def check_request(tasks, num_aug: int, materialize: bool, out: Path) -> None:
     tl = TaskList.of(tasks)
     n_tasks = len(tl)
     copies = n_tasks * (num_aug + 1)
-    examples = (num_aug + 1) * int((tl.num_train + tl.num_test).sum())
+    examples = (num_aug + 1) * sum(int((n_train + n_test).sum()) for n_train, n_test in tl.count_chunks(TASK_CHUNK))
     memory = n_tasks * num_aug * (TRIAL_FACTOR * 10 + 8) + copies * 15 + examples * 50
     disk = copies * 19 + examples * (2 * SEQ_LEN if materialize else 14)
     check_fits(f"num_aug={num_aug} over {n_tasks:,} tasks (up to {examples:,} examples)", memory=memory, disk=disk,
@@ -373,39 +433,46 @@ def make_plan(tasks, num_aug: int, seed: int, spill: Spill | None = None) -> Pla
     tasks = TaskList.of(tasks)
     rng = np.random.Generator(np.random.PCG64(seed))
     grids, task_pairs, num_demos = pack_grids(tasks, spill)
-    n_tasks = len(tasks)
     trial_tid, acc, acc_perm, n_acc, used = augment_in_chunks(rng, grids, task_pairs, num_aug)
-
-    num_puzzles = 1 + n_acc.astype(np.int64)
-    num_ids = 1 + int(num_puzzles.sum())
-    task_first_id = 1 + np.concatenate([[0], np.cumsum(num_puzzles)[:-1]]).astype(np.int64)
-    base_task = np.full(num_ids, -1, np.int32)
-    base_task[1:] = np.repeat(np.arange(n_tasks, dtype=np.int32), num_puzzles)
-    dihedral = np.zeros(num_ids, np.uint8)
-    colour_map = np.tile(np.arange(10, dtype=np.uint8), (num_ids, 1))
-    # accepted trials -> table rows (the original of each task keeps tid 0 / identity)
-    mask = acc >= 0
-    t_idx, k = np.nonzero(mask)  # row-major: task, then acceptance order
-    trial = acc[t_idx, k]
-    rows = task_first_id[t_idx] + 1 + k
-    dihedral[rows] = trial_tid[t_idx, trial]
-    colour_map[rows, 1:] = acc_perm[t_idx, k]
-    del trial_tid, acc_perm
-
+    num_puzzles, task_first_id, base_task, dihedral, colour_map = _id_table(trial_tid, acc, acc_perm, n_acc, spill)
+    del trial_tid, acc, acc_perm
     is_eval = tasks.is_eval
-    n_pairs = np.diff(task_pairs)
-    all_t = np.arange(n_tasks)
-    train_n = np.where(is_eval, num_demos, n_pairs)
-    ev = all_t[is_eval]
-    splits = {
-        "train": _split_plan(all_t, task_pairs[:-1], train_n, task_first_id, num_puzzles, spill),
-        "test": _split_plan(ev, task_pairs[:-1][ev] + num_demos[ev], n_pairs[ev] - num_demos[ev],
-                            task_first_id, num_puzzles, spill),
-    }
-    assert tuple(splits) == SPLITS
+    splits = {split: _split_plan(split == "test", task_pairs, num_demos, is_eval, task_first_id, num_puzzles, spill)
+              for split in SPLITS}
     _translate(rng, splits["train"], grids, dihedral)
     return Plan(tasks, grids, task_pairs, num_demos, base_task, dihedral, colour_map, task_first_id,
                 num_puzzles, used, splits)
+
+
+def _id_table(trial_tid: np.ndarray, acc: np.ndarray, acc_perm: np.ndarray, n_acc: np.ndarray,
+              spill: Spill | None) -> tuple[np.ndarray, ...]:
+    """The augmentation table from the accepted trials, TASK_CHUNK tasks at a time (in the spill,
+    with `spill`): num_puzzles [T], task_first_id [T], base_task, dihedral, colour_map [num_ids].
+    Row 0 is the blank; then per task its original (tid 0, identity) and its accepted trials, in
+    the order accepted."""
+    n_tasks = len(n_acc)
+    num_puzzles, task_first_id = _zeros(spill, (n_tasks,), np.int64), _zeros(spill, (n_tasks,), np.int64)
+    num_ids = 1
+    for lo in range(0, n_tasks, TASK_CHUNK):
+        n = 1 + n_acc[lo:lo + TASK_CHUNK].astype(np.int64)
+        num_puzzles[lo:lo + TASK_CHUNK] = n
+        task_first_id[lo:lo + TASK_CHUNK] = num_ids + np.cumsum(n) - n
+        num_ids += int(n.sum())
+    base_task, dihedral = _zeros(spill, (num_ids,), np.int32), _zeros(spill, (num_ids,), np.uint8)
+    colour_map = _zeros(spill, (num_ids, 10), np.uint8)
+    base_task[0], colour_map[0] = -1, np.arange(10)
+    for lo in range(0, n_tasks, TASK_CHUNK):
+        hi = min(n_tasks, lo + TASK_CHUNK)
+        a, b = int(task_first_id[lo]), int(task_first_id[hi - 1] + num_puzzles[hi - 1])
+        base_task[a:b] = np.repeat(np.arange(lo, hi, dtype=np.int32), num_puzzles[lo:hi])
+        colour_map[a:b] = np.arange(10, dtype=np.uint8)
+        t_idx, k = np.nonzero(acc[lo:hi] >= 0)  # row-major: task, then acceptance order
+        rows = task_first_id[lo + t_idx] + 1 + k
+        dihedral[rows] = trial_tid[lo + t_idx, acc[lo + t_idx, k]]
+        colour_map[rows, 1:] = acc_perm[lo + t_idx, k]
+        if spill is not None:
+            spill.release()
+    return num_puzzles, task_first_id, base_task, dihedral, colour_map
 
 
 def name_of(plan: Plan, pid: int) -> str:

@@ -87,14 +87,24 @@ def save_npz(path: Path, arrays: dict, spill: Spill | None) -> None:
                     for chunk in arr.chunks():
                         f.write(np.ascontiguousarray(chunk, arr.dtype).tobytes())
                 continue
-            arr = np.asarray(arr)
             with z.open(name + ".npy", "w", force_zip64=True) as f:
-                if arr.ndim == 0 or arr.dtype.hasobject or not arr.flags.c_contiguous:
-                    np.lib.format.write_array(f, np.ascontiguousarray(arr), allow_pickle=False)
-                    continue
-                np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(arr))
-                step = max(1, SAVE_CHUNK // max(1, arr[:1].nbytes))  # rows a chunk
-                for lo in range(0, len(arr), step):
-                    f.write(arr[lo:lo + step].tobytes())
-                    if spill is not None:
-                        spill.release()
+                _write_npy(f, np.asarray(arr), spill)
+
+
+def save_npy(path: Path, arr: np.ndarray, spill: Spill | None) -> None:
+    """`files.atomic.save_npy`'s bytes (np.save's), written SAVE_CHUNK bytes at a time with the spill's
+    pages released between them: a spilled array is never resident whole."""
+    with open(path, "wb") as f:
+        _write_npy(f, np.asarray(arr), spill)
+
+
+def _write_npy(f, arr: np.ndarray, spill: Spill | None) -> None:
+    if arr.ndim == 0 or arr.dtype.hasobject or not arr.flags.c_contiguous:
+        np.lib.format.write_array(f, np.ascontiguousarray(arr), allow_pickle=False)
+        return
+    np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(arr))
+    step = max(1, SAVE_CHUNK // max(1, arr[:1].nbytes))  # rows a chunk
+    for lo in range(0, len(arr), step):
+        f.write(arr[lo:lo + step].reshape(-1).view(np.uint8))  # its bytes, no copy
+        if spill is not None:
+            spill.release()

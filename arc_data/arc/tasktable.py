@@ -1,5 +1,6 @@
-"""A build's task list without a Python object per generated task: `build-arc`'s peak memory over
-a generated source then grows by about 50 bytes a pair (the plan's per-task arrays), not 240.
+"""A build's task list without a Python object per generated task: 12 bytes a task for the table,
+8 for the rows a task list selects (shared by the lists taken from it when they keep every row),
+1 for its is_eval flags; the plan's arrays go to the spill (`plan.py`).
 
 `TaskTable`: one generated source (`rearc:` / `arcgen:` / `barc:`) read with a spill. Its pairs' cells
 and a per-grid index (one int64 a grid: absolute cell offset << 10 | h << 5 | w, sides <= 30) are in
@@ -29,6 +30,8 @@ from arc_data.arc.sources import Task, sorted_checked
 from arc_data.arc.spill import Column, Spill
 from arc_data.errors import ArcError
 from arc_data.files.names import check_task_name
+
+NAME_CHUNK = 1 << 12  # task names made at a time when written
 
 
 @numba.njit(cache=True, nogil=True)
@@ -255,6 +258,19 @@ class TaskList:
     def num_test(self) -> np.ndarray:
         return self._column(lambda tb, rows: np.full(len(rows), tb.test_pairs), lambda t: len(t.test))
 
+    def count_chunks(self, size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(num_train, num_test), int64, of at most `size` tasks at a time, in order: the columns
+        without an array a task long."""
+        for p in self.parts:
+            for lo in range(0, len(p.rows), size):
+                rows = p.rows[lo:lo + size]
+                if isinstance(p.source, TaskTable):
+                    yield p.source.num_train[rows].astype(np.int64), np.full(len(rows), p.source.test_pairs, np.int64)
+                else:
+                    tasks = [p.source[int(r)] for r in rows]
+                    yield (np.array([len(t.train) for t in tasks], np.int64),
+                           np.array([len(t.test) for t in tasks], np.int64))
+
     def lists(self) -> Iterator[Task]:
         """The tasks of the plain parts (those that may have unlabelled test inputs)."""
         for p in self.parts:
@@ -275,13 +291,14 @@ class TaskList:
         for p in self.parts:
             hi = lo + len(p.rows)
             k = keep[lo:hi]
-            parts.append(_Part(p.source, p.rows[k], ev[lo:hi][k]))
+            parts.append(_Part(p.source, p.rows if k.all() else p.rows[k], ev[lo:hi][k]))  # rows shared: one copy
             lo = hi
         return TaskList(parts)
 
-    def names_column(self, chunk: int = 1 << 12) -> Column:
-        """`np.array([t.name for t in tasks], dtype=str)` as a `spill.Column`: made `chunk` names at a
+    def names_column(self) -> Column:
+        """`np.array([t.name for t in tasks], dtype=str)` as a `spill.Column`: made NAME_CHUNK names at a
         time when written (its width, the longest name's, found first)."""
+        chunk = NAME_CHUNK
         width = max((len(n) for n in self.names()), default=1)
 
         def chunks():
