@@ -28,7 +28,6 @@ and H calls (K_L + K_H layer visits at twice the forward cost: the one-step grad
 from __future__ import annotations
 
 import argparse
-import gc
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -46,6 +45,7 @@ from benchmarks.benchlib import (  # noqa: E402
     memory_label,
     peak_memory_mb,
     print_table,
+    release_compiled,
     reset_peak,
     setup_device,
     time_steps,
@@ -188,10 +188,7 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc(limit=3, file=sys.stderr)
             continue
         finally:
-            torch._dynamo.reset()
-            gc.collect()
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+            release_compiled(device)
         info = r
         ms = r["timing"].ms_per_step
         base_ms = base_ms or (ms if v.name == "eager" else None)

@@ -13,6 +13,7 @@ Memory is measured two ways:
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import resource
 import statistics
@@ -146,6 +147,15 @@ def fmt_mb(mb: float) -> str:
 def failure_line(exc: BaseException) -> str:
     first = (str(exc).strip().splitlines() or [""])[0][:90]
     return f"FAILED: {type(exc).__name__}: {first}"
+
+
+def release_compiled(device: torch.device) -> None:
+    """After a timed variant: forget dynamo's compiled graphs and give the memory back, so that the
+    next variant starts as the first did."""
+    torch._dynamo.reset()
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def print_table(header: list[str], rows: list[list[str]], file=None) -> None:

@@ -58,11 +58,13 @@ from benchmarks.benchlib import (  # noqa: E402
     add_common_args,
     describe,
     eval_rows,
+    failure_line,
     fmt_diff,
     judge,
     perturbed,
     print_table,
     rel_diff,
+    release_compiled,
     setup_device,
     strict_numerics,
     time_steps,
@@ -320,13 +322,10 @@ def main(argv: list[str] | None = None) -> int:
                         row.append(f"{ex / ref_ex:.2f}x" if ref_ex else "n/a")
                 except Exception as exc:  # a compile failure on one side: report it, keep the others
                     failed = True
-                    row += [f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:80] if str(exc) else ''}"]
+                    row += [failure_line(exc)]
                     row += [] if label == "reference" else ["n/a"]
                 finally:
-                    torch._dynamo.reset()
-                    gc.collect()
-                    if device.type == "cuda":
-                        torch.cuda.empty_cache()
+                    release_compiled(device)
                 print(f"# {name} {label} done", flush=True)
             table.append(row)
         print()

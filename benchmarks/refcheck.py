@@ -16,11 +16,13 @@ import torch
 from benchmarks.benchlib import (
     add_common_args,
     eval_rows,
+    failure_line,
     fmt_diff,
     judge,
     perturbed,
     print_table,
     rel_diff,
+    release_compiled,
     strict_numerics,
     time_interleaved,
 )
@@ -423,12 +425,9 @@ def run_reference_comparison(ref, cfg, args, batch: int, warmup: int, steps: int
                     row += [f"{ex[sch][0]:,.2f}", f"{ex[sch][0] / ex[sch][1]:.2f}x"]
             except Exception as exc:  # a compile failure: report it, keep the other variant
                 failed = True
-                row = [name, f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:80] if str(exc) else ''}"]
+                row = [name, failure_line(exc)]
             finally:
-                torch._dynamo.reset()
-                gc.collect()
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
+                release_compiled(device)
             print(f"# {name} done", flush=True)
             table.append(row)
         print()
