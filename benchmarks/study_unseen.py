@@ -27,7 +27,8 @@ With `--pretrain-generated K`, the pretraining set also holds K `generate-arc` t
 not in `--unseen-families` (difficulty 1, generator seed 0), at the same steps x batch: the arm to
 set against a run without it (its own `--out`). With `--unseen-families`, `--family-protocols`
 (default (c) and (e)) also run on `--family-tasks` tasks of each of those families (generator
-seed 1, never pretrained on by either arm): results `c_fam`, `e_fam`. With `--fit`, the
+seed 1, never pretrained on by either arm): results `c_fam`, `e_fam`; generated grids have sides up
+to `--max-side` (14 for LoopViT's 16 canvas). With `--fit`, the
 pretrained model is also scored on its ARC-1 pretraining tasks' test inputs (which it trained on:
 a build of the pretraining sources as evaluation tasks, with the pretraining set's identifiers):
 result `fit`, whether the budget lets it learn what it was shown.
@@ -187,7 +188,7 @@ def submission_scores(sub_path: Path, chal: Path) -> dict:
             "cell@1": 100 * sum(cells) / max(1, len(cells))}
 
 
-def write_generated(folder: Path, per_family: int, held: list[str], log: dict) -> Path:
+def write_generated(folder: Path, per_family: int, held: list[str], log: dict, max_side: int = 30) -> Path:
     """`per_family` generate-arc tasks of every family not in `held` (seed 0, difficulty 1): the
     pretraining extra; the training/ folder only (generate-arc's generated.json is no task)."""
     from arc_data.generators.registry import FAMILIES
@@ -195,18 +196,19 @@ def write_generated(folder: Path, per_family: int, held: list[str], log: dict) -
     families = [f for f in FAMILIES if f not in held]
     if not folder.exists():
         cli(["generate-arc", f"output_dir={folder}", f"families=[{','.join(families)}]", "seed=0", "difficulty=1",
-             f"tasks_per_family={per_family}", "progress=false"], log, "generate-arc (pretraining)")
+             f"tasks_per_family={per_family}", f"max_side={max_side}", "progress=false"], log,
+            "generate-arc (pretraining)")
     log["pretraining_families"] = families
     return folder / "training"
 
 
-def write_family_challenges(folder: Path, held: list[str], per_family: int, log: dict) -> Path:
+def write_family_challenges(folder: Path, held: list[str], per_family: int, log: dict, max_side: int = 30) -> Path:
     """`per_family` tasks of each held-out family (seed 1): a Kaggle challenges file (+ solutions),
     all evaluation tasks, for `build-arc` and `ttt` alike."""
     if not folder.exists():
         cli(["generate-arc", f"output_dir={folder}", f"families=[{','.join(held)}]",
              f"holdout_families=[{','.join(held)}]", "seed=1", "difficulty=1", f"tasks_per_family={per_family}",
-             "layout=kaggle", "progress=false"], log, "generate-arc (unseen families)")
+             f"max_side={max_side}", "layout=kaggle", "progress=false"], log, "generate-arc (unseen families)")
     log["unseen_families"] = held
     return folder / "generated_evaluation_challenges.json"
 
@@ -277,12 +279,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--unseen-families", default="",
                     help="comma-separated generate-arc families held out of pretraining: (c) and (e) also on them")
     ap.add_argument("--family-tasks", type=int, default=2, help="tasks per unseen family")
+    ap.add_argument("--max-side", type=int, default=None,
+                    help="generate-arc's max_side (default: 14 with --model loopvit, whose 16 canvas holds sides "
+                         "up to 14; else 30)")
     ap.add_argument("--family-protocols", default="ce", help="which of (a)-(c), (e) to run on the unseen families")
     ap.add_argument("--fit", action="store_true",
                     help="score the pretrained model on its ARC-1 pretraining tasks' test inputs (how well it fits them)")
     ap.add_argument("--quick", action="store_true", help="3 + 2 tasks, 4 steps: time and memory at tiny size")
     args = ap.parse_args(argv)
     vit = args.model == VIT
+    if args.max_side is None:
+        args.max_side = 14 if vit else 30
     if vit and "b" in args.protocols + args.family_protocols:
         sys.exit("--protocols b: a LoopViT is adapted whole (train-vit has no embeddings-only adaptation)")
     out = Path(args.out)
@@ -298,8 +305,9 @@ def main(argv: list[str] | None = None) -> int:
     pre_sources = [raw / "tasks"]
     gen_log: dict = {}
     if args.pretrain_generated:
-        pre_sources.append(write_generated(raw / "generated", args.pretrain_generated, held_families, gen_log))
-    fam_chal = write_family_challenges(raw / "families", held_families, args.family_tasks, gen_log) \
+        pre_sources.append(write_generated(raw / "generated", args.pretrain_generated, held_families, gen_log,
+                                           args.max_side))
+    fam_chal = write_family_challenges(raw / "families", held_families, args.family_tasks, gen_log, args.max_side) \
         if held_families else None
     results = out / f"results_{args.model}.json"
     log: dict = {"model": args.model, "pretraining_tasks": pre_ids, "unseen_tasks": unseen, "args": vars(args),

@@ -220,11 +220,30 @@ def test_build_arc_and_viz_arc_read_generated_tasks(tmp_path):
     ({"difficulty": 4}, "difficulty=4"),
     ({"layout": "zip"}, "layout='zip'"),
     ({"tasks_per_family": 0}, "tasks_per_family=0"),
+    ({"max_side": 31}, "max_side=31: must be in 1..30"),
 ])
 def test_bad_options_are_one_line_errors(tmp_path, kw, match):
     with pytest.raises(ArcError, match=match):
         _cfg(tmp_path, "x", **kw)
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_max_side_bounds_every_grid_and_leaves_the_default_unchanged(name):
+    """max_side=10 (difficulty 2 draws sides up to 14; tile and scale_up outputs are larger): every grid
+    of every task within 10; the default draws exactly what it drew before (no pair is over 30)."""
+    for i in range(3):
+        t = make_task(FAMILIES[name], f"t{i}", task_rng(3, name, i), 2, 3, 1, max_side=10)
+        check_task(t)
+        assert all(max(g.shape) <= 10 for pair in t.train + t.test for g in pair)
+        a, b = draw(name, 2, i), make_task(FAMILIES[name], f"t{i}", task_rng(7, name, i), 2, 3, 1, max_side=30)
+        assert [(x.tobytes(), y.tobytes()) for x, y in a.train + a.test] == \
+            [(x.tobytes(), y.tobytes()) for x, y in b.train + b.test]
+
+
+def test_max_side_too_small_for_a_family_is_one_line(tmp_path):
+    with pytest.raises(GenerationError, match=r"family scale_up: no valid task .*sides <= 1\).*raise max_side"):
+        make_task(FAMILIES["scale_up"], "t", task_rng(0, "scale_up", 0), 1, 2, 1, max_side=1)
 
 
 def test_a_request_too_large_is_refused_before_drawing(tmp_path, capsys):

@@ -43,6 +43,7 @@ class GenerateArcConfig:
     max_demos: int = 4
     num_tests: int = 1  # test pairs per task
     difficulty: int = 1  # 1, 2 or 3: grid sizes, object and colour counts
+    max_side: int = MAX_SIDE  # no grid side over this (a pair that has one is drawn again; e.g. 14 for a 16 canvas)
     seed: int = 0
     layout: str = "files"  # files: <split>/<task>.json | kaggle: generated_<split>_{challenges,solutions}.json
     overwrite: bool = False
@@ -69,6 +70,8 @@ class GenerateArcConfig:
             raise ArcError(f"num_tests={self.num_tests}: must be in 1..5")
         if self.difficulty not in DIFFICULTIES:
             raise ArcError(f"difficulty={self.difficulty}: must be one of {DIFFICULTIES}")
+        if not 1 <= self.max_side <= MAX_SIDE:
+            raise ArcError(f"max_side={self.max_side}: must be in 1..{MAX_SIDE}")
         if self.seed < 0:
             raise ArcError(f"seed={self.seed}: must be >= 0")
         if self.layout not in LAYOUTS:
@@ -93,7 +96,7 @@ def generate_tasks(cfg: GenerateArcConfig, bar=None) -> list[GeneratedTask]:
             rng = task_rng(cfg.seed, fam_name, i)
             num_demos = int(rng.integers(cfg.min_demos, cfg.max_demos + 1))
             tasks.append(make_task(family, task_name(cfg.seed, fam_name, i), rng, cfg.difficulty, num_demos,
-                                   cfg.num_tests))
+                                   cfg.num_tests, cfg.max_side))
             if bar is not None:
                 bar.update(1)
     return tasks
@@ -168,7 +171,7 @@ def _generate(cfg: GenerateArcConfig) -> dict:
         "options": {k: v for k, v in asdict(cfg).items() if k not in ("output_dir", "overwrite", "progress")},
         "rng": "numpy.random.Generator(PCG64([seed, crc32(family), index])) per task",
         "families": {f: {"summary": FAMILIES[f].summary, "held_out": f in held} for f in families},
-        "max_side": MAX_SIDE,
+        "max_side": cfg.max_side,
         "tasks": [{"name": t.name, "family": t.family, "split": "evaluation" if t.family in held else "training",
                    "demos": len(t.train), "tests": len(t.test), "params": t.params} for t in tasks],
     }

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from arc_data.generators import fills, geometry, objects
-from arc_data.generators.base import DIFFICULTIES, Family, GenerationError, Grid, Params, fits
+from arc_data.generators.base import DIFFICULTIES, MAX_SIDE, Family, GenerationError, Grid, Params, fits
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (*geometry.FAMILIES, *objects.FAMILIES, *fills.FAMILIES)}
 
@@ -41,8 +41,9 @@ def task_rng(seed: int, family: str, index: int) -> np.random.Generator:
 
 
 def make_task(family: Family, name: str, rng: np.random.Generator, difficulty: int, num_demos: int,
-              num_tests: int) -> GeneratedTask:
-    """Draw a rule instance and `num_demos + num_tests` distinct pairs for it; checked by `check_task`."""
+              num_tests: int, max_side: int = MAX_SIDE) -> GeneratedTask:
+    """Draw a rule instance and `num_demos + num_tests` distinct pairs for it; checked by `check_task`.
+    A pair with a grid side over `max_side` is drawn again (30, the format's limit: no pair is)."""
     if difficulty not in DIFFICULTIES:
         raise GenerationError(f"difficulty={difficulty}: must be one of {DIFFICULTIES}")
     want = num_demos + num_tests
@@ -52,13 +53,14 @@ def make_task(family: Family, name: str, rng: np.random.Generator, difficulty: i
         seen: set[bytes] = set()
         for _ in range(PAIR_TRIES * want):
             inp = family.sample(rng, params, difficulty)
-            if inp is None or not fits(inp):
+            if inp is None or not fits(inp) or max(inp.shape) > max_side:
                 continue
             key = inp.tobytes() + bytes(inp.shape)
             if key in seen:
                 continue
             out = family.rule(params, inp)
-            if out is None or not fits(out) or (out.shape == inp.shape and (out == inp).all()):
+            if (out is None or not fits(out) or max(out.shape) > max_side
+                    or (out.shape == inp.shape and (out == inp).all())):
                 continue
             seen.add(key)
             pairs.append((np.ascontiguousarray(inp), np.ascontiguousarray(out)))
@@ -67,7 +69,8 @@ def make_task(family: Family, name: str, rng: np.random.Generator, difficulty: i
                 check_task(task)
                 return task
     raise GenerationError(f"family {family.name}: no valid task in {PARAM_TRIES} rule instances "
-                          f"(difficulty={difficulty}, {want} pairs); lower num_demos/num_tests or change difficulty")
+                          f"(difficulty={difficulty}, {want} pairs, sides <= {max_side}); lower num_demos/num_tests, "
+                          "change difficulty or raise max_side")
 
 
 def check_task(task: GeneratedTask) -> None:
