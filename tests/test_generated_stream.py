@@ -77,7 +77,8 @@ def test_spilled_units_read_back_the_same_pairs(tmp_path):
     from arc_data.arc.generated import GeneratedSourceConfig, loader
     from arc_data.arc.sources import load_sources
     from arc_data.arc.spill import Spill
-    from arc_data.arc.tasktable import TaskList, TaskTable, load_tasks
+    from arc_data.arc.tasklist import TaskList, load_tasks
+    from arc_data.arc.tasktable import TaskTable
 
     specs = _sources(tmp_path)[1:]
     plain = load_sources(specs, load=loader(GeneratedSourceConfig(pairs_per_task=3), 9))[0]
@@ -102,7 +103,7 @@ def test_a_table_out_of_name_order_is_sorted_and_a_repeated_id_refused(tmp_path)
     from arc_data.arc.generated import GeneratedSourceConfig, loader
     from arc_data.arc.sources import load_sources
     from arc_data.arc.spill import Spill
-    from arc_data.arc.tasktable import load_tasks
+    from arc_data.arc.tasklist import load_tasks
     from arc_data.errors import ArcError
 
     spec = f"rearc:{write_rearc(tmp_path / 're_arc', {'ab': 9, 'ab-c': 9, 'a': 5}, seed=2)}"
@@ -130,8 +131,8 @@ def test_split_and_validation_on_a_table_equal_those_on_the_task_list(tmp_path):
     from arc_data.arc.generated import GeneratedSourceConfig, loader
     from arc_data.arc.sources import load_sources
     from arc_data.arc.spill import Spill
+    from arc_data.arc.tasklist import load_tasks
     from arc_data.arc.tasksplit import imitations, split_tasks, validation_tasks
-    from arc_data.arc.tasktable import load_tasks
 
     specs = _sources(tmp_path)
     grouping = GeneratedSourceConfig(pairs_per_task=4)
@@ -162,7 +163,7 @@ def test_a_table_holds_a_few_bytes_a_task(tmp_path):
 
     from arc_data.arc.generated import GeneratedSourceConfig, loader
     from arc_data.arc.spill import Spill
-    from arc_data.arc.tasktable import load_tasks
+    from arc_data.arc.tasklist import load_tasks
 
     kept = {}
     for n in (2000, 6000):
@@ -182,7 +183,8 @@ def test_a_table_holds_a_few_bytes_a_task(tmp_path):
 def _table_tasks(spill, num_pairs: int):
     """A generated source of `num_pairs` 3x3 pairs as a `TaskList` of one `TaskTable` (tasks of 4
     pairs, 1,000 pairs a unit), made without files."""
-    from arc_data.arc.tasktable import TaskList, TaskTable, _Part
+    from arc_data.arc.tasklist import TaskList
+    from arc_data.arc.tasktable import TaskTable
 
     table = TaskTable("rearc:synthetic", "rearc", spill, pairs_per_task=4, test_pairs=1)
     rng = np.random.default_rng(num_pairs)
@@ -192,7 +194,7 @@ def _table_tasks(spill, num_pairs: int):
         table.add_unit(f"{u:08x}", (f"{u:08x}",), f"{u:08x}.json", 0, cells, 9 * np.arange(2000), hw,
                        rng.permutation(1000))
     table.finish()
-    return TaskList([_Part(table, np.arange(len(table), dtype=np.int64), np.zeros(len(table), bool))])
+    return TaskList.of_table(table)
 
 
 def test_planning_and_writing_a_spilled_source_holds_memory_flat(tmp_path, monkeypatch):
@@ -203,12 +205,12 @@ def test_planning_and_writing_a_spilled_source_holds_memory_flat(tmp_path, monke
     import tracemalloc
 
     from arc_data.arc import spill as arc_spill
-    from arc_data.arc import tasktable
+    from arc_data.arc import tasklist
     from arc_data.arc.build import write_tables
     from arc_data.arc.spill import Spill
 
     monkeypatch.setattr(arc_plan, "TASK_CHUNK", 64)
-    monkeypatch.setattr(tasktable, "NAME_CHUNK", 64)
+    monkeypatch.setattr(tasklist, "NAME_CHUNK", 64)
     monkeypatch.setattr(arc_plan, "EXAMPLE_CHUNK", 256)
     monkeypatch.setattr(arc_spill, "SAVE_CHUNK", 4096)
     peak = {}
