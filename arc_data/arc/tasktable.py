@@ -81,8 +81,9 @@ class TaskTable:
         grids = np.stack([2 * order, 2 * order + 1], axis=1).ravel()  # the unit's grids in pair order
         size = hw[grids, 0] * hw[grids, 1]
         new_start = np.cumsum(size) - size
-        cell = np.repeat(start[grids] - new_start, size) + np.arange(int(size.sum()))
-        at = self.spill.append(cells[cell])
+        kept = np.empty(int(size.sum()), np.uint8)  # no index a cell: a unit's temporaries stay small
+        copy_runs(cells, start[grids].astype(np.int64), kept, new_start.astype(np.int64), size.astype(np.int64))
+        at = self.spill.append(kept)
         entries = ((at + new_start) << 10) | (hw[grids, 0] << 5) | hw[grids, 1]
         u = self.unit_index.length
         self.unit_index.append(self.spill.append(entries.astype(np.int64).view(np.uint8), align=8))
