@@ -151,7 +151,7 @@ class Appender:
             out[k * step:(k + 1) * step] = self.spill.cells()[at:at + self._buf.nbytes].view(self.dtype)
             self.spill.release()
         out[len(self._blocks) * step:] = self._buf[:self._n]
-        self._buf = self._buf[:0]
+        self._buf = np.empty(0, self.dtype)  # the block buffer freed (a slice of it would keep it)
         self.spill.release()
         return out
 
