@@ -242,6 +242,32 @@ def test_a_spilled_source_holds_memory_flat_from_its_table_to_its_tables(tmp_pat
     assert per_pair["peak"] < 2 and per_pair["held"] < 1, (per_pair, peak, held)
 
 
+@pytest.mark.parametrize("block", [1, 3, 64])
+def test_an_appender_gives_back_what_was_appended(tmp_path, block):
+    """`spill.Appender` (the table's columns): appends and extends of any length across blocks of
+    `block` items, interleaved with other writes to the spill, read back as one array in the spill."""
+    from arc_data.arc.spill import Appender, Spill
+
+    spill = Spill(tmp_path)
+    rng = np.random.default_rng(block)
+    cols = {np.dtype(np.int32): Appender(spill, np.int32, block), np.dtype(np.int64): Appender(spill, np.int64, block),
+            np.dtype(np.uint8): Appender(spill, np.uint8, block)}
+    want = {k: [] for k in cols}
+    for step in range(40):
+        for dt, col in cols.items():
+            values = rng.integers(0, 100, size=int(rng.integers(0, 7)), dtype=dt)
+            if len(values) == 1 and step % 2:
+                col.append(values[0])
+            else:
+                col.extend(values)
+            want[dt] += values.tolist()
+        spill.append(rng.integers(0, 9, size=5, dtype=np.uint8))  # the cells between the blocks
+    for dt, col in cols.items():
+        got = col.finish()
+        assert got.dtype == dt and got.tolist() == want[dt] and col.length == len(want[dt])
+    spill.close()
+
+
 @pytest.mark.parametrize("task_chunk", [1, 3, 4, 5, 4096])
 def test_trial_dihedral_ids_drawn_in_chunks_are_one_calls(tmp_path, monkeypatch, task_chunk):
     """`plan.draw_dihedrals` draws RNG step 1 a multiple of 4 rows at a time, into the spill: one

@@ -32,9 +32,9 @@ def trim_heap() -> None:
     Why: glibc serves a block above its mmap threshold from a map of its own, returned when freed,
     but raises that threshold to the size of each such block freed (up to 32 MB), so once a source
     file's bytes or a chunk's arrays have been freed, the later chunks' arrays come from the heap,
-    whose free pages stay resident; how many of them a build leaves behind grew with the source
-    (about 6 bytes a pair from 100k to 1M pairs). Called with each `release`: a chunk's arrays are
-    freed by then, and this costs about 30 us when there is little to hand back."""
+    whose free pages stay resident, more of them the longer the build (docs/generated-tasks.md,
+    "What grows with the source"). Called with each `release`: a chunk's arrays are freed by then,
+    and a call costs about 30 us when there is little to hand back."""
     if not _MALLOC_TRIM:
         import ctypes  # lazy: build-arc --help does not load it
 
