@@ -106,10 +106,13 @@ def main() -> None:
         print(f"| {name} | {pairs:,} | {num_aug} | {r['examples']:,} | {r['wall']:.1f} s | {r['cpu']:.1f} s | "
               f"{r['rss_gb']:.2f} GB | {pairs / r['wall']:,.0f} | {pairs / r['cpu']:,.0f} |")
     gen = [r for r in rows[1:] if "json" not in r[0]]
-    if len(gen) > 1:
-        (_, p0, r0, _), (_, p1, r1, _) = gen[0], gen[-1]
+    if gen:
+        print("peak RSS, MB: " + " / ".join(f"{r['rss_gb'] * 1e3:.1f} ({name})" for name, _, r, _ in gen))
+    for first in gen[:-1][:2]:  # from the smallest source, and from the next (past start-up effects)
+        (_, p0, r0, _), (_, p1, r1, _) = first, gen[-1]
         grow = (r1["rss_gb"] - r0["rss_gb"]) * 1e9 / max(1, p1 - p0)
-        print(f"peak RSS grows by {grow:,.0f} bytes per source pair from {p0:,} to {p1:,} pairs")
+        print(f"peak RSS grows by {grow:,.1f} bytes per source pair from {p0:,} to {p1:,} pairs "
+              f"({r0['rss_gb'] * 1e3:.1f} to {r1['rss_gb'] * 1e3:.1f} MB)")
 
 
 if __name__ == "__main__":

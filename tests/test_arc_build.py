@@ -361,10 +361,10 @@ def test_permuted_colours_is_numpys_permuted_from_the_same_stream(seed, shape, p
 
 
 def test_example_sides_is_resolve_examples_then_the_transformed_larger_grid(tmp_path):
-    """kernels.example_sides against the numpy it replaced in plan._translate, on every split."""
+    """kernels.example_sides against the numpy it replaced in splitplan.translate, on every split."""
     from arc_data.arc.kernels import example_sides
-    from arc_data.arc.plan import TRANSPOSING
     from arc_data.arc.sources import load_sources
+    from arc_data.arc.splitplan import TRANSPOSING
     from arc_data.dataset import resolve_examples
 
     tasks, _ = load_sources([str(write_layout(tmp_path / "raw", synthetic_tasks()))])

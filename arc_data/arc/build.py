@@ -22,7 +22,8 @@ from arc_data import format as fmt
 from arc_data.arc.generated import GeneratedSourceConfig, loader, source_path, split_spec
 from arc_data.arc.plan import Plan, SplitPlan, check_request, make_plan
 from arc_data.arc.sources import EVAL_SUBSET, SOURCE_NAMES, SourceInfo
-from arc_data.arc.spill import Spill, save_npy, save_npz
+from arc_data.arc.spill import Spill, converted, save_npy, save_npz
+from arc_data.arc.tasklist import TaskList, load_tasks
 from arc_data.arc.tasksplit import (
     HOLDOUT_POOLS,
     LABEL_MODES,
@@ -33,7 +34,6 @@ from arc_data.arc.tasksplit import (
     unlabelled_tasks,
     validation_tasks,
 )
-from arc_data.arc.tasktable import TaskList, load_tasks
 from arc_data.compact import encode_examples
 from arc_data.dataset import resolve_examples
 from arc_data.errors import ArcError, raised_as
@@ -149,7 +149,8 @@ def encode_split(plan: Plan, sp: SplitPlan, out_dir: Path, bar) -> None:
     e = sp.num_examples
     g = plan.grids
     rows = min(ENCODE_CHUNK, max(e, 1))
-    starts = sp.puzzle_indices.astype(np.int64), sp.group_indices.astype(np.int64)  # not once a block in searchsorted
+    # int64 for searchsorted (not converted once a block); a spilled plan's in the spill
+    starts = converted(sp.puzzle_indices, np.int64, g.spill), converted(sp.group_indices, np.int64, g.spill)
     files: list[NpyBlocks] = []
     try:
         for name in (fmt.INPUTS_FILE, fmt.LABELS_FILE):

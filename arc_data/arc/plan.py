@@ -30,10 +30,12 @@ from pathlib import Path
 
 import numpy as np
 
-from arc_data.arc.spill import Spill, save_npz
-from arc_data.arc.tasktable import TaskList, TaskTable, copy_runs, ranges
+from arc_data.arc.spill import Spill, save_npz, zeros
+from arc_data.arc.splitplan import SplitPlan, split_plan, translate
+from arc_data.arc.tasklist import TaskList
+from arc_data.arc.tasktable import TaskTable, copy_runs
 from arc_data.budget import check_count, check_fits
-from arc_data.format import BLANK_NAME, MAX_SIDE, SEQ_LEN, SPLITS, aug_name
+from arc_data.format import BLANK_NAME, SEQ_LEN, SPLITS, aug_name
 
 TRIAL_FACTOR = 5  # HRM: at most 5 * num_aug trials per task
 TASK_CHUNK = 1 << 12  # tasks whose colour-permutation trials are drawn and tried together
@@ -43,7 +45,6 @@ AUGMENT_THREADS = 2  # worker threads trying them (the main thread draws)
 # Distinct augmentations of one task: 8 dihedral transforms x 9! permutations of colours 1-9.
 MAX_DISTINCT_AUG = 8 * 362_880 - 1
 EMPTY_GRID = np.zeros((0, 0), dtype=np.uint8)  # the output of an unlabelled test input
-TRANSPOSING = np.array([0, 1, 0, 1, 0, 0, 1, 1], dtype=bool)  # tids whose output is W x H
 
 
 @dataclass
@@ -70,20 +71,6 @@ class Grids:
             np.savez(path, **arrays)
         else:
             save_npz(path, arrays, self.spill)
-
-
-@dataclass
-class SplitPlan:
-    puzzle_identifiers: np.ndarray  # int32 [P]
-    puzzle_indices: np.ndarray  # int32 [P+1]
-    group_indices: np.ndarray  # int32 [G+1]
-    group_pairs: np.ndarray  # int64 [sum over groups]: pair ids of each group's examples, in order
-    group_pair_indices: np.ndarray  # int64 [G+1]: CSR into group_pairs
-    offsets: np.ndarray  # uint8 [E, 2]: (row, col) translation of each example
-
-    @property
-    def num_examples(self) -> int:
-        return int(self.puzzle_indices[-1])
 
 
 @dataclass
@@ -172,8 +159,8 @@ def pack_grids(tasks, spill: Spill | None = None) -> tuple[Grids, np.ndarray, np
     buffer and the per-grid arrays (offset, shape, pair_grids) are allocated in it, and its pages
     handed back every TASK_CHUNK tasks."""
     tl = TaskList.of(tasks)
-    num_demos = _zeros(spill, (len(tl),), np.int64)
-    task_pairs = _zeros(spill, (len(tl) + 1,), np.int64)
+    num_demos = zeros(spill, (len(tl),), np.int64)
+    task_pairs = zeros(spill, (len(tl) + 1,), np.int64)
     t = 0
     for n_train, n_test in tl.count_chunks(TASK_CHUNK):
         num_demos[t:t + len(n_train)] = n_train
@@ -182,7 +169,7 @@ def pack_grids(tasks, spill: Spill | None = None) -> tuple[Grids, np.ndarray, np
         if spill is not None:
             spill.release()
     n_grids = 2 * int(task_pairs[-1])
-    shape = _zeros(spill, (n_grids, 2), np.int64)
+    shape = zeros(spill, (n_grids, 2), np.int64)
     g = 0
     for part, entries in _parts(tl, spill):
         if entries is not None:
@@ -203,8 +190,8 @@ def pack_grids(tasks, spill: Spill | None = None) -> tuple[Grids, np.ndarray, np
                     shape[g] = inp.shape
                     shape[g + 1] = EMPTY_GRID.shape if out is None else out.shape
                     g += 2
-    offset = _zeros(spill, (n_grids,), np.int64)  # exclusive cumulative sizes, a chunk at a time
-    pair_grids = _zeros(spill, (n_grids // 2, 2), np.int64)
+    offset = zeros(spill, (n_grids,), np.int64)  # exclusive cumulative sizes, a chunk at a time
+    pair_grids = zeros(spill, (n_grids // 2, 2), np.int64)
     total = 0
     for lo in range(0, n_grids, EXAMPLE_CHUNK):
         size = shape[lo:lo + EXAMPLE_CHUNK, 0] * shape[lo:lo + EXAMPLE_CHUNK, 1]
@@ -252,14 +239,6 @@ def _parts(tl: TaskList, spill: Spill | None):
                 spill.release()
 
 
-def _zeros(spill: Spill | None, shape: tuple[int, ...], dtype) -> np.ndarray:
-    """np.zeros, or a zeroed array of that shape in the spill (its pages released as the rest)."""
-    if spill is None:
-        return np.zeros(shape, dtype)
-    n = int(np.prod(shape))
-    return spill.allocate(n * np.dtype(dtype).itemsize).view(dtype).reshape(shape)
-
-
 def draw_trials(rng: np.random.Generator, num_tasks: int, num_aug: int) -> tuple[np.ndarray, np.ndarray]:
     from arc_data.arc.kernels import permuted_colours  # lazy: numba kernels stay off viz-arc --help
 
@@ -268,11 +247,26 @@ def draw_trials(rng: np.random.Generator, num_tasks: int, num_aug: int) -> tuple
     return tids, permuted_colours(rng, (num_tasks, n))
 
 
+def draw_dihedrals(rng: np.random.Generator, num_tasks: int, num_trials: int, spill: Spill | None) -> np.ndarray:
+    """RNG step 1, `rng.integers(0, 8, size=(num_tasks, num_trials), dtype=np.uint8)`, drawn a multiple
+    of 4 rows at a time (TASK_CHUNK rounded up), into the spill with `spill`. numpy draws a bounded
+    uint8 from one byte of a 32-bit word (never rejected for 8 values) and drops the rest of the last
+    word at the end of a call, so calls of a multiple of 4 values give one call's values and leave
+    the stream where one call leaves it (tested; other sizes would not)."""
+    tids = zeros(spill, (num_tasks, num_trials), np.uint8)
+    rows = -(-TASK_CHUNK // 4) * 4
+    for lo in range(0, num_tasks, rows):
+        tids[lo:lo + rows] = rng.integers(0, 8, size=(min(rows, num_tasks - lo), num_trials), dtype=np.uint8)
+        if spill is not None:
+            spill.release()
+    return tids
+
+
 def augment_in_chunks(rng: np.random.Generator, grids: Grids, task_pairs: np.ndarray,
                       num_aug: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """RNG steps 1-2 and the augmentation, TASK_CHUNK tasks at a time: every task's trial dihedral
-    ids (T x 5 num_aug bytes), then each chunk's colour permutations drawn, tried and only the
-    accepted ones kept. `permuted` shuffles row after row from one stream, so drawing it a chunk of
+    ids (T x 5 num_aug bytes, `draw_dihedrals`), then each chunk's colour permutations drawn, tried
+    and only the accepted ones kept. `permuted` shuffles row after row from one stream, so drawing it a chunk of
     rows at a time gives what one call over all tasks gives (tested): the plan of the in-memory
     build, with the trials' memory bounded by a chunk. A chunk is drawn AUGMENT_PIECES pieces at a
     time, each piece tried on AUGMENT_THREADS worker threads while the next one is drawn (the
@@ -284,12 +278,12 @@ def augment_in_chunks(rng: np.random.Generator, grids: Grids, task_pairs: np.nda
     from arc_data.arc.kernels import permuted_colours  # lazy: numba kernels stay off viz-arc --help
 
     n_tasks = len(task_pairs) - 1
-    trial_tid = rng.integers(0, 8, size=(n_tasks, TRIAL_FACTOR * num_aug), dtype=np.uint8)
     spill = grids.spill  # every row of acc, n_acc and used is set below
-    acc = _zeros(spill, (n_tasks, num_aug), np.int32)
-    acc_perm = _zeros(spill, (n_tasks, num_aug, 9), np.uint8)
-    n_acc = _zeros(spill, (n_tasks,), np.int32)
-    used = _zeros(spill, (n_tasks,), np.int32)
+    trial_tid = draw_dihedrals(rng, n_tasks, TRIAL_FACTOR * num_aug, spill)
+    acc = zeros(spill, (n_tasks, num_aug), np.int32)
+    acc_perm = zeros(spill, (n_tasks, num_aug, 9), np.uint8)
+    n_acc = zeros(spill, (n_tasks,), np.int32)
+    used = zeros(spill, (n_tasks,), np.int32)
     with ThreadPoolExecutor(AUGMENT_THREADS, thread_name_prefix="arc-augment") as pool:
         for lo in range(0, n_tasks, TASK_CHUNK):
             hi = min(n_tasks, lo + TASK_CHUNK)
@@ -316,97 +310,6 @@ def augment(grids: Grids, task_pairs: np.ndarray, trial_tid: np.ndarray, trial_p
 
     return augment_tasks(grids.cells, grids.offset, grids.shape, grids.pair_grids, task_pairs, trial_tid,
                          trial_perm, np.int64(num_aug))
-
-
-def _split_plan(test: bool, task_pairs: np.ndarray, num_demos: np.ndarray, is_eval: np.ndarray,
-                first_id: np.ndarray, num_puzzles: np.ndarray, spill: Spill | None = None) -> SplitPlan:
-    """One split's arrays, TASK_CHUNK tasks at a time: a pass that counts, then one that fills them
-    (in the spill, with `spill`). Its groups: train, every task (an evaluation task's demonstrations,
-    another's pairs); test, the evaluation tasks (their test pairs)."""
-    def chunks():
-        for lo in range(0, len(num_demos), TASK_CHUNK):
-            hi = min(len(num_demos), lo + TASK_CHUNK)
-            t, pair_lo, demos, ev = np.arange(lo, hi), task_pairs[lo:hi], num_demos[lo:hi], is_eval[lo:hi]
-            n_pairs = task_pairs[lo + 1:hi + 1] - pair_lo
-            if test:
-                t, pair_lo, pair_n = t[ev], pair_lo[ev] + demos[ev], n_pairs[ev] - demos[ev]
-            else:
-                pair_n = np.where(ev, demos, n_pairs)
-            yield t, pair_lo, pair_n, num_puzzles[t]
-            if spill is not None:
-                spill.release()
-
-    n_groups = n_puz = n_ex = n_pairs = 0
-    for t, _, pair_n, puz in chunks():
-        n_groups, n_puz, n_ex, n_pairs = n_groups + len(t), n_puz + int(puz.sum()), \
-            n_ex + int((pair_n * puz).sum()), n_pairs + int(pair_n.sum())
-    if n_ex >= 2**31:
-        raise OverflowError("more than 2**31 examples in one split")
-    sp = SplitPlan(_zeros(spill, (n_puz,), np.int32), _zeros(spill, (n_puz + 1,), np.int32),
-                   _zeros(spill, (n_groups + 1,), np.int32), _zeros(spill, (n_pairs,), np.int64),
-                   _zeros(spill, (n_groups + 1,), np.int64), _zeros(spill, (n_ex, 2), np.uint8))
-    g = p = e = q = 0
-    for t, pair_lo, pair_n, puz in chunks():
-        n, m, k = len(t), int(puz.sum()), int(pair_n.sum())
-        sp.group_indices[g + 1:g + n + 1] = p + np.cumsum(puz)
-        sp.puzzle_identifiers[p:p + m] = ranges(first_id[t], puz)
-        sp.puzzle_indices[p + 1:p + m + 1] = e + np.cumsum(np.repeat(pair_n, puz))
-        sp.group_pair_indices[g + 1:g + n + 1] = q + np.cumsum(pair_n)
-        sp.group_pairs[q:q + k] = ranges(pair_lo, pair_n)
-        g, p, e, q = g + n, p + m, e + int((pair_n * puz).sum()), q + k
-    return sp
-
-
-def _chunk_bounds(pi: np.ndarray, gi: np.ndarray, chunk: int) -> list[int]:
-    """Group bounds of chunks of about `chunk` examples (whole groups, one at least), found by
-    bisection (no array a group long)."""
-    n_groups = len(gi) - 1
-    bounds = [0]
-    while bounds[-1] < n_groups:
-        g0 = bounds[-1]
-        limit = int(pi[gi[g0]]) + chunk
-        lo, hi = g0, n_groups  # the first group that ends past limit
-        while lo < hi:
-            mid = (lo + hi) // 2
-            lo, hi = (mid + 1, hi) if int(pi[gi[mid + 1]]) <= limit else (lo, mid)
-        bounds.append(max(g0 + 1, lo))
-    return bounds
-
-
-def _translate(rng: np.random.Generator, sp: SplitPlan, grids: Grids, dihedral: np.ndarray,
-               chunk: int | None = None) -> None:
-    """Random offsets for every example but one per puzzle (HRM spec 1.5), in place: the example
-    left untranslated of every puzzle, every row offset, then every column offset, each drawn about
-    EXAMPLE_CHUNK examples or puzzles (whole groups) at a time, their sides computed for that chunk
-    (an array-bounded `integers` draws element after element from one stream, so chunks give what
-    one call gives)."""
-    e = sp.num_examples
-    if e == 0:
-        return
-    from arc_data.arc.kernels import example_sides  # lazy: numba kernels stay off viz-arc --help
-
-    chunk = chunk or EXAMPLE_CHUNK
-    pi, gi = sp.puzzle_indices, sp.group_indices
-    n_puz = len(sp.puzzle_identifiers)
-    keep = _zeros(grids.spill, (n_puz,), np.int64)  # the untranslated example of each puzzle
-    for lo in range(0, n_puz, chunk):
-        keep[lo:lo + chunk] = rng.integers(0, np.diff(pi[lo:lo + chunk + 1].astype(np.int64)))
-        grids.release()
-    bounds = _chunk_bounds(pi, gi, chunk)
-    for axis in (0, 1):  # rows, then columns: one stream, drawn a chunk at a time
-        for g0, g1 in zip(bounds[:-1], bounds[1:]):
-            p0, p1 = int(gi[g0]), int(gi[g1])
-            starts = pi[p0:p1 + 1].astype(np.int64)
-            e0, e1 = int(starts[0]), int(starts[-1])
-            sides = example_sides(sp.puzzle_identifiers[p0:p1], starts - e0, (gi[g0:g1 + 1] - p0).astype(gi.dtype),
-                                  sp.group_pairs, sp.group_pair_indices[g0:g1 + 1], grids.shape, grids.pair_grids,
-                                  dihedral, TRANSPOSING)
-            sp.offsets[e0:e1, axis] = rng.integers(0, MAX_SIDE - sides[axis] + 1).astype(np.uint8)
-            grids.release()
-    for lo in range(0, n_puz, chunk):
-        hi = min(n_puz, lo + chunk)
-        sp.offsets[pi[lo:hi].astype(np.int64) + keep[lo:hi]] = 0
-        grids.release()
 
 
 def check_request(tasks, num_aug: int, materialize: bool, out: Path) -> None:
@@ -437,9 +340,9 @@ def make_plan(tasks, num_aug: int, seed: int, spill: Spill | None = None) -> Pla
     num_puzzles, task_first_id, base_task, dihedral, colour_map = _id_table(trial_tid, acc, acc_perm, n_acc, spill)
     del trial_tid, acc, acc_perm
     is_eval = tasks.is_eval
-    splits = {split: _split_plan(split == "test", task_pairs, num_demos, is_eval, task_first_id, num_puzzles, spill)
-              for split in SPLITS}
-    _translate(rng, splits["train"], grids, dihedral)
+    splits = {split: split_plan(split == "test", task_pairs, num_demos, is_eval, task_first_id, num_puzzles, spill,
+                                TASK_CHUNK) for split in SPLITS}
+    translate(rng, splits["train"], grids.shape, grids.pair_grids, dihedral, spill, EXAMPLE_CHUNK)
     return Plan(tasks, grids, task_pairs, num_demos, base_task, dihedral, colour_map, task_first_id,
                 num_puzzles, used, splits)
 
@@ -451,15 +354,15 @@ def _id_table(trial_tid: np.ndarray, acc: np.ndarray, acc_perm: np.ndarray, n_ac
     Row 0 is the blank; then per task its original (tid 0, identity) and its accepted trials, in
     the order accepted."""
     n_tasks = len(n_acc)
-    num_puzzles, task_first_id = _zeros(spill, (n_tasks,), np.int64), _zeros(spill, (n_tasks,), np.int64)
+    num_puzzles, task_first_id = zeros(spill, (n_tasks,), np.int64), zeros(spill, (n_tasks,), np.int64)
     num_ids = 1
     for lo in range(0, n_tasks, TASK_CHUNK):
         n = 1 + n_acc[lo:lo + TASK_CHUNK].astype(np.int64)
         num_puzzles[lo:lo + TASK_CHUNK] = n
         task_first_id[lo:lo + TASK_CHUNK] = num_ids + np.cumsum(n) - n
         num_ids += int(n.sum())
-    base_task, dihedral = _zeros(spill, (num_ids,), np.int32), _zeros(spill, (num_ids,), np.uint8)
-    colour_map = _zeros(spill, (num_ids, 10), np.uint8)
+    base_task, dihedral = zeros(spill, (num_ids,), np.int32), zeros(spill, (num_ids,), np.uint8)
+    colour_map = zeros(spill, (num_ids, 10), np.uint8)
     base_task[0], colour_map[0] = -1, np.arange(10)
     for lo in range(0, n_tasks, TASK_CHUNK):
         hi = min(n_tasks, lo + TASK_CHUNK)

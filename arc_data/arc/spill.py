@@ -7,6 +7,8 @@ not) behind one shared memory map. The generated readers append each unit's cell
 walks the grids a chunk at a time (augmentation, encoding, writing the compact grids) calls
 `release()` after each chunk: the resident pages of the map are handed back (`MADV_DONTNEED`; the
 data stays in the file, through the page cache), so the peak holds a chunk's grids, not all of them.
+The per-task and per-unit columns of a generated source's table (`tasktable.py`) and the plan's
+arrays (`plan.py`) are kept there too: `zeros` allocates an array in it, `Appender` grows one.
 """
 
 from __future__ import annotations
@@ -19,6 +21,29 @@ from pathlib import Path
 import numpy as np
 
 SAVE_CHUNK = 1 << 24  # bytes of a spilled array written to an .npz between two releases
+APPEND_BLOCK = 1 << 16  # items an `Appender` holds in memory before writing them to the spill
+
+
+_MALLOC_TRIM: list = []  # [glibc's malloc_trim, or None where there is none], found at the first call
+
+
+def trim_heap() -> None:
+    """Hand malloc's free heap pages back to the system (glibc's `malloc_trim(0)`; nothing elsewhere).
+    Why: glibc serves a block above its mmap threshold from a map of its own, returned when freed,
+    but raises that threshold to the size of each such block freed (up to 32 MB), so once a source
+    file's bytes or a chunk's arrays have been freed, the later chunks' arrays come from the heap,
+    whose free pages stay resident, more of them the longer the build (docs/generated-tasks.md,
+    "What grows with the source"). Called with each `release`: a chunk's arrays are freed by then,
+    and a call costs about 30 us when there is little to hand back."""
+    if not _MALLOC_TRIM:
+        import ctypes  # lazy: build-arc --help does not load it
+
+        try:
+            _MALLOC_TRIM.append(ctypes.CDLL(None).malloc_trim)
+        except (OSError, AttributeError, TypeError):  # not glibc
+            _MALLOC_TRIM.append(None)
+    if _MALLOC_TRIM[0] is not None:
+        _MALLOC_TRIM[0](0)
 
 
 class Spill:
@@ -57,14 +82,78 @@ class Spill:
         return self._view
 
     def release(self) -> None:
-        """Hand the map's resident pages back (their data stays in the file)."""
+        """Hand the map's resident pages back (their data stays in the file), and malloc's free ones
+        (`trim_heap`)."""
         for m in self._maps:
             m.madvise(mmap.MADV_DONTNEED)
+        trim_heap()
 
     def close(self) -> None:
         self._view = None
         self._maps.clear()  # a map still viewed by an array lives on until that array goes
         self._file.close()
+
+
+def zeros(spill: Spill | None, shape: tuple[int, ...], dtype) -> np.ndarray:
+    """np.zeros, or a zeroed array of that shape in the spill (its pages released as the rest)."""
+    if spill is None:
+        return np.zeros(shape, dtype)
+    n = int(np.prod(shape))
+    return spill.allocate(n * np.dtype(dtype).itemsize).view(dtype).reshape(shape)
+
+
+def converted(arr: np.ndarray, dtype, spill: Spill | None) -> np.ndarray:
+    """`arr.astype(dtype)` (1-d), or that array in the spill, converted SAVE_CHUNK bytes at a time."""
+    if spill is None:
+        return arr.astype(dtype)
+    out = zeros(spill, arr.shape, dtype)
+    step = max(1, SAVE_CHUNK // out.itemsize)
+    for lo in range(0, len(arr), step):
+        out[lo:lo + step] = arr[lo:lo + step]
+        spill.release()
+    return out
+
+
+class Appender:
+    """A 1-d array of unknown length built by appending, in the spill: at most `block` items in
+    memory, each full block written to the end of the file; `finish()` copies the blocks, one at a
+    time, into one array allocated in the spill (pages released after each), and returns it."""
+
+    def __init__(self, spill: Spill, dtype, block: int | None = None) -> None:
+        self.spill, self.dtype = spill, np.dtype(dtype)
+        self._buf = np.empty(block or APPEND_BLOCK, self.dtype)
+        self._n = 0  # items in _buf
+        self._blocks: list[int] = []  # where each full block starts in the spill
+        self.length = 0
+
+    def extend(self, values) -> None:
+        values = np.asarray(values, self.dtype).reshape(-1)
+        while len(values):
+            k = min(len(values), len(self._buf) - self._n)
+            self._buf[self._n:self._n + k] = values[:k]
+            self._n, self.length, values = self._n + k, self.length + k, values[k:]
+            if self._n == len(self._buf):
+                self._blocks.append(self.spill.append(self._buf.view(np.uint8), align=self.dtype.itemsize))
+                self._n = 0
+
+    def append(self, value) -> None:
+        if self._n + 1 < len(self._buf):  # the usual case, without numpy's per-call cost of extend
+            self._buf[self._n] = value
+            self._n += 1
+            self.length += 1
+        else:
+            self.extend([value])
+
+    def finish(self) -> np.ndarray:
+        out = zeros(self.spill, (self.length,), self.dtype)
+        step = len(self._buf)
+        for k, at in enumerate(self._blocks):
+            out[k * step:(k + 1) * step] = self.spill.cells()[at:at + self._buf.nbytes].view(self.dtype)
+            self.spill.release()
+        out[len(self._blocks) * step:] = self._buf[:self._n]
+        self._buf = np.empty(0, self.dtype)  # the block buffer freed (a slice of it would keep it)
+        self.spill.release()
+        return out
 
 
 class Column:

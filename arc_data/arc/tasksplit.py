@@ -30,7 +30,7 @@ import dataclasses
 import numpy as np
 
 from arc_data.arc.sources import Task
-from arc_data.arc.tasktable import TaskList
+from arc_data.arc.tasklist import TaskList
 from arc_data.errors import ArcError
 
 LABEL_MODES = ("required", "optional")
@@ -59,9 +59,11 @@ def mode_line(tasks, where: str) -> str:
     """One line saying whether a build is labelled: every test input scored, or some not."""
     tl = TaskList.of(tasks)
     unl = unlabelled_tasks(tl)
-    tests = int(tl.num_test[tl.is_eval].sum())
     if not unl:
         return f"build-arc: {where}: labelled build (every test input has its solution; accuracy is computed)"
+    tests, lo, ev = 0, 0, tl.is_eval  # the evaluation tasks' test pairs, a chunk of tasks at a time
+    for _, n_test in tl.count_chunks(1 << 16):
+        tests, lo = tests + int(n_test[ev[lo:lo + len(n_test)]].sum()), lo + len(n_test)
     missing = sum(out is None for t in tl.lists() for _, out in t.test)
     shown = ", ".join(unl[:3]) + (", ..." if len(unl) > 3 else "")
     return (f"build-arc: {where}: UNLABELLED build: {missing} of {tests} test inputs have no solution "
@@ -78,6 +80,8 @@ def split_tasks(tasks, names: list[str], fraction: float, pool: str, seed: int) 
     if not (isinstance(fraction, (int, float)) and 0.0 <= fraction <= 1.0):
         raise ArcError(f"holdout_fraction={fraction!r}: must be in [0, 1]")
     tl = TaskList.of(tasks)
+    if not names and fraction == 0:
+        return tl, TaskList([])  # nothing held out (no mask a task long)
     wanted = set(names)
     found = {n: i for i, n in enumerate(tl.names()) if n in wanted} if wanted else {}
     unknown = [n for n in names if n not in found]
