@@ -311,11 +311,14 @@ def _reference_augment(task, tids, perms, num_aug):
 
 
 def test_augment_kernel_equals_reference(src):
-    from arc_data.arc.plan import augment, draw_trials, pack_grids
+    from arc_data.arc.kernels import permuted_colours
+    from arc_data.arc.plan import TRIAL_FACTOR, augment, draw_dihedrals, pack_grids
 
     tasks, _ = load_sources([str(src)])
     grids, task_pairs, _ = pack_grids(tasks)
-    tids, perms = draw_trials(np.random.default_rng(5), len(tasks), NUM_AUG)
+    rng = np.random.default_rng(5)
+    tids = draw_dihedrals(rng, len(tasks), TRIAL_FACTOR * NUM_AUG, None)
+    perms = permuted_colours(rng, (len(tasks), TRIAL_FACTOR * NUM_AUG))
     acc, n_acc, _ = augment(grids, task_pairs, tids, perms, NUM_AUG)
     for t, task in enumerate(tasks):
         ref = _reference_augment(task, tids[t], perms[t], NUM_AUG)

@@ -239,14 +239,6 @@ def _parts(tl: TaskList, spill: Spill | None):
                 spill.release()
 
 
-def draw_trials(rng: np.random.Generator, num_tasks: int, num_aug: int) -> tuple[np.ndarray, np.ndarray]:
-    from arc_data.arc.kernels import permuted_colours  # lazy: numba kernels stay off viz-arc --help
-
-    n = TRIAL_FACTOR * num_aug
-    tids = rng.integers(0, 8, size=(num_tasks, n), dtype=np.uint8)
-    return tids, permuted_colours(rng, (num_tasks, n))
-
-
 def draw_dihedrals(rng: np.random.Generator, num_tasks: int, num_trials: int, spill: Spill | None) -> np.ndarray:
     """RNG step 1, `rng.integers(0, 8, size=(num_tasks, num_trials), dtype=np.uint8)`, drawn a multiple
     of 4 rows at a time (TASK_CHUNK rounded up), into the spill with `spill`. numpy draws a bounded
