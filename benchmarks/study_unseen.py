@@ -66,6 +66,7 @@ MODELS = {  # the tiny flavours of docs/results.md section 4.7 (HRM) and its TRM
     "loopvit": ["experiment=loopvit_tiny_cpu", "model.block=vanilla", "scaling=deeploop", "model.num_loops=6"],
 }
 VIT = "loopvit"
+THREADS = [1]  # torch threads of every command (--threads): a perturbation of the float sums' order
 
 
 def pretraining_tasks(max_side: int = 6) -> list[str]:
@@ -89,7 +90,7 @@ def write_tasks(folder: Path, ids: list[str]) -> None:
 
 def cli(args: list[str], log: dict, label: str) -> None:
     """Run `hrm-deeploop ARGS` in its own process; record wall time and peak RSS under `label`."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", WANDB_MODE="disabled",
+    env = dict(os.environ, OMP_NUM_THREADS=str(THREADS[0]), WANDB_MODE="disabled",
                PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cmd = [sys.executable, "-m", "hrm_deeploop.cli", *args]
     t0 = time.perf_counter()
@@ -285,9 +286,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--family-protocols", default="ce", help="which of (a)-(c), (e) to run on the unseen families")
     ap.add_argument("--fit", action="store_true",
                     help="score the pretrained model on its ARC-1 pretraining tasks' test inputs (how well it fits them)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads of every command (1: the recorded runs; 2: the same run with its sums in "
+                         "another order, a perturbation)")
     ap.add_argument("--quick", action="store_true", help="3 + 2 tasks, 4 steps: time and memory at tiny size")
     args = ap.parse_args(argv)
     vit = args.model == VIT
+    THREADS[0] = args.threads
     if args.max_side is None:
         args.max_side = 14 if vit else 30
     if vit and "b" in args.protocols + args.family_protocols:
@@ -384,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
                 ttt_steps = args.ttt_steps or max(1, args.adapt_steps // num_tasks)
                 cli(["ttt", f"checkpoint={r / 'pretrain'}", f"challenges={challenges}", f"output_dir={r / key}",
                      f"steps={ttt_steps}", "batch=8", f"num_aug={args.num_aug}", f"lr={args.lr}", f"seed={seed}",
-                     "workers=1", "threads=1", "device=cpu", "progress=false", f"passes={args.passes}",
+                     "workers=1", f"threads={THREADS[0]}", "device=cpu", "progress=false", f"passes={args.passes}",
                      "train_overrides=['optim.warmup_steps=5','checkpoint.every=0']"], t,
                     f"ttt ({key}), {ttt_steps} steps a task")
                 run[key] = submission_scores(r / key / "submission.json", challenges)
