@@ -1,4 +1,14 @@
-"""`njit` for every kernel of arc_data (and eval's), plus one console line before the first compile.
+"""`njit` for every kernel of arc_data (and eval's): numba is imported when a kernel first runs, not
+when its module is imported; one console line before the first compile; and the builder's hot
+kernels run from their ahead-of-time module when it is there (`arc_data.native`), so that a warm
+`build-arc` never imports numba (its import and CPU-target start-up are about a quarter second).
+
+`njit(...)` gives a `Kernel`: a stand-in that forwards every call. At the first call that needs
+numba (any kernel without a native export, or a call whose argument types the export was not
+compiled for), every kernel made so far becomes its numba dispatcher at once, and each module
+global that named a stand-in is rebound to the dispatcher, so that numba, compiling one kernel,
+finds the others as dispatchers (and inlines the `inline="always"` ones) exactly as with plain
+`numba.njit`. Kernels decorated after that are numba dispatchers from the start.
 
 numba compiles a `cache=True` kernel the first time it runs on a machine (up to half a minute for a
 whole command, before any output) and loads it from its cache (`__pycache__` beside the module, or
@@ -10,9 +20,17 @@ cold cache, why the command is silent.
 from __future__ import annotations
 
 import sys
+import threading
 
-from numba import njit
-from numba.core import event
+from arc_data import native
+
+__all__ = ["Kernel", "dispatchers", "njit"]
+
+NOTICE = "compiling numba kernels once (up to ~30 s on a first run); they are cached for next time"
+
+_made: list[Kernel] = []  # every stand-in, in the order made
+_numba_njit = None  # numba.njit once imported
+_lock = threading.RLock()
 
 
 def _import_numba() -> None:
@@ -43,27 +61,94 @@ def _import_numba() -> None:
             del sys.modules[name]
 
 
-_import_numba()
+def _say_first_compile() -> None:
+    """Print NOTICE to stderr at the first compile of the process (a listener on numba's event)."""
+    from numba.core import event  # lazy: numba is imported by now
 
-__all__ = ["njit"]
+    class FirstCompile(event.Listener):
+        said = False
 
-NOTICE = "compiling numba kernels once (up to ~30 s on a first run); they are cached for next time"
+        def on_start(self, ev) -> None:
+            if not self.said:
+                self.said = True
+                print(NOTICE, file=sys.stderr, flush=True)
 
+        def on_end(self, ev) -> None:
+            pass
 
-class _FirstCompile(event.Listener):
-    """Prints NOTICE to stderr at the first compile of the process, then unregisters itself."""
-
-    def __init__(self) -> None:
-        self.said = False
-
-    def on_start(self, ev: event.Event) -> None:
-        if not self.said:
-            self.said = True
-            print(NOTICE, file=sys.stderr, flush=True)
-
-    def on_end(self, ev: event.Event) -> None:
-        pass
+    event.register("numba:compile", FirstCompile())
 
 
-_listener = _FirstCompile()
-event.register("numba:compile", _listener)
+def dispatchers():
+    """Import numba (once) and turn every stand-in into its dispatcher; returns `numba.njit`."""
+    global _numba_njit
+    with _lock:
+        if _numba_njit is not None:
+            return _numba_njit
+        _import_numba()
+        from numba import njit as numba_njit  # lazy: numba only when a kernel needs it
+        _say_first_compile()
+        for k in _made:
+            k._dispatcher = numba_njit(**k.options)(k.py_func)
+        by_id = {id(k): k._dispatcher for k in _made}
+        for mod in list(sys.modules.values()):  # every global naming a stand-in: its dispatcher
+            names = getattr(mod, "__dict__", None)
+            if not isinstance(names, dict):
+                continue
+            for name, value in list(names.items()):
+                if type(value) is Kernel:
+                    names[name] = by_id[id(value)]
+        _numba_njit = numba_njit
+        return numba_njit
+
+
+class Kernel:
+    """A numba kernel not compiled yet: calls go to its native export (`arc_data.native`) when it
+    has one for these argument types, else to its numba dispatcher (made on first need)."""
+
+    def __init__(self, func, options: dict) -> None:
+        self.py_func = func
+        self.options = options
+        self._dispatcher = None
+        self._native = native.UNRESOLVED if native.listed(func) else None
+        self.__name__, self.__qualname__ = func.__name__, func.__qualname__
+        self.__module__, self.__doc__, self.__wrapped__ = func.__module__, func.__doc__, func
+
+    @property
+    def dispatcher(self):
+        if self._dispatcher is None:
+            dispatchers()
+        return self._dispatcher
+
+    def __call__(self, *args, **kwargs):
+        fn = self._native
+        if fn is native.UNRESOLVED:
+            fn = self._native = native.function(self.py_func)
+        if fn is not None and not kwargs and fn.accepts(args):
+            return fn(*args)
+        return self.dispatcher(*args, **kwargs)
+
+    def __getattr__(self, name):  # the dispatcher's own attributes (signatures, overloads, ...)
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.dispatcher, name)
+
+    def __repr__(self) -> str:
+        return f"<kernel {self.__module__}.{self.__qualname__}>"
+
+
+def njit(*args, **options):
+    """`numba.njit`, deferred: `@njit(cache=True, ...)` (or bare `@njit`) gives a `Kernel`, or the
+    numba dispatcher itself once numba is imported."""
+    if args and callable(args[0]) and len(args) == 1 and not options:
+        return njit()(args[0])
+
+    def wrap(func):
+        with _lock:
+            if _numba_njit is not None:
+                return _numba_njit(**options)(func)
+            k = Kernel(func, options)
+            _made.append(k)
+            return k
+
+    return wrap

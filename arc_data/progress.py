@@ -7,12 +7,16 @@ import sys
 from pathlib import Path
 
 
-def package_version() -> str:
+def package_version(name: str = "hrm-deeploop") -> str:
+    """The installed version of `name` (this package by default, read from pyproject.toml in a
+    source checkout that is not installed); "unknown" when there is none."""
     try:
         from importlib.metadata import version  # lazy: `build-arc --help` skips it
 
-        return version("hrm-deeploop")
+        return version(name)
     except Exception:  # not installed (a source checkout): read pyproject.toml
+        if name != "hrm-deeploop":
+            return "unknown"
         try:
             import tomllib  # lazy: `build-arc --help` skips it
 

@@ -118,6 +118,7 @@ def compare(args, work: Path) -> None:
         order = ["ours", "HRM"] if r % 2 == 0 else ["HRM", "ours"]
         for who in order:
             out = work / who
+            os.sync()  # the other builder's writes on disk first: each build starts with no write-back pending
             if who == "ours":
                 res = run_build([str(raw)], out, args.num_aug, True, args.seed)
             else:

@@ -15,7 +15,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numba
 import numpy as np
 
 from arc_data import format as fmt
@@ -359,7 +358,7 @@ def manifest_dict(cfg: BuildConfig, infos: list[SourceInfo], plan: Plan, counts:
         "task": "arc",
         "layout": "materialized" if cfg.materialize else "compact",
         "package": {"name": "hrm-deeploop", "version": package_version()},
-        "versions": {"numpy": np.__version__, "numba": numba.__version__,
+        "versions": {"numpy": np.__version__, "numba": package_version("numba"),
                      "python": sys.version.split()[0]},
         "options": asdict(cfg),
         "rng": f"numpy.random.Generator(PCG64({cfg.seed}))",

@@ -13,16 +13,16 @@ problem; so this scanner never decides what is an error, only how fast a clean f
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
 from arc_data.format import MAX_SIDE
+from arc_data.jit import njit
 
 _INPUT = np.frombuffer(b'"input"', np.uint8)
 _OUTPUT = np.frombuffer(b'"output"', np.uint8)
 
 
-@nb.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _ws(buf, i):
     n = len(buf)
     while i < n and (buf[i] == 32 or buf[i] == 10 or buf[i] == 13 or buf[i] == 9):
@@ -30,7 +30,7 @@ def _ws(buf, i):
     return i
 
 
-@nb.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _word(buf, i, word):
     if i + len(word) > len(buf):
         return False
@@ -40,7 +40,7 @@ def _word(buf, i, word):
     return True
 
 
-@nb.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _grid(buf, i, cells, nc, shapes, g):
     """Parse one grid at buf[i] ('['); cells appended from nc. Returns (next i, new nc) or (-1, 0)."""
     n = len(buf)
@@ -86,7 +86,7 @@ def _grid(buf, i, cells, nc, shapes, g):
         return -1, 0
 
 
-@nb.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def scan_pairs(buf, cells, shapes, swapped):
     """buf: uint8 file bytes. Fills cells (uint8, >= len(buf)//2 + 1), shapes (int64 [>= len(buf)//8 + 2, 2]:
     grid g = 2*pair + (0 input, 1 output as written), swapped (bool [pairs]: "output" came first).

@@ -21,19 +21,19 @@ The build's task list over tables and plain lists is `tasklist.TaskList`.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from arc_data.arc.sources import Task
 from arc_data.arc.spill import Appender, Spill
 from arc_data.errors import ArcError, DatasetError
 from arc_data.files.names import check_task_name
+from arc_data.jit import njit
 
 OWN_NAME = -1  # unit_imit of a unit that imitates the task it is named after (a RE-ARC / ARC-GEN file)
 SORTED_TASKS = 10_000  # tasks a unit may have with its names in order (`-9999` sorts after `-10000`)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def copy_runs(src: np.ndarray, src_start: np.ndarray, dst: np.ndarray, dst_start: np.ndarray,
               size: np.ndarray) -> None:  # pragma: no cover - numba
     """dst[dst_start[i]: + size[i]] = src[src_start[i]: + size[i]] for every i."""

@@ -10,11 +10,11 @@ check that both agree.
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
 from arc_data.format import COLOUR_OFFSET, MAX_SIDE, crop, inverse_dihedral, invert_augmentation
 from arc_data.grid_key import mix, start
+from arc_data.jit import njit
 
 # Dihedral ids whose output swaps rows and columns.
 _TRANSPOSING = (1, 3, 6, 7)
@@ -40,7 +40,7 @@ def grid_of_shape(tokens: np.ndarray, tid: int, inv_colour: np.ndarray, shape: t
 # ---------------------------------------------------------------- numba kernels
 
 
-@nb.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _crop_shape(tokens, i):
     """HRM crop rule on tokens row i: (rows, cols) of the largest top-left all-colour rectangle."""
     best_area, best_r, best_w = 0, 0, 0
@@ -60,7 +60,7 @@ def _crop_shape(tokens, i):
     return best_r, best_w
 
 
-@nb.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _source(tid, a, b, nr, nc):
     """Cell (a, b) of the original frame (nr x nc) sits at this cell of dihedral(original, tid)."""
     if tid == 1:  # rot90 ccw: out[i, j] = in[j, W-1-i]
@@ -80,7 +80,7 @@ def _source(tid, a, b, nr, nc):
     return a, b
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _decode_keys(tokens, rows, table_row, dihedral, inv_colour, keys, shapes):
     # One thread: a row takes about 0.4 us (ARC-1 at num_aug 300: 252k rows in 0.1 s); numba's
     # thread pool measured no faster on two cores and would not be fork-safe.
