@@ -4,11 +4,13 @@
     PYTHONPATH=. python benchmarks/bench_arc_build.py                       # ARC-AGI-1, num_aug=1000
     PYTHONPATH=. python benchmarks/bench_arc_build.py --sources arc1 /path/arc-agi_concept_challenges.json
     PYTHONPATH=. python benchmarks/bench_arc_build.py --reference benchmarks/out/hrm-reference --num-aug 200 --repeats 3
+    PYTHONPATH=. python benchmarks/bench_arc_build.py --reference benchmarks/out/hrm-reference --num-aug 200 --jit-too
 
 Each build runs in its own subprocess (`python -m hrm_deeploop.cli build-arc ...`, so CLI and
 import costs count); its peak RSS is the child's `ru_maxrss` from `os.wait4` (which covers the
 child and any processes it waited for). A tiny warm-up build first fills numba's cache, so the
-timed builds do not include JIT compilation (a fresh checkout compiles once, ~10-20 s).
+timed builds do not include JIT compilation (a fresh checkout compiles once, ~10-20 s) nor the
+ahead-of-time module's (arc_data/native.py, ~4 s once); `--jit-too` times ours without that module too.
 Reference (HRM spec 1.8, same 2-core machine): HRM's builder took 462 s / 12.3 GB for ARC-AGI-1 and
 526 s / 21 GB with ConceptARC.
 
@@ -48,9 +50,9 @@ ref.convert_dataset(ref.DataProcessConfig(dataset_dirs=[{raw!r}], output_dir={ou
 """
 
 
-def run_child(cmd: list[str]) -> tuple[float, object, str]:
+def run_child(cmd: list[str], extra_env: dict | None = None) -> tuple[float, object, str]:
     """Run `cmd`; (wall seconds, its own rusage, stdout). Exits with its stderr if it fails."""
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), **(extra_env or {}))
     t0 = time.perf_counter()
     with tempfile.TemporaryFile("w+") as fo, tempfile.TemporaryFile("w+") as fe:
         proc = subprocess.Popen(cmd, env=env, stdout=fo, stderr=fe)
@@ -64,13 +66,15 @@ def run_child(cmd: list[str]) -> tuple[float, object, str]:
     return wall, usage, out_text
 
 
-def run_build(sources: list[str], out: Path, num_aug: int, materialize: bool, seed: int) -> dict:
+def run_build(sources: list[str], out: Path, num_aug: int, materialize: bool, seed: int, jit: bool = False) -> dict:
+    """One build in its own process; `jit`: with the builder's kernels through numba's JIT
+    (HRM_DEEPLOOP_NATIVE=0) instead of their ahead-of-time module (arc_data/native.py)."""
     cmd = [
         sys.executable, "-m", "hrm_deeploop.cli", "build-arc",
         f"sources=[{','.join(sources)}]", f"output_dir={out}", f"num_aug={num_aug}", f"seed={seed}",
         f"materialize={str(materialize).lower()}", "overwrite=true", "progress=false",
     ]
-    wall, usage, out_text = run_child(cmd)
+    wall, usage, out_text = run_child(cmd, {"HRM_DEEPLOOP_NATIVE": "0"} if jit else None)
     manifest = json.loads((out / "manifest.json").read_text())
     examples = sum(c["examples"] for c in manifest["counts"].values())
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
@@ -111,16 +115,20 @@ def compare(args, work: Path) -> None:
                          f"print(write_raw(__import__('pathlib').Path({str(raw)!r}), {list(args.sources)!r}))"])
     run_build([str(raw)], work / "warmup", 1, True, args.seed)  # numba cache, page cache of the raw files
     shutil.rmtree(work / "warmup")
-    runs: dict[str, list[dict]] = {"ours": [], "HRM": []}
+    if args.jit_too:
+        run_build([str(raw)], work / "warmup", 1, True, args.seed, jit=True)
+        shutil.rmtree(work / "warmup")
+    sides = ["ours", "JIT", "HRM"] if args.jit_too else ["ours", "HRM"]
+    runs: dict[str, list[dict]] = {who: [] for who in sides}
     loads = []
     for r in range(args.repeats):
         loads.append(os.getloadavg()[0])
-        order = ["ours", "HRM"] if r % 2 == 0 else ["HRM", "ours"]
+        order = sides if r % 2 == 0 else sides[::-1]
         for who in order:
             out = work / who
             os.sync()  # the other builder's writes on disk first: each build starts with no write-back pending
-            if who == "ours":
-                res = run_build([str(raw)], out, args.num_aug, True, args.seed)
+            if who != "HRM":
+                res = run_build([str(raw)], out, args.num_aug, True, args.seed, jit=who == "JIT")
             else:
                 res = run_reference(ref_dir, raw, out, args.num_aug, args.seed)
             runs[who].append(res)
@@ -131,11 +139,12 @@ def compare(args, work: Path) -> None:
           f"folder, num_aug={args.num_aug}, seed={args.seed}, {args.repeats} interleaved repetitions "
           f"(1-min load average {min(loads):.2f}-{max(loads):.2f}); median (min-max)")
     for key, label in (("wall_s", "wall s"), ("cpu_s", "cpu s"), ("peak_rss_gb", "peak RSS GB")):
-        ours = [x[key] for x in runs["ours"]]
         ref = [x[key] for x in runs["HRM"]]
-        print(f"{label:<12} ours {spread(ours):<24} HRM {spread(ref):<26} "
-              f"ratio HRM/ours {statistics.median(ref) / statistics.median(ours):.1f}x (of medians), "
-              f"{min(ref) / min(ours):.1f}x (of minima)")
+        for who in sides[:-1]:
+            ours = [x[key] for x in runs[who]]
+            print(f"{label:<12} {who:<4} {spread(ours):<24} HRM {spread(ref):<26} "
+                  f"ratio HRM/{who} {statistics.median(ref) / statistics.median(ours):.1f}x (of medians), "
+                  f"{min(ref) / min(ours):.1f}x (of minima)")
 
 
 def main() -> None:
@@ -148,6 +157,8 @@ def main() -> None:
     ap.add_argument("--reference", type=Path, default=None,
                     help="a checkout of github.com/sapientinc/HRM: time its builder against ours instead")
     ap.add_argument("--repeats", type=int, default=3, help="interleaved repetitions with --reference")
+    ap.add_argument("--jit-too", action="store_true",
+                    help="with --reference: also time ours with the kernels through numba's JIT (HRM_DEEPLOOP_NATIVE=0)")
     args = ap.parse_args()
 
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="bench-arc-"))
