@@ -116,3 +116,33 @@ def test_every_listed_kernel_exists_with_its_arity_and_the_key_follows_the_sourc
     kernels = copy / "arc" / "kernels.py"
     kernels.write_text(kernels.read_text() + "\n# changed\n")
     assert native.key() != before
+
+
+@pytest.mark.skipif(not CAN_COMPILE, reason="no C compiler or no Python headers: the JIT runs the kernels")
+def test_two_processes_compiling_at_once_and_one_interrupted_leave_one_module(tmp_path):
+    import signal
+
+    raw = write_layout(tmp_path / "raw", {"training": synthetic_tasks()["training"]})
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    setup = f"native.folder = lambda: Path({str(cache)!r})"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-c", BUILD.format(setup=setup), str(raw)]
+    # Ctrl-C while the module compiles: nothing is left in the cache, and the next run compiles it
+    proc = subprocess.Popen([*cmd, str(tmp_path / "int")], cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:
+        if "compiling the builder's kernels" in line:
+            proc.send_signal(signal.SIGINT)
+            break
+    proc.communicate(timeout=300)
+    assert proc.returncode != 0
+    assert list(cache.iterdir()) == [] and not (tmp_path / "int").exists()
+    # two at once: both build with the module, one module is kept
+    procs = [subprocess.Popen([*cmd, str(tmp_path / f"out{i}")], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for i in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-2000:]
+        assert "numba imported: False" in out, err
+    assert [p.name.startswith(native.NAME) and p.suffix == ".so" for p in cache.iterdir()] == [True]
+    assert _digests(tmp_path / "out0") == _digests(tmp_path / "out1")
