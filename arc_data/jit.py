@@ -129,7 +129,7 @@ class Kernel:
         return self.dispatcher(*args, **kwargs)
 
     def __getattr__(self, name):  # the dispatcher's own attributes (signatures, overloads, ...)
-        if name.startswith("__"):
+        if name.startswith("_"):  # this object's own (and a half-made one's): never the dispatcher's
             raise AttributeError(name)
         return getattr(self.dispatcher, name)
 
