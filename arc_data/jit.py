@@ -74,17 +74,17 @@ def _say_first_compile() -> None:
                 print(NOTICE, file=sys.stderr, flush=True)
 
         def on_end(self, ev) -> None:
-            pass
+            """Nothing at a compile's end (numba's Listener asks for both)."""
 
     event.register("numba:compile", FirstCompile())
 
 
-def dispatchers():
-    """Import numba (once) and turn every stand-in into its dispatcher; returns `numba.njit`."""
+def dispatchers() -> None:
+    """Import numba (once) and turn every stand-in into its dispatcher."""
     global _numba_njit
     with _lock:
         if _numba_njit is not None:
-            return _numba_njit
+            return
         _import_numba()
         from numba import njit as numba_njit  # lazy: numba only when a kernel needs it
         _say_first_compile()
@@ -99,7 +99,6 @@ def dispatchers():
                 if type(value) is Kernel:
                     names[name] = by_id[id(value)]
         _numba_njit = numba_njit
-        return numba_njit
 
 
 class Kernel:

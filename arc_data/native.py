@@ -14,6 +14,7 @@ The bytes written are the same either way (tests/test_native.py).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.machinery
@@ -147,10 +148,8 @@ def _load():
         if reason is not None:
             _say(f"could not compile the builder's kernels ahead of time ({reason}); numba's JIT runs them "
                  f"(about 0.25 s more start-up a command; the reason is kept in {failed}: delete it to try again)")
-            try:
+            with contextlib.suppress(OSError):  # said above; if it cannot be kept, tried again next time
                 _write_atomic(failed, reason.encode() + b"\n")
-            except OSError:
-                pass  # said above; tried again next time
             return None
     try:
         loader = importlib.machinery.ExtensionFileLoader(name, str(path))
@@ -167,10 +166,15 @@ def _say(line: str) -> None:
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
+    """`data` at `path`, whole or not at all. Not `files.atomic.atomic_file`: its one `<path>.tmp`
+    would be shared by two processes compiling at once (one could load the other's half-written
+    module), and importing its module costs about 50 ms on the start-up this file exists to cut."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+            f.flush()
+            os.fsync(f.fileno())  # a power cut leaves the old name or the whole module, never a torn one
         os.chmod(tmp, 0o755 if path.suffix != ".failed" else 0o644)
         os.replace(tmp, path)
     except BaseException:
