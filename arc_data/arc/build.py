@@ -317,7 +317,7 @@ def _build_with(cfg: BuildConfig, spill: Spill | None) -> BuildSummary:
         }
         extra = {"test_labels": {"mode": "unlabelled" if unlabelled_tasks(job_tasks) else "labelled",
                                  "unlabelled_tasks": unlabelled_tasks(job_tasks)},
-                 "task_split": split_info}
+                 "task_split": split_info, "imitated_tasks": job_tasks.imitated()}  # strict checks read it
         prepared.append((tgt, job_tasks, plan, counts, short, manifest_dict(cfg, infos, plan, counts, short) | extra))
 
     # Every dataset is staged first, then all are published or none (a race on one takes back the others).

@@ -187,6 +187,22 @@ class TaskList:
                 out.append(np.array([bool(held.intersection(p.source[int(r)].imitates)) for r in p.rows], bool))
         return np.concatenate(out) if out else np.zeros(0, bool)
 
+    def imitated(self) -> dict[str, int]:
+        """Real ARC task id -> how many generated tasks of the list imitate it (`Task.imitates`), sorted
+        by id: what the build's manifest records (`imitated_tasks`) for the strict protocol's check."""
+        out: dict[str, int] = {}
+        for p in self.parts:
+            if isinstance(p.source, TaskTable):
+                for lo in range(0, len(p.rows), ROW_CHUNK):
+                    for tid, n in p.source.imitated(p.rows[lo:lo + ROW_CHUNK]).items():
+                        out[tid] = out.get(tid, 0) + n
+                    p.source.spill.release()
+            else:
+                for r in p.rows:
+                    for tid in p.source[int(r)].imitates:
+                        out[tid] = out.get(tid, 0) + 1
+        return dict(sorted(out.items()))
+
     def take(self, keep: np.ndarray, is_eval: np.ndarray | None = None) -> TaskList:
         """The tasks where `keep` (bool, one a task) holds, in order; is_eval replaced where given."""
         ev = self.is_eval if is_eval is None else is_eval

@@ -198,6 +198,16 @@ class TaskTable:
             out[own] = np.array([self._unit_name(x) in held for x in u.tolist()], bool)[inverse]
         return out
 
+    def imitated(self, rows: np.ndarray) -> dict[str, int]:
+        """Real ARC task id -> how many of `rows`' tasks imitate it (a chunk of rows at a time)."""
+        units, counts = np.unique(self.unit[rows], return_counts=True)
+        out: dict[str, int] = {}
+        for u, n in zip(units.tolist(), counts.tolist()):
+            k = int(self.unit_imit[u])
+            for tid in (self._unit_name(u),) if k == OWN_NAME else self.imitations[k]:
+                out[tid] = out.get(tid, 0) + n
+        return out
+
     def grid_entries(self, rows: np.ndarray) -> np.ndarray:
         """The index entries of `rows`' grids, in order (each row: its demonstrations' then its test
         pairs' input, output), int64."""

@@ -20,13 +20,11 @@ from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 
-import yaml
-
-from arc_data.dataset import load_identifiers
 from arc_data.files.guard import check_output_dir
 from arc_data.files.jsonio import parse_json, save_json
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.pertask import plan, worker
+from hrm_deeploop.pertask.strict import check_protocol
 from hrm_deeploop.pertask.ttt_config import RULES, PerTaskConfig
 
 SUMMARY = "ttt_summary.json"
@@ -201,40 +199,3 @@ def finish(cfg: PerTaskConfig, tasks: dict[str, dict], out: Path) -> int:
         summary["pass@2 (ARC Prize rule)"] = summary["scores"]["count-first"]["pass@2 (ARC Prize rule)"]
     save_json(out / SUMMARY, summary)
     return 1 if counts.get("missing") else 0
-
-
-def check_protocol(cfg: PerTaskConfig, ids: list[str]) -> None:
-    """protocol=strict: refuse when the checkpoint's training data named any of these tasks."""
-    names = trained_names(cfg.checkpoint)
-    seen = plan.seen_in_pretraining(names, ids) if names is not None else None
-    if cfg.protocol == "transductive":
-        return
-    if seen is None:
-        raise UserError(f"protocol=strict: cannot tell which tasks {cfg.checkpoint} was trained on (no run "
-                        "config with a data_dir beside it); protocol=transductive runs it, labelled so")
-    if seen:
-        raise UserError(f"protocol=strict: {cfg.checkpoint} was trained on {len(seen)} of these tasks "
-                        f"({', '.join(seen[:5])}{', ...' if len(seen) > 5 else ''}); protocol=transductive runs "
-                        "it, labelled so")
-
-
-def trained_names(checkpoint: str) -> list[str] | None:
-    """Every puzzle name the checkpoint's run (and the runs it was adapted from) trained on, from
-    the runs' config.yaml and their datasets' identifiers.json; None when a link is missing."""
-
-
-    names: list[str] = []
-    p, seen_runs = Path(checkpoint), set()
-    while True:
-        run = p if p.is_dir() else p.parent.parent  # <run>/checkpoints/step_N.pt
-        if run in seen_runs or not (run / "config.yaml").is_file():
-            return None
-        seen_runs.add(run)
-        try:
-            conf = yaml.safe_load((run / "config.yaml").read_text())
-            names += load_identifiers(conf["data_dir"])
-        except Exception:  # unreadable config or dataset: the strict check cannot vouch for it
-            return None
-        if not conf.get("init_from"):
-            return names
-        p = Path(conf["init_from"])

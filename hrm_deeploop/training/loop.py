@@ -20,6 +20,7 @@ and its state. The skeleton (`fit`) owns everything around that, the same way fo
   every `checkpoint.every`, after evaluations (`checkpoint.at_eval`) and at the end, keep the
   newest `checkpoint.keep`; stop early at `train.stop_after` (resume continues the schedule);
 - NaN guard: a non-finite loss or gradient stops the run with the step and the last checkpoint named;
+- the run record (`training.record`): trained_tasks.json, the tasks it trains on, once at the start;
 - summary.json: status (finished / stopped / diverged), steps, wall time, the trailing train loss,
   the last evaluation and the task's own figures.
 
@@ -45,6 +46,7 @@ from arc_data.files.guard import check_output_dir
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop import interrupts, runtime
 from hrm_deeploop.errors import ConfigError, TrainingDiverged, UserError
+from hrm_deeploop.training import record
 from hrm_deeploop.training.checkpointer import Checkpointer
 from hrm_deeploop.training.inherit import warmup_warning
 from hrm_deeploop.training.runlog import RunLogger
@@ -211,6 +213,7 @@ def _run(cfg: Any, task: Task, env: runtime.Env, resume_from: Path | None, ident
                        resume=resume_from is not None, resume_step=step)
     try:  # the resume state and the metrics log are in order: now the run folder records this run
         runtime.on_main(lambda: ckpt.record_run(run_dir, task.config, identity), env)
+        runtime.on_main(lambda: record.write_once(run_dir, task.config), env)  # what it trains on (strict checks)
     except UserError:
         logger.close()
         raise
