@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         from hrm_deeploop import checkpoint as ckpt
         from hrm_deeploop.loading import load_model
 
-        loaded = load_model(ckpt.resolve(args.checkpoint), device, num_rounds=args.num_rounds, gpt=True)
+        loaded = load_model(ckpt.resolve(args.checkpoint), device, num_rounds=args.num_rounds, command="generate")
         model, run_config = loaded.model, loaded.run_config or {}
     else:
         cfg = preset["model"]

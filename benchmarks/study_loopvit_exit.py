@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--scale", type=int, default=None, help="canvas scale (default: the run's canvas.eval_scale)")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
-    loaded = load_model(a.checkpoint, "cpu", loopvit=True)
+    loaded = load_model(a.checkpoint, "cpu", command="evaluate")
     model: LoopViT = loaded.model
     scale = a.scale or int(((loaded.run_config or {}).get("canvas") or {}).get("eval_scale", 2))
     data = batches(model, open_dataset(a.data, a.split), a.batch, scale)

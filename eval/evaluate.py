@@ -42,11 +42,7 @@ EVALUATIONS: dict[str, Callable[[str], TaskEvaluation]] = {"arc": _arc}
 
 
 def run(c: EvaluateConfig) -> int:
-    # torch and what imports it (here and in the branches below) load once run() starts: importing
-    # this module stays light
-    from hrm_deeploop import runtime  # lazy: torch only once run() starts
-    from hrm_deeploop.data.batches import check_matches, open_dataset  # lazy: torch only once run() starts
-    from hrm_deeploop.loading import load_model, table_rows  # lazy: torch only once run() starts
+    from hrm_deeploop import families  # lazy: the registry is light, the loaders it names are not
 
     for key in ("checkpoint", "data_dir", "output_dir"):
         if not getattr(c, key):
@@ -64,31 +60,53 @@ def run(c: EvaluateConfig) -> int:
         raise ConfigError(f"poe=true: the product of experts scores ARC's candidates, but {c.data_dir} holds {task}")
     evaluation = EVALUATIONS.get(task, _puzzles)(task)
     evaluation.check(c, out)
-    if task == "arc":
-        from eval.arc.canvas_views import evaluate_loopvit, is_loopvit_run  # lazy: only for LoopViT runs
+    fam = families.of_checkpoint(c.checkpoint)  # from the run's config where there is one: no weights read
+    families.require(fam, "evaluate", f"checkpoint '{c.checkpoint}'")
+    return PREDICTORS[fam.predictor](c, evaluation, task, out)
 
-        if is_loopvit_run(c.checkpoint):
-            return evaluate_loopvit(c, evaluation, out)
+
+def _canvas(c: EvaluateConfig, evaluation: TaskEvaluation, task: str, out: Path) -> int:
+    """A model that predicts canvases (LoopViT): its views of every ARC test copy, then the vote."""
+    if task != "arc":
+        raise ConfigError(f"a canvas model predicts ARC grids, but {c.data_dir} holds {task}")
+    from eval.arc.canvas_views import evaluate_canvas  # lazy: only for canvas models
+
+    return evaluate_canvas(c, evaluation, out)
+
+
+def _sequence(c: EvaluateConfig, evaluation: TaskEvaluation, task: str, out: Path) -> int:
+    """A model that predicts token sequences (the ACT reasoners): every example of the split, then
+    the task's scoring (the ARC vote, or the puzzle scores)."""
+    # torch and what imports it load once a prediction starts: importing this module stays light
+    from hrm_deeploop import runtime  # lazy: torch only once run() starts
+    from hrm_deeploop.data.batches import check_matches, open_dataset  # lazy: torch only once run() starts
+    from hrm_deeploop.loading import load_model, table_rows  # lazy: torch only once run() starts
+
     env = runtime.setup(c.device)
     try:
         split = open_dataset(c.data_dir, c.split)
         evaluation.check_split(c, split, out)
         G = c.global_batch_size or (768 if env.device.type == "cuda" else 16 * env.world_size)
         loaded = load_model(c.checkpoint, env.device, c.dtype, seq_len=int(split.meta.seq_len), ema=c.ema,
-                            batch=max(1, evaluation.rows_per_forward(G // env.world_size, split)), gpt=False)
+                            batch=max(1, evaluation.rows_per_forward(G // env.world_size, split)), command="evaluate")
         rows = table_rows(loaded, c.data_dir)
         check_matches(loaded.config if rows is None else replace(loaded.config, num_puzzle_identifiers=int(
             split.meta.num_puzzle_identifiers)), split, str(Path(c.data_dir) / c.split),
             what=f"checkpoint '{loaded.path}'")
         trained = loaded.config.halt_max_steps
-        runtime.print0(f"evaluate: {loaded.kind} {loaded.config.name.upper()} checkpoint {loaded.path} (step {loaded.step}, "
-                 f"{loaded.weights} weights), "
-                 f"{split.num_examples} examples of '{c.split}' ({task}), halt_max_steps={c.halt_max_steps or trained}"
-                 + (f" (trained with {trained})" if c.halt_max_steps and c.halt_max_steps != trained else "")
-                 + f", dtype={loaded.model.dtype}, world={env.world_size}")
+        runtime.print0(f"evaluate: {loaded.kind} {loaded.family.title} checkpoint {loaded.path} (step {loaded.step}, "
+                       f"{loaded.weights} weights), "
+                       f"{split.num_examples} examples of '{c.split}' ({task}), halt_max_steps={c.halt_max_steps or trained}"
+                       + (f" (trained with {trained})" if c.halt_max_steps and c.halt_max_steps != trained else "")
+                       + f", dtype={loaded.model.dtype}, world={env.world_size}")
         result = evaluation.predict(loaded, split, env, c, G, rows)
     finally:
         runtime.teardown()
     if env.is_main and result is not None:
         evaluation.publish(result, c, out)
     return 0
+
+
+# how `evaluate` predicts with a family, by the predictor it declares (`Family.predictor`)
+PREDICTORS: dict[str, Callable[[EvaluateConfig, TaskEvaluation, str, Path], int]] = {
+    "sequence": _sequence, "canvas": _canvas}

@@ -104,7 +104,7 @@ def generate(opts: GenerateConfig) -> str:
                           f"{e.start}); convert it, e.g. with iconv -t UTF-8") from None
     device = runtime.setup(opts.device).device
     path = ckpt.resolve(opts.checkpoint)
-    loaded = load_model(path, device, num_rounds=opts.num_rounds, gpt=True)
+    loaded = load_model(path, device, num_rounds=opts.num_rounds, command="generate")
     model = loaded.model
     tokenizer_id = ((loaded.run_config or {}).get("data") or {}).get("tokenizer_id") or "gpt2"
     tokenizer = get_tokenizer(tokenizer_id)

@@ -106,7 +106,7 @@ def evaluate(opts: EvalGPTConfig) -> dict[str, Any]:
     try:
         path = ckpt.resolve(opts.checkpoint)
         out_dir = output_dir_for(opts, path)
-        loaded = load_model(path, e.device, num_rounds=opts.num_rounds, batch=opts.batch_size, gpt=True)
+        loaded = load_model(path, e.device, num_rounds=opts.num_rounds, batch=opts.batch_size, command="eval-gpt")
         model = loaded.model
         dtype = runtime.compute_dtype(opts.dtype, e.device)
         result: dict[str, Any] = {"checkpoint": str(path), "step": loaded.step,

@@ -277,20 +277,20 @@ def test_the_paper_setups_and_their_deeploop_twins(size, model, twin):
 
 
 def test_the_loader_reads_both_kinds_and_the_exit_study_runs(monkeypatch, data, tmp_path, capsys):
-    """`loading.load_model(..., loopvit=True)`: an official file (its weights mapped) and a train-vit
-    run; refused in one line for a caller that serves the reasoners; the exit study's script runs."""
+    """`loading.load_model`: an official file (its weights mapped) and a train-vit run, whatever the
+    caller; refused in one line for a command that does not serve LoopViT; the exit study's script runs."""
     from benchmarks import study_loopvit_exit
     from hrm_deeploop.errors import UserError
     from hrm_deeploop.loading import load_model
 
     src = _official_file(tmp_path / "official.pt", "vanilla", num_tasks=7)
-    loaded = load_model(tmp_path / "official.pt", loopvit=True)
-    assert loaded.kind == "official" and loaded.config.block == "vanilla"
+    loaded = load_model(tmp_path / "official.pt")
+    assert loaded.kind == "official" and loaded.config.block == "vanilla" and loaded.family.name == "loopvit"
     assert all(torch.equal(loaded.model.state_dict()[k], v) for k, v in src.state_dict().items())
-    with pytest.raises(UserError, match="holds LoopViT"):
-        load_model(tmp_path / "official.pt", gpt=False)
+    with pytest.raises(UserError, match="holds a LoopViT model: train serves HRM, TRM, URM"):
+        load_model(tmp_path / "official.pt", command="train")
     assert train_vit(monkeypatch, data, tmp_path / "run", "train.max_steps=2") == 0
-    assert load_model(tmp_path / "run", loopvit=True).config.num_loops == 3
+    assert load_model(tmp_path / "run").config.num_loops == 3
     capsys.readouterr()
     study_loopvit_exit.main(["--checkpoint", str(tmp_path / "run"), "--data", str(data), "--split", "train",
                              "--taus", "0.05", "--batch", "4"])

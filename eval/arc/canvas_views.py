@@ -23,18 +23,16 @@ from typing import Any
 
 import numpy as np
 import torch
-import yaml
 
 from arc_data import format as fmt
 from eval.arc.poe import canvas_table
 from eval.arc.vote import read_table
-from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop import runtime
 from hrm_deeploop.data.batches import open_dataset
 from hrm_deeploop.data.canvas import BORDER, View, canvas_batch, decode
 from hrm_deeploop.errors import UserError
-from hrm_deeploop.loading import is_official_loopvit, load_model
-from hrm_deeploop.models.loopvit import LoopViT
+from hrm_deeploop.families.loopvit_scores import canvas_accuracy
+from hrm_deeploop.loading import load_model
 
 
 def canvas_row(pred: np.ndarray, view: View, dihedral: int = 0) -> np.ndarray:
@@ -59,7 +57,7 @@ def canvas_row(pred: np.ndarray, view: View, dihedral: int = 0) -> np.ndarray:
 
 
 @torch.no_grad()
-def predict_views(model: LoopViT, split: Any, device: torch.device, batch: int, passes: int, seed: int,
+def predict_views(model: Any, split: Any, device: torch.device, batch: int, passes: int, seed: int,
                   dihedral: np.ndarray, max_batches: int | None = None, log_probs: bool = False
                   ) -> dict[str, np.ndarray]:
     """Rows for `predictions.npz`: for each example of `split` (in order), `passes` predictions, each
@@ -103,39 +101,18 @@ def predict_views(model: LoopViT, split: Any, device: torch.device, batch: int, 
     return out
 
 
-def is_loopvit_run(checkpoint: str) -> bool:
-    """Whether `checkpoint` holds a LoopViT: a run folder or its checkpoints/step_N.pt whose run's
-    config.yaml names model loopvit (read without loading the weights: the reasoners' checkpoints
-    are then loaded once, by `hrm_deeploop.loading`), or a file with no run beside it that the safe
-    loader reads as an official LoopViT checkpoint (`{model_state, config}`, as its scripts save)."""
-
-    p = Path(checkpoint)
-    run = p if p.is_dir() else p.parent.parent
-    try:
-        conf = yaml.safe_load((run / "config.yaml").read_text())
-    except (OSError, yaml.YAMLError):
-        conf = None
-    if conf is None:
-        if not p.is_file() or p.suffix not in (".pt", ".pth"):
-            return False
-
-        state = ckpt.load(p)
-        return isinstance(state, dict) and is_official_loopvit(state)
-    model = conf.get("model") if isinstance(conf, dict) else None
-    return isinstance(model, dict) and model.get("name") == "loopvit"
-
-
-def evaluate_loopvit(c: Any, evaluation: Any, out: Path) -> int:
-    """`evaluate` for a train-vit checkpoint on an ARC dataset: `predict_views` (c.passes views of
-    every copy, drawn from c.tta_seed), then ARC's publish step (predictions.npz, the vote)."""
+def evaluate_canvas(c: Any, evaluation: Any, out: Path) -> int:
+    """`evaluate` for a canvas model (LoopViT: a train-vit run, an export, hf://, an official `.pt`)
+    on an ARC dataset: `predict_views` (c.passes views of every copy, drawn from c.tta_seed), then
+    ARC's publish step (predictions.npz, the vote), with the family's figures printed beside pass@K:
+    pixel and exact accuracy of the labelled test copies at the run's evaluation scale, corner (1, 1)
+    (what train-vit prints as it trains)."""
 
     env = runtime.setup(c.device)
     try:
         if env.distributed:
             raise UserError("a LoopViT checkpoint is evaluated in one process (torchrun: one task per rank, ttt)")
-        loaded = load_model(c.checkpoint, env.device, ema=c.ema, loopvit=True)
-        if not isinstance(loaded.model, LoopViT):
-            raise UserError(f"checkpoint '{loaded.path}': its run says model loopvit, its file does not")
+        loaded = load_model(c.checkpoint, env.device, ema=c.ema, command="evaluate")
         split = open_dataset(c.data_dir, c.split)
         rows = int(split.meta.num_puzzle_identifiers)
         if loaded.config.num_tasks != rows:
@@ -144,13 +121,30 @@ def evaluate_loopvit(c: Any, evaluation: Any, out: Path) -> int:
                             "init_from=... on this dataset first, as ttt does)")
         model = loaded.model
         G = c.global_batch_size or (256 if env.device.type == "cuda" else 16)
-        print(f"evaluate: {loaded.kind} LoopViT checkpoint {loaded.path} ({loaded.weights} weights), {split.num_examples} examples of '{c.split}' x "
-              f"{c.passes} random views each (seed {c.tta_seed}), device={env.device}")
-
+        print(f"evaluate: {loaded.kind} {loaded.family.title} checkpoint {loaded.path} ({loaded.weights} weights), "
+              f"{split.num_examples} examples of '{c.split}' x {c.passes} random views each (seed {c.tta_seed}), "
+              f"device={env.device}")
+        figures = canvas_figures(loaded, split, env, G, c.max_batches)
         preds = predict_views(model, split, env.device, G, c.passes, c.tta_seed, read_table(Path(c.data_dir)).dihedral,
                               c.max_batches, log_probs=c.poe)
     finally:
         runtime.teardown()
     preds.pop("views")
     evaluation.publish(preds, c, out)
+    print(figures)
     return 0
+
+
+def canvas_figures(loaded: Any, split: Any, env: Any, batch: int, max_batches: int | None) -> str:
+    """The line of LoopViT's figures: pixel and exact accuracy at the scale its run evaluated at
+    (`canvas.eval_scale`; 1 for an official file or a run that does not say), or why there are none."""
+    canvas = (loaded.run_config or {}).get("canvas") or {}
+    scale = int(canvas.get("eval_scale", 1)) if isinstance(canvas, dict) else 1
+    try:
+        em = canvas_accuracy(loaded.model, split, env, batch, scale, max_batches)
+    except UserError as e:
+        return f"evaluate: pixel / exact accuracy at scale {scale}: not scored ({e})"
+    if em is None:
+        return f"evaluate: pixel / exact accuracy at scale {scale}: no labelled test example"
+    return (f"evaluate: {loaded.family.title} at scale {scale}, corner (1, 1): pixel accuracy {em['accuracy']:.4f}, "
+            f"exact accuracy {em['exact_accuracy']:.4f} over {int(em['count'])} labelled test copies")

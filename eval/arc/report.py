@@ -28,6 +28,13 @@ from eval.html import Table, heading, image, page, paragraph
 FILES = ("pass_at_k.json", "pass_at_k.md", "pass_at_k.csv", "tasks.json", "submission.json")
 REPORT_FILES = ("report.html", "report")
 RANKING = "votes desc, then mean sigmoid(q_halt) desc, then first row in predictions.npz"
+RANKING_NO_HALT = "votes desc, then first row in predictions.npz (the model predicts no q_halt)"
+
+
+def ranking(result: VoteResult) -> str:
+    """The count-first rule as it ranked these candidates: a model without a halting head (every
+    row's q_halt the same) is ranked by votes, then first seen."""
+    return RANKING if result.halting else RANKING_NO_HALT
 HEADLINE_K = 2  # failures-first order and the submission use the official two-attempt rule
 
 
@@ -53,13 +60,14 @@ def score_table(scores: dict[str, dict[str, float | None]]) -> Table:
     return Table(["protocol", *(f"pass@{k}" for k in ks)], rows)
 
 
-def format_table(scores: dict[str, dict[str, float | None]], poe_scores: dict | None = None) -> str:
+def format_table(scores: dict[str, dict[str, float | None]], poe_scores: dict | None = None,
+                 rule: str = RANKING) -> str:
     """pass_at_k.md and the printed summary: `score_table` as Markdown, and with `poe_scores` the
     same table for the product-of-experts ranking of the same candidates (`eval.arc.poe`)."""
     text = score_table(scores).markdown()
     if poe_scores is None:
         return text
-    return (f"count-first vote ({RANKING}):\n\n{text}\n\nproduct of experts ({POE_RULE}):\n\n"
+    return (f"count-first vote ({rule}):\n\n{text}\n\nproduct of experts ({POE_RULE}):\n\n"
             + score_table(poe_scores).markdown())
 
 
@@ -102,7 +110,7 @@ def tasks_json(result: VoteResult, max_candidates: int) -> dict:
         tasks[task.name] = {"correct": {str(k): task.correct_at(k) if task.labelled else None for k in result.ks},
                             "test_inputs": tests}
     return {
-        "ranking": RANKING,
+        "ranking": ranking(result),
         "pass_at_k": result.scores,
         "stats": result.stats,
         "config": result.config,
@@ -234,17 +242,20 @@ def task_png(task: TaskResult, num_candidates: int) -> bytes:
     return buf.getvalue()
 
 
-def candidate_table(task: TaskResult, num_candidates: int) -> Table:
-    """The pictured candidates of a task, one row each (the numbers under its picture)."""
+def candidate_table(task: TaskResult, num_candidates: int, halting: bool = True) -> Table:
+    """The pictured candidates of a task, one row each (the numbers under its picture); the mean
+    sigmoid(q_halt) column only for a model with a halting head (`halting`)."""
     rows = []
     for t in task.tests:
         for i, c in enumerate(t.candidates[:num_candidates]):
             right = ("yes" if c.key == t.test.truth_key else "no") if t.test.labelled else "-"
-            rows.append([str(t.test.index), str(i + 1), str(c.votes), f"{c.mean_q:.3f}",
+            rows.append([str(t.test.index), str(i + 1), str(c.votes), *([f"{c.mean_q:.3f}"] if halting else []),
                          "x".join(map(str, c.shape)), right])
         if not t.candidates:
-            rows.append([str(t.test.index), "-", "0", "-", "-", "no" if t.test.labelled else "-"])
-    return Table(["test input", "rank", "votes", "mean sigmoid(q_halt)", "shape", "the truth"], rows)
+            rows.append([str(t.test.index), "-", "0", *(["-"] if halting else []), "-",
+                         "no" if t.test.labelled else "-"])
+    return Table(["test input", "rank", "votes", *(["mean sigmoid(q_halt)"] if halting else []), "shape", "the truth"],
+                 rows)
 
 
 def write_report(result: VoteResult, folder: Path, num_candidates: int) -> None:
@@ -255,8 +266,10 @@ def write_report(result: VoteResult, folder: Path, num_candidates: int) -> None:
     parts = [
         heading(1, "ARC vote report"),
         paragraph(f"{len(result.tasks)} tasks, {num_solved} solved at pass@{HEADLINE_K}. Candidates are the distinct "
-                  "predicted grids of a test input's augmented copies (mapped back), ranked by votes, then mean "
-                  "sigmoid(q_halt), then first seen. pass@K in percent:"),
+                  "predicted grids of a test input's augmented copies (mapped back), ranked by votes, then "
+                  + ("mean sigmoid(q_halt), then " if result.halting else "")
+                  + "first seen" + ("" if result.halting else " (the model predicts no halting logit)")
+                  + ". pass@K in percent:"),
         score_table(result.scores).html(),
         Table(["statistic", "value"], [[k, str(v)] for k, v in result.stats.items()], caption="vote statistics").html(),
         heading(2, f"Tasks, failures at pass@{HEADLINE_K} first"),
@@ -269,7 +282,7 @@ def write_report(result: VoteResult, folder: Path, num_candidates: int) -> None:
         (folder / "report" / f"{file_stem(task.name)}.png").write_bytes(png)
         ok = task.correct_at(HEADLINE_K)
         parts += [heading(3, f"{task.name}: {'solved' if ok else 'failed'} at pass@{HEADLINE_K}", "ok" if ok else "fail"),
-                  image(png, task.name), candidate_table(task, num_candidates).html()]
+                  image(png, task.name), candidate_table(task, num_candidates, result.halting).html()]
     (folder / "report.html").write_text(page("ARC vote report", parts))
 
 
@@ -280,7 +293,8 @@ def write_vote_files(result: VoteResult, folder: Path, max_candidates: int = 10,
                      report_candidates: int = 3) -> None:
     """Every vote output, written into `folder` (a stage that `eval.outputs.write_outputs` publishes)."""
     (folder / "pass_at_k.json").write_text(json.dumps(result.scores, indent=2) + "\n")
-    (folder / "pass_at_k.md").write_text(format_table(result.scores, result.poe and result.poe.scores) + "\n")
+    (folder / "pass_at_k.md").write_text(format_table(result.scores, result.poe and result.poe.scores, ranking(result))
+                                         + "\n")
     with open(folder / "pass_at_k.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["protocol", *(f"pass@{k}" for k in result.scores["hrm"])])

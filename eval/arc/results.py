@@ -108,3 +108,4 @@ class VoteResult:
     config: dict | None = None  # the resolved VoteConfig when run from the CLI (kept in tasks.json)
     submission: dict = field(default_factory=dict)  # submission.json (eval.arc.arcprize)
     poe: Any = None  # eval.arc.poe.PoeResult: the same candidates by the product of experts (log_probs given)
+    halting: bool = True  # the rows' q_halt differ (a model with a halting head): the tie-break after votes

@@ -317,7 +317,10 @@ def vote(
         "seconds_count": round(t_count, 3),
         "seconds_total": round(time.perf_counter() - t0, 3),
     }
-    return VoteResult(task_list, ks, scores, warnings, stats, submission=sub, poe=poe_result)
+    # a model without a halting head (LoopViT's canvases) writes q_halt 0 on every row: its ties go to
+    # the first seen, and the report says so instead of ranking by a constant
+    halting = bool(len(m) and np.ptp(preds.q_halt[keep[m]]) > 0)
+    return VoteResult(task_list, ks, scores, warnings, stats, submission=sub, poe=poe_result, halting=halting)
 
 
 # ---------------------------------------------------------------- the command
@@ -366,9 +369,9 @@ def vote_file(c: VoteConfig, path: Path) -> VoteResult:
 
 
 def print_summary(result: VoteResult, out: Path) -> None:
-    from eval.arc.report import format_table  # lazy: keeps PIL off `vote --help`
+    from eval.arc.report import format_table, ranking  # lazy: keeps PIL off `vote --help`
 
-    print(format_table(result.scores, result.poe and result.poe.scores))
+    print(format_table(result.scores, result.poe and result.poe.scores, ranking(result)))
     s = result.stats
     print(
         f"{s['num_votes']} votes, {s['num_candidates']} candidates, {s['num_tasks']} tasks, "

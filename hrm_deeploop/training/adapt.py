@@ -106,7 +106,7 @@ def _checkpoint_names(loaded: Any, explicit: str | None) -> list[str] | None:
 
 def prepare(init_from: str, cfg: Any, data_dir: str, train_split: Any) -> Start:
     """Read the checkpoint and build the starting point for a run on `data_dir`."""
-    loaded = load_model(init_from, "cpu", "float32", seq_len=int(train_split.meta.seq_len), ema=True, gpt=False)
+    loaded = load_model(init_from, "cpu", "float32", seq_len=int(train_split.meta.seq_len), ema=True, command="train")
     where = str(loaded.path)
     weights = {k: v.clone() for k, v in loaded.model.state_dict().items()}
     n_ids = int(train_split.meta.num_puzzle_identifiers)

@@ -15,8 +15,10 @@ NaN guard, time budget, summary). Each step:
    one-process mean), plus the official gate regularisers
    w_e * (-mean binary entropy of the exit gate over samples and loops) + w_p * mean(exit step / T)
    (1 without dynamic exit: a constant, as in the official offline training);
-3. gradient-norm clipping (`optim.grad_clip`), AdamW at `lr_at(step)` (linear warm-up, cosine to
-   `optim.min_lr_ratio` x lr), the weight average when `train.ema`.
+3. gradient-norm clipping (`optim.grad_clip`), AdamW at the schedule's rate (linear warm-up, cosine
+   to `optim.min_lr_ratio` x lr; `optim.schedule=official`: the official scheduler's, whose first
+   update runs at 0, `optim.loopvit_lr_at`; `hrm`: the reasoners' `lr_at`, one update ahead), the
+   weight average when `train.ema`.
 
 Single process by default; under torchrun, DistributedDataParallel with rank-sharded batches, or
 with `train.fsdp=true` FSDP2 (`training/fsdp.py`: each of the K blocks its own unit, checkpoints in
@@ -29,10 +31,13 @@ Evaluation: the test split at a fixed scale (`canvas.eval_scale`) and corner (1,
 official validation: pixel accuracy over valid pixels and exact match per example.
 Checkpoints: model, optimiser, weight average, sampler position, step, RNG (the skeleton's).
 `init_from=PATH` starts from an official LoopViT `.pt` (its `model_state` through
-`models.loopvit.load_official`, the architecture from its saved arguments) or a train-vit checkpoint
-(its model config and weights), read by the one safe loader (`checkpoint.load`: no code from the
-file). A task table whose row count differs from the dataset's starts fresh, as the official
-test-time training does; the run's optimiser starts fresh.
+`models.loopvit.load_official`, the architecture from its saved arguments; its task tokens in the
+official task order, `data.official_tasks`, or a fresh table where that order cannot be established
+from the dataset; the gate regularisers' weights from its saved arguments unless the command line
+sets them) or a train-vit checkpoint (a run folder's latest, a step file, an exported folder,
+`hf://`: `checkpoint.resolve`; its model config and weights; a task table of another row count
+starts fresh, as the official test-time training does), read by the one safe loader
+(`checkpoint.load`: no code from the file). The run's optimiser starts fresh.
 """
 
 from __future__ import annotations
@@ -48,18 +53,21 @@ import torch.nn.functional as F
 
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop import runtime
-from hrm_deeploop.data.batches import TrainSampler, dataset_identity, open_dataset, rank_windows
+from hrm_deeploop.data.batches import TrainSampler, dataset_identity, open_dataset
+from hrm_deeploop.data import official_tasks
 from hrm_deeploop.data.canvas import IGNORE, canvas_batch
 from hrm_deeploop.errors import UserError
+from hrm_deeploop.families.loopvit_scores import canvas_accuracy as evaluate
+from hrm_deeploop.families.loopvit_scores import canvas_scores, to_tensors
 from hrm_deeploop.loading import check_tensors, read_loopvit
 from hrm_deeploop.models.loopvit import LoopViT, LoopViTOutput, load_official
 from hrm_deeploop.models.loopvit_config import NUM_COLORS, LoopViTConfig
 from hrm_deeploop.training import fsdp
 from hrm_deeploop.training.ema import EMA
 from hrm_deeploop.training.loop import Task, fit, run_config_dict
-from hrm_deeploop.training.optim import lr_at, set_lr
+from hrm_deeploop.training.optim import loopvit_lr_at, lr_at, set_lr
 from hrm_deeploop.training.runlog import check_finite
-from hrm_deeploop.training.vision_config import TrainViTConfig
+from hrm_deeploop.training.vision_config import SCRIPT_PENALTIES, TrainViTConfig
 
 
 def gate_regularisers(gate_probs: torch.Tensor | None, exit_steps: torch.Tensor | None = None,
@@ -103,19 +111,6 @@ def pixel_share(target: torch.Tensor, world_size: int) -> float:
     local = float(counts)
     runtime.all_reduce_(counts)
     return world_size * local / max(float(counts), 1.0)
-
-
-def canvas_scores(logits: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(correct valid pixels, valid pixels, exactly right examples among those with valid pixels)."""
-    valid = target != IGNORE
-    right = (logits.argmax(-1) == target) & valid
-    labelled = valid.flatten(1).any(1)
-    exact = (right.flatten(1).sum(1) == valid.flatten(1).sum(1)) & labelled
-    return right.sum(), valid.sum(), exact.sum()
-
-
-def to_tensors(batch: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
-    return {k: torch.from_numpy(v).to(device, non_blocking=True) for k, v in batch.items()}
 
 
 class VisionTrainer(Task):
@@ -178,7 +173,8 @@ class VisionTrainer(Task):
         self.step = self.step + 1 if step is None else step
         t = self.next_batch(self.step) if tensors is None else tensors
         o, m = self.cfg.optim, self.cfg.model
-        lr = lr_at(self.step, o.lr, o.warmup_steps, self.total_steps, o.min_lr_ratio)
+        lr = (loopvit_lr_at if o.schedule == "official" else lr_at)(self.step, o.lr, o.warmup_steps, self.total_steps,
+                                                                     o.min_lr_ratio)
         set_lr(self.optimizer, lr)
         with runtime.autocast(self.env.device, self.dtype):  # a no-op on CPU and for float32
             out = self.ddp(t["canvas"], t["task_ids"], t["mask"])
@@ -254,38 +250,6 @@ class VisionTrainer(Task):
             self.ema.load_state_dict(s["ema"])
         self.sampler.load_state_dict(s["sampler"])
         self.step = int(s["step"])
-
-
-@torch.no_grad()
-def evaluate(model: LoopViT, split: Any, env: runtime.Env, global_batch_size: int, scale: int,
-             max_batches: int | None = None) -> dict[str, float] | None:
-    """Pixel accuracy and exact match on a split's canvases at `scale`, corner (1, 1); None when no
-    example has a label. Every rank runs every batch's forward (FSDP2's all-gathers are
-    collective): a rank whose slice of the last batch is empty scores a stand-in row with weight 0."""
-    if global_batch_size % env.world_size:
-        raise UserError(f"eval batch {global_batch_size} is not divisible by the world size {env.world_size}")
-    was = model.training
-    model.eval()
-    pi, pids = np.asarray(split.puzzle_indices, np.int64), np.asarray(split.puzzle_identifiers, np.int64)
-    sums = torch.zeros(4, dtype=torch.float64, device=env.device)
-    rng = np.random.default_rng(0)  # unused: no random view at evaluation
-    for idx in rank_windows(int(split.num_examples), global_batch_size, env.rank, env.world_size, max_batches):
-        weight = 1.0 if len(idx) else 0.0
-        if not len(idx):
-            idx = np.zeros(1, dtype=np.int64)
-        puzzle = np.searchsorted(pi, idx, side="right") - 1
-        t = to_tensors(canvas_batch(split, idx, pids[puzzle], model.cfg.image_size, rng, resolution=False,
-                                    translation=False, fix_scale=scale), env.device)
-        out = model(t["canvas"], t["task_ids"], t["mask"])
-        right, valid, exact = canvas_scores(out.logits, t["target"])
-        labelled = (t["target"] != IGNORE).flatten(1).any(1).sum()
-        sums += weight * torch.stack([right, valid, exact, labelled]).double()
-    runtime.all_reduce_(sums)
-    model.train(was)
-    right, valid, exact, count = sums.tolist()
-    if count == 0:
-        return None
-    return {"accuracy": right / max(valid, 1.0), "exact_accuracy": exact / count, "count": count}
 
 
 def read_start(path: str) -> tuple[LoopViTConfig, dict[str, Any]]:

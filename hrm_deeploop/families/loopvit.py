@@ -1,0 +1,87 @@
+"""LoopViT's entry (`models/loopvit.py`, `models/loopvit_config.py`; trained by `train-vit`,
+docs/loopvit.md): its checkpoints, ours (`train-vit` runs, exports) and the official ones (a `.pt`
+of `WenjieShu/LoopViT`'s scripts: `{model_state, config}`), read by the one safe loader; predicted
+by `evaluate` through canvas views (`eval.arc.canvas_views`). What a checkpoint needs to run beyond
+its weights is its canvas (`canvas.*`: the evaluation scale a 16 x 16 model was trained with), so
+`init_from` and `ttt` carry that section from its run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hrm_deeploop.errors import UserError
+from hrm_deeploop.families.spec import Family, LoadedModel, LoadOptions
+from hrm_deeploop.models.loopvit_config import LoopViTConfig
+
+
+def is_official(state: dict[str, Any]) -> bool:
+    """An official LoopViT file: {model_state, config (its argparse values as a dict), ...}."""
+    return "model_state" in state and isinstance(state.get("config"), dict)
+
+
+def read(path: str | Path, state: dict[str, Any], ema: bool = True) -> tuple[LoopViTConfig, Any, dict[str, Any], str]:
+    """(model config, scaling, weights, which) of a LoopViT checkpoint already read by the safe
+    loader: an official one (the architecture from its saved arguments, the weights in the official
+    key layout, `_orig_mod.` stripped; scaling baseline; which = "official") or a train-vit one (its
+    model and scaling configs; its weight average with `ema` when it holds one)."""
+    from hrm_deeploop import checkpoint as ckpt  # lazy: torch
+    from hrm_deeploop.families.weights import with_average  # lazy: torch
+    from hrm_deeploop.models.loopvit_config import official_config
+    from hrm_deeploop.models.scaling import ScalingConfig
+    from hrm_deeploop.typed_config import typed
+
+    if is_official(state):
+        weights = {k.removeprefix("_orig_mod."): v for k, v in state["model_state"].items()}
+        rows = weights.get("task_token_embed.weight")
+        cfg = official_config(state["config"], num_tasks=int(rows.shape[0]) if rows is not None else 1)
+        return cfg, ScalingConfig(), weights, "official"
+    conf = state.get("config") if isinstance(state.get("config"), dict) else {}
+    model = conf.get("model")
+    if "model" not in state or not isinstance(model, dict) or model.get("name") != "loopvit":
+        raise UserError(f"checkpoint '{path}' is neither an official LoopViT checkpoint nor a train-vit one")
+    cfg = typed(model, LoopViTConfig, "checkpoint model.")
+    scaling = typed(conf.get("scaling"), ScalingConfig, "checkpoint scaling.")
+    weights, which = ckpt.strip_prefixes(state["model"]), (state.get("exported") or {}).get("weights") or "raw"
+    if ema and state.get("ema") is not None:
+        weights, which = with_average(weights, state["ema"]["shadow"], str(path)), "ema"
+    return cfg, scaling, weights, which
+
+
+def load(path: Path, state: dict, opts: LoadOptions) -> LoadedModel:
+    import torch  # lazy: --help and the per-task plan read the registry without torch
+
+    from hrm_deeploop import checkpoint as ckpt  # lazy: torch
+    from hrm_deeploop.families.weights import check_tensors  # lazy: torch
+    from hrm_deeploop.models.loopvit import LoopViT, load_official  # lazy: torch
+
+    cfg, scaling, weights, which = read(path, state, opts.ema)
+    model = LoopViT(cfg, scaling)
+    if which == "official":
+        check_tensors(weights, f"checkpoint '{path}'")
+        try:
+            load_official(model, weights)
+        except ValueError as e:
+            raise UserError(f"checkpoint '{path}': {e}") from None
+    else:
+        ckpt.load_weights(model, weights, str(path))
+    ours = which != "official"
+    return LoadedModel(model=model.to(torch.device(opts.device)).eval(), config=cfg,
+                       kind="hrm-deeploop" if ours else "official", step=state.get("step") if ours else None,
+                       path=path, weights=which, scaling=scaling, run_config=state.get("config") if ours else None)
+
+
+def describe(model: dict, params: int | None) -> str:
+    return (f"A LoopViT ({model.get('block')} block, width {model.get('hidden_size')}, {model.get('num_blocks')} "
+            f"weight-tied blocks x {model.get('num_loops')} loops, {model.get('image_size')} x "
+            f"{model.get('image_size')} canvas)")
+
+
+FAMILY = Family(
+    name="loopvit", title="LoopViT", config=LoopViTConfig, trainer="train-vit", evaluator="evaluate",
+    predictor="canvas", commands=("train-vit", "evaluate", "export", "ttt", "vote"), load=load, metadata="dataset",
+    describe=describe, official=lambda path, state: is_official(state),
+    official_source="WenjieShu/LoopViT's scripts (a .pt of {model_state, config})",
+    adapts=False, halts=False, carried=("canvas",), figures=("pixel accuracy", "exact accuracy"),
+    tiny=("experiment=loopvit_tiny_cpu",))
