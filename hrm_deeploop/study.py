@@ -30,7 +30,6 @@ import itertools
 import math
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -44,11 +43,11 @@ from hrm_deeploop import interrupts
 from hrm_deeploop.cli import compose
 from hrm_deeploop.errors import ConfigError, UserError
 from hrm_deeploop.reports.study import command_value, write_reports
-from hrm_deeploop.typed_config import at_least, check, one_of, optional_at_least, typed
+from hrm_deeploop.training.cluster import check_settings, resolve
+from hrm_deeploop.typed_config import at_least, check, one_of, typed
 
 TRAINERS = ("train", "train-gpt")
 LAUNCHERS = ("local", "submitit")
-CLUSTERS = ("auto", "slurm", "local", "debug")
 # summary.json paths tried in order when `metric` is not set
 DEFAULT_METRICS = {"train": ["last_eval.eval/exact_accuracy"], "train-gpt": ["final_val_loss", "final_train_loss"]}
 # keys the study sets for every run itself
@@ -73,15 +72,7 @@ class SubmititConfig:
     rdzv_port: int = 29500  # c10d rendezvous port on the first host of a multi-node run
 
     def __post_init__(self) -> None:
-        one_of("submitit.cluster", self.cluster, CLUSTERS)
-        at_least("submitit.timeout_min", self.timeout_min, 1)
-        at_least("submitit.nodes", self.nodes, 1)
-        at_least("submitit.gpus_per_node", self.gpus_per_node, 0)
-        optional_at_least("submitit.cpus_per_task", self.cpus_per_task, 1)
-        optional_at_least("submitit.mem_gb", self.mem_gb, 1)
-        at_least("submitit.array_parallelism", self.array_parallelism, 1)
-        check(isinstance(self.rdzv_port, int) and 1 <= self.rdzv_port <= 65535, "submitit.rdzv_port",
-              self.rdzv_port, "a port number (1-65535)")
+        check_settings(self)  # the one check of every submitit setting, shared with `ttt`
 
 
 @dataclass
@@ -298,7 +289,7 @@ def submitit_executor(cfg: StudyConfig, root: Path) -> Any:
     except ImportError:
         raise UserError("launcher=submitit needs submitit: pip install 'hrm-deeploop[cluster]'") from None
     s = cfg.submitit
-    cluster = s.cluster if s.cluster != "auto" else ("slurm" if shutil.which("sbatch") else "local")
+    cluster = resolve(s.cluster)
     executor = submitit.AutoExecutor(folder=root / "submitit" / "%j", cluster=cluster)
     params: dict[str, Any] = {"timeout_min": s.timeout_min, "nodes": s.nodes, "tasks_per_node": 1,
                               "gpus_per_node": s.gpus_per_node, "name": f"study-{root.name}"}
@@ -344,6 +335,8 @@ def study(cfg: StudyConfig) -> tuple[list[dict[str, Any]], dict[str, str]]:
         raise ConfigError("output_dir is not set")
     root = check_output_dir(cfg.output_dir)
     runs = plan(cfg, root)
+    if cfg.launcher == "submitit":
+        resolve(cfg.submitit.cluster)  # slurm on a machine without it: one line before anything is written
     todo = [r for r in runs if not _finished(r)]
     for r in runs:
         if r not in todo:

@@ -158,3 +158,45 @@ def test_accuracies_are_percent_in_table_and_figure_and_the_axis_never_goes_nega
     assert "Shown in percent" in md and "| baseline | 2/2 | 12.5 |" in md  # mean of 25% and 0%
     assert "0.25" in (tmp_path / "study.csv").read_text()  # the files keep the stored fraction
     assert (tmp_path / "study.png").stat().st_size > 0
+
+
+# ---- submitit settings: one check for `study` and `ttt` (training/cluster.py) ---------------------------
+
+SUBMITIT_CASES = [("submitit.cluster=bogus", "submitit.cluster='bogus'"),
+                  ("submitit.timeout_min=-1", "submitit.timeout_min=-1"),
+                  ("submitit.timeout_min=0", "submitit.timeout_min=0"),
+                  ("submitit.gpus_per_node=-1", "submitit.gpus_per_node=-1"),
+                  ("submitit.cpus_per_task=0", "submitit.cpus_per_task=0"),
+                  ("submitit.array_parallelism=0", "submitit.array_parallelism=0"),
+                  ("submitit.partition='gpu #SBATCH --wrap=x'", "submitit.partition")]
+
+
+@pytest.mark.parametrize("setting, culprit", SUBMITIT_CASES)
+def test_bad_submitit_settings_are_one_line_for_study_and_ttt(shards, tmp_path, capsys, setting, culprit):
+    """The issue's cases: `submitit.cluster=bogus` was submitit's ValueError traceback, a negative
+    time limit was accepted and every shard then failed (exit 1, no line); both commands share the check."""
+    out = tmp_path / "out"
+    study = ["study", "trainer=train-gpt", f"output_dir={out}", _gpt_base(shards), "launcher=submitit", setting]
+    ttt = ["ttt", f"checkpoint={tmp_path / 'ckpt'}", f"challenges={tmp_path / 'c.json'}", f"output_dir={out}",
+           "launcher=submitit", setting]
+    for argv in (study, ttt):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and culprit in err[0] and "Traceback" not in err[0], (argv, err)
+        assert not out.exists()
+
+
+def test_submitit_slurm_without_slurm_is_one_line_before_anything_is_written(shards, tmp_path, monkeypatch, capsys):
+    """`submitit.cluster=slurm` where there is no sbatch / srun: submitit's RuntimeError traceback
+    before; one line naming the key now, and the study folder is not created."""
+    (tmp_path / "bin").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))  # no sbatch, no srun
+    out = tmp_path / "study"
+    assert main(["study", "trainer=train-gpt", f"output_dir={out}", _gpt_base(shards), "launcher=submitit",
+                 "submitit.cluster=slurm"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "submitit.cluster=slurm: no sbatch and srun" in err[0], err
+    assert not out.exists()
+    from hrm_deeploop.training.cluster import resolve
+
+    assert resolve("auto") == "local" and resolve("debug") == "debug"

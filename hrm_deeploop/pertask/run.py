@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
-import shutil
 import time
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -26,6 +25,7 @@ from hrm_deeploop.errors import UserError
 from hrm_deeploop.pertask import plan, worker
 from hrm_deeploop.pertask.strict import check_protocol
 from hrm_deeploop.pertask.ttt_config import RULES, PerTaskConfig
+from hrm_deeploop.training.cluster import resolve as resolve_cluster
 
 SUMMARY = "ttt_summary.json"
 
@@ -133,7 +133,7 @@ def launch_submitit(cfg: PerTaskConfig, tasks: dict[str, dict], out: Path) -> in
     except ImportError:
         raise UserError("launcher=submitit needs submitit: pip install 'hrm-deeploop[cluster]'") from None
     s = cfg.submitit
-    cluster = s.cluster if s.cluster != "auto" else ("slurm" if shutil.which("sbatch") else "local")
+    cluster = resolve_cluster(s.cluster)  # slurm where there is none: one line, not submitit's traceback
     ex = submitit.AutoExecutor(folder=out / "submitit" / "%j", cluster=cluster)
     params = {"timeout_min": s.timeout_min, "gpus_per_node": s.gpus_per_node, "name": f"ttt-{out.name}"}
     if s.cpus_per_task is not None:

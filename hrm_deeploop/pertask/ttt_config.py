@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hrm_deeploop.errors import UserError
+from hrm_deeploop.training.cluster import check_settings
 from hrm_deeploop.training.train_config import TRAINS
 from hrm_deeploop.typed_config import at_least, one_of, optional_at_least
 
@@ -40,6 +41,9 @@ class PerTaskSubmitit:
     cpus_per_task: int | None = None
     partition: str | None = None
     array_parallelism: int = 64
+
+    def __post_init__(self) -> None:
+        check_settings(self)  # the one check of every submitit setting, shared with `study`
 
 
 @dataclass
