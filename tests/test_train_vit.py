@@ -139,17 +139,18 @@ def test_the_trainer_step_is_the_compared_step(monkeypatch, data, tmp_path):
 
     from hrm_deeploop import runtime
     from hrm_deeploop.training import vision
-    from hrm_deeploop.training.optim import lr_at
+    from hrm_deeploop.training.optim import loopvit_lr_at
 
     use_stand_in(monkeypatch)
     cfg = compose("train-vit", [*BASE, f"data_dir={data}", f"output_dir={tmp_path}", "train.max_steps=10"])
     t = vision.build(cfg, runtime.Env(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"), fused_kernel=False))
     twin = copy.deepcopy(t.model)
     batch = t.next_batch(1)
-    t.train_step(1, tensors=batch)
+    t.train_step(2, tensors=batch)  # update 2 of a 2-step warm-up: lr / 2 (update 1 runs at 0, as the official)
     o = cfg.optim
-    opt = torch.optim.AdamW(twin.parameters(), lr=lr_at(1, o.lr, o.warmup_steps, 10, o.min_lr_ratio),
-                            betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
+    lr = loopvit_lr_at(2, o.lr, o.warmup_steps, 10, o.min_lr_ratio)
+    assert lr == o.lr / 2 and (o.gate_entropy_weight, o.loop_penalty_weight) == (5e-4, 1e-3)  # the script's
+    opt = torch.optim.AdamW(twin.parameters(), lr=lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
     out = twin(batch["canvas"], batch["task_ids"], batch["mask"])
     vision_loss(out, batch["target"], o.gate_entropy_weight, o.loop_penalty_weight, cfg.model.num_loops)[0].backward()
     torch.nn.utils.clip_grad_norm_(twin.parameters(), 1.0)

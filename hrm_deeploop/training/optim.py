@@ -139,6 +139,21 @@ def lr_at(step: int, base_lr: float, warmup_steps: int, total_steps: int, min_ra
     return base_lr * (min_ratio + max(0.0, (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))))
 
 
+def loopvit_lr_at(step: int, base_lr: float, warmup_steps: int, total_steps: int, min_ratio: float = 0.0) -> float:
+    """LoopViT's official schedule (`utils/lr_scheduler.py:get_cosine_schedule_with_warmup`, a
+    LambdaLR that `offline_train_loop_ARC.py` steps after each optimiser step): update `step` (from
+    1) runs at base_lr * lambda(step - 1), lambda(s) = s / max(1, W) while s < W, then
+    max(0, 0.5 (1 + cos(pi * 0.5 * progress * 2))), progress = (s - W) / max(1, N - W). The first
+    update is at 0, one behind `lr_at`. `min_ratio` > 0 lifts the cosine's floor as `lr_at` does;
+    0 (the official) computes the official expression, operation for operation."""
+    s = step - 1
+    if s < warmup_steps:
+        return base_lr * (s / max(1, warmup_steps))
+    progress = (s - warmup_steps) / max(1, total_steps - warmup_steps)
+    factor = max(0.0, 0.5 * (1.0 + math.cos(math.pi * 0.5 * progress * 2)))
+    return base_lr * (min_ratio + (1 - min_ratio) * factor if min_ratio else factor)
+
+
 def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
     for g in opt.param_groups:
         g["lr"] = lr

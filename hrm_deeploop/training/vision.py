@@ -53,8 +53,8 @@ import torch.nn.functional as F
 
 from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop import runtime
-from hrm_deeploop.data.batches import TrainSampler, dataset_identity, open_dataset
 from hrm_deeploop.data import official_tasks
+from hrm_deeploop.data.batches import TrainSampler, dataset_identity, open_dataset
 from hrm_deeploop.data.canvas import IGNORE, canvas_batch
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.families.loopvit_scores import canvas_accuracy as evaluate
@@ -253,29 +253,82 @@ class VisionTrainer(Task):
 
 
 def read_start(path: str) -> tuple[LoopViTConfig, dict[str, Any]]:
-    """The model config and raw weights of `init_from` (`loading.read_loopvit`: an official LoopViT
-    file or a train-vit checkpoint, read by the one safe loader); {"official": bool, "weights": state}."""
-    cfg, _, weights, which = read_loopvit(path, ckpt.load(path), ema=False)
-    return cfg, {"official": which == "official", "weights": weights}
+    """The model config and raw weights of `init_from`: an official LoopViT file, or a train-vit
+    checkpoint as a step file, a run folder (its latest), an exported folder or `hf://OWNER/NAME`
+    (`checkpoint.resolve`), read by the one safe loader and `loading.read_loopvit`. Returns
+    {"official": bool, "weights": state, "args": an official file's saved arguments (else None),
+    "path": the file read}."""
+    p = ckpt.resolve(path)
+    state = ckpt.load(p)
+    cfg, _, weights, which = read_loopvit(p, state, ema=False)
+    official = which == "official"
+    return cfg, {"official": official, "weights": weights, "args": state["config"] if official else None,
+                 "path": str(p)}
 
 
 def start_weights(model: LoopViT, start: dict[str, Any], path: str | None) -> None:
-    """Load `read_start`'s weights into `model`; a task table of another row count stays fresh.
-    Every tensor is checked first (`loading.check_tensors`, as `checkpoint.load_weights` checks the
-    reasoners'): a value that is not a tensor, an integer weight, NaN or infinity: one line naming it."""
+    """Load `read_start`'s weights into `model`. An official file's task tokens go to the dataset's
+    identifiers in the official task order (`data.official_tasks`, the dataset `start["data_dir"]`)
+    or, where that order cannot be established, the table stays fresh (never row i for identifier
+    i); a train-vit checkpoint's table of another row count stays fresh. Every tensor is checked
+    first (`loading.check_tensors`, as `checkpoint.load_weights` checks the reasoners'): a value
+    that is not a tensor, an integer weight, NaN or infinity: one line naming it."""
     w = start["weights"]
     check_tensors(w, f"init_from '{path}'")
     try:
         if start["official"]:
-            skipped = load_official(model, w, strict_tasks=False)
+            w, tokens = official_start_table(model, w, start.get("data_dir"))
+            load_official(model, w)
         else:
             table = w.get("task_embed.weight")
             skipped = ["task_embed.weight"] if table is not None and table.shape != model.task_embed.weight.shape else []
             model.load_state_dict({k: v for k, v in w.items() if k not in skipped}, strict=not skipped)
+            tokens = "a fresh task table (its rows do not match the dataset's)" if skipped else ""
     except (ValueError, RuntimeError) as e:
         raise UserError(f"init_from '{path}' does not fit the model: {str(e).splitlines()[0]}") from None
-    runtime.print0(f"init_from: {path}" + ("; a fresh task table (its rows do not match the dataset's)" if skipped
-                                           else ""))
+    runtime.print0(f"init_from: {path}" + (f"; {tokens}" if tokens else ""))
+
+
+def official_start_table(model: LoopViT, weights: dict[str, Any], data_dir: str | None
+                         ) -> tuple[dict[str, Any], str]:
+    """An official file's weights with the task table `model` starts from, and what it is: the file's
+    rows in the dataset's identifier order (`official_tasks.map_weights`; the blank row the model's
+    own), or the model's fresh table where the order cannot be established (no dataset: `ttt
+    views=official` draws its own table)."""
+    fresh = model.task_embed.weight.detach().clone()
+    if data_dir is not None:
+        mapped, order = official_tasks.map_weights(weights, data_dir, blank=fresh[0])
+        if order.rows is not None:
+            rows = int(weights[official_tasks.TABLE_KEY].shape[0])
+            return mapped, (f"task tokens: the file's {rows} rows in the official task order (sorted task names), "
+                            f"for the dataset's {order.num_ids - 1} puzzle identifiers")
+        why = order.why
+    else:
+        why = "no dataset to establish the official task order"
+    return {**weights, official_tasks.TABLE_KEY: fresh}, f"a fresh task table ({why})"
+
+
+def penalty_weights(optim: Any, start: dict[str, Any] | None) -> str | None:
+    """Fill the gate regularisers' weights left unset (null): from an official `init_from` file's
+    saved arguments (its `config`), else the shipped script's (`SCRIPT_PENALTIES`). Returns the
+    line saying where each came from, for an official file (None otherwise)."""
+    args = start["args"] if start is not None and start["official"] else None
+    said = []
+    for key, script in SCRIPT_PENALTIES.items():
+        flag = "--" + key.replace("_", "-")
+        if getattr(optim, key) is not None:
+            source = "set by this run's config"
+        elif args is not None and key in args:
+            value = args[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise UserError(f"init_from '{start['path']}': its saved {flag} is {value!r}, not a weight >= 0")
+            setattr(optim, key, float(value))
+            source = f"the file's saved {flag}"
+        else:
+            setattr(optim, key, script)
+            source = "the shipped script's" + (f"; the file saves no {flag}" if args is not None else "")
+        said.append(f"optim.{key}={getattr(optim, key):g} ({source})")
+    return "init_from: gate regularisers " + ", ".join(said) if args is not None else None
 
 
 def build(cfg: TrainViTConfig, env: runtime.Env) -> VisionTrainer:
@@ -289,6 +342,10 @@ def build(cfg: TrainViTConfig, env: runtime.Env) -> VisionTrainer:
     if cfg.init_from:  # the architecture is the checkpoint's
         cfg.model, start = read_start(cfg.init_from)
         cfg.model.depth(cfg.scaling)
+        start["data_dir"] = cfg.data_dir  # an official file's task order is established from it
+    said = penalty_weights(cfg.optim, start)
+    if said:
+        runtime.print0(said)
     cfg.model = replace(cfg.model, num_tasks=int(meta.num_puzzle_identifiers))
     test_split = None
     if (Path(cfg.data_dir) / "test").is_dir():

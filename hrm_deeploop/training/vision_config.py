@@ -1,8 +1,8 @@
 """`hrm-deeploop train-vit`'s typed config: LoopViT on canvases of a built ARC dataset
 (`training/vision.py`). Torch-free, like every trainer's config (`training.config`), so
 `train-vit --help` starts without torch. Defaults: the official offline script's (AdamW lr 3e-4,
-betas (0.9, 0.999), no weight decay, clip 1.0, linear warm-up then cosine to 0, batch 32 per GPU,
-gate regularisers 5e-4 / 1e-3, canvas 64, evaluation at scale 2 without translation).
+betas (0.9, 0.999), no weight decay, clip 1.0, linear warm-up then cosine to 0 stepped as its scheduler is,
+batch 32 per GPU, gate regularisers 5e-4 / 1e-3, canvas 64, evaluation at scale 2 without translation).
 """
 
 from __future__ import annotations
@@ -21,6 +21,10 @@ from hrm_deeploop.training.train_config import (
 from hrm_deeploop.typed_config import at_least, check, one_of, optional_at_least, positive
 
 COMPILE_SCOPES = ("block", "model")
+SCHEDULES = ("official", "hrm")  # optim.schedule (VisionOptim)
+# the gate regularisers' weights of the shipped script/offline_train_loop_VARC_ViT.sh (and of the Large run's
+# wandb config); the official parser's defaults are the other way round (1e-3 / 5e-4)
+SCRIPT_PENALTIES = {"gate_entropy_weight": 5e-4, "loop_penalty_weight": 1e-3}
 TRAIN_DTYPES = ("bfloat16", "float32")
 
 
@@ -52,13 +56,20 @@ class VisionOptim(OptimConfig):
     beta1: float = 0.9
     beta2: float = 0.999
     grad_clip: float = 1.0  # max gradient norm (0: no clipping)
-    gate_entropy_weight: float = 5e-4  # the official script's --gate-entropy-weight
-    loop_penalty_weight: float = 1e-3  # --loop-penalty-weight (a constant without dynamic exit)
+    # the gate regularisers' weights; null: the shipped script's (SCRIPT_PENALTIES), or with init_from= an
+    # official file the values saved in it (its --gate-entropy-weight / --loop-penalty-weight)
+    gate_entropy_weight: float | None = None
+    loop_penalty_weight: float | None = None  # a constant term without dynamic exit
+    # official: LoopViT's get_cosine_schedule_with_warmup stepped after each update (update k at lambda(k - 1):
+    # the first at lr 0); hrm: the reasoners' training.optim.lr_at (update k at lambda(k): one update ahead)
+    schedule: str = "official"
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for key in ("grad_clip", "gate_entropy_weight", "loop_penalty_weight"):
-            at_least(f"optim.{key}", getattr(self, key), 0.0)
+        at_least("optim.grad_clip", self.grad_clip, 0.0)
+        for key in SCRIPT_PENALTIES:
+            optional_at_least(f"optim.{key}", getattr(self, key), 0.0)
+        one_of("optim.schedule", self.schedule, SCHEDULES)
 
 
 @dataclass
@@ -90,7 +101,9 @@ class TrainViTConfig(RunConfig):
     example drawn as a canvas view (data/canvas.py), one task token per puzzle identifier."""
 
     data_dir: str | None = None  # a dataset built by `hrm-deeploop build-arc` (train/ and test/ inside)
-    init_from: str | None = None  # start from these weights: an official LoopViT .pt or a train-vit checkpoint
+    # start from these weights: an official LoopViT .pt, or a train-vit run folder (its latest checkpoint), step
+    # file, exported folder or hf://OWNER/NAME
+    init_from: str | None = None
     dtype: str = "bfloat16"  # the training step's autocast dtype on CUDA (CPU runs, and evaluation, in float32)
     train: VisionLoop = field(default_factory=VisionLoop)
     optim: VisionOptim = field(default_factory=VisionOptim)
