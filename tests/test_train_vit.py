@@ -299,10 +299,12 @@ def test_the_loader_reads_both_kinds_and_the_exit_study_runs(monkeypatch, data, 
     assert " 3.00 " in lines["fixed depth"] and "plateau (code: 5%, 2 loops)" in lines  # T = 3 loops each
 
 
-def test_evaluate_takes_an_official_file_whose_task_table_fits_the_dataset(monkeypatch, tmp_path, capsys):
+def test_evaluate_takes_an_official_file_whose_task_order_is_established(monkeypatch, tmp_path, capsys):
     """`evaluate` on an official LoopViT `.pt` (no run beside it): read by the one LoopViT reader
-    (`loading.load_model(loopvit=True)`), predicted through canvas views and voted; a task table of
-    another size is one line naming the file."""
+    (`loading.load_model`), its task tokens put in the dataset's order (`data.official_tasks`: one
+    official row per task, every augmentation of a task on its row), predicted through canvas views
+    and voted. A table as long as the dataset's identifiers (row i would serve id i, shifted by the
+    blank) or of any other size is one line naming the file."""
     import numpy as np
 
     from arc_data.arc.build import BuildConfig, build
@@ -313,7 +315,9 @@ def test_evaluate_takes_an_official_file_whose_task_table_fits_the_dataset(monke
     build(BuildConfig(sources=[str(chal)], output_dir=str(tmp_path / "data"), test_labels="optional", num_aug=2,
                       seed=0, progress=False))
     rows = json.loads((tmp_path / "data" / "test" / "dataset.json").read_text())["num_puzzle_identifiers"]
-    _official_file(tmp_path / "fits.pt", "hybrid", num_tasks=rows)
+    assert rows == 4  # <blank>, t and its 2 augmentations: one task
+    _official_file(tmp_path / "fits.pt", "hybrid", num_tasks=1)
+    _official_file(tmp_path / "shifted.pt", "hybrid", num_tasks=rows)
     _official_file(tmp_path / "other.pt", "hybrid", num_tasks=rows + 5)
 
     def evaluate(ckpt, out):
@@ -327,6 +331,8 @@ def test_evaluate_takes_an_official_file_whose_task_table_fits_the_dataset(monke
     assert "official LoopViT checkpoint" in capsys.readouterr().out
     preds = np.load(tmp_path / "ev" / "predictions.npz")
     assert len(preds["predictions"]) == 2 * (2 + 1)  # passes x (num_aug copies + the original)
-    assert evaluate("other.pt", "ev2") == 2
-    err = capsys.readouterr().err
-    assert "other.pt" in err and f"{rows + 5} task tokens" in err
+    for name, table in (("shifted.pt", rows), ("other.pt", rows + 5)):
+        assert evaluate(name, "ev_" + name) == 2
+        err = capsys.readouterr().err
+        assert name in err and "cannot be established" in err and f"its table has {table} rows" in err
+        assert len(err.strip().splitlines()) == 1 and not (tmp_path / ("ev_" + name)).exists()

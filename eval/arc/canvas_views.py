@@ -28,6 +28,7 @@ from arc_data import format as fmt
 from eval.arc.poe import canvas_table
 from eval.arc.vote import read_table
 from hrm_deeploop import runtime
+from hrm_deeploop.data import official_tasks
 from hrm_deeploop.data.batches import open_dataset
 from hrm_deeploop.data.canvas import BORDER, View, canvas_batch, decode
 from hrm_deeploop.errors import UserError
@@ -113,6 +114,9 @@ def evaluate_canvas(c: Any, evaluation: Any, out: Path) -> int:
         if env.distributed:
             raise UserError("a LoopViT checkpoint is evaluated in one process (torchrun: one task per rank, ttt)")
         loaded = load_model(c.checkpoint, env.device, ema=c.ema, command="evaluate")
+        if loaded.kind == "official":  # its task tokens to the dataset's ids in the official order, or one line
+            official_tasks.fit_model(loaded.model, c.data_dir, f"checkpoint '{loaded.path}'")
+            loaded.config = loaded.model.cfg
         split = open_dataset(c.data_dir, c.split)
         rows = int(split.meta.num_puzzle_identifiers)
         if loaded.config.num_tasks != rows:
