@@ -19,7 +19,7 @@ TASK_CHOICES = ("auto", *TASKS, "generic")
 class EvaluateConfig:
     """`hrm-deeploop evaluate`: predict every augmented test copy with a checkpoint, then vote."""
 
-    checkpoint: str | None = None  # <run>/checkpoints/step_N.pt, a run folder, or an official HRM/TRM <dir>/step_N
+    checkpoint: str | None = None  # a run folder, step_N.pt, export, hf://, or an official file of a family it serves
     data_dir: str | None = None
     output_dir: str | None = None
     split: str = "test"

@@ -78,6 +78,8 @@ COMMANDS: dict[str, Command] = {
                      "looped-GPT sweeps: {baseline, deeploop} x R, and the p-sweep"),
     "export": Command("hrm_deeploop.export:run", "hrm_deeploop.export:ExportConfig", "export",
                       "a checkpoint to a Hugging Face Hub folder (model.safetensors, config.json, model card)"),
+    "bundle": Command("hrm_deeploop.bundle:run", "hrm_deeploop.bundle:BundleConfig", "bundle",
+                      "wheels, checkpoint and run.py for an offline notebook (ARC Prize on Kaggle: ttt over the GPUs)"),
     "study": Command("hrm_deeploop.study:run", "hrm_deeploop.study:StudyConfig", "study",
                      "a grid over config keys x seeds for train / train-gpt, local pool or SLURM (submitit)"),
     "ttt": Command("hrm_deeploop.pertask.run:run", "hrm_deeploop.pertask.ttt_config:PerTaskConfig", "ttt",
@@ -294,6 +296,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "eval-gpt": ("checkpoint",),
     "generate": ("checkpoint",),
     "export": ("checkpoint", "output_dir"),
+    "bundle": ("checkpoint", "output_dir"),
     "make-challenges": ("source", "output_dir"),
     "build-puzzles": ("source", "output_dir"),
     "generate-puzzles": ("output_dir",),
@@ -394,14 +397,20 @@ def describe(name: str, overrides: list[str]) -> str:
         if OmegaConf.select(cfg, key) in (None, ""):  # unset: None, or '' for a path (generate's checkpoint)
             OmegaConf.update(cfg, key, "???")
     doc = (resolve(cmd.schema).__doc__ or "").strip()
-    return "\n".join([f"hrm-deeploop {name}: {cmd.help}", "", doc, *groups, "",
+    from hrm_deeploop.families import titles  # lazy: bare `--help` skips it
+
+    served = titles(name)
+    families = [f"model families it serves: {served} (hrm_deeploop/families)"] if served else []
+    return "\n".join([f"hrm-deeploop {name}: {cmd.help}", "", doc, *families, *groups, "",
                       f"settings (defaults: {cmd.schema.replace(':', '.')}; configs/{cmd.config}.yaml; "
                       "override with key=value; ??? = required):", "", settings(cfg)])
 
 
-# Overrides a subcommand derives from its own command line before composing: `train init_from=RUN`
-# inherits the pretraining run's optimiser, schedule and logger (training/inherit.py).
-PREPARE: dict[str, str] = {"train": "hrm_deeploop.training.inherit:inherit"}
+# Overrides a subcommand derives from its own command line before composing: a trainer's
+# `init_from=RUN` inherits the run's optimiser, schedule, logger, batch and what its family needs to
+# run (training/inherit.py: one rule for every trainer that takes init_from).
+PREPARE: dict[str, str] = {"train": "hrm_deeploop.training.inherit:inherit",
+                           "train-vit": "hrm_deeploop.training.inherit:inherit"}
 
 
 def prepare(name: str, overrides: list[str]) -> list[str]:
@@ -413,7 +422,7 @@ def prepare(name: str, overrides: list[str]) -> list[str]:
         key, _, value = o.partition("=")
         if key == "experiment" and value and (config_dir() / "experiment" / f"{value}.yaml").is_file():
             preset |= _read_group_file("experiment", value)[1]
-    return resolve(PREPARE[name])(overrides, preset)
+    return resolve(PREPARE[name])(overrides, preset, name)
 
 
 def run_subcommand(name: str, overrides: list[str], ends_process: bool = False) -> int:

@@ -1,4 +1,5 @@
-"""`hrm-deeploop export`: a checkpoint of ours (HRM, TRM, URM, looped GPT) to a folder in the Hub's conventions.
+"""`hrm-deeploop export`: a checkpoint of ours, of any family (`hrm_deeploop.families`: HRM, TRM, URM,
+LoopViT, the looped GPT), to a folder in the Hub's conventions.
 
 The folder (`hub` module: its format and reader):
 - `model.safetensors`: the weights the evaluators use (a reasoner's weight average when it has one
@@ -7,9 +8,11 @@ The folder (`hub` module: its format and reader):
 - `config.json`: `format`, `model` and `scaling` (what rebuilds the model), `step`, `weights`
   (raw | ema), `code_version`, `puzzle_names` (adapted reasoners) and the run's whole resolved
   `config`;
-- `tokenizer_config.json` (looped GPT: the tokenizer id, its vocabulary size and end-of-text id) or
-  `dataset.json` + `identifiers.json` (reasoners: the training split's metadata and puzzle names,
-  copied from the run's dataset, found as `_dataset_metadata` says, or an error);
+- what the family's entry says its export carries beside the weights (`Family.metadata`):
+  `tokenizer_config.json` (the looped GPT: the tokenizer id, its vocabulary size and end-of-text id)
+  or `dataset.json` + `identifiers.json` (the ARC families, reasoners and LoopViT: the training
+  split's metadata and puzzle names, copied from the run's dataset, found as `_dataset_metadata`
+  says, or an error);
 - `README.md`: a model card (Hub front matter; what the model is, its data, the figures of the
   run's summary.json, how to use and upload it; the settings and the command that reproduces the
   run folded below).
@@ -52,18 +55,17 @@ class ExportConfig:
     overwrite: bool = False  # replace an earlier export (a folder holding config.json)
 
 
-def _load(path: Path, ema: bool) -> tuple[Any, dict[str, Any], str, dict[str, Any]]:
-    """The model as the evaluators load it, its train state, which weights, the summary figures."""
+def _load(path: Path, ema: bool) -> tuple[Any, dict[str, Any], str, dict[str, Any], Any]:
+    """The model as the evaluators load it, its train state, which weights, the summary figures, its family."""
     from hrm_deeploop import checkpoint as ckpt  # lazy: keeps torch off `export --help`
 
     state = ckpt.load(path, map_location="cpu")
     if not isinstance(state, dict) or state.get("format") != ckpt.FORMAT or "config" not in state:
-        raise UserError(f"checkpoint '{path}' is not an hrm-deeploop train state (official HRM/TRM checkpoints "
-                        "are loaded as they are; export is for our own runs)")
+        raise UserError(f"checkpoint '{path}' is not an hrm-deeploop train state (official checkpoints are loaded "
+                        "as they are; export is for our own runs)")
     from hrm_deeploop.loading import load_model  # lazy: keeps torch off `export --help`
 
-    loaded = load_model(path, "cpu", ema=ema)
-    model, which = loaded.model, loaded.weights
+    loaded = load_model(path, "cpu", ema=ema, command="export")
     run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
     summary: dict[str, Any] = {}
     if run_dir is not None and (run_dir / "summary.json").is_file():
@@ -71,40 +73,37 @@ def _load(path: Path, ema: bool) -> tuple[Any, dict[str, Any], str, dict[str, An
             summary = json.loads((run_dir / "summary.json").read_text())
         except ValueError:
             summary = {}
-    return model, state, which, summary
+    return loaded.model, state, loaded.weights, summary, loaded.family
 
 
 def reproduce_command(config: dict[str, Any]) -> str:
     """The command line that trains this run again: the trainer, model and scaling groups, every setting."""
+    from hrm_deeploop.families import family  # lazy: `export --help` skips it
     from hrm_deeploop.training.sweep import overrides  # lazy: keeps omegaconf off `export --help`
 
     values = json.loads(json.dumps(config))  # a deep copy of plain values
     model = dict(values.pop("model"))
     name = model.pop("name")
     values.pop("resume", None)
-    trainer = "train-gpt" if name == "gpt" else "train"
+    trainer = family(name).trainer
     parts = [f"model={name}", *overrides("model", model), *overrides("scaling", values.pop("scaling", {})),
              *overrides("", values)]
     return "hrm-deeploop " + trainer + " \\\n  " + " \\\n  ".join(f'"{p}"' if any(c in p for c in " '*[]") else p
                                                               for p in parts)
 
 
-def _card(meta: dict[str, Any], summary: dict[str, Any], files: list[str], repo_id: str, dataset: dict[str, Any]
-          ) -> str:
+def _card(meta: dict[str, Any], summary: dict[str, Any], files: list[str], repo_id: str, dataset: dict[str, Any],
+          fam: Any) -> str:
     """The model card: what the model is, its data, its measured figures and how to use it first;
     the settings (model, scaling, training config) and the reproducing command folded below."""
     model, scaling, config = meta["model"], meta["scaling"], meta["config"]
-    gpt = model["name"] == "gpt"
     scheme = scaling.get("scheme")
     params = summary.get("params")
-    what = (f"A looped GPT language model (R = {model.get('num_rounds')} rounds of {model.get('num_layers')} "
-            f"layers, width {model.get('hidden_size')})" if gpt else
-            f"A {model['name'].upper()} reasoner (width {model.get('hidden_size')}, up to "
-            f"{model.get('halt_max_steps')} ACT segments)")
+    what = fam.describe(model, params)
     what += (f", {params:,} parameters" if isinstance(params, int) else "") + f", with {scheme} residual scaling, " \
         f"trained for {meta['step']} steps; weights: {meta['weights']}" + (
             " (the weight average)" if meta["weights"] == "ema" else "") + "."
-    if gpt:
+    if fam.metadata == "tokenizer":
         data = config.get("data") or {}
         data_lines = [f"Token shards `{data.get('train')}` (validation `{data.get('val')}`), tokenizer "
                       f"`{data.get('tokenizer_id')}` (`tokenizer_config.json`)."]
@@ -117,14 +116,12 @@ def _card(meta: dict[str, Any], summary: dict[str, Any], files: list[str], repo_
                       *(f"- {k}: {v}" for k, v in shown.items())]
     figures = {k: summary[k] for k in ("status", "steps", "final_train_loss", "final_val_loss", "last_eval",
                                        "wall_time_s", "unigram_entropy") if summary.get(k) is not None}
-    use = (f"hrm-deeploop eval-gpt checkpoint=hf://{repo_id} data=VAL_SHARDS output_dir=OUT\n"
-           f"hrm-deeploop generate checkpoint=hf://{repo_id} prompt='...'" if gpt else
-           f"hrm-deeploop evaluate checkpoint=hf://{repo_id} data_dir=DATASET output_dir=OUT")
+    use = "\n".join(USE[c].format(repo_id=repo_id) for c in fam.commands if c in USE)
     front = {"library_name": "hrm-deeploop", "license": "apache-2.0",
              "tags": ["hrm-deeploop", model["name"], f"scaling-{scheme}"]}
     return "\n".join([
         "---", yaml.safe_dump(front, sort_keys=False).strip(), "---", "",
-        f"# {model['name'].upper()} ({scheme} scaling), step {meta['step']}", "", what, "",
+        f"# {fam.title} ({scheme} scaling), step {meta['step']}", "", what, "",
         "## Data", "", *data_lines, "",
         "## Measured (the run's summary.json)", "",
         *(["```json", json.dumps(figures, indent=2), "```"] if figures else
@@ -142,6 +139,13 @@ def _card(meta: dict[str, Any], summary: dict[str, Any], files: list[str], repo_
         f"Exported by `hrm-deeploop export` ({meta['code_version']}).", ""])
 
 
+# the card's usage line of each command that reads an exported model, by command
+USE = {"evaluate": "hrm-deeploop evaluate checkpoint=hf://{repo_id} data_dir=DATASET output_dir=OUT",
+       "ttt": "hrm-deeploop ttt checkpoint=hf://{repo_id} challenges=CHALLENGES.json output_dir=OUT",
+       "eval-gpt": "hrm-deeploop eval-gpt checkpoint=hf://{repo_id} data=VAL_SHARDS output_dir=OUT",
+       "generate": "hrm-deeploop generate checkpoint=hf://{repo_id} prompt='...'"}
+
+
 def export(opts: ExportConfig) -> Path:
     from arc_data.files.guard import checked_output_dir  # lazy: `export --help` skips it
     from arc_data.files.publish import atomic_dir  # lazy: `export --help` skips it
@@ -155,7 +159,7 @@ def export(opts: ExportConfig) -> Path:
     run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent  # never into the run itself
     target = checked_output_dir(opts.output_dir, opts.overwrite, [str(run_dir)], marker=hub.CONFIG,
                                 writer="hrm-deeploop export")
-    model, state, which, summary = _load(path, opts.ema)
+    model, state, which, summary, fam = _load(path, opts.ema)
     config = state["config"]
     model_cfg, scaling = dict(config["model"]), dict(config.get("scaling") or {})
     meta = {"format": hub.EXPORT_FORMAT, "model": model_cfg, "scaling": scaling, "step": state.get("step"),
@@ -165,7 +169,7 @@ def export(opts: ExportConfig) -> Path:
     files = [hub.WEIGHTS, hub.CONFIG, "README.md"]
     dataset: dict[str, Any] = {}
     sources: list[Path] = []
-    if model_cfg["name"] != "gpt":
+    if fam.metadata == "dataset":
         run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
         sources = _dataset_metadata(config.get("data_dir"), run_dir, opts.data_dir)
         from arc_data.format import META_FILE  # lazy: `export --help` skips it
@@ -174,7 +178,7 @@ def export(opts: ExportConfig) -> Path:
         dataset = json.loads(meta_file.read_text()) if meta_file else {}
     with atomic_dir(target) as tmp:
         hub.write_weights(tmp / hub.WEIGHTS, model.state_dict(), {"format": "pt", "step": str(meta["step"])})
-        if model_cfg["name"] == "gpt":
+        if fam.metadata == "tokenizer":
             from hrm_deeploop.text.tokenizer import get_tokenizer  # lazy: `export --help` skips it
 
             tid = (config.get("data") or {}).get("tokenizer_id") or "gpt2"
@@ -187,7 +191,7 @@ def export(opts: ExportConfig) -> Path:
             files.append(src.name)
         (tmp / hub.CONFIG).write_text(json.dumps(meta, indent=2) + "\n")
         (tmp / "README.md").write_text(_card({**meta, "config": config}, summary, files,
-                                             opts.repo_id or "OWNER/NAME", dataset))
+                                             opts.repo_id or "OWNER/NAME", dataset, fam))
         _shareable(tmp)
     return target.path
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hrm_deeploop.errors import UserError
+from hrm_deeploop.pertask.presets import PRESETS
 from hrm_deeploop.training.cluster import check_settings
 from hrm_deeploop.training.train_config import TRAINS
 from hrm_deeploop.typed_config import at_least, one_of, optional_at_least
@@ -52,13 +53,14 @@ class PerTaskConfig:
     that task alone (a fresh embedding row for each of its views), then predicted and voted; the
     tasks' attempts merged into `output_dir/submission.json`."""
 
-    checkpoint: str | None = None  # required: the pretrained run folder or step_N.pt (HRM, TRM or URM)
+    checkpoint: str | None = None  # required: a run folder, step_N.pt, export or hf:// of a family ttt serves
     challenges: str | None = None  # required: ARC challenges JSON (task id -> {train, test})
     solutions: str = ""  # optional: *_solutions.json, to score the submission at the end
     output_dir: str = "runs/ttt"
-    num_aug: int = 100  # augmented views of each task (dihedral x colour permutations, build-arc's)
-    steps: int = 200  # training steps per task (train.max_steps)
-    batch: int = 32  # examples per step (train.global_batch_size)
+    preset: str = "auto"  # auto | cpu | gpu: the sizes left unset below (pertask/presets.py); auto from the device and model
+    num_aug: int | None = None  # augmented views of each task (dihedral x colour permutations, build-arc's); None: the preset's
+    steps: int | None = None  # training steps per task (train.max_steps); None: the preset's
+    batch: int | None = None  # examples per step (train.global_batch_size); None: the preset's
     lr: float | None = None  # optim.lr; None: the trainer's default
     trains: str = "all"  # adapt.trains: all | embeddings | embeddings_then_all
     train_overrides: list[str] = field(default_factory=list)  # more `train` key=value items
@@ -71,7 +73,7 @@ class PerTaskConfig:
     launcher: str = "local"  # local (a process pool; under torchrun, rank r takes tasks r, r+W, ...) | submitit
     submitit: PerTaskSubmitit = field(default_factory=PerTaskSubmitit)
     leave_one_out: bool = False  # also train each task's pseudo-tasks: each demonstration once the target of the others
-    passes: int = 10  # LoopViT: random views (scale, corner) of every copy at prediction (official --num-attempts)
+    passes: int | None = None  # LoopViT: random views (scale, corner) of every copy at prediction (official --num-attempts); None: the preset's
     poe: bool = True  # also rank each task's candidates by the product of experts (evaluate poe=true)
     ks: list[int] = field(default_factory=lambda: [1, 2, 10])  # pass@K reported with `solutions` (K <= 10)
     keep_work: bool = False  # keep each task's dataset, run and evaluation folders (checkpoints included)
@@ -82,11 +84,13 @@ class PerTaskConfig:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        at_least("num_aug", self.num_aug, 0)
-        at_least("steps", self.steps, 0)
-        at_least("batch", self.batch, 1)
+        optional_at_least("num_aug", self.num_aug, 0)
+        optional_at_least("steps", self.steps, 1)
+        optional_at_least("batch", self.batch, 1)
         at_least("workers", self.workers, 1)
-        at_least("passes", self.passes, 1)
+        optional_at_least("passes", self.passes, 1)
+        one_of("preset", self.preset, PRESETS)
+        at_least("min_task_minutes", self.min_task_minutes, 0)
         at_least("threads", self.threads, 0)
         optional_at_least("time_budget", self.time_budget, 0)
         one_of("protocol", self.protocol, PROTOCOLS)

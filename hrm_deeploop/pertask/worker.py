@@ -2,14 +2,27 @@
 (its augmented views, a fresh embedding row each), `train init_from=CHECKPOINT` on it under the
 task's deadline, `evaluate` (predict, un-augment, vote), and the task's attempts written last as
 `tasks/<id>/result.json`. Nothing of one task's weights or optimiser state reaches another's: each
-task is its own `train` and `evaluate`, one model in memory at a time."""
+task is its own `train` and `evaluate`, one model in memory at a time.
+
+A worker dies with its parent (`PR_SET_PDEATHSIG` on Linux, and a thread that watches the parent's
+pid everywhere): a `kill -9` of ttt leaves no copy training. A failure is the task's own
+(`TaskFailed`: its commands refused it; recorded, finished) or from outside it (`OutsideFailure`: a
+full disk, a file-size limit, memory, a signal; not recorded as finished, so a rerun retries it).
+A test input without two valid predicted grids gets its input as the missing attempts (the
+fallback, never `[[0]]`), and the task's status says so (`trained-no-grid`)."""
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import io
 import math
 import os
+import re
 import shutil
+import signal
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -20,6 +33,18 @@ from hrm_deeploop.pertask.ttt_config import PerTaskConfig
 
 WORK = "work"
 LOG = "log.txt"
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+# errors of the machine, not of the task: a rerun once they are gone may well succeed
+OUTSIDE = re.compile(r"\b(ENOSPC|EDQUOT|EFBIG|EIO|EROFS|ENOMEM|EMFILE|ENFILE|ENOBUFS)\)|out of memory|interrupted",
+                     re.IGNORECASE)
+
+
+class TaskFailed(RuntimeError):
+    """The task's own failure (its commands refused it): recorded as `failed`, finished."""
+
+
+class OutsideFailure(RuntimeError):
+    """A failure from outside the task (disk, memory, a signal): not finished, retried on a rerun."""
 
 
 # torchrun's variables: a worker of rank r trains its task alone, so it must not see them (its
@@ -28,8 +53,11 @@ TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_
                  "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
 
 
-def init_worker(threads: int) -> None:
-    """A pool process: its torch threads, and no torchrun variables (one task, one process)."""
+def init_worker(threads: int, parent: int | None = None) -> None:
+    """A pool process: it dies with `parent`, its torch threads, and no torchrun variables (one task,
+    one process)."""
+    if parent is not None:
+        die_with(parent)
     for var in TORCHRUN_VARS:
         os.environ.pop(var, None)
     os.environ["OMP_NUM_THREADS"] = str(threads)
@@ -38,31 +66,77 @@ def init_worker(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
+def die_with(parent: int) -> None:
+    """End this process when `parent` ends, however it ends: the kernel's parent-death signal (Linux)
+    and a thread that polls the parent's pid (everywhere; also covers the moment before prctl)."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):  # no libc by that name: the watchdog alone
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="ttt-parent-watch", daemon=True).start()
+
+
+class _Tail(io.TextIOBase):
+    """What a task's commands print to stderr: into its log, the last lines kept for the verdict."""
+
+    def __init__(self, log) -> None:
+        self.log, self.text = log, ""
+
+    def write(self, s: str) -> int:
+        self.text = (self.text + s)[-4000:]
+        return self.log.write(s)
+
+    def flush(self) -> None:
+        self.log.flush()
+
+
 def solve(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float) -> dict:
     """Train, predict and vote one task; returns its result (also written to result.json). What
-    its build, train and evaluate print goes to `tasks/<id>/log.txt`, not the console."""
+    its build, train and evaluate print goes to `tasks/<id>/log.txt`, not the console. Raises
+    TaskFailed (its own) or OutsideFailure (disk, memory, a signal), naming its log."""
     root = plan.task_dir(Path(cfg.output_dir), tid)
     work = root / WORK
-    shutil.rmtree(work, ignore_errors=True)  # a task killed half-way starts again from nothing
-    work.mkdir(parents=True)
-    with open(root / LOG, "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+    try:
+        shutil.rmtree(work, ignore_errors=True)  # a task killed half-way starts again from nothing
+        work.mkdir(parents=True)
+        log = open(root / LOG, "w")
+    except OSError as e:
+        raise OutsideFailure(f"{root}: {e.strerror or e}") from None
+    tail = _Tail(log)
+    with log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(tail):
         try:
             return _solve(cfg, tid, task, train_minutes, work)
-        except Exception as e:
-            print(f"ttt: {tid}: {e}", file=log)
-            raise RuntimeError(f"{e} (log: {root / LOG})") from None
+        except (TaskFailed, OutsideFailure) as e:
+            said = "\n".join(ln for ln in tail.text.splitlines() if ln.startswith("hrm-deeploop "))  # error lines
+            outside = isinstance(e, OutsideFailure) or bool(OUTSIDE.search(said))
+            why = e
+        except (OSError, MemoryError) as e:
+            outside, why = True, e
+        except Exception as e:  # the task's own: its data or its commands refused it
+            outside, why = bool(OUTSIDE.search(f"{e}")), e
+        with contextlib.suppress(OSError):
+            print(f"ttt: {tid}: {why}", file=log)
+        raise (OutsideFailure if outside else TaskFailed)(f"{why or type(why).__name__} (log: {root / LOG})") from None
 
 
 def _solve(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float, work: Path) -> dict:
     if cfg.views == "official":
 
         result = solve_official(cfg, tid, task, train_minutes)
+        result["loop_seconds"] = result["train_seconds"]
+        fill_attempts(result, task)
         plan.write_result(Path(cfg.output_dir), tid, result)  # last: its presence means finished
         if not cfg.keep_work:
             shutil.rmtree(work, ignore_errors=True)
         return result
     from arc_data.arc.build import BuildConfig, build  # lazy: numba only in the process that builds a task
-    from hrm_deeploop.cli import run_subcommand  # lazy: the CLI's command table imports this package
 
     out = Path(cfg.output_dir)
     t0 = time.monotonic()
@@ -77,17 +151,44 @@ def _solve(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float, work:
     build(BuildConfig(sources=[str(chal)], output_dir=str(work / "data"), test_labels="optional", eval_name="task",
                       num_aug=cfg.num_aug, seed=cfg.seed, progress=False))
     build_s = time.monotonic() - t0
-    vit = plan.run_model(cfg.checkpoint) == "loopvit"
-    poe = cfg.poe  # evaluate scores canvases too (eval.arc.poe.canvas_table)
-    start = cfg.checkpoint
-    if vit:  # train-vit starts from a file: a run folder's latest checkpoint
-        from hrm_deeploop.checkpoint import resolve  # lazy: torch only in the process that trains a task
+    name, train, evaluate = commands(cfg, work, train_minutes, tasks, chal)
+    t_train = time.monotonic()
+    run_command(name, train, tid)
+    train_s = time.monotonic() - t_train
+    summary = parse_json((work / "run" / "summary.json").read_bytes(), "summary.json")
+    t_eval = time.monotonic()
+    batch = []
+    if not any(o.startswith("global_batch_size=") for o in cfg.eval_overrides):
+        batch = [f"global_batch_size={eval_batch(work / 'data')}"]
+    run_command("evaluate", [*batch, *evaluate], tid)
+    result = {"task": tid, "status": "trained", **ranked_attempts(work / "eval", tid, cfg.poe),
+              "steps": summary.get("steps"), "train_seconds": round(train_s, 3),
+              "loop_seconds": round(summary.get("wall_time_s") or train_s, 3), "build_seconds": round(build_s, 3),
+              "evaluate_seconds": round(time.monotonic() - t_eval, 3), "seconds": round(time.monotonic() - t0, 3),
+              "train_minutes_given": None if not math.isfinite(train_minutes) else round(train_minutes, 4)}
+    if len(tasks) > 1:  # the pseudo-tasks' held-out demonstrations, scored by each rule
+        result["leave_one_out"] = loo_scores(work / "eval", cfg.poe, len(tasks) - 1)
+    fill_attempts(result, task)
+    plan.write_result(out, tid, result)  # last: its presence means finished
+    if not cfg.keep_work:
+        shutil.rmtree(work, ignore_errors=True)
+    return result
 
-        start = str(resolve(cfg.checkpoint))
-    train = [f"init_from={start}", f"data_dir={work / 'data'}", f"output_dir={work / 'run'}",
+
+def commands(cfg: PerTaskConfig, work: Path, train_minutes: float, tasks: dict[str, dict], chal: Path
+             ) -> tuple[str, list[str], list[str]]:
+    """The task's train command (its name and arguments) and its evaluate arguments (but the batch),
+    the user's overrides last. `run.py` composes them once before the first task (`checks`)."""
+    from hrm_deeploop.families import of_checkpoint  # lazy: the registry, read once per task
+
+    fam = of_checkpoint(cfg.checkpoint)  # its trainer, and whether it takes adapt.* (the puzzle table)
+    poe = cfg.poe  # evaluate scores canvases too (eval.arc.poe.canvas_table)
+    # the trainer's init_from carries the pretraining run's settings (training/inherit.py: optimiser,
+    # logger and what the family needs to run, e.g. LoopViT's canvas); the task's own come after
+    train = [f"init_from={cfg.checkpoint}", f"data_dir={work / 'data'}", f"output_dir={work / 'run'}",
              f"train.max_steps={cfg.steps}", f"train.global_batch_size={cfg.batch}", "logger=none",
              "train.progress=false", f"seed={cfg.seed}", f"device={cfg.device}"]
-    if not vit:  # LoopViT fine-tunes the whole model, as the official test-time training
+    if fam.adapts:  # the reasoners grow their puzzle table; LoopViT fine-tunes everything, as the official TTT
         train.append(f"adapt.trains={cfg.trains}")
     if math.isfinite(train_minutes):
         train.append(f"train.time_budget={max(train_minutes, 0.0):.4f}")
@@ -98,32 +199,46 @@ def _solve(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float, work:
         # each, so one iteration must span enough epochs to fill a batch
         per_epoch = sum(len(t["train"]) for t in tasks.values())
         train.append(f"train.epochs_per_iter={max(1, math.ceil(cfg.batch / max(1, per_epoch)))}")
-    t_train = time.monotonic()
-    rc = run_subcommand("train-vit" if vit else "train", train + list(cfg.train_overrides))
-    train_s = time.monotonic() - t_train
+    evaluate = [f"checkpoint={work / 'run'}", f"data_dir={work / 'data'}", f"output_dir={work / 'eval'}",
+                f"challenges={chal}", "progress=false", "report=false", f"device={cfg.device}",
+                f"poe={str(poe).lower()}", f"passes={cfg.passes}", f"tta_seed={cfg.seed}", *cfg.eval_overrides]
+    return fam.trainer, train + list(cfg.train_overrides), evaluate
+
+
+def run_command(name: str, args: list[str], tid: str) -> None:
+    """One of the task's commands, in this process; a non-zero exit raised as the task's own failure,
+    or as one from outside when a signal ended it (the error line's errno is judged by `solve`)."""
+    from hrm_deeploop.cli import run_subcommand  # lazy: the CLI's command table imports this package
+
+    rc = run_subcommand(name, args)
+    if rc >= 128:
+        raise OutsideFailure(f"task {tid}: {name} ended by signal {rc - 128}")
     if rc != 0:
-        raise RuntimeError(f"task {tid}: train exited {rc}")
-    steps = parse_json((work / "run" / "summary.json").read_bytes(), "summary.json").get("steps")
-    t_eval = time.monotonic()
-    batch = []
-    if not any(o.startswith("global_batch_size=") for o in cfg.eval_overrides):
-        batch = [f"global_batch_size={eval_batch(work / 'data')}"]
-    rc = run_subcommand("evaluate", [*batch, f"checkpoint={work / 'run'}", f"data_dir={work / 'data'}",
-                                     f"output_dir={work / 'eval'}", f"challenges={chal}", "progress=false",
-                                     "report=false", f"device={cfg.device}", f"poe={str(poe).lower()}",
-                                     f"passes={cfg.passes}", f"tta_seed={cfg.seed}", *cfg.eval_overrides])
-    if rc != 0:
-        raise RuntimeError(f"task {tid}: evaluate exited {rc}")
-    result = {"task": tid, "status": "trained", **ranked_attempts(work / "eval", tid, poe), "steps": steps,
-              "train_seconds": round(train_s, 3), "build_seconds": round(build_s, 3),
-              "evaluate_seconds": round(time.monotonic() - t_eval, 3), "seconds": round(time.monotonic() - t0, 3),
-              "train_minutes_given": None if not math.isfinite(train_minutes) else round(train_minutes, 4)}
-    if len(tasks) > 1:  # the pseudo-tasks' held-out demonstrations, scored by each rule
-        result["leave_one_out"] = loo_scores(work / "eval", poe, len(tasks) - 1)
-    plan.write_result(out, tid, result)  # last: its presence means finished
-    if not cfg.keep_work:
-        shutil.rmtree(work, ignore_errors=True)
-    return result
+        raise TaskFailed(f"task {tid}: {name} exited {rc}")
+
+
+def fill_attempts(result: dict, task: dict) -> None:
+    """Each rule's two attempts per test input: its first two ranked candidates that are valid ARC
+    grids, the test input for each one missing (the fallback; `[[0]]` is never right). A task with a
+    test input that has no valid grid at all is `trained-no-grid`; `fallback_attempts` counts the
+    attempts filled in."""
+    filled = 0
+    no_grid = False
+    for sfx in ("", "_poe"):
+        if "ranked" + sfx not in result:
+            continue
+        attempts = []
+        for i, t in enumerate(task["test"]):
+            ranked = result["ranked" + sfx][i] if i < len(result["ranked" + sfx]) else []
+            valid = [g for g in ranked if plan.is_grid(g)][:2]
+            no_grid |= not valid
+            filled += 2 - len(valid)
+            valid += [t["input"]] * (2 - len(valid))
+            attempts.append({"attempt_1": valid[0], "attempt_2": valid[1]})
+        result["attempts" + sfx] = attempts
+    result["fallback_attempts"] = filled
+    if no_grid and result["status"] == "trained":
+        result["status"] = "trained-no-grid"
 
 
 def eval_batch(data_dir: Path, cap: int = 256) -> int:

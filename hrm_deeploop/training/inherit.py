@@ -1,50 +1,36 @@
-"""What an adaptation (`train init_from=RUN`) takes from its pretraining run, and the warmup check.
+"""What a run started from a checkpoint (`train init_from=RUN`, `train-vit init_from=RUN`) takes
+from the checkpoint's run, and the warmup check. One rule for every trainer:
 
-A run that starts from one of our checkpoints inherits the pretraining run's optimiser and schedule
-(`optim.*`: rate, warmup, decay, betas, the optimiser's name) and its logger (`logger`, `project`)
-unless the command line (or an `experiment=` named there) sets them: a tiny model pretrained at
-lr 1e-3 with 10 warmup steps and no logger is adapted the same way, not with the full-size
-defaults (lr 1e-4 after 2000 warmup steps, wandb). The CLI calls `inherit` on `train`'s overrides
-before composing; it reads the run's `config.yaml` (or an exported folder's `config.json`), torch-free,
-and prints one line naming what it inherited. Official HRM/TRM checkpoints and `hf://` references
-carry no run config of ours: nothing is inherited from them.
+- the optimiser and schedule (`optim.*`: rate, warmup, decay, betas, the optimiser's name, and for
+  LoopViT its gate regularisers) and the logger (`logger`, `project`): a tiny model pretrained at lr
+  1e-3 with 10 warmup steps and no logger is adapted the same way, not with the full-size defaults
+  (lr 1e-4 after 2000 warmup steps, wandb);
+- what the checkpoint needs to run, as its family declares (`Family.carried`: LoopViT's `canvas.*`,
+  the evaluation scale a 16 x 16 canvas was trained with);
+- the batch (`train.global_batch_size`) where the new data can fill it (every sampler pass yields
+  enough examples); otherwise it is left at the command's value, and the line says so.
+
+A key the command line (or an `experiment=` named there) sets is never inherited. The CLI calls
+`inherit` on the trainer's overrides before composing; it reads the run's `config.yaml` (or an
+exported folder's `config.json`) through `hrm_deeploop.families.run_config`, torch-free, and prints
+one line naming what it inherited. A checkpoint of another trainer's family inherits nothing (the
+trainer refuses it in one line); official checkpoints and `hf://` references carry no run config of
+ours: nothing is inherited from them.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
+from hrm_deeploop.families import FAMILIES, run_config
 
 INHERITED_SECTIONS = ("optim",)
 INHERITED_KEYS = ("logger", "project")
+BATCH = "train.global_batch_size"
 
-
-def run_config(init_from: str) -> tuple[Path, dict[str, Any]] | None:
-    """The pretraining run's resolved config and the file it came from, or None where there is none
-    (an official checkpoint, a Hub reference, a path that does not exist: the trainer names those)."""
-    if init_from.startswith("hf://"):
-        return None
-    p = Path(init_from)
-    run_dir = p.parent.parent if p.is_file() and p.parent.name == "checkpoints" else p
-    for name in ("config.yaml", "config.json"):
-        f = run_dir / name
-        if not f.is_file():
-            continue
-        try:
-            if name == "config.yaml":
-                data = yaml.safe_load(f.read_text())
-            else:  # an exported folder: the run's config sits under "config"
-                data = json.loads(f.read_text()).get("config")
-        except (OSError, ValueError, AttributeError, ImportError):
-            return None
-        except Exception:  # noqa: BLE001 - yaml's own errors: an unreadable file inherits nothing
-            return None
-        return (f, data) if isinstance(data, dict) else None
-    return None
+__all__ = ["inherit", "run_config", "warmup_warning"]
 
 
 def _value(v: Any) -> str:
@@ -60,29 +46,70 @@ def _value(v: Any) -> str:
     return repr(v)
 
 
-def inherit(overrides: list[str], preset_keys: set[str] | frozenset[str] = frozenset()) -> list[str]:
-    """`train`'s overrides with the pretraining run's optimiser, schedule and logger settings put
-    before them, except the keys the command line (or `preset_keys`, an experiment's) sets."""
+def _given(overrides: list[str], key: str) -> str | None:
+    return next((o.partition("=")[2].strip("'\"") for o in overrides if o.partition("=")[0] == key), None)
+
+
+def fewest_per_pass(data_dir: str, epochs_per_iter: int) -> int | None:
+    """The fewest examples one sampler pass over a dataset's training split can yield (every group
+    its smallest puzzle, times the epochs of a pass; `data.batches.TrainSampler`'s bound), or None
+    when the split cannot be read here (the trainer then names what is wrong)."""
+    import numpy as np  # lazy: only when a batch is inherited
+
+    from arc_data.format import GROUP_INDICES_FILE, PUZZLE_INDICES_FILE  # lazy: only when a batch is inherited
+
+    root = Path(data_dir) / "train"
+    try:
+        groups = np.load(root / GROUP_INDICES_FILE, mmap_mode="r", allow_pickle=False)
+        puzzles = np.load(root / PUZZLE_INDICES_FILE, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError):
+        return None
+    sizes = np.diff(np.asarray(puzzles, dtype=np.int64))
+    if len(groups) < 2 or not len(sizes):
+        return None
+    return int(np.minimum.reduceat(sizes, np.asarray(groups[:-1], dtype=np.int64)).sum()) * max(1, epochs_per_iter)
+
+
+def inherit(overrides: list[str], preset_keys: set[str] | frozenset[str] = frozenset(), command: str = "train"
+            ) -> list[str]:
+    """`command`'s overrides with the checkpoint's run's settings (the rule above) put before them,
+    except the keys the command line (or `preset_keys`, an experiment's) sets."""
     given = {o.partition("=")[0].lstrip("+~") for o in overrides if "=" in o}
-    init_from = next((o.partition("=")[2] for o in overrides if o.partition("=")[0] == "init_from"), "")
+    init_from = _given(overrides, "init_from") or ""
     if not init_from or init_from == "null":
         return overrides
-    found = run_config(init_from.strip("'\""))
+    found = run_config(init_from)
     if found is None:
         return overrides
     source, config = found
+    model = config.get("model") if isinstance(config.get("model"), dict) else {}
+    fam = FAMILIES.get(str(model.get("name", "hrm")))
+    if fam is None or fam.trainer != command:
+        return overrides  # another trainer's family: the trainer refuses the checkpoint in one line
+    free = set(given) | set(preset_keys)
     taken: list[str] = []
-    for section in INHERITED_SECTIONS:
+    for section in (*INHERITED_SECTIONS, *fam.carried):
         for key, value in (config.get(section) or {}).items():
             full = f"{section}.{key}"
-            if full not in given and full not in preset_keys and not isinstance(value, dict):
+            if full not in free and not isinstance(value, dict):
                 taken.append(f"{full}={_value(value)}")
     for key in INHERITED_KEYS:
-        if key in config and key not in given and key not in preset_keys:
+        if key in config and key not in free:
             taken.append(f"{key}={_value(config[key])}")
-    if taken:
-        print(f"train: init_from: inherited from {source} (set any of them on the command line to change it): "
-              + " ".join(taken), file=sys.stderr, flush=True)
+    notes = ""
+    batch = (config.get("train") or {}).get("global_batch_size")
+    data_dir = _given(overrides, "data_dir")
+    if isinstance(batch, int) and BATCH not in free and data_dir:
+        epochs = _given(overrides, "train.epochs_per_iter")
+        fewest = fewest_per_pass(data_dir, int(epochs) if epochs and epochs.isdigit() else 1)
+        if fewest is not None and fewest >= batch:
+            taken.append(f"{BATCH}={batch}")
+        elif fewest is not None:
+            notes = (f"; {BATCH}={batch} not inherited: one pass over {data_dir} yields as few as {fewest} examples "
+                     f"(set {BATCH} yourself)")
+    if taken or notes:
+        print(f"{command}: init_from: inherited from {source} (set any of them on the command line to change it): "
+              + " ".join(taken) + notes, file=sys.stderr, flush=True)
     return taken + list(overrides)
 
 
