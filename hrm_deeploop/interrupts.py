@@ -11,6 +11,10 @@ trainer polls it between steps, checkpoints and exits; a second one raises at on
 without saving, the previous checkpoint stays). A signal nobody polls within the block's grace
 (a step that loops a million cycles) is raised anyway once the grace is over: any command stops
 within seconds of a SIGTERM. Torch-free, so `--help` and the builders stay light.
+
+A launcher that starts our commands as child processes (`study`) names itself in `PARENT_ENV`:
+the child then watches that parent and sends itself a SIGTERM when it is gone, so a launcher
+killed even by SIGKILL leaves no run training on (each checkpoints and exits as for any SIGTERM).
 """
 
 from __future__ import annotations
@@ -19,9 +23,12 @@ import contextlib
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+PARENT_ENV = "HRM_DEEPLOOP_PARENT_PID"  # set by a launcher for its children: the pid they stop with
+PARENT_POLL_S = 0.5  # how often a child looks for its parent
 
 
 class Interrupted(KeyboardInterrupt):
@@ -69,12 +76,30 @@ def handled() -> Iterator[None]:
         yield
         return
     previous = {s: signal.signal(s, _on_signal) for s in SIGNALS}
+    follow_parent()
     try:
         yield
     finally:
         for s, h in previous.items():
             if h is not None:  # None: a handler not installed from Python, which cannot be put back
                 signal.signal(s, h)
+
+
+def follow_parent() -> None:
+    """Where `PARENT_ENV` names this process's parent, a daemon thread sends this process a SIGTERM
+    once that parent is gone (re-parented: killed, even by SIGKILL). A value naming another process
+    (inherited by a grandchild, e.g. a torchrun rank) is ignored."""
+    raw = os.environ.get(PARENT_ENV, "")
+    if not raw.isdigit() or int(raw) != os.getppid():
+        return
+    parent = int(raw)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="follow-parent", daemon=True).start()
 
 
 @contextlib.contextmanager

@@ -34,6 +34,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,6 +94,7 @@ class StudyConfig:
     jobs: int = 0  # local: runs at once; 0: CPU count // threads
     threads: int = 1  # OMP/MKL threads of each run
     nproc_per_node: int = 1  # processes per node of each run; > 1: torchrun
+    stop_grace: float = 5.0  # seconds a running run gets after Ctrl-C / SIGTERM to checkpoint and exit
     submitit: SubmititConfig = field(default_factory=SubmititConfig)
 
     def __post_init__(self) -> None:
@@ -105,6 +107,7 @@ class StudyConfig:
         at_least("jobs", self.jobs, 0)
         at_least("threads", self.threads, 1)
         at_least("nproc_per_node", self.nproc_per_node, 1)
+        at_least("stop_grace", self.stop_grace, 0)
         check(bool(self.seeds), "seeds", self.seeds, "at least one seed")
         check(len(set(self.seeds)) == len(self.seeds), "seeds", self.seeds, "without repeats")
         for s in self.seeds:
@@ -210,9 +213,12 @@ class Launch:
                  f"--rdzv-id={job_id}"])
         return [sys.executable, "-m", "torch.distributed.run", *rdzv, f"--nproc-per-node={self.nproc_per_node}", *cli]
 
-    def environ(self) -> dict[str, str]:
+    def environ(self, follow: bool = False) -> dict[str, str]:
+        """The run's environment: its thread counts; with `follow`, this process as the parent the run
+        stops with (`interrupts.PARENT_ENV`: killed even by SIGKILL, the study's runs checkpoint and exit)."""
         n = str(self.threads)
-        return {**os.environ, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n}
+        return {**os.environ, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n,
+                **({interrupts.PARENT_ENV: str(os.getpid())} if follow else {})}
 
 
 def run_in_job(launch: Launch) -> int:
@@ -221,7 +227,7 @@ def run_in_job(launch: Launch) -> int:
 
     job = submitit.JobEnvironment()
     argv = launch.argv(master=job.hostnames[0], job_id=str(job.job_id))
-    code = subprocess.run(argv, env=launch.environ()).returncode
+    code = subprocess.run(argv, env=launch.environ(follow=True)).returncode
     if code != 0:
         raise RuntimeError(f"{' '.join(argv[:6])} ... exited {code}")
     return code
@@ -234,8 +240,10 @@ def _launch(cfg: StudyConfig, run: Run) -> Launch:
 
 def launch_local(cfg: StudyConfig, runs: list[Run], root: Path) -> dict[str, str]:
     """Run each in its own process, `jobs` at once; returns run name -> failure text. Ctrl-C or
-    SIGTERM stops the study: no queued run starts, every running one gets a SIGTERM (it checkpoints
-    and exits: a rerun resumes it, and skips the finished ones) and is waited for."""
+    SIGTERM stops the study within seconds: no queued run starts, and every running one is stopped
+    by `stop_runs` (it checkpoints and exits within `stop_grace` seconds, else stops without saving:
+    a rerun resumes it from its last checkpoint and skips the finished ones). Each run is a process
+    group of its own, so a terminal's Ctrl-C reaches it once, through the study."""
     jobs = cfg.jobs or max(1, (os.cpu_count() or 1) // (cfg.threads * cfg.nproc_per_node))
     logs = root / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -245,14 +253,14 @@ def launch_local(cfg: StudyConfig, runs: list[Run], root: Path) -> dict[str, str
     def one(run: Run) -> tuple[str, str | None]:
         log = logs / (run.name.replace("/", "__") + ".log")
         launch = _launch(cfg, run)
-        with open(log, "ab") as f:
-            with guard:
-                if stopping.is_set():
-                    return run.name, "not started: the study was interrupted"
+        with guard:
+            if stopping.is_set():
+                return run.name, "not started: the study was interrupted"
+            with open(log, "ab") as f:
                 print(f"study: {run.name} started (log {log})", flush=True)
-                live[run.name] = proc = subprocess.Popen(launch.argv(), env=launch.environ(), stdout=f,
-                                                         stderr=subprocess.STDOUT)
-            code = proc.wait()
+                live[run.name] = proc = subprocess.Popen(launch.argv(), env=launch.environ(follow=True), stdout=f,
+                                                         stderr=subprocess.STDOUT, start_new_session=True)
+        code = proc.wait()
         with guard:
             live.pop(run.name, None)
         print(f"study: {run.name} exited {code}", flush=True)
@@ -265,21 +273,47 @@ def launch_local(cfg: StudyConfig, runs: list[Run], root: Path) -> dict[str, str
         with guard:
             stopping.set()
             running = list(live.items())
-        for _, proc in running:
-            with contextlib.suppress(OSError):
-                proc.send_signal(signal.SIGTERM)
-        for _, proc in running:
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        unsaved = stop_runs([proc for _, proc in running], cfg.stop_grace)
         pool.shutdown(wait=True, cancel_futures=True)
         names = ", ".join(name for name, _ in running) or "none"
+        how = (f"; {unsaved} of them did not checkpoint within stop_grace={cfg.stop_grace:g} s and resume from "
+               "their last checkpoint" if unsaved else "")
         raise interrupts.Interrupted(getattr(e, "signum", signal.SIGINT),
-                                     f"stopped the running run(s) ({names}) and started no more; run the study "
+                                     f"stopped the running run(s) ({names}) and started no more{how}; run the study "
                                      "again to resume them (finished runs are skipped)") from None
     pool.shutdown()
     return {name: err for name, err in results if err}
+
+
+LAST_WORD_S = 5.0  # after the second SIGTERM, seconds before SIGKILL
+
+
+def stop_runs(procs: list[subprocess.Popen], grace: float, last_word: float = LAST_WORD_S) -> int:
+    """Stop the runs' processes, in rounds: SIGTERM (a trainer saves a checkpoint after its current
+    step and exits), wait up to `grace` s; a second SIGTERM to those still there (a trainer stops at
+    once without saving: its last checkpoint stays, its atomic writes leave nothing half-written),
+    wait up to `last_word` s; then SIGKILL. Another Ctrl-C / SIGTERM to the study skips a wait.
+    Returns how many needed more than the first SIGTERM."""
+    rounds = ((signal.SIGTERM, grace), (signal.SIGTERM, last_word), (signal.SIGKILL, None))
+    late = 0
+    for k, (signum, wait_s) in enumerate(rounds):
+        alive = [p for p in procs if p.poll() is None]
+        if not alive:
+            break
+        if k == 1:
+            late = len(alive)
+        for p in alive:
+            with contextlib.suppress(OSError):
+                p.send_signal(signum)
+        deadline = None if wait_s is None else time.monotonic() + wait_s
+        try:
+            for p in alive:
+                p.wait(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            continue
+        except KeyboardInterrupt:  # the user insists: on to the next round at once
+            continue
+    return late
 
 
 def submitit_executor(cfg: StudyConfig, root: Path) -> Any:
@@ -314,13 +348,23 @@ def launch_submitit(cfg: StudyConfig, runs: list[Run], root: Path) -> dict[str, 
     for run, job in pending:
         print(f"study: {run.name} submitted as job {job.job_id}", flush=True)
     failed = {}
-    for run, job in pending:
-        try:
-            job.result()
-            print(f"study: {run.name} (job {job.job_id}) done", flush=True)
-        except Exception as e:  # noqa: BLE001 - submitit re-raises the job's error, of any type
-            failed[run.name] = f"job {job.job_id}: {str(e).strip().splitlines()[-1] if str(e).strip() else e!r}"
-            print(f"study: {run.name} (job {job.job_id}) failed", flush=True)
+    try:
+        for run, job in pending:
+            try:
+                job.result()
+                print(f"study: {run.name} (job {job.job_id}) done", flush=True)
+            except Exception as e:  # noqa: BLE001 - submitit re-raises the job's error, of any type
+                failed[run.name] = f"job {job.job_id}: {str(e).strip().splitlines()[-1] if str(e).strip() else e!r}"
+                print(f"study: {run.name} (job {job.job_id}) failed", flush=True)
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: cancel what is queued or running (SLURM: scancel)
+        left = [(run, job) for run, job in pending if not job.done()]
+        for _, job in left:
+            with contextlib.suppress(Exception):  # a job that ended meanwhile, or a scheduler that said no
+                job.cancel(check=False)
+        names = ", ".join(run.name for run, _ in left) or "none"
+        raise interrupts.Interrupted(getattr(e, "signum", signal.SIGINT),
+                                     f"cancelled the job(s) not done ({names}); run the study again to resume "
+                                     "them (finished runs are skipped)") from None
     return failed
 
 

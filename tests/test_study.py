@@ -200,3 +200,107 @@ def test_submitit_slurm_without_slurm_is_one_line_before_anything_is_written(sha
     from hrm_deeploop.training.cluster import resolve
 
     assert resolve("auto") == "local" and resolve("debug") == "debug"
+
+
+# ---- a signal stops the study within seconds (study.stop_runs, interrupts.follow_parent) -------------------
+
+HOLDS_SIGTERM = """
+import signal, sys, time
+got = []
+signal.signal(signal.SIGTERM, lambda s, f: got.append(s) if len(got) < {keep} else sys.exit(7))
+print("ready", flush=True)
+while True:
+    time.sleep(0.05)
+    if got and {polite}:
+        sys.exit(0)  # a trainer between two steps: it saved and leaves
+"""
+
+
+def _child(keep: int, polite: bool):
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-c", HOLDS_SIGTERM.format(keep=keep, polite=polite)],
+                         stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert p.stdout.readline().strip() == "ready"
+    return p
+
+
+def test_stop_runs_escalates_from_sigterm_to_a_second_sigterm_to_sigkill():
+    """The issue: a run that holds its SIGTERM (a long step or evaluation) kept the study waiting
+    (10 s later it was still there). A run that leaves on the first SIGTERM gets only that one; one that
+    holds it gets a second after `stop_grace` (a trainer then stops at once, unsaved); one that ignores
+    both is killed; the whole stop takes about grace + last_word at most."""
+    import signal
+    import time
+
+    from hrm_deeploop import study
+
+    polite, stubborn, deaf = _child(1, True), _child(1, False), _child(99, False)
+    t0 = time.monotonic()
+    late = study.stop_runs([polite, stubborn, deaf], grace=1.0, last_word=1.0)
+    took = time.monotonic() - t0
+    assert polite.returncode == 0  # it left on the first SIGTERM, which it kept: no second one
+    assert stubborn.returncode == 7  # the second SIGTERM ended it
+    assert deaf.returncode == -signal.SIGKILL
+    assert late == 2 and took < 1.0 + 1.0 + 3, took
+
+
+def test_a_run_stops_when_its_study_is_killed(tmp_path):
+    """A study killed by SIGKILL cannot stop its runs: each run watches the parent named in
+    interrupts.PARENT_ENV and sends itself a SIGTERM when it is gone (the trainer then checkpoints)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from hrm_deeploop import interrupts
+
+    marker = tmp_path / "stopped"
+    child = ("import time, pathlib\nfrom hrm_deeploop import interrupts\nwith interrupts.handled():\n"
+             "    try:\n        time.sleep(60)\n    except KeyboardInterrupt as e:\n"
+             f"        pathlib.Path({str(marker)!r}).write_text(str(e.signum))\n")
+    parent = ("import os, subprocess, sys, time\n"
+              f"env = {{**os.environ, {interrupts.PARENT_ENV!r}: str(os.getpid())}}\n"
+              f"subprocess.Popen([sys.executable, '-c', {child!r}], env=env)\n"
+              "print('started', flush=True)\ntime.sleep(60)\n")
+    p = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "started"
+    time.sleep(1.0)  # the child is in its `handled` block
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    deadline = time.monotonic() + 15
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert marker.exists() and marker.read_text() == str(int(signal.SIGTERM))
+
+
+@pytest.mark.slow  # 15 s; the two tests above hold the mechanism in the default suite
+def test_sigterm_stops_a_study_within_its_grace_and_starts_no_queued_seed(shards, tmp_path):
+    """End to end, with `stop_grace=0` (a run that does not leave at once is stopped unsaved): exit 143
+    within seconds, one line, the queued seeds never started, no temporary file left in the run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    base = _gpt_base(shards).replace("train.max_steps:3", "train.max_steps:100000,checkpoint.every:1")
+    argv = [sys.executable, "-m", "hrm_deeploop.cli", "study", "trainer=train-gpt", f"output_dir={tmp_path / 'st'}",
+            base, "grid={scaling:[baseline]}", "seeds=[0,1,2]", "jobs=1", "stop_grace=0"]
+    p = subprocess.Popen(argv, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    run = tmp_path / "st" / "scaling-baseline"
+    deadline = time.monotonic() + 120
+    while not list((run / "s0" / "checkpoints").glob("step_*.pt")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    took = time.monotonic() - t0
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert p.returncode == 143 and took < 8, (took, err[-2000:])
+    assert len(lines) == 1 and "interrupted by SIGTERM: stopped the running run(s) (scaling-baseline/s0)" in lines[0]
+    assert not (run / "s1").exists() and not (run / "s2").exists()
+    assert not [q for q in run.rglob("*") if q.name.startswith(".") or q.suffix == ".tmp"]
