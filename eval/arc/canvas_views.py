@@ -128,6 +128,7 @@ def evaluate_canvas(c: Any, evaluation: Any, out: Path) -> int:
         print(f"evaluate: {loaded.kind} {loaded.family.title} checkpoint {loaded.path} ({loaded.weights} weights), "
               f"{split.num_examples} examples of '{c.split}' x {c.passes} random views each (seed {c.tta_seed}), "
               f"device={env.device}")
+        check_passes(loaded.config, int(split.num_examples), c.passes, G, c.poe, env.device)
         figures = canvas_figures(loaded, split, env, G, c.max_batches)
         preds = predict_views(model, split, env.device, G, c.passes, c.tta_seed, read_table(Path(c.data_dir)).dihedral,
                               c.max_batches, log_probs=c.poe)
@@ -152,3 +153,25 @@ def canvas_figures(loaded: Any, split: Any, env: Any, batch: int, max_batches: i
         return f"evaluate: pixel / exact accuracy at scale {scale}: no labelled test example"
     return (f"evaluate: {loaded.family.title} at scale {scale}, corner (1, 1): pixel accuracy {em['accuracy']:.4f}, "
             f"exact accuracy {em['exact_accuracy']:.4f} over {int(em['count'])} labelled test copies")
+
+
+def check_passes(m: Any, examples: int, passes: int, batch: int, poe: bool, device: Any) -> None:
+    """`passes` views of every example, refused in one line before the first forward when their
+    rows cannot be held (each: input, prediction, id, view, q_halt; with poe its canvas table of
+    961 x 13 float16, `eval.arc.poe.canvas_table`) or their forwards cannot take less than an hour
+    (`runtime.check_loop_time`); a long one is announced."""
+    from arc_data.budget import check_fits  # lazy: only when a canvas model is evaluated
+    from arc_data.errors import DatasetError  # lazy: only when a canvas model is evaluated
+
+    rows = examples * passes
+    per_row = 2 * fmt.SEQ_LEN + 4 + 4 + 24 + (961 * 13 * 2 if poe else 0)
+    what = f"evaluate passes={passes:,}: {rows:,} canvas predictions ({examples:,} test copies x {passes:,} views)"
+    try:
+        check_fits(what, memory=2 * rows * per_row, fix="lower passes" + (" or set poe=false" if poe else ""))
+    except DatasetError as e:
+        raise UserError(str(e)) from None
+    tokens = 1 + (m.image_size // m.patch_size) ** 2
+    visits = m.num_blocks * m.num_loops
+    runtime.check_loop_time(what, -(-rows // max(batch, 1)) * visits, rows * tokens * visits * runtime.block_flops(
+        m.hidden_size), device, "in all", "lower passes")
+

@@ -141,3 +141,17 @@ def canvas_batch(split: Any, idx: np.ndarray, puzzle_ids: np.ndarray, size: int,
             views[i] = (v.scale, v.x0, v.y0)
     pids = np.asarray(puzzle_ids, dtype=np.int64)
     return out | {"task_ids": pids[keep] if keep is not None else pids, "views": views}
+
+
+def largest_side(split: Any, chunk: int = 1 << 16) -> int:
+    """The longest side of any grid (input or output) of a split's examples, read from the encoded
+    rows in chunks (vectorised: a row's height is its rows holding a colour cell): what a canvas of
+    side S holds at scale s is S - 2 >= s x this."""
+    n, top = int(split.num_examples), 0
+    for lo in range(0, n, chunk):
+        x, y = split.examples(np.arange(lo, min(lo + chunk, n), dtype=np.int64))
+        for rows in (x, y):
+            cells = np.asarray(rows).reshape(len(rows), fmt.MAX_SIDE, fmt.MAX_SIDE) >= fmt.COLOUR_OFFSET
+            top = max(top, int(cells.any(2).sum(1).max(initial=0)), int(cells.any(1).sum(1).max(initial=0)))
+    return top
+

@@ -55,7 +55,7 @@ from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop import runtime
 from hrm_deeploop.data import official_tasks
 from hrm_deeploop.data.batches import TrainSampler, dataset_identity, open_dataset
-from hrm_deeploop.data.canvas import IGNORE, canvas_batch
+from hrm_deeploop.data.canvas import IGNORE, canvas_batch, largest_side
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.families.loopvit_scores import canvas_accuracy as evaluate
 from hrm_deeploop.families.loopvit_scores import canvas_scores, to_tensors
@@ -350,7 +350,42 @@ def build(cfg: TrainViTConfig, env: runtime.Env) -> VisionTrainer:
     test_split = None
     if (Path(cfg.data_dir) / "test").is_dir():
         test_split = open_dataset(cfg.data_dir, "test")
+    check_sizes(cfg, env, train_split, test_split)
     return VisionTrainer(cfg, env, train_split, test_split, start)
+
+
+def check_sizes(cfg: TrainViTConfig, env: runtime.Env, train_split: Any, test_split: Any) -> None:
+    """What is refused before the run folder is made, in one line each: a canvas that cannot hold
+    the data's largest grid (training draws scales from 1 up), an evaluation scale that puts a test
+    grid off the canvas, a model this machine cannot hold at the batch (`runtime.estimate_memory`'s
+    rule: Adam's four copies of the weights, activations of every block visit on the tape), and a
+    step that cannot take less than an hour (`runtime.check_loop_time`)."""
+    m = cfg.model
+    room = m.image_size - 2
+    longest = largest_side(train_split)
+    if longest > room:
+        raise UserError(f"model.image_size={m.image_size}: the training split has a {longest}-cell side, more than "
+                        f"the {room} a canvas of {m.image_size} holds (64 holds 30 x 30 grids)")
+    tested = largest_side(test_split) if test_split is not None else 0
+    if tested * cfg.canvas.eval_scale > room:
+        raise UserError(f"canvas.eval_scale={cfg.canvas.eval_scale} puts the test split's {tested}-cell side at "
+                        f"{tested * cfg.canvas.eval_scale} cells, off a {m.image_size} x {m.image_size} canvas "
+                        f"(sides up to {room}): lower canvas.eval_scale or raise model.image_size")
+    tokens = 1 + (m.image_size // m.patch_size) ** 2
+    visits = m.num_blocks * m.num_loops
+    batch = max(1, cfg.train.global_batch_size // env.world_size)
+    copies = 5 if cfg.train.ema else 4  # weights, gradients, Adam's two moments (+ the weight average)
+    params, param_bytes, buffer_bytes = runtime.count_model(lambda c: LoopViT(c, cfg.scaling), m)  # on meta
+    per_hidden = runtime.ACT_PER_HIDDEN + runtime.ACT_PER_EXPANSION * m.mlp_dim / max(m.hidden_size, 1)
+    per_token = visits * (int(per_hidden * m.hidden_size) + runtime.ACT_PER_TOKEN) + 3 * NUM_COLORS * m.patch_size ** 2
+    est = runtime.MemoryEstimate(parameters=params, weight_bytes=param_bytes + buffer_bytes,
+                                 state_bytes=copies * param_bytes + buffer_bytes,
+                                 activation_bytes=batch * tokens * per_token * 4, copies=copies)
+    runtime.check_memory(f"train-vit: LoopViT hidden_size={m.hidden_size} on {m.image_size} x {m.image_size} "
+                         f"canvases ({tokens:,} tokens) x {visits:,} block visits at {batch} rows per step", est,
+                         env.device, fix="lower model.image_size, model.num_loops or train.global_batch_size")
+    runtime.check_loop_time("train-vit", visits * 2, 3.0 * batch * tokens * visits * runtime.block_flops(m.hidden_size),
+                            env.device, "per step", "lower model.num_loops, model.num_blocks or model.image_size")
 
 
 def run(cfg: TrainViTConfig) -> int:
