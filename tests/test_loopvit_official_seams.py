@@ -17,7 +17,6 @@ import os
 import re
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 

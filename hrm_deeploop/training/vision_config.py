@@ -58,11 +58,11 @@ class VisionOptim(OptimConfig):
     grad_clip: float = 1.0  # max gradient norm (0: no clipping)
     # the gate regularisers' weights; null: the shipped script's (SCRIPT_PENALTIES), or with init_from= an
     # official file the values saved in it (its --gate-entropy-weight / --loop-penalty-weight)
-    gate_entropy_weight: float | None = None
-    loop_penalty_weight: float | None = None  # a constant term without dynamic exit
+    gate_entropy_weight: float | None = None  # null: the script's 5e-4, or an official init_from file's saved one
+    loop_penalty_weight: float | None = None  # null: the script's 1e-3, or an official init_from file's saved one
     # official: LoopViT's get_cosine_schedule_with_warmup stepped after each update (update k at lambda(k - 1):
     # the first at lr 0); hrm: the reasoners' training.optim.lr_at (update k at lambda(k): one update ahead)
-    schedule: str = "official"
+    schedule: str = "official"  # official: update k at lambda(k - 1), the first at lr 0; hrm: lr_at, one ahead
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -103,7 +103,7 @@ class TrainViTConfig(RunConfig):
     data_dir: str | None = None  # a dataset built by `hrm-deeploop build-arc` (train/ and test/ inside)
     # start from these weights: an official LoopViT .pt, or a train-vit run folder (its latest checkpoint), step
     # file, exported folder or hf://OWNER/NAME
-    init_from: str | None = None
+    init_from: str | None = None  # an official LoopViT .pt, a train-vit run folder, step file, export or hf://
     dtype: str = "bfloat16"  # the training step's autocast dtype on CUDA (CPU runs, and evaluation, in float32)
     train: VisionLoop = field(default_factory=VisionLoop)
     optim: VisionOptim = field(default_factory=VisionOptim)
