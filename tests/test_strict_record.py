@@ -191,6 +191,18 @@ def test_an_old_run_exported_gets_a_record_made_from_its_config(world, tmp_path)
     assert record.export_files(ckpt.resolve(run), {"data": {}}) == {}  # no data_dir (the looped GPT): none
 
 
+def test_an_init_from_loop_of_old_runs_is_one_line(world, tmp_path):
+    """Two old runs (no record) whose config.yaml name each other as init_from: followed a bounded
+    number of links, then refused in one line."""
+    for a, b in (("x", "y"), ("y", "x")):
+        (tmp_path / a).mkdir()
+        (tmp_path / a / "config.yaml").write_text(json.dumps({"data_dir": str(world / "data" / "pre"),
+                                                              "init_from": str(tmp_path / b)}))
+    with pytest.raises(UserError, match=f"more than {record.MAX_CHAIN} init_from links") as e:
+        _check(tmp_path / "x", [UNSEEN])
+    assert "\n" not in str(e.value)
+
+
 def test_train_vit_writes_the_record(world, tmp_path):
     assert _train("experiment=loopvit_tiny_cpu", "train.progress=false", "train.global_batch_size=4",
                   "optim.warmup_steps=1", "train.max_steps=1", f"data_dir={world / 'data' / 'pre'}",
