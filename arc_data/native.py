@@ -6,7 +6,10 @@ The module is numba's own code generation (`numba.pycc`) of the same Python func
 argument types in KERNELS; it is compiled once per machine, in a child process, at the first call
 of one of its kernels that finds none (a few seconds; a C compiler and Python's headers needed),
 and kept beside numba's cache under a name that hashes the kernels' sources, numba's, numpy's and
-Python's versions (any change compiles a new one). A call whose arguments are not exactly those
+Python's versions (any change compiles a new one). Its size and sha256 are recorded beside it when it
+is built (a `.sha256` file, written after it), and it is loaded only when it is a regular file with
+those: a module cut short, a FIFO, a link or another library under its name is compiled again with
+one line on stderr, never opened or run. A call whose arguments are not exactly those
 types, a machine where it cannot be compiled (the reason is kept in a `.failed` file beside it and
 said once), or `HRM_DEEPLOOP_NATIVE=0` run the kernel through numba's JIT, as every other kernel.
 The bytes written are the same either way (tests/test_native.py).
@@ -20,6 +23,7 @@ import importlib
 import importlib.machinery
 import importlib.util
 import os
+import stat
 import subprocess
 import sys
 import tempfile
@@ -129,7 +133,8 @@ def folder() -> Path | None:
 
 
 def _load():
-    """The module, loaded (compiled first when there is none); None where it cannot be had."""
+    """The module, loaded (compiled first when there is none, or when the file under its name is not
+    the one recorded when it was built); None where it cannot be had."""
     if os.environ.get(ENV, "1") == "0":
         return None
     try:
@@ -141,31 +146,116 @@ def _load():
     name = f"{NAME}_{k}"
     path = where / (name + importlib.machinery.EXTENSION_SUFFIXES[0])
     failed = where / (name + ".failed")
-    if not path.exists():
-        if failed.exists():
-            return None
-        reason = _compile(where, name, path)
-        if reason is not None:
-            _say(f"could not compile the builder's kernels ahead of time ({reason}); numba's JIT runs them "
-                 f"(about 0.25 s more start-up a command; the reason is kept in {failed}: delete it to try again)")
-            with contextlib.suppress(OSError):  # said above; if it cannot be kept, tried again next time
-                _write_atomic(failed, reason.encode() + b"\n")
-            return None
     try:
-        loader = importlib.machinery.ExtensionFileLoader(name, str(path))
+        fd = _open_verified(path, where / (name + ".sha256"))
+    except FileNotFoundError:
+        fd, problem = None, None
+    except (Mismatch, OSError) as e:
+        fd, problem = None, f"{path} {e}"
+    if fd is not None:
+        try:
+            return _exec(name, path, f"/proc/self/fd/{fd}" if os.path.isdir("/proc/self/fd") else str(path))
+        finally:
+            os.close(fd)
+    if failed.exists():  # a compile failed here before: said then (and now, when a stray file is there)
+        if problem is not None:
+            _say(f"{problem}; numba's JIT runs the builder's kernels (not compiled again: {failed} says why "
+                 "it failed before; delete both to try again)")
+        return None
+    if problem is None:
+        _say("compiling the builder's kernels ahead of time (once per machine, a few seconds)")
+    else:
+        _say(f"{problem}; compiling the builder's kernels again (a few seconds)")
+    reason, module = _compile(where, name, path)
+    if reason is not None:
+        _say(f"could not compile the builder's kernels ahead of time ({reason}); numba's JIT runs them "
+             f"(about 0.25 s more start-up a command; the reason is kept in {failed}: delete it to try again)")
+        with contextlib.suppress(OSError):  # said above; if it cannot be kept, tried again next time
+            _write_atomic(failed, reason.encode() + b"\n", 0o644)
+    return module
+
+
+class Mismatch(Exception):
+    """The file under the module's name is not the module built here (the message says how)."""
+
+
+def _kind(mode: int) -> str:
+    for test, what in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a folder"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device")):
+        if test(mode):
+            return what
+    return "not a regular file"
+
+
+def _open_regular(path: Path) -> tuple[int, os.stat_result]:
+    """A read-only descriptor of `path` and its stat, when it is a regular file: anything else is
+    refused from its lstat, before any open (a FIFO would block the open, a link point anywhere);
+    FileNotFoundError when nothing is there."""
+    st = os.lstat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise Mismatch(f"is {_kind(st.st_mode)}, not a regular file")
+    # O_NOFOLLOW | O_NONBLOCK: whatever replaced it since the lstat is neither followed nor waited on
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise Mismatch(f"is {_kind(st.st_mode)}, not a regular file")
+    return fd, st
+
+
+def _open_verified(path: Path, record: Path) -> int:
+    """A descriptor of the module at `path` whose bytes have the size and sha256 in `record` (written
+    when it was built); Mismatch saying how it differs otherwise, FileNotFoundError when there is
+    no module."""
+    fd, st = _open_regular(path)
+    try:
+        try:
+            rfd, rst = _open_regular(record)
+        except FileNotFoundError:
+            raise Mismatch(f"has no record of its size and hash ({record.name} is missing)") from None
+        except Mismatch as e:
+            raise Mismatch(f"has no readable record of its size and hash ({record.name} {e})") from None
+        with os.fdopen(rfd, "rb") as f:
+            fields = f.read(200).split() if rst.st_size <= 200 else []
+        if len(fields) != 2 or not fields[0].isdigit() or len(fields[1]) != 64:
+            raise Mismatch(f"has no readable record of its size and hash ({record.name})")
+        size, digest = int(fields[0]), fields[1].decode("ascii", "replace")
+        if st.st_size != size:
+            raise Mismatch(f"is {st.st_size} bytes, not the {size} recorded when it was built")
+        h = hashlib.sha256()
+        with os.fdopen(os.dup(fd), "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        if h.hexdigest() != digest:
+            raise Mismatch("does not have the sha256 recorded when it was built")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _exec(name: str, path: Path, load_from: str):
+    """The extension module in `load_from` (the verified file: its descriptor's path, so that the
+    bytes hashed are the bytes loaded), with every export; None after one line where it fails."""
+    try:
+        loader = importlib.machinery.ExtensionFileLoader(name, load_from)
         module = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader))
         loader.exec_module(module)
-        return module
     except (ImportError, OSError) as e:
         _say(f"could not load {path} ({e}); numba's JIT runs the builder's kernels")
         return None
+    missing = [_export(q) for q in KERNELS if not hasattr(module, _export(q))]
+    if missing:
+        _say(f"{path} lacks the export(s) {', '.join(missing)}; numba's JIT runs the builder's kernels")
+        return None
+    return module
 
 
 def _say(line: str) -> None:
     print(f"arc_data.native: {line}", file=sys.stderr, flush=True)
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def _write_atomic(path: Path, data: bytes, mode: int) -> None:
     """`data` at `path`, whole or not at all. Not `files.atomic.atomic_file`: its one `<path>.tmp`
     would be shared by two processes compiling at once (one could load the other's half-written
     module), and importing its module costs about 50 ms on the start-up this file exists to cut."""
@@ -175,17 +265,18 @@ def _write_atomic(path: Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())  # a power cut leaves the old name or the whole module, never a torn one
-        os.chmod(tmp, 0o755 if path.suffix != ".failed" else 0o644)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
-def _compile(where: Path, name: str, path: Path) -> str | None:
-    """Compile in a child process (numba stays out of this one) and publish the module at `path`;
-    None, or the reason it failed. An interrupted compile leaves nothing and is tried again next time."""
-    _say("compiling the builder's kernels ahead of time (once per machine, a few seconds)")
+def _compile(where: Path, name: str, path: Path) -> tuple[str | None, object]:
+    """Compile in a child process (numba stays out of this one), publish the module at `path` and its
+    size and sha256 beside it, and load it from the bytes compiled; (None, module), or (the reason
+    it failed, None). An interrupted compile leaves nothing and is tried again next time."""
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     with tempfile.TemporaryDirectory(prefix="arc-native-") as tmp:
         code = (f"import sys; sys.path.insert(0, {str(_HERE.parent)!r}); "
                 "from arc_data.jit import dispatchers; from arc_data.native import compile_into; "
@@ -194,16 +285,25 @@ def _compile(where: Path, name: str, path: Path) -> str | None:
         try:
             done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
         except subprocess.TimeoutExpired:
-            return "the compile took over 10 minutes"
-        built = Path(tmp) / (name + importlib.machinery.EXTENSION_SUFFIXES[0])
+            return "the compile took over 10 minutes", None
+        built = Path(tmp) / (name + suffix)
         if done.returncode != 0 or not built.is_file():
             lines = [ln for ln in (done.stderr or done.stdout).splitlines() if ln.strip()]
-            return lines[-1].strip() if lines else f"exit status {done.returncode}"
+            return (lines[-1].strip() if lines else f"exit status {done.returncode}"), None
+        data = built.read_bytes()
+        record = where / (name + ".sha256")
         try:
-            _write_atomic(path, built.read_bytes())
-        except OSError as e:  # a full disk, a folder gone read-only: the JIT runs them this time
-            return f"cannot write {path}: {e.strerror or e}"
-    return None
+            _write_atomic(path, data, 0o755)
+        except OSError as e:  # a full disk, a folder gone read-only, a folder under its name: the JIT this time
+            return f"cannot write {path}: {e.strerror or e}", None
+        try:
+            _write_atomic(record, f"{len(data)} {hashlib.sha256(data).hexdigest()}\n".encode(), 0o644)
+        except OSError as e:  # a module without its record would only be compiled again
+            with contextlib.suppress(OSError):
+                path.unlink()
+            return f"cannot write {record}: {e.strerror or e}", None
+        # the bytes just compiled, not what is at `path` now (another process may have replaced it since)
+        return None, _exec(name, path, str(built))
 
 
 def compile_into(out_dir: str, name: str, dispatchers) -> int:

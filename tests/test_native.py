@@ -59,7 +59,11 @@ def test_a_native_build_imports_no_numba_and_writes_the_jit_bytes(tmp_path):
         assert "numba imported: False" in done.stdout, done.stderr
     assert "compiling the builder's kernels" in first.stderr
     assert "arc_data.native" not in again.stderr  # kept from the first
-    assert [p.name.startswith(native.NAME) for p in (tmp_path / "cache").iterdir()] == [True]
+    kept = sorted(p.name for p in (tmp_path / "cache").iterdir())
+    assert len(kept) == 2 and kept[0].endswith(".so") and kept[1] == kept[0].split(".")[0] + ".sha256"
+    size, digest = (tmp_path / "cache" / kept[1]).read_text().split()  # the module's record: size and sha256
+    module = (tmp_path / "cache" / kept[0]).read_bytes()
+    assert int(size) == len(module) and digest == hashlib.sha256(module).hexdigest()
     assert _digests(tmp_path / "native") == _digests(tmp_path / "jit") == _digests(tmp_path / "again")
     assert len(_digests(tmp_path / "jit")) >= 8
 
@@ -150,5 +154,151 @@ def test_two_processes_compiling_at_once_and_one_interrupted_leave_one_module(tm
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-2000:]
         assert "numba imported: False" in out, err
-    assert [p.name.startswith(native.NAME) and p.suffix == ".so" for p in cache.iterdir()] == [True]
+    assert sorted(p.suffix for p in cache.iterdir() if p.name.startswith(native.NAME)) == [".sha256", ".so"]
+    assert len(list(cache.iterdir())) == 2
     assert _digests(tmp_path / "out0") == _digests(tmp_path / "out1")
+
+
+# A stray file under the module's name (issue 60): a module cut short used to kill every later build
+# with SIGBUS, a FIFO hung it, another library's init code ran. Now the module is verified against
+# the size and sha256 recorded when it was built, opened only when it is a regular file, and
+# compiled again with one line; where it cannot be, numba's JIT runs the kernels.
+
+FOREIGN = """
+#include <Python.h>
+#include <stdio.h>
+static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "%(name)s", NULL, -1, NULL};
+PyMODINIT_FUNC PyInit_%(name)s(void) {
+    FILE *f = fopen("%(marker)s", "w");  /* proof that its init code ran */
+    if (f) fclose(f);
+    return PyModule_Create(&def);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def built_cache(tmp_path_factory):
+    """A cache folder holding the module as a build compiles it, and the tiny task folder it built."""
+    if not CAN_COMPILE:
+        pytest.skip("no C compiler or no Python headers: the JIT runs the kernels")
+    root = tmp_path_factory.mktemp("native")
+    raw = write_layout(root / "raw", {"training": synthetic_tasks()["training"]})
+    (root / "cache").mkdir()
+    _build(raw, root / "built", f"native.folder = lambda: Path({str(root / 'cache')!r})")
+    module = next((root / "cache").glob("*.so"))
+    assert (root / "cache" / (module.name.split(".")[0] + ".sha256")).is_file()
+    return root
+
+
+def _stray(kind: str, module: Path, good: bytes, tmp_path: Path) -> None:
+    module.unlink()
+    if kind == "cut short":
+        module.write_bytes(good[: len(good) // 3])
+    elif kind == "FIFO":
+        os.mkfifo(module)
+    elif kind == "link":
+        (tmp_path / "elsewhere.so").write_bytes(good)
+        module.symlink_to(tmp_path / "elsewhere.so")
+    elif kind == "foreign":  # another extension with the right init name, padded to the recorded size
+        name = module.name.split(".")[0]
+        src = tmp_path / "foreign.c"
+        src.write_text(FOREIGN % {"name": name, "marker": tmp_path / "foreign-init-ran"})
+        cc = os.environ.get("CC", "cc")
+        subprocess.run([cc, "-shared", "-fPIC", "-I", sysconfig.get_paths()["include"], str(src), "-o", str(module)],
+                       check=True, timeout=120)
+        data = module.read_bytes()
+        assert len(data) < len(good)
+        module.write_bytes(data + b"\0" * (len(good) - len(data)))
+    else:  # a flipped byte in the middle: the size is right, the hash is not
+        flipped = bytearray(good)
+        flipped[len(good) // 2] ^= 0xFF
+        module.write_bytes(bytes(flipped))
+
+
+STRAYS = ["cut short", "FIFO", "link", "foreign", "one byte"]
+LOAD = """
+import sys
+from pathlib import Path
+import arc_data.native as native
+native.folder = lambda: Path(sys.argv[1])
+print("loaded:", native._load() is not None)
+"""
+
+
+@pytest.mark.parametrize("kind", STRAYS)
+def test_a_stray_file_under_the_modules_name_is_never_opened_or_run(built_cache, tmp_path, kind):
+    """Found, said in one line naming the file and what is wrong, and not loaded. (A `.failed` file
+    from an earlier compile keeps this test from compiling: the next test compiles again.)"""
+    cache = tmp_path / "cache"
+    shutil.copytree(built_cache / "cache", cache)
+    module = next(cache.glob("*.so"))
+    _stray(kind, module, module.read_bytes(), tmp_path)
+    module.with_name(module.name.split(".")[0] + ".failed").write_text("an earlier compile failed\n")
+    done = subprocess.run([sys.executable, "-c", LOAD, str(cache)], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)  # a FIFO must not block it
+    assert done.returncode == 0 and "loaded: False" in done.stdout, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"arc_data.native: {module} "), done.stderr
+    said = {"cut short": "bytes, not the", "FIFO": "is a FIFO", "link": "is a symbolic link",
+            "foreign": "does not have the sha256", "one byte": "does not have the sha256"}[kind]
+    assert said in lines[0] and "numba's JIT runs" in lines[0]
+    assert not (tmp_path / "foreign-init-ran").exists()  # never loaded: its init code did not run
+
+
+@pytest.mark.parametrize("kind", [pytest.param(k, marks=[] if k == "FIFO" else [pytest.mark.slow]) for k in STRAYS])
+def test_a_stray_file_under_the_modules_name_is_compiled_again_with_one_line(built_cache, tmp_path, kind):
+    cache = tmp_path / "cache"
+    shutil.copytree(built_cache / "cache", cache)
+    module = next(cache.glob("*.so"))
+    good = module.read_bytes()
+    _stray(kind, module, good, tmp_path)
+    setup = f"native.folder = lambda: Path({str(cache)!r})"
+    done = _build(built_cache / "raw", tmp_path / "out", setup)  # a timeout, not a hang, if it blocked
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("arc_data.native")]
+    assert len(lines) == 1 and "compiling the builder's kernels again" in lines[0], done.stderr
+    assert str(module) in lines[0] and "Traceback" not in done.stderr
+    assert "numba imported: False" in done.stdout
+    assert not (tmp_path / "foreign-init-ran").exists()  # never loaded: its init code did not run
+    assert not module.is_symlink() and module.read_bytes() == good  # the same machine compiles the same bytes
+    assert _digests(tmp_path / "out") == _digests(built_cache / "built")
+    again = _build(built_cache / "raw", tmp_path / "again", setup)
+    assert "arc_data.native" not in again.stderr and "numba imported: False" in again.stdout
+
+
+def test_a_stray_module_that_cannot_be_compiled_again_falls_back_to_the_jit(built_cache, tmp_path):
+    cache = tmp_path / "cache"
+    shutil.copytree(built_cache / "cache", cache)
+    module = next(cache.glob("*.so"))
+    _stray("cut short", module, module.read_bytes(), tmp_path)
+    setup = f"native.folder = lambda: Path({str(cache)!r})"
+    env = {"CC": str(tmp_path / "no-such-compiler"), "PATH": os.environ.get("PATH", "")}
+    done = _build(built_cache / "raw", tmp_path / "out", setup, **env)
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("arc_data.native")]
+    assert len(lines) == 2 and "compiling the builder's kernels again" in lines[0], done.stderr
+    assert "could not compile" in lines[1] and "Traceback" not in done.stderr
+    assert "numba imported: True" in done.stdout
+    assert _digests(tmp_path / "out") == _digests(built_cache / "built")
+    # the failure is kept: the next build says one line (the stray file is still there) and uses the JIT
+    again = _build(built_cache / "raw", tmp_path / "again", setup, **env)
+    lines = [ln for ln in again.stderr.splitlines() if ln.startswith("arc_data.native")]
+    assert len(lines) == 1 and "numba's JIT runs" in lines[0] and "numba imported: True" in again.stdout
+
+
+def test_a_record_that_is_a_fifo_is_never_opened(built_cache, tmp_path):
+    cache = tmp_path / "cache"
+    shutil.copytree(built_cache / "cache", cache)
+    record = next(cache.glob("*.sha256"))
+    record.unlink()
+    os.mkfifo(record)
+    module = next(cache.glob("*.so"))
+    with pytest.raises(native.Mismatch, match="FIFO"):
+        native._open_verified(module, record)
+    record.unlink()
+    record.write_text("12 " + "0" * 64 + "\n")
+    with pytest.raises(native.Mismatch, match="not the 12 recorded"):
+        native._open_verified(module, record)
+    os.mkfifo(tmp_path / "fifo.so")
+    with pytest.raises(native.Mismatch, match="FIFO"):
+        native._open_verified(tmp_path / "fifo.so", record)
+    with pytest.raises(FileNotFoundError):
+        native._open_verified(tmp_path / "none.so", record)
