@@ -215,6 +215,51 @@ def test_missing_paths_are_one_line_errors(tmp_path):
             _load([spec])
 
 
+def _hostile_entries(folder: Path, suffix: str) -> dict[str, str]:
+    """A FIFO, a link to /dev/zero, a link to itself, a folder and a hidden file named like data
+    files: name -> why the listing skips it (as ARC task folders say it)."""
+    import os
+
+    os.mkfifo(folder / f"fifo{suffix}")  # would block a reader forever
+    (folder / f"zero{suffix}").symlink_to("/dev/zero")  # would never end
+    (folder / f"loop{suffix}").symlink_to(folder / f"loop{suffix}")
+    (folder / f"dir{suffix}").mkdir()
+    (folder / f".hidden{suffix}").write_text("[]")
+    return {f"fifo{suffix}": "not a regular file", f"zero{suffix}": "not a regular file",
+            f"loop{suffix}": "not a regular file", f"dir{suffix}": "not a regular file",
+            f".hidden{suffix}": "a hidden file"}
+
+
+def test_generated_folders_name_what_they_skip_as_task_folders_do(tmp_path, capsys):
+    """Issue 60: a FIFO, a /dev/zero link or a self-referencing link inside a rearc:/arcgen:/barc:
+    folder was skipped silently; now each is named on stderr and in the manifest's `skipped`."""
+    rearc = write_rearc(tmp_path / "re_arc", {"007bbfb7": 5})
+    arcgen = tmp_path / "arcgen"
+    arcgen.mkdir()
+    (arcgen / "1e0a9b12.json").write_text(json.dumps(_pairs(np.random.default_rng(2), 5)))
+    barc = write_barc(tmp_path / "barc" / "a.jsonl", [(5, ["007bbfb7.py"])]).parent
+    raw = write_layout(tmp_path / "raw", {"training": {"tr00": synthetic_tasks()["training"]["tr00"]}})
+    want = {}
+    for folder, suffix in ((rearc / "tasks", ".json"), (arcgen, ".json"), (barc, ".jsonl"), (raw / "training", ".json")):
+        want.update({str(folder / name): why for name, why in _hostile_entries(folder, suffix).items()})
+    specs = [f"rearc:{rearc}", f"arcgen:{arcgen}", f"barc:{barc}", str(raw)]  # an ARC task folder too (a link
+    # to itself was a traceback there)
+    out = tmp_path / "ds"
+    assert main(["build-arc", f"sources=[{','.join(specs)}]", f"output_dir={out}", "num_aug=1", "progress=false"]) == 0
+    err = capsys.readouterr().err
+    for path, why in want.items():
+        assert f"build-arc: skipped {path}: {why}" in err, path
+    manifest = json.loads((out / "manifest.json").read_text())
+    named = [n for s in manifest["sources"] for n in s["skipped"] if "left over" not in n]
+    assert sorted(named) == sorted(f"{path}: {why}" for path, why in want.items())
+    names = {n.split("_t")[0] for n in json.loads((out / "identifiers.json").read_text())[1:]}
+    assert names == {"rearc-007bbfb7-0000", "arcgen-1e0a9b12-0000", "barc-a-000001-0000", "tr00"}
+    # a barc: file that is not a regular file is refused in one line, never opened
+    for bad in ("fifo.jsonl", "zero.jsonl", "loop.jsonl"):
+        with pytest.raises(ArcError, match="not a regular file or a folder"):
+            _load([f"barc:{barc / bad}"])
+
+
 def test_packed_pairs_pack_and_slice_like_lists(tmp_path):
     """Generated tasks hold PackedPairs (views made on reading); the plan packs them through their
     bulk methods: the same arrays as from plain lists of pairs, and slicing works as for lists."""

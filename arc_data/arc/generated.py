@@ -40,12 +40,20 @@ from pathlib import Path
 import numpy as np
 
 from arc_data.arc.pairscan import scan_file
-from arc_data.arc.sources import EVAL_SUBSET, Pair, SourceInfo, Task, load_source, parse_grid, quick_grid
+from arc_data.arc.sources import (
+    EVAL_SUBSET,
+    Pair,
+    SourceInfo,
+    Task,
+    list_files,
+    load_source,
+    parse_grid,
+    quick_grid,
+)
 from arc_data.arc.spill import Spill
 from arc_data.arc.tasktable import TaskTable
 from arc_data.errors import ArcError
 from arc_data.files.jsonio import parse_json
-from arc_data.files.names import regular_files
 from arc_data.format import MAX_SIDE
 
 KINDS = ("rearc", "arcgen", "barc")
@@ -254,13 +262,11 @@ def _pair_file(path: Path, kind: str, grouping: GeneratedSourceConfig, digest, s
                                  no_bools=b"true" not in data and b"false" not in data))
 
 
-def _task_files(root: Path, kind: str) -> list[Path]:
+def _task_files(root: Path, kind: str, skipped: list[str]) -> list[Path]:
     folder = root / "tasks" if kind == "rearc" and (root / "tasks").is_dir() else root
     if not folder.is_dir():
         raise ArcError(f"{kind}:{root}: not a folder (expected the {kind} folder of <task id>.json files)")
-    named = sorted((p for p in folder.iterdir() if p.suffix == ".json" and not p.name.startswith(".")),
-                   key=lambda p: p.name)
-    files, _ = regular_files(p for p in named if p.name != "metadata.json")
+    files = [p for p in list_files(folder, ".json", skipped) if p.name != "metadata.json"]
     if not files:
         raise ArcError(f"{kind}:{root}: no <task id>.json files in {folder}")
     return files
@@ -268,18 +274,20 @@ def _task_files(root: Path, kind: str) -> list[Path]:
 
 def _pair_units(root: Path, kind: str, grouping: GeneratedSourceConfig, digest,
                 skipped: list[str]) -> Iterator[tuple[str, tuple[str, ...], str, int, Packed]]:
-    for path in _task_files(root, kind):
+    for path in _task_files(root, kind, skipped):
         yield path.stem, (path.stem,), str(path), 0, _pair_file(path, kind, grouping, digest, skipped)
 
 
 def _barc_units(root: Path, grouping: GeneratedSourceConfig, digest,
                 skipped: list[str]) -> Iterator[tuple[str, tuple[str, ...], str, int, Packed]]:
     if root.is_dir():
-        files, _ = regular_files(sorted(root.glob("*.jsonl"), key=lambda p: p.name))
+        files = list_files(root, ".jsonl", skipped)
         if not files:
             raise ArcError(f"barc:{root}: no *.jsonl files in it")
     elif root.is_file():
         files = [root]
+    elif root.exists() or root.is_symlink():
+        raise ArcError(f"barc:{root}: not a regular file or a folder")
     else:
         raise ArcError(f"barc:{root}: no such file or folder")
     for path in files:

@@ -215,13 +215,19 @@ def _read_json(path: Path, task: str, digest, label: str) -> tuple[object, bool]
 
 
 def _list_json(folder: Path, skipped: list[str] | None = None) -> list[Path]:
-    """The regular *.json files in `folder`, sorted by name (never the file system's listing order).
+    return list_files(folder, ".json", skipped)
+
+
+def list_files(folder: Path, suffix: str, skipped: list[str] | None = None) -> list[Path]:
+    """The regular *`suffix` files in `folder`, sorted by name (never the file system's listing
+    order): how every source folder is listed (task folders here, the generators' dumps).
 
     Hidden files (`.x.json`, `..json`) and anything that is not a regular file (a FIFO would block
-    the read forever; a folder named x.json) are not read; each is added to `skipped` with why.
-    Listed with `os.scandir`, whose entries know their type (a stat only for a link)."""
+    the read forever; a link to /dev/zero or to itself; a folder named x.json) are not read; each is
+    added to `skipped` with why. Listed with `os.scandir`, whose entries know their type (a stat
+    only for a link)."""
     with os.scandir(folder) as it:
-        named = sorted((e for e in it if Path(e.name).suffix == ".json"), key=lambda e: e.name)
+        named = sorted((e for e in it if Path(e.name).suffix == suffix), key=lambda e: e.name)
     regular, other = regular_files(e for e in named if not e.name.startswith("."))
     if skipped is not None:
         skipped += [f"{folder / e.name}: a hidden file" for e in named if e.name.startswith(".")]

@@ -105,10 +105,15 @@ P = TypeVar("P", Path, os.DirEntry)  # anything with is_file()
 def regular_files(paths: Iterable[P]) -> tuple[list[P], list[P]]:
     """(regular files, everything else) among `paths` (Paths, or `os.scandir` entries, which know
     their type without a stat): FIFOs, sockets, devices and folders named like data files are never
-    opened (a FIFO would block the reader forever)."""
+    opened (a FIFO would block the reader forever); nor is a link to itself or in a loop (an
+    `os.scandir` entry's `is_file` raises ELOOP for it where `Path.is_file` says False)."""
     ok, skipped = [], []
     for p in paths:
-        (ok if p.is_file() else skipped).append(p)
+        try:
+            regular = p.is_file()
+        except OSError:  # ELOOP, or a name gone since it was listed: not a file to read
+            regular = False
+        (ok if regular else skipped).append(p)
     return ok, skipped
 
 
