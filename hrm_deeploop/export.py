@@ -189,6 +189,11 @@ def export(opts: ExportConfig) -> Path:
         for src in sources:
             shutil.copyfile(src, tmp / src.name)
             files.append(src.name)
+        from hrm_deeploop.training.record import export_files  # lazy: `export --help` skips it
+
+        for name, data in export_files(path, config).items():  # what the run trained on (protocol=strict)
+            (tmp / name).write_bytes(data)
+            files.append(name)
         (tmp / hub.CONFIG).write_text(json.dumps(meta, indent=2) + "\n")
         (tmp / "README.md").write_text(_card({**meta, "config": config}, summary, files,
                                              opts.repo_id or "OWNER/NAME", dataset, fam))

@@ -120,6 +120,11 @@ def test_train_evaluate_export_and_the_hub_give_the_same_predictions(name, world
     assert of_checkpoint(f"hf://me/tiny-{name}") is fam
     theirs = _evaluate(fam, f"hf://me/tiny-{name}", root, tmp_path / "eval_hub")
     assert hashlib.sha256(ours).hexdigest() == hashlib.sha256(theirs).hexdigest()
+    from hrm_deeploop.training.inherit import inherit
+
+    taken = inherit([f"init_from=hf://me/tiny-{name}", *_data(fam, root)], command=fam.trainer)
+    for section in ("optim", *fam.carried):  # what a run from the Hub copy inherits, as from the run folder
+        assert any(o.startswith(f"{section}.") for o in taken), (section, taken)
 
 
 @pytest.mark.parametrize("name", list(FAMILIES))
@@ -153,3 +158,21 @@ def test_ttt_strict_trains_every_task_without_a_placeholder(name, world, runs, t
             for grid in attempts.values():
                 assert grid and grid != [[0]] and all(row for row in grid), (tid, grid)
                 assert grid == test["input"] or len(grid) <= 30
+
+
+def test_the_registry_is_the_models_registry_and_every_entry_is_complete():
+    """One owner per fact: the families' config classes are the model configs by name
+    (models.model_config.MODEL_CONFIGS); each entry names commands that exist, a trainer and an
+    evaluator it serves, a predictor `evaluate` knows and metadata `export` writes."""
+    from eval.evaluate import PREDICTORS
+    from hrm_deeploop.families.spec import METADATA
+    from hrm_deeploop.models.model_config import MODEL_CONFIGS
+
+    assert {n: f.config for n, f in FAMILIES.items()} == MODEL_CONFIGS
+    for fam in FAMILIES.values():
+        assert set(fam.commands) <= set(COMMANDS), fam.name
+        assert fam.serves(fam.trainer) and fam.serves(fam.evaluator) and fam.serves("export"), fam.name
+        assert fam.metadata in METADATA and (fam.predictor in PREDICTORS or not fam.serves("evaluate")), fam.name
+        assert fam.trainer in SIZES, f"{fam.trainer}: give the conformance test its tiny sizes"
+        for section in fam.carried:
+            assert section in {f.name for f in fields(resolve(COMMANDS[fam.trainer].schema))}, (fam.name, section)

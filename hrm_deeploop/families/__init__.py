@@ -67,14 +67,20 @@ def of_state(path: Path, state: dict[str, Any]) -> Family:
 def run_config(path: str | Path) -> tuple[Path, dict[str, Any]] | None:
     """The resolved config of the run that wrote a local checkpoint (a run folder, its
     checkpoints/step_N.pt, or an exported folder's `config.json` "config" section, with its model
-    and scaling) and the file it came from; None where there is none or it cannot be read (an
-    official checkpoint, a Hub reference, a path that does not exist: the loaders name those).
-    Torch-free."""
+    and scaling) and the file it came from, a Hub reference read from its local copy; None where
+    there is none or it cannot be read (an official checkpoint, a Hub reference not fetched, a path
+    that does not exist: the loaders name those). Torch-free."""
     import yaml  # lazy: light, but only when a run is looked at
 
     if isinstance(path, str) and path.startswith("hf://"):
-        return None
-    p = Path(path)
+        from hrm_deeploop import hub  # lazy: only for a Hub reference (torch-free)
+
+        try:
+            p = hub.fetch(path)  # the local copy (HRM_DEEPLOOP_HUB_DIR, or the Hugging Face cache)
+        except UserError:
+            return None
+    else:
+        p = Path(path)
     run_dir = p.parent.parent if p.is_file() and p.parent.name == "checkpoints" else p.parent if p.is_file() else p
     for name in ("config.yaml", "config.json"):
         f = run_dir / name

@@ -138,7 +138,7 @@ def prepare(init_from: str, cfg: Any, data_dir: str, train_split: Any) -> Start:
             raise UserError(f"adapt.optimizer_state=true: '{where}' holds no optimiser state (an official checkpoint?)")
         optimizer = dense_state(state["optimizers"], cfg.optim.name, f"adapt.optimizer_state=true: '{where}'")
     return Start(model_config, loaded.scaling, weights, names, row_map, optimizer,
-                 f"{loaded.kind} {loaded.config.name.upper()} {where} (step {loaded.step}, {loaded.weights} weights)",
+                 f"{loaded.kind} {loaded.family.title} {where} (step {loaded.step}, {loaded.weights} weights)",
                  kept)
 
 
