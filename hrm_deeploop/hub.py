@@ -65,13 +65,25 @@ def parse(spec: str) -> HubRef:
     return HubRef(f"{owner}/{name}", revision or None, path)
 
 
+BESIDE = (OFFICIAL_CONFIG, CONFIG, "trained_tasks.json")  # read beside a file: its config, its run's record
+RUN_FILES = ("config.yaml", "trained_tasks.json", "summary.json")  # a run folder's, above checkpoints/step_N.pt
+
+
 def _patterns(path: str) -> list[str] | None:
-    """What to download for PATH: the file or folder, and an official checkpoint's config beside it."""
+    """What to download for PATH: the file or folder; beside a file, an official checkpoint's config,
+    an export's config and the run record (what `ttt protocol=strict` reads); above a run's
+    `checkpoints/step_N.pt`, the run's config and record."""
     if not path:
         return None  # the whole repo
-    parent = str(PurePosixPath(path).parent)
-    beside = OFFICIAL_CONFIG if parent == "." else f"{parent}/{OFFICIAL_CONFIG}"
-    return [path, f"{path}/*", beside]
+    parent = PurePosixPath(path).parent
+
+    def at(folder: PurePosixPath, name: str) -> str:
+        return name if str(folder) == "." else f"{folder}/{name}"
+
+    out = [path, f"{path}/*", *(at(parent, n) for n in BESIDE)]
+    if parent.name == "checkpoints":
+        out += [at(parent.parent, n) for n in RUN_FILES]
+    return out
 
 
 LOCAL_ENV = "HRM_DEEPLOOP_HUB_DIR"  # hf://OWNER/NAME reads DIR/OWNER/NAME: the Hub repo's files, kept locally

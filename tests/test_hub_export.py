@@ -278,3 +278,15 @@ def test_hf_reference_reads_a_local_hub_folder(world, tmp_path, monkeypatch):
         with pytest.raises(UserError) as e:
             ckpt.resolve(spec)
         assert text in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_file_reference_downloads_what_is_read_beside_it():
+    """hf://O/N/PATH fetches the file and what the loaders and the strict protocol read beside it:
+    an official config, an export's config, the run record; above checkpoints/, the run's config."""
+    from hrm_deeploop.hub import _patterns
+
+    assert _patterns("") is None
+    assert set(_patterns("step_5")) == {"step_5", "step_5/*", "all_config.yaml", "config.json", "trained_tasks.json"}
+    got = set(_patterns("run/checkpoints/step_5.pt"))
+    assert {"run/checkpoints/trained_tasks.json", "run/config.yaml", "run/trained_tasks.json"} <= got
+    assert "run/checkpoints/step_5.pt" in got and "config.yaml" not in got
