@@ -83,3 +83,44 @@ def test_unlabelled_tasks_give_challenges_only_and_a_changed_source_is_refused(t
     assert main(["make-challenges", f"source={tmp_path / 'unseen'}", f"output_dir={tmp_path / 'o2'}"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "has changed since the build" in err
+
+
+def test_a_strict_split_with_a_generated_source_gives_its_held_out_tasks(tmp_path, capsys):
+    """Issue 60: the strict-split workflow of docs/generated-tasks.md (ARC tasks + a `rearc:` dump,
+    held-out tasks and their imitations out of pretraining) ended in 'rearc:...: no such source'
+    at make-challenges of either side. A generated task held out by name comes back as the build
+    grouped it (its grouping and seed read from the manifest, not the defaults)."""
+    from arc_data.arc.generated import GeneratedSourceConfig, loader
+    from arc_data.arc.sources import load_sources
+    from tests.test_arc_generated_sources import write_rearc
+
+    tasks = _tasks(4, ["aaaaaaaa", "bbbbbbbb", "cccccccc"])
+    raw = write_layout(tmp_path / "raw", {"training": {"dddddddd": _tasks(5, ["dddddddd"])["dddddddd"]},
+                                          "evaluation": tasks})
+    rearc = write_rearc(tmp_path / "gs" / "good", {"aaaaaaaa": 7, "eeeeeeee": 9})
+    spec = f"rearc:{rearc}"
+    build(BuildConfig(sources=[str(raw), spec], output_dir=str(tmp_path / "pre"), holdout_dir=str(tmp_path / "unseen"),
+                      holdout_tasks=["aaaaaaaa", "rearc-eeeeeeee-0001"], num_aug=1, seed=7, progress=False,
+                      generated=GeneratedSourceConfig(pairs_per_task=3)))
+    capsys.readouterr()
+    assert main(["make-challenges", f"source={tmp_path / 'unseen'}", f"output_dir={tmp_path / 'out'}"]) == 0
+    challenges, solutions = _read(tmp_path / "out")
+    assert sorted(challenges) == ["aaaaaaaa", "rearc-eeeeeeee-0001"]
+    assert {"aaaaaaaa": challenges["aaaaaaaa"]} == _expected({"aaaaaaaa": tasks["aaaaaaaa"]})[0]
+    regrouped = {t.name: t for t in load_sources([spec], load=loader(GeneratedSourceConfig(pairs_per_task=3), 7))[0]}
+    want = regrouped["rearc-eeeeeeee-0001"]
+    assert challenges["rearc-eeeeeeee-0001"]["train"] == [{"input": a.tolist(), "output": b.tolist()} for a, b in want.train]
+    assert solutions["rearc-eeeeeeee-0001"] == [b.tolist() for _, b in want.test]
+    default = load_sources([spec], load=loader(GeneratedSourceConfig(), 42))[0]  # what the defaults would give
+    assert all(t.train != want.train for t in default if t.name == "rearc-eeeeeeee-0001")
+    # the pretraining side: its evaluation tasks, none held out; nothing of the spill left beside the output
+    assert main(["make-challenges", f"source={tmp_path / 'pre'}", f"output_dir={tmp_path / 'pre_out'}"]) == 0
+    assert set(_read(tmp_path / "pre_out")[0]) == {"bbbbbbbb", "cccccccc"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gs", "out", "pre", "pre_out", "raw", "unseen"]
+    # a dump changed since the build is refused in one line, as an ARC source is
+    (rearc / "tasks" / "eeeeeeee.json").write_text(json.dumps([{"input": [[1]], "output": [[2]]}] * 9))
+    capsys.readouterr()
+    assert main(["make-challenges", f"source={tmp_path / 'unseen'}", f"output_dir={tmp_path / 'o2'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"source {spec}" in err and "has changed since the build" in err
+    assert not (tmp_path / "o2").exists()

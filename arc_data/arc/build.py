@@ -21,7 +21,7 @@ from arc_data import format as fmt
 from arc_data.arc.generated import GeneratedSourceConfig, loader, source_path, split_spec
 from arc_data.arc.plan import Plan, SplitPlan, check_request, make_plan
 from arc_data.arc.sources import EVAL_SUBSET, SOURCE_NAMES, SourceInfo
-from arc_data.arc.spill import Spill, converted, save_npy, save_npz
+from arc_data.arc.spill import Spill, converted, folder_beside, save_npy, save_npz
 from arc_data.arc.tasklist import TaskList, load_tasks
 from arc_data.arc.tasksplit import (
     HOLDOUT_POOLS,
@@ -252,10 +252,7 @@ def _build(cfg: BuildConfig) -> BuildSummary:
     spill = None
     try:
         if any(split_spec(s) for s in cfg.sources):
-            folder = Path(os.path.abspath(os.path.expanduser(cfg.output_dir))).parent
-            while not folder.is_dir():  # the nearest existing folder: nothing is created for the spill
-                folder = folder.parent
-            spill = Spill(folder)
+            spill = Spill(folder_beside(cfg.output_dir))
         return _build_with(cfg, spill)
     finally:
         if spill is not None:

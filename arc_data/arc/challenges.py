@@ -29,7 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from arc_data import format as fmt
+from arc_data.arc.generated import GeneratedSourceConfig, loader, split_spec
 from arc_data.arc.sources import EVAL_SUBSET, Task, load_sources
+from arc_data.arc.spill import Spill, folder_beside
+from arc_data.arc.tasklist import load_tasks
 from arc_data.arc.tasksplit import validation_tasks
 from arc_data.errors import ArcError
 from arc_data.files.guard import checked_output_dir
@@ -53,23 +56,36 @@ class ChallengesConfig:
     overwrite: bool = False  # replace a folder this command wrote earlier
 
 
-def _from_build(folder: Path) -> tuple[list[Task], str]:
-    """The tasks of a build-arc dataset, from the sources its manifest records."""
+def _from_build(folder: Path, spill_dir: Path) -> tuple[list[Task], str]:
+    """The tasks of a build-arc dataset, from the sources its manifest records (a generated source
+    grouped again as the build grouped it: its `generated.*` options and seed, read from the
+    manifest; its pairs held in a spill in `spill_dir` while they are read, as the build holds them)."""
     manifest = parse_json((folder / fmt.MANIFEST_FILE).read_bytes(), str(folder / fmt.MANIFEST_FILE))
     if not isinstance(manifest, dict) or manifest.get("task") not in (None, "arc") or not manifest.get("sources"):
         raise ArcError(f"{folder}: its {fmt.MANIFEST_FILE} is not a build-arc manifest (no ARC sources recorded)")
     recorded = manifest["sources"]
+    specs = [s["spec"] for s in recorded]
     eval_name = _eval_name(manifest)
-    tasks, infos = load_sources([s["spec"] for s in recorded], eval_name, require_outputs=False)
-    for was, now in zip(recorded, infos):
-        if was.get("sha256") and was["sha256"] != now.sha256:
-            raise ArcError(f"{folder}: source {was['spec']} ({now.path}) has changed since the build (sha256 "
-                           f"{now.sha256[:12]}..., the build read {was['sha256'][:12]}...); rebuild, or give the "
-                           "tasks' files as source=")
+    in_build = set(load_aug_table(folder).task_names)
+    spill = Spill(spill_dir) if any(split_spec(s) for s in specs) else None
+    try:
+        tasks, infos = load_tasks(specs, eval_name, False, load=loader(*_grouping(folder, manifest), spill))
+        for was, now in zip(recorded, infos):
+            if was.get("sha256") and was["sha256"] != now.sha256:
+                raise ArcError(f"{folder}: source {was['spec']} ({now.path}) has changed since the build (sha256 "
+                               f"{now.sha256[:12]}..., the build read {was['sha256'][:12]}...); rebuild, or give the "
+                               "tasks' files as source=")
+        # a generated task's grids stay readable once the spill is closed: its map lives on with them
+        base = [tasks[i] for i, name in enumerate(tasks.names()) if name in in_build]
+    finally:
+        if spill is not None:
+            spill.close()
+    if len(base) != len(in_build):  # a generated source grouped otherwise than the build did, or renamed files
+        gone = sorted(in_build - {t.name for t in base})
+        raise ArcError(f"{folder}: {len(gone)} of its tasks ({', '.join(gone[:3])}) are not among the tasks its "
+                       "sources give now; rebuild, or give the tasks' files as source=")
     split = manifest.get("task_split") or {}
     role = str(split.get("role", "all"))
-    in_build = set(load_aug_table(folder).task_names)
-    base = [t for t in tasks if t.name in in_build]
     if role == "unseen":  # every held-out task is an evaluation task there
         chosen = base
     elif role.startswith("validation"):  # each task's last demonstration as its test pair, as built
@@ -77,6 +93,19 @@ def _from_build(folder: Path) -> tuple[list[Task], str]:
     else:  # its evaluation tasks: those with test inputs in its test split
         chosen = [t for t in base if t.is_eval]
     return chosen, f"the {role.split(' ')[0]} build {folder}"
+
+
+def _grouping(folder: Path, manifest: dict) -> tuple[GeneratedSourceConfig, int]:
+    """The `generated.*` options and the seed the build grouped its generated sources with."""
+    options = manifest.get("options")
+    if not isinstance(options, dict):  # a manifest from before generated sources: none to group
+        return GeneratedSourceConfig(), 0
+    given = options.get("generated") if isinstance(options.get("generated"), dict) else {}
+    known = {f.name for f in dataclasses.fields(GeneratedSourceConfig)}
+    seed = options.get("seed", 0)
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ArcError(f"{folder}: its {fmt.MANIFEST_FILE} records seed={seed!r}, not an integer")
+    return GeneratedSourceConfig(**{k: v for k, v in given.items() if k in known}), seed
 
 
 def _eval_name(manifest: dict) -> str:
@@ -88,11 +117,12 @@ def _eval_name(manifest: dict) -> str:
     return EVAL_SUBSET
 
 
-def select(source: str, names: list[str]) -> tuple[list[Task], str]:
-    """The tasks `source` stands for (see the module docstring), restricted to `names` if given."""
+def select(source: str, names: list[str], spill_dir: str | Path = ".") -> tuple[list[Task], str]:
+    """The tasks `source` stands for (see the module docstring), restricted to `names` if given;
+    `spill_dir`: where a build's generated sources are held while they are read again."""
     folder = Path(source).expanduser()
     if folder.is_dir() and (folder / fmt.MANIFEST_FILE).is_file():
-        tasks, what = _from_build(folder)
+        tasks, what = _from_build(folder, Path(spill_dir))
     else:
         every, _ = load_sources([source], require_outputs=False)
         evaluation = [t for t in every if t.is_eval]
@@ -131,7 +161,7 @@ def run(cfg: ChallengesConfig) -> int:
     names = f"{cfg.prefix}_{CHALLENGES}", f"{cfg.prefix}_{SOLUTIONS}"
     target = checked_output_dir(cfg.output_dir, cfg.overwrite, [cfg.source], marker=names[0],
                                 writer="make-challenges")
-    tasks, what = select(cfg.source, list(cfg.tasks))
+    tasks, what = select(cfg.source, list(cfg.tasks), folder_beside(cfg.output_dir))
     challenges, solutions = as_kaggle(tasks)
     with atomic_dir(target) as tmp:
         (tmp / names[0]).write_text(json.dumps(challenges, separators=(",", ":")) + "\n")

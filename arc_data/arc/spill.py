@@ -14,6 +14,7 @@ arrays (`plan.py`) are kept there too: `zeros` allocates an array in it, `Append
 from __future__ import annotations
 
 import mmap
+import os
 import tempfile
 import zipfile
 from pathlib import Path
@@ -44,6 +45,15 @@ def trim_heap() -> None:
             _MALLOC_TRIM.append(None)
     if _MALLOC_TRIM[0] is not None:
         _MALLOC_TRIM[0](0)
+
+
+def folder_beside(output: str | Path) -> Path:
+    """Where a spill for `output` goes: the nearest existing folder above it (nothing is created for
+    the spill)."""
+    folder = Path(os.path.abspath(os.path.expanduser(output))).parent
+    while not folder.is_dir():
+        folder = folder.parent
+    return folder
 
 
 class Spill:
