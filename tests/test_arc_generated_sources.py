@@ -38,13 +38,20 @@ def write_rearc(root: Path, counts: dict[str, int], seed: int = 0) -> Path:
     return root
 
 
+def barc_stored(grid: list[list[int]]) -> list[list[int]]:
+    """A grid as BARC writes it: its arrays are indexed grid[x][y] (x across), and `Problem.to_dict`
+    stores `.tolist()` of them, so its first index runs along ARC's columns."""
+    return np.array(grid).T.tolist()
+
+
 def write_barc(path: Path, problems: list[tuple[int, list[str]]], seed: int = 0) -> Path:
-    """BARC's generated-problems JSONL: {"source", "examples": [[in, out], ...], "seeds", "source_uid"}."""
+    """BARC's generated-problems JSONL: {"source", "examples": [[in, out], ...], "seeds", "source_uid"},
+    each grid stored as BARC stores it (`barc_stored`): the reader gives back the grids drawn here."""
     rng = np.random.default_rng(seed)
     lines = []
     for n, seeds in problems:
         lines.append(json.dumps({"source": "def main(input_grid):\n    return input_grid\n",
-                                 "examples": [[_grid(rng), _grid(rng)] for _ in range(n)],
+                                 "examples": [[barc_stored(_grid(rng)), barc_stored(_grid(rng))] for _ in range(n)],
                                  "seeds": seeds, "source_uid": "x"}))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
@@ -213,6 +220,32 @@ def test_missing_paths_are_one_line_errors(tmp_path):
                         ("rearc:", "give a path after 'rearc:'")):
         with pytest.raises(ArcError, match=match):
             _load([spec])
+
+
+def test_barc_grids_are_read_back_in_arcs_rows(tmp_path):
+    """BARC's arrays are indexed grid[x][y] (its viewer, `seeds/common.py` `show_colored_grid`, prints
+    screen row y as grid[x][y] for each x) and written with `.tolist()`; its seed for ARC task
+    017c7c7b makes 3x6 inputs (`np.zeros((3, 6))`) where the task's are 6 rows of 3. A line holding
+    that task's pairs as BARC stores them reads back as the task itself, and as BARC's viewer shows it."""
+    from arc_data.arc.sources import load_source
+
+    real = {t.name: t for t in load_source("arc1")[0]}["017c7c7b"]
+    pairs = list(real.train) + list(real.test)
+    line = {"source": "...", "seeds": ["017c7c7b.py"],
+            "examples": [[barc_stored(a.tolist()), barc_stored(b.tolist())] for a, b in pairs]}
+    assert np.array(line["examples"][0][0]).shape == (3, 6)  # as BARC's seed draws it
+    (tmp_path / "b.jsonl").write_text(json.dumps(line) + "\n")
+    tasks = _load([f"barc:{tmp_path / 'b.jsonl'}"], pairs_per_task=len(pairs), examples=0)
+    assert len(tasks) == 1 and tasks[0].imitates == ("017c7c7b",)
+    got = sorted(_key(a, b) for a, b in tasks[0].train + tasks[0].test)
+    assert got == sorted(_key(a, b) for a, b in pairs)  # ARC's own grids: 6x3 inputs, 9x3 outputs
+
+    def as_barc_shows_it(stored):  # common.py: for y in range(shape[1]): for x in range(shape[0]): grid[x, y]
+        return [[stored[x][y] for x in range(len(stored))] for y in range(len(stored[0]))]
+
+    shown = sorted(_key(np.array(as_barc_shows_it(a), np.uint8), np.array(as_barc_shows_it(b), np.uint8))
+                   for a, b in line["examples"])
+    assert got == shown
 
 
 def _hostile_entries(folder: Path, suffix: str) -> dict[str, str]:

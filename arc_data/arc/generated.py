@@ -11,7 +11,8 @@
                   whose "arc-gen" list alone is read.
     barc:PATH     BARC / ARC-Heavy (github.com/xu3kev/BARC, Hugging Face barc0/*): a JSONL file (or a
                   folder of *.jsonl), one generated problem a line: {"examples": [[input, output], ...],
-                  "seeds": ["<ARC-1 id>.py", ...], "source": code, ...}; read one line at a time.
+                  "seeds": ["<ARC-1 id>.py", ...], "source": code, ...}; read one line at a time. BARC
+                  indexes a grid grid[x][y] and stores it so: every grid is transposed into ARC's rows.
 
 A *unit* is what one generator run made for one rule: a RE-ARC/ARC-GEN file, a BARC line. Its
 pairs are shuffled by `np.random.Generator(PCG64([seed, crc32(unit)]))`, the first
@@ -305,9 +306,11 @@ def _barc_units(root: Path, grouping: GeneratedSourceConfig, digest,
                     raise ArcError(f"{where}: not a generated problem (a JSON object with a non-empty 'examples' list)")
                 seeds = obj.get("seeds") if isinstance(obj.get("seeds"), list) else []
                 imitates = tuple(sorted({m[1] for s in seeds if isinstance(s, str) and (m := _SEED_FILE.match(s))}))
-                yield unit, imitates, str(path), lineno, Packed.of(_pairs_slow(
-                    obj["examples"], str(path), unit, grouping.oversize, skipped,
-                    no_bools=b"true" not in line and b"false" not in line))
+                pairs = _pairs_slow(obj["examples"], str(path), unit, grouping.oversize, skipped,
+                                    no_bools=b"true" not in line and b"false" not in line)
+                # BARC's grids are indexed grid[x][y] and written as such (`.tolist()`): ARC's rows are
+                # their transpose (docs/generated-tasks.md, "BARC's orientation")
+                yield unit, imitates, str(path), lineno, Packed.of([(a.T, b.T) for a, b in pairs])
         digest.update(path.name.encode() + b"\0" + h.digest())
 
 
