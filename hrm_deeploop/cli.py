@@ -83,7 +83,8 @@ COMMANDS: dict[str, Command] = {
     "study": Command("hrm_deeploop.study:run", "hrm_deeploop.study:StudyConfig", "study",
                      "a grid over config keys x seeds for train / train-gpt, local pool or SLURM (submitit)"),
     "ttt": Command("hrm_deeploop.pertask.run:run", "hrm_deeploop.pertask.ttt_config:PerTaskConfig", "ttt",
-                   "per-task test-time training: one copy of a checkpoint per ARC task, then a submission"),
+                   "per-task test-time training: one copy of a checkpoint per ARC task, then a submission",
+                   exit_fast=True),  # its time_budget counts to the process's end: no interpreter teardown
     "demo": Command("hrm_deeploop.demo:run", "hrm_deeploop.demo:DemoConfig", "demo",
                     "the whole pipeline end to end on bundled data (2 CPU cores; time in docs/demo.md)"),
 }

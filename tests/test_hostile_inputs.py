@@ -300,3 +300,49 @@ def test_a_collective_that_lost_its_peer_is_one_line_per_rank(monkeypatch):
     assert lost_peer(gloo) == ("rank 0 of 2: lost its peer at 127.0.0.1:42386 in a collective (another rank died: "
                                "see its own output); this rank stops too")
     assert lost_peer(RuntimeError("shape mismatch")) is None  # a bug stays a traceback
+
+
+# ---- ttt: the whole challenges file checked before anything is written (issue 60) ------------------
+
+_GOOD = {"train": [{"input": [[1, 2]], "output": [[2, 1]]}], "test": [{"input": [[3, 4]]}]}
+
+
+@pytest.mark.parametrize("challenges, expected", [
+    ({"/abs/victim": _GOOD}, "task name '/abs/victim' is not a plain name"),
+    ({"../../victim2": _GOOD}, "task name '../../victim2' is not a plain name"),
+    ({"": _GOOD}, "task name '' is not a plain name"),
+    ({"a b": _GOOD}, "task name 'a b' is not a plain name"),
+    ({"a": {"train": [], "test": _GOOD["test"]}}, "task a: 'train' is empty"),
+    ({"a": {"train": _GOOD["train"], "test": []}}, "task a: 'test' is empty"),
+    ({"a": {"train": [{"input": [[1]]}], "test": _GOOD["test"]}}, "train[0] has no 'output'"),
+    ({"a": {"train": [{"input": [[1, 2], [3]], "output": [[1]]}], "test": _GOOD["test"]}}, "rows of unequal length"),
+    ({"a": {"train": [{"input": [[10]], "output": [[1]]}], "test": _GOOD["test"]}}, "value 10 at (0,0) is outside 0..9"),
+    ({"a": {"train": [{"input": [[-1]], "output": [[1]]}], "test": _GOOD["test"]}}, "value -1 at (0,0)"),
+    ({"a": {"train": [{"input": [["1"]], "output": [[1]]}], "test": _GOOD["test"]}}, "value '1' at (0,0) is not an integer"),
+    ({"a": {"train": [{"input": [[0] * 31], "output": [[1]]}], "test": _GOOD["test"]}}, "a side is over 30"),
+    ({"a": {"train": _GOOD["train"], "test": [{"input": []}]}}, "test[0].input: empty grid"),
+])
+def test_ttt_refuses_a_bad_challenges_file_before_writing(tmp_path, capsys, challenges, expected):
+    (tmp_path / "victim").mkdir()
+    (tmp_path / "victim" / "log.txt").write_text("keep me")
+    text = json.dumps(challenges).replace("/abs/victim", str(tmp_path / "victim"))
+    (tmp_path / "c.json").write_text(text)
+    expected = expected.replace("/abs/victim", str(tmp_path / "victim"))
+    refused(tmp_path, capsys, ["ttt", "checkpoint=run", "challenges=c.json", "output_dir=out"], "c.json", expected)
+    assert (tmp_path / "victim" / "log.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "too-big"])
+def test_ttt_challenges_that_is_no_regular_file_or_too_big(tmp_path, capsys, monkeypatch, kind):
+    """A FIFO is never opened for a blocking read (no hang), /dev/zero never read (no MemoryError)."""
+    if kind == "fifo":
+        os.mkfifo(tmp_path / "c.json")
+    elif kind == "dev-zero":
+        (tmp_path / "c.json").symlink_to("/dev/zero")
+    else:
+        from hrm_deeploop.pertask import checks
+
+        monkeypatch.setattr(checks, "MAX_CHALLENGES_BYTES", 100)
+        (tmp_path / "c.json").write_text(json.dumps({"a": _GOOD, "b": _GOOD}))
+    expected = "more than the 100 a challenges file may be" if kind == "too-big" else "is not a regular file"
+    refused(tmp_path, capsys, ["ttt", "checkpoint=run", "challenges=c.json", "output_dir=out"], expected)

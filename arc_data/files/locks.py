@@ -8,6 +8,10 @@ into the file, for the error a second run gets.
 
 `held_by(path)` asks whether a live run holds `path` or any folder above it: the path guard refuses
 writing there (a `score output=RUN/metrics.jsonl` would replace a live run's log).
+
+A run that hands work inside its folder to other processes (`ttt`'s workers train each task in
+`<out>/tasks/<id>/`) sets `RUN_TOKEN` in its environment before it locks: its lock line carries the
+token, and a process that inherited the same token counts that lock as its own.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from pathlib import Path
 from arc_data.errors import DatasetError
 
 LOCK_FILE = "run.lock"
+RUN_TOKEN = "ARC_DATA_RUN_TOKEN"  # environment: a lock whose line carries this token is this process's own
 
 
 class RunLock:
@@ -63,12 +68,18 @@ class RunLock:
                                "or choose another output_dir") from None
         with contextlib.suppress(OSError):  # who holds it, for the next one's error; the lock is what counts
             os.ftruncate(self._fd, 0)
-            os.pwrite(self._fd, f"PID {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+            os.pwrite(self._fd, f"{_own_line()}\n".encode(), 0)
 
     def release(self) -> None:
         if self._fd is not None:
             os.close(self._fd)  # closing the descriptor drops the flock
             self._fd = None
+
+
+def _own_line() -> str:
+    """'PID <pid> on <host>', and ' token <t>' when this process runs under a RUN_TOKEN."""
+    token = os.environ.get(RUN_TOKEN, "")
+    return f"PID {os.getpid()} on {socket.gethostname()}" + (f" token {token}" if token else "")
 
 
 def _os_words(e: OSError, path: Path) -> str:
@@ -104,10 +115,11 @@ def lock_holder(folder: Path) -> str | None:
 
 def held_by(path: Path) -> tuple[Path, str] | None:
     """(the run folder, its holder) if a live run of another process holds `path` itself or a
-    folder above it; a lock this very process holds (a trainer writing its own folder) is no conflict."""
-    own = f"PID {os.getpid()} on {socket.gethostname()}"
+    folder above it; a lock this very process holds (a trainer writing its own folder), or one taken
+    under the RUN_TOKEN this process inherited (a ttt worker inside its parent's folder), is no conflict."""
+    own, token = _own_line(), os.environ.get(RUN_TOKEN, "")
     for folder in [path, *path.parents]:
         holder = lock_holder(folder)
-        if holder is not None and holder != own:
+        if holder is not None and holder != own and not (token and holder.endswith(f" token {token}")):
             return folder, holder
     return None

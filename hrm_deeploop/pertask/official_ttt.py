@@ -43,7 +43,8 @@ from hrm_deeploop.data.canvas import IGNORE, draw_view, place
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.models.loopvit import LoopViT
 from hrm_deeploop.models.loopvit_config import NUM_COLORS
-from hrm_deeploop.pertask.official_views import OfficialView, epoch_lr_factor, is_grid, recolour, unaugment
+from hrm_deeploop.pertask.official_views import OfficialView, epoch_lr_factor, recolour, unaugment
+from hrm_deeploop.pertask.plan import is_grid
 from hrm_deeploop.training.vision import read_start, start_weights
 
 UNIFORM = -math.log(NUM_COLORS)  # a candidate pixel off the canvas: the model said nothing about it

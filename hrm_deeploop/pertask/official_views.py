@@ -165,7 +165,3 @@ def unaugment(pred: np.ndarray, scale: int, x0: int, y0: int, view: OfficialView
     inv = inverse_map(view.colour_map)
     return (recolour(g, inv) if inv else g).tolist()
 
-
-def is_grid(g: list[list[int]]) -> bool:
-    """A grid an ARC answer can be: non-empty, rectangular, colours 0-9 only."""
-    return bool(g) and bool(g[0]) and all(len(r) == len(g[0]) and all(0 <= x <= 9 for x in r) for r in g)

@@ -1,21 +1,25 @@
 """The plan of a per-task run, torch-free: which tasks this process owns, what is finished, how
 much time each task gets, what a task that never trained submits, and the merged submission.
 
-A task is finished when `tasks/<id>/result.json` exists: it is written atomically, last, so a
-task killed half-way has none and is redone from scratch on the next run; a finished task is
-never recomputed."""
+A task is finished when `tasks/<id>/result.json` exists with a final status (`FINAL`): it is
+written atomically, last, so a task killed half-way has none and is redone from scratch on the next
+run; a finished task is never recomputed. A result that is not final (`fallback`: the budget was
+spent before it ran or while it ran; `error`: it failed for a reason outside itself, a full disk,
+memory, a signal) holds the fallback attempts for the merge, and a rerun retries the task."""
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import math
+import json
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
-from arc_data.files.jsonio import parse_json, save_json
+from arc_data.files.atomic import atomic_file
+from arc_data.files.jsonio import parse_json
+from arc_data.files.locks import LOCK_FILE
+from arc_data.format import MAX_SIDE
 from hrm_deeploop.errors import UserError
 
 RESULT = "result.json"
@@ -28,45 +32,58 @@ IDENTITY = ("checkpoint", "challenges", "num_aug", "steps", "batch", "lr", "trai
 # views=official only
 LATER = {"leave_one_out": False, "passes": 10, "poe": True, "views": "build", "official": None}
 LOO = "-loo"  # a pseudo-task's id: <task>-loo<i>
+FINAL = ("trained", "trained-no-grid", "failed")  # statuses of a finished task; any other is retried
 
 
 def load_challenges(path: str | os.PathLike) -> dict[str, dict]:
-    """Task id -> {"train": [...], "test": [...]}, refusing a file with no task or a malformed one."""
-    p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as e:
-        raise UserError(f"challenges={p}: cannot read it ({e.strerror or e})") from None
-    tasks = parse_json(raw, f"challenges={p}")
-    if not isinstance(tasks, dict) or not tasks:
-        raise UserError(f"challenges={p}: not an object of tasks, or no task in it")
-    for tid, t in tasks.items():
-        if not isinstance(t, dict) or not isinstance(t.get("train"), list) or not isinstance(t.get("test"), list) \
-                or not t["test"] or not all(isinstance(x, dict) and "input" in x for x in t["test"]):
-            raise UserError(f"challenges={p}: task {tid}: needs 'train' and a non-empty 'test' list of inputs")
-    return tasks
+    """Task id -> {"train": [...], "test": [...]}, the whole file validated first (`checks`): a task
+    id that is no plain name, a malformed grid or task, a file that is not a regular one is one line."""
+    from hrm_deeploop.pertask.checks import read_challenges  # lazy: checks imports this module's callers
+
+    return read_challenges(path)
 
 
-def claim(out: Path, cfg) -> None:
-    """Make `out` this run's folder, or check that it is: a folder holding anything else than an
-    earlier run of the same set with the same settings (its `ttt_plan.json`) is refused in one line,
-    so a resume never mixes two sets of results and never writes into a stranger's folder."""
-
-    marker = out / PLAN
+def identity_of(cfg, challenges: bytes, checkpoint_sha256: str) -> dict:
+    """What a set's results depend on (`IDENTITY`), the challenges' and the checkpoint's content included."""
     identity = {k: getattr(cfg, k) for k in IDENTITY}
     identity["official"] = dataclasses.asdict(cfg.official) if cfg.views == "official" else None
-    identity["challenges_sha256"] = hashlib.sha256(Path(cfg.challenges).read_bytes()).hexdigest()
+    identity["challenges_sha256"] = hashlib.sha256(challenges).hexdigest()
+    identity["checkpoint_sha256"] = checkpoint_sha256
+    return identity
+
+
+def check_claim(out: Path, identity: dict) -> bool:
+    """May this set write into `out`? True when `out` holds an earlier run of the same set with the same
+    settings and the same checkpoint content (its `ttt_plan.json`: a resume), False when it is new or
+    empty; anything else is refused in one line, so a resume never mixes two sets' or two models'
+    results and never writes into a stranger's folder."""
+    marker = out / PLAN
     if marker.is_file():
         before = parse_json(marker.read_bytes(), str(marker))
         diff = sorted(k for k in identity if before.get(k, LATER.get(k)) != identity[k])
+        if "checkpoint_sha256" in diff:
+            raise UserError(f"output_dir={out}: its set was trained from other weights (the checkpoint's sha256 "
+                            f"differs from the one in {PLAN}, or was not recorded): a resume would merge two models' "
+                            "results; choose another folder")
         if diff:
             raise UserError(f"output_dir={out}: holds a ttt run with other {', '.join(diff)} ({PLAN}); rerun with its "
                             "settings to resume it, or choose another folder")
-        return
-    if out.is_dir() and any(out.iterdir()):
+        return True
+    if out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir()):
         raise UserError(f"output_dir={out}: not empty and not a ttt run (no {PLAN}): choose a new or empty folder")
-    out.mkdir(parents=True, exist_ok=True)
-    save_json(marker, identity)
+    return False
+
+
+def claim(out: Path, identity: dict) -> None:
+    """Record the set's identity in `out` (after `check_claim`, holding the folder's lock)."""
+    if not (out / PLAN).is_file():
+        write_json(out / PLAN, identity)
+
+
+def write_json(path: Path, obj: object) -> None:
+    """`path` written atomically (`arc_data.files.atomic.atomic_file`): whole or not at all."""
+    with atomic_file(path) as f:
+        f.write((json.dumps(obj, indent=2) + "\n").encode())
 
 
 def shard(ids: list[str], index: int, count: int) -> list[str]:
@@ -78,17 +95,23 @@ def task_dir(out: Path, tid: str) -> Path:
     return out / "tasks" / tid
 
 
-def finished(out: Path, tid: str) -> dict | None:
-    """The task's result, or None when it has none (never run, or killed before its end)."""
+def result(out: Path, tid: str) -> dict | None:
+    """The task's result, final or not, or None when it has none (never run, or killed before its end)."""
     f = task_dir(out, tid) / RESULT
     if not f.is_file():
         return None
     return parse_json(f.read_bytes(), str(f))
 
 
+def finished(out: Path, tid: str) -> dict | None:
+    """The task's result when it is final (`FINAL`): None for a task to run (again)."""
+    r = result(out, tid)
+    return r if r is not None and r.get("status") in FINAL else None
+
+
 def write_result(out: Path, tid: str, result: dict) -> None:
     task_dir(out, tid).mkdir(parents=True, exist_ok=True)
-    save_json(task_dir(out, tid) / RESULT, result)
+    write_json(task_dir(out, tid) / RESULT, result)
 
 
 def leave_one_out(tid: str, task: dict) -> dict[str, dict]:
@@ -118,36 +141,17 @@ def run_model(checkpoint: str) -> str | None:
     return model.get("name") if isinstance(model, dict) else None
 
 
+def is_grid(g: object) -> bool:
+    """A grid an ARC answer can be: a non-empty rectangular list of lists of ints 0..9, sides up to 30."""
+    return (isinstance(g, list) and 0 < len(g) <= MAX_SIDE and isinstance(g[0], list) and 0 < len(g[0]) <= MAX_SIDE
+            and all(isinstance(r, list) and len(r) == len(g[0])
+                    and all(type(x) is int and 0 <= x <= 9 for x in r) for r in g))
+
+
 def fallback_attempts(task: dict) -> list[dict]:
     """What a task that never trained submits: its test input as both attempts (the identity is
     right on some ARC tasks; an empty answer never is), so the submission is always complete."""
     return [{"attempt_1": t["input"], "attempt_2": t["input"]} for t in task["test"]]
-
-
-@dataclass
-class Budget:
-    """Shares of a whole-set time budget. `share(left_tasks)`: minutes for the next task's training,
-    the time left spread over the rounds of `workers` tasks still to run, less what each task
-    spends outside training (build, start-up, prediction), estimated from the tasks finished."""
-
-    total_min: float | None
-    workers: int
-    start: float  # time.monotonic() at the start
-    overhead_s: float = 0.0  # mean seconds outside training per finished task
-    _seen: int = 0
-
-    def left_min(self, now: float) -> float:
-        return math.inf if self.total_min is None else self.total_min - (now - self.start) / 60
-
-    def share(self, left_tasks: int, now: float) -> float:
-        if self.total_min is None:
-            return math.inf
-        rounds = math.ceil(max(left_tasks, 1) / self.workers)
-        return self.left_min(now) / rounds - self.overhead_s / 60
-
-    def record(self, total_s: float, train_s: float) -> None:
-        self._seen += 1
-        self.overhead_s += (max(total_s - train_s, 0.0) - self.overhead_s) / self._seen
 
 
 def merge(out: Path, tasks: dict[str, dict], suffix: str = "") -> tuple[dict, dict, dict[str, int]]:
@@ -157,7 +161,7 @@ def merge(out: Path, tasks: dict[str, dict], suffix: str = "") -> tuple[dict, di
     of tasks by status."""
     sub, ranked, counts = {}, {}, {}
     for tid, task in tasks.items():
-        r = finished(out, tid)
+        r = result(out, tid)
         status = r["status"] if r else "missing"
         attempts = r.get("attempts" + suffix, r["attempts"]) if r else fallback_attempts(task)
         sub[tid] = attempts

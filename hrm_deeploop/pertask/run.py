@@ -12,18 +12,18 @@ merges every task's attempts, a fallback for a task that never trained, into `su
 from __future__ import annotations
 
 import math
-import multiprocessing
 import os
+import sys
 import time
-from collections import deque
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+import uuid
 from pathlib import Path
 
-from arc_data.files.guard import check_output_dir
 from arc_data.files.jsonio import parse_json, save_json
+from arc_data.files.locks import RUN_TOKEN, RunLock
 from hrm_deeploop.errors import UserError
-from hrm_deeploop.pertask import plan, worker
-from hrm_deeploop.pertask.strict import check_protocol
+from hrm_deeploop.pertask import checks, plan
+from hrm_deeploop.pertask.budget import process_start
+from hrm_deeploop.pertask.pool import run_shard
 from hrm_deeploop.pertask.ttt_config import RULES, PerTaskConfig
 from hrm_deeploop.training.cluster import resolve as resolve_cluster
 
@@ -31,89 +31,35 @@ SUMMARY = "ttt_summary.json"
 
 
 def run(cfg: PerTaskConfig) -> int:
-    if not cfg.checkpoint:
-        raise UserError("checkpoint: required (the pretrained run folder or checkpoints/step_N.pt)")
-    if not cfg.challenges:
-        raise UserError("challenges: required (an ARC challenges JSON file)")
-    tasks = plan.load_challenges(cfg.challenges)
-    out = check_output_dir(cfg.output_dir, [cfg.challenges, cfg.checkpoint, cfg.solutions or None])
-    check_protocol(cfg, list(tasks))
-    if cfg.views == "official" and plan.run_model(cfg.checkpoint) != "loopvit":
-        raise UserError(f"views=official: the official LoopViT loop needs a LoopViT checkpoint; {cfg.checkpoint} "
-                        "is not one (views=build trains HRM, TRM and URM)")
-    plan.claim(out, cfg)  # a folder of this very set only: resumed, never mixed with another
-    if cfg.launcher == "submitit":
-        return launch_submitit(cfg, tasks, out)
+    start = min(time.time(), process_start())  # the set's clock (time_budget): from this process's start
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    tasks, out, identity = checks.before_the_first_task(cfg)  # everything that can be refused, nothing written
     if world > 1 and "LOCAL_RANK" in os.environ and "CUDA_VISIBLE_DEVICES" not in os.environ:
         os.environ["CUDA_VISIBLE_DEVICES"] = os.environ["LOCAL_RANK"]  # this rank's workers see its GPU only
-    run_shard(cfg, rank, world, tasks)
-    if rank != 0:
-        return 0
-    if world > 1:
-        wait_for_all(cfg, tasks, out)
-    return finish(cfg, tasks, out)
-
-
-def run_shard(cfg: PerTaskConfig, index: int, count: int, tasks: dict[str, dict] | None = None) -> dict:
-    """The tasks of shard `index` of `count`, `cfg.workers` at a time, each in its own process."""
-    tasks = tasks if tasks is not None else plan.load_challenges(cfg.challenges)
-    out = Path(cfg.output_dir)
-    mine = plan.shard(list(tasks), index, count)
-    pending = deque(t for t in mine if plan.finished(out, t) is None)
-    workers = min(cfg.workers, max(len(pending), 1))
-    threads = cfg.threads or max(1, (os.cpu_count() or 1) // workers)
-    where = f" (shard {index} of {count})" if count > 1 else ""
-    print(f"ttt: {len(mine)} tasks{where}: {len(mine) - len(pending)} already finished, {len(pending)} to run on "
-          f"{workers} worker(s) x {threads} thread(s)" + (f", budget {cfg.time_budget:g} min" if cfg.time_budget
-                                                         is not None else ""), flush=True)
-    budget = plan.Budget(cfg.time_budget, workers, time.monotonic())
-    counts: dict[str, int] = {}
-    if not pending:
-        return counts
-    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=worker.init_worker, initargs=(threads,))
-    running: dict = {}
-    done_here, total = 0, len(pending)
+    # the folder is this run's while it runs (a second ttt into it is refused); its workers, and the
+    # ranks of a torchrun launch, inherit the token that makes the lock theirs too
+    os.environ.setdefault(RUN_TOKEN, f"ttt-{os.environ['TORCHELASTIC_RUN_ID']}" if world > 1 and
+                          "TORCHELASTIC_RUN_ID" in os.environ else f"ttt-{uuid.uuid4().hex}")
+    lock = RunLock(out) if rank == 0 else None
     try:
-        while pending or running:
-            while pending and len(running) < workers:
-                tid = pending.popleft()
-                share = budget.share(len(pending) + len(running) + 1, time.monotonic())
-                if share < cfg.min_task_minutes:
-                    plan.write_result(out, tid, {"task": tid, "status": "fallback", "reason": "time budget spent",
-                                                 "attempts": plan.fallback_attempts(tasks[tid])})
-                    counts["fallback"] = counts.get("fallback", 0) + 1
-                    done_here += 1
-                    print(f"ttt: {tid}: no time left ({share:.2f} min): fallback attempts", flush=True)
-                    continue
-                running[pool.submit(worker.solve, cfg, tid, tasks[tid], share)] = (tid, time.monotonic(), share)
-            finished, _ = wait(running, return_when=FIRST_COMPLETED)
-            for fut in finished:
-                tid, t0, share = running.pop(fut)
-                done_here += 1
-                try:
-                    r = fut.result()
-                    budget.record(r["seconds"], r["train_seconds"])
-                    note = f"{r['steps']} steps, {r['seconds']:.1f} s ({r['train_seconds']:.1f} s training)"
-                except Exception as e:  # the task's own failure: its fallback, named, and the set goes on
-                    r = {"task": tid, "status": "failed", "reason": str(e)[:300],
-                         "attempts": plan.fallback_attempts(tasks[tid])}
-                    plan.write_result(out, tid, r)
-                    note = f"failed: {str(e).splitlines()[0][:160] if str(e) else type(e).__name__}"
-                counts[r["status"]] = counts.get(r["status"], 0) + 1
-                left = total - done_here
-                eta = (time.monotonic() - budget.start) / done_here * left / 1.0 if done_here else math.nan
-                shown = "" if not math.isfinite(share) else f", {share:.2f} min given"
-                print(f"ttt: [{done_here}/{total}] {tid}: {note}{shown}; {left} left, about {eta / 60:.1f} min to go",
-                      flush=True)
-    except BaseException:  # Ctrl-C / SIGTERM: stop the workers now; finished tasks stay finished
-        for p in list(getattr(pool, "_processes", {}).values()):
-            p.terminate()
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown()
-    return counts
+        if rank == 0:
+            plan.claim(out, identity)  # a folder of this very set only: resumed, never mixed with another
+        if cfg.launcher == "submitit":
+            return launch_submitit(cfg, tasks, out, start)
+        if cfg.views == "official" and cfg.official.copies != 1:  # many copies in one process (pertask/batched.py)
+            from hrm_deeploop.pertask.batched import run_shard as run_copies  # lazy: torch where it trains
+
+            run_copies(cfg, rank, world, tasks, start)
+        else:
+            run_shard(cfg, rank, world, tasks, start)
+        if rank != 0:
+            return 0
+        if world > 1:
+            wait_for_all(cfg, tasks, out)
+        return finish(cfg, tasks, out, start)
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 def wait_for_all(cfg: PerTaskConfig, tasks: dict[str, dict], out: Path, poll_s: float = 2.0) -> None:
@@ -125,7 +71,7 @@ def wait_for_all(cfg: PerTaskConfig, tasks: dict[str, dict], out: Path, poll_s: 
         time.sleep(poll_s)
 
 
-def launch_submitit(cfg: PerTaskConfig, tasks: dict[str, dict], out: Path) -> int:
+def launch_submitit(cfg: PerTaskConfig, tasks: dict[str, dict], out: Path, start: float) -> int:
     """The shards as one submitit job array; waits for it, then merges."""
 
     try:
@@ -143,7 +89,8 @@ def launch_submitit(cfg: PerTaskConfig, tasks: dict[str, dict], out: Path) -> in
         if s.partition:
             params["slurm_partition"] = s.partition
     ex.update_parameters(**params)
-    jobs = ex.map_array(run_shard, [cfg] * s.shards, list(range(s.shards)), [s.shards] * s.shards)
+    jobs = ex.map_array(run_shard, [cfg] * s.shards, list(range(s.shards)), [s.shards] * s.shards,
+                        [None] * s.shards, [start] * s.shards)
     print(f"ttt: {s.shards} shard(s) submitted ({cluster}): " + ", ".join(j.job_id for j in jobs), flush=True)
     for i, j in enumerate(jobs):
         try:
@@ -151,10 +98,10 @@ def launch_submitit(cfg: PerTaskConfig, tasks: dict[str, dict], out: Path) -> in
         except Exception as e:  # a shard that died: its unfinished tasks fall back in the merge
             print(f"ttt: shard {i} (job {j.job_id}) failed: {str(e).splitlines()[-1][:200] if str(e) else e}",
                   flush=True)
-    return finish(cfg, tasks, out)
+    return finish(cfg, tasks, out, start)
 
 
-def finish(cfg: PerTaskConfig, tasks: dict[str, dict], out: Path) -> int:
+def finish(cfg: PerTaskConfig, tasks: dict[str, dict], out: Path, start: float | None = None) -> int:
     """submission.json (count-first) and submission_poe.json (product of experts) over every task,
     the summary, and with solutions the scores of both rules on the same predictions."""
     model = plan.run_model(cfg.checkpoint)
@@ -164,7 +111,7 @@ def finish(cfg: PerTaskConfig, tasks: dict[str, dict], out: Path) -> int:
         sub, ranked, counts = plan.merge(out, tasks, sfx)
         save_json(out / f"submission{sfx}.json", sub, indent=None)
         save_json(out / f"ranked{sfx}.json", ranked, indent=None)
-    results = [r for r in (plan.finished(out, t) for t in tasks) if r and r["status"] == "trained"]
+    results = [r for r in (plan.finished(out, t) for t in tasks) if r and r["status"].startswith("trained")]
     overhead = (1 - sum(r["train_seconds"] for r in results) / sum(r["seconds"] for r in results)) if results else None
     summary = {"protocol": cfg.protocol, "model": model, "tasks": len(tasks), "status": counts,
                "overhead_fraction": None if overhead is None else round(overhead, 4),
@@ -197,5 +144,14 @@ def finish(cfg: PerTaskConfig, tasks: dict[str, dict], out: Path) -> int:
             summary["scores"][rule] = {"pass@2 (ARC Prize rule)": round(s["percent"], 4),
                                        **{f"pass@{k}": round(v, 4) for k, v in s["pass_at_k"]["hrm"].items()}}
         summary["pass@2 (ARC Prize rule)"] = summary["scores"]["count-first"]["pass@2 (ARC Prize rule)"]
+    summary["fallback_attempts"] = sum(r.get("fallback_attempts", 0) for r in results)
+    if start is not None:  # the whole command, its start included, against its budget
+        summary["wall_seconds"] = round(time.time() - start, 1)
+        budget = "" if cfg.time_budget is None else f" of a {60 * cfg.time_budget:.0f}-s budget"
+        print(f"ttt: {summary['wall_seconds']:.1f} s{budget}", flush=True)
     save_json(out / SUMMARY, summary)
-    return 1 if counts.get("missing") else 0
+    if counts.get("error") or counts.get("missing"):
+        print(f"ttt: {counts.get('error', 0) + counts.get('missing', 0)} task(s) not finished for a reason outside "
+              "them (their results say why); the same command again retries them", file=sys.stderr, flush=True)
+        return 1
+    return 0

@@ -53,9 +53,9 @@ TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_
                  "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
 
 
-def init_worker(threads: int, parent: int | None = None) -> None:
-    """A pool process: it dies with `parent`, its torch threads, and no torchrun variables (one task,
-    one process)."""
+def init_worker(threads: int, parent: int | None = None, ready=None) -> None:
+    """A pool process: it dies with `parent`, its torch threads, no torchrun variables (one task, one
+    process); then it imports what a task runs and waits at `ready` (a Barrier) with its siblings."""
     if parent is not None:
         die_with(parent)
     for var in TORCHRUN_VARS:
@@ -64,6 +64,13 @@ def init_worker(threads: int, parent: int | None = None) -> None:
     import torch  # lazy: after this worker's OMP_NUM_THREADS is set
 
     torch.set_num_threads(threads)
+    if ready is not None:
+        from hrm_deeploop.cli import COMMANDS, resolve  # lazy: the CLI's command table imports this package
+
+        for name in ("build-arc", "train", "train-vit", "evaluate"):
+            resolve(COMMANDS[name].target)  # their modules, imported once per worker, before any task's clock
+        with contextlib.suppress(threading.BrokenBarrierError):
+            ready.wait(timeout=300)
 
 
 def die_with(parent: int) -> None:

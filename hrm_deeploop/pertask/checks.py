@@ -1,0 +1,227 @@
+"""Everything `ttt` checks before its first task starts, so that a mistake is one line (exit 2)
+before anything is written or deleted, never a set of failed tasks:
+
+- the challenges file: a regular file under `MAX_CHALLENGES_BYTES` (a FIFO or /dev/zero is named,
+  never opened), every task id a plain name (`arc_data.files.names.check_task_name`, the one door
+  from a name to a path: no `/`, no `..`, not empty), every task valid by build-arc's own rules
+  (`arc_data.arc.sources.parse_task`: lists of lists of ints 0..9, rectangular, sides 1..30, at
+  least one demonstration with its output, at least one test input);
+- `solutions` (read and parsed: each task a list of grids);
+- the checkpoint: resolved and read once by the safe loader (`hrm_deeploop.checkpoint.load`), its
+  sha256 (a resumed set is bound to it) and its parameter count (the presets);
+- the options: `train_overrides` / `eval_overrides` composed once into the very `train` / `evaluate`
+  configs the workers will run (an unknown key is one line), keys ttt sets itself refused, and
+  num_aug within what exists and what `workers` copies fit in memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from arc_data.budget import check_count, check_fits
+from arc_data.errors import DatasetError
+from arc_data.files.jsonio import parse_json, read_json
+from arc_data.files.names import check_task_name, why_not_a_file
+from hrm_deeploop.errors import UserError
+
+MAX_CHALLENGES_BYTES = 256 << 20  # ARC-AGI-2's 1,000 training tasks are 40 MB; JSON in memory is ~10x its bytes
+MAX_DISTINCT_AUG = 8 * 362_880 - 1  # build-arc's: 8 dihedral transforms x 9! colour permutations, less the identity
+# keys ttt sets itself in every task's `train` / `evaluate`: set them through ttt's own options
+OWN = "each task's own, under output_dir"
+OWN_TRAIN_KEYS = {"init_from": "checkpoint=", "data_dir": OWN, "output_dir": OWN, "train.max_steps": "steps=",
+                  "train.global_batch_size": "batch=", "train.time_budget": "time_budget=", "seed": "seed=",
+                  "device": "device=", "optim.lr": "lr=", "adapt.trains": "trains=", "resume": "a task always starts fresh"}
+OWN_EVAL_KEYS = {"checkpoint": "the task's own copy", "data_dir": OWN, "output_dir": OWN, "challenges": OWN,
+                 "device": "device=", "poe": "poe=", "passes": "passes=", "tta_seed": "seed="}
+# memory of one view of one task in a worker, beyond the model: its embedding row with gradient and
+# Adam's two moments (up to 1,024 floats x 4 copies), its examples (two 900-token rows), and at
+# prediction its log-probabilities (float16 [900, 12]) and predictions per test row
+VIEW_BYTES, EXAMPLE_BYTES, TEST_ROW_BYTES = 16 * 1024, 2 * 900 * 8, 900 * 12 * 2 + 900 * 16
+
+
+def before_the_first_task(cfg) -> tuple[dict[str, dict], Path, dict]:
+    """Every check of the module docstring, in order, nothing written; then the preset's sizes set on
+    `cfg` (one line says what it chose). Returns the tasks, the output folder and the set's identity."""
+    from arc_data.files.guard import check_output_dir  # lazy: only the command's entry checks its folder
+    from hrm_deeploop.pertask import plan, presets, worker  # lazy: plan reads challenges through this module
+    from hrm_deeploop.pertask.strict import check_protocol  # lazy: the strict record reads runs' files
+
+    if not cfg.checkpoint:
+        raise UserError("checkpoint: required (the pretrained run folder or checkpoints/step_N.pt)")
+    if not cfg.challenges:
+        raise UserError("challenges: required (an ARC challenges JSON file)")
+    data = read_regular(Path(cfg.challenges), "challenges", MAX_CHALLENGES_BYTES)
+    tasks = read_challenges(cfg.challenges)
+    out = check_output_dir(cfg.output_dir, [cfg.challenges, cfg.checkpoint, cfg.solutions or None])
+    if cfg.solutions:
+        read_solutions(cfg.solutions)
+    check_protocol(cfg, list(tasks))
+    ckpt = read_checkpoint(cfg.checkpoint)
+    if cfg.views == "official" and plan.run_model(cfg.checkpoint) != "loopvit":
+        raise UserError(f"views=official: the official LoopViT loop needs a LoopViT checkpoint; {cfg.checkpoint} "
+                        "is not one (views=build trains HRM, TRM and URM)")
+    chosen = presets.choose(cfg.preset, cfg.device, ckpt.parameters,
+                            {k: getattr(cfg, k) for k in presets.SIZES["gpu"]}, cfg.train_overrides)
+    for k, v in chosen.sizes.items():
+        setattr(cfg, k, v)
+    cfg.train_overrides = ([f"optim.warmup_steps={chosen.warmup}"] if chosen.warmup is not None else []) \
+        + (["checkpoint.every=0"] if chosen.checkpoint_every == 0 else []) + list(cfg.train_overrides)
+    check_views(tasks, cfg.num_aug, cfg.workers, ckpt, cfg.leave_one_out)
+    if cfg.views == "build":
+        tid = next(iter(tasks))
+        work = out / "tasks" / tid / worker.WORK
+        group = {tid: tasks[tid]} | (plan.leave_one_out(tid, tasks[tid]) if cfg.leave_one_out else {})
+        name, train, evaluate = worker.commands(cfg, work, 1.0, group, work / "raw" / "challenges.json")
+        user = len(cfg.train_overrides)
+        check_overrides([(name, train[:len(train) - user], train[len(train) - user:]),
+                         ("evaluate", evaluate[:len(evaluate) - len(cfg.eval_overrides)], list(cfg.eval_overrides))])
+    identity = plan.identity_of(cfg, data, ckpt.sha256)
+    plan.check_claim(out, identity)
+    print(presets.line(chosen), flush=True)
+    return tasks, out, identity
+
+
+def read_challenges(path: str | os.PathLike) -> dict[str, dict]:
+    """The challenges file, validated whole: task id -> {"train": [...], "test": [...]} as in the file."""
+    p = Path(path)
+    data = read_regular(p, "challenges", MAX_CHALLENGES_BYTES)
+    with _as_ours():
+        tasks = parse_json(data, f"challenges={p}")
+    if not isinstance(tasks, dict) or not tasks:
+        raise UserError(f"challenges={p}: not an object of tasks, or no task in it")
+    from arc_data.arc.sources import no_bools, parse_task  # lazy: numpy, only where a file is checked
+
+    quick = no_bools(data)
+    for tid, t in tasks.items():
+        with _as_ours():
+            check_task_name(tid, f"challenges={p}")
+            parse_task(t, f"challenges={p}", tid, require_outputs=False, quick=quick)
+    return tasks
+
+
+def read_regular(p: Path, key: str, most: int) -> bytes:
+    """The bytes of a regular file of at most `most` bytes; anything else one line (a FIFO is
+    opened non-blocking and named, never read; /dev/zero is no regular file)."""
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        raise UserError(f"{key}={p} {why_not_a_file(p)}" if e.errno != 13 else f"{key}={p}: cannot read it "
+                        f"({e.strerror})") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UserError(f"{key}={p} {why_not_a_file(p)}: give a JSON file")
+        if st.st_size > most:
+            raise UserError(f"{key}={p} is {st.st_size:,} bytes, more than the {most:,} a challenges file may be")
+        try:
+            data = f.read(most + 1)
+        except OSError as e:
+            raise UserError(f"{key}={p}: cannot read it ({e.strerror})") from None
+    if len(data) > most:
+        raise UserError(f"{key}={p} grew past {most:,} bytes while read")
+    return data
+
+
+def read_solutions(path: str) -> dict[str, list]:
+    """`solutions`, read and checked before any task: an object of task id -> list of grids."""
+    from arc_data.arc.sources import parse_grid  # lazy: numpy, only where a file is checked
+
+    with _as_ours():
+        sol = read_json(path, "solutions")
+    if not isinstance(sol, dict) or not sol:
+        raise UserError(f"solutions={path}: not an object of task ids and their lists of grids, or empty")
+    for tid, grids in sol.items():
+        if not isinstance(grids, list) or not grids:
+            raise UserError(f"solutions={path}: task {tid}: not a non-empty list of grids")
+        for i, g in enumerate(grids):
+            with _as_ours():
+                parse_grid(g, f"solutions={path}", tid, f"solution[{i}]")
+    return sol
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The checkpoint as read once before the first task."""
+
+    file: Path  # the resolved weights file (a run folder's latest checkpoints/step_N.pt)
+    sha256: str  # of that file's bytes: a resumed set is bound to it
+    parameters: int  # tensors' elements in its weights (the presets size from it)
+    size: int  # bytes on disk
+
+
+def read_checkpoint(checkpoint: str) -> Checkpoint:
+    """Resolve and read the checkpoint with the safe loader (a folder without a step file, a corrupt,
+    truncated or pickle-payload file: one line), its content hash and its parameter count."""
+    from hrm_deeploop import checkpoint as ckpt  # lazy: torch, only once the cheap checks passed
+
+    file = ckpt.resolve(checkpoint)
+    state = ckpt.load(file)
+    digest = hashlib.sha256()
+    try:
+        with open(file, "rb") as f:
+            while chunk := f.read(1 << 22):
+                digest.update(chunk)
+    except OSError as e:
+        raise UserError(f"checkpoint={checkpoint}: cannot read {file} ({e.strerror})") from None
+    return Checkpoint(file, digest.hexdigest(), count_parameters(state), file.stat().st_size)
+
+
+def count_parameters(state: object) -> int:
+    """Elements of the tensors among a checkpoint's weights (ours: `model`; official LoopViT:
+    `model_state`; an official HRM/TRM file or an export: the state dict itself)."""
+    weights = state.get("model", state.get("model_state", state)) if isinstance(state, dict) else {}
+    return int(sum(v.numel() for v in weights.values() if hasattr(v, "numel"))) if isinstance(weights, dict) else 0
+
+
+def check_overrides(commands: list[tuple[str, list[str], list[str]]]) -> None:
+    """Compose each (command, ttt's own arguments, the user's overrides) once, as a worker will: an
+    unknown key, a bad value, or a key ttt sets itself is one line before any task runs."""
+    from hrm_deeploop.cli import compose, prepare  # lazy: the CLI's command table imports this package
+
+    for name, own, extra in commands:
+        option = "eval_overrides" if name == "evaluate" else "train_overrides"
+        keys = OWN_EVAL_KEYS if name == "evaluate" else OWN_TRAIN_KEYS
+        for item in extra:
+            key = str(item).partition("=")[0].lstrip("+~")
+            if key in keys:
+                raise UserError(f"{option}: '{item}': ttt sets {key} itself for every task ("
+                                + (f"use ttt's {keys[key]}" if keys[key].endswith("=") else keys[key]) + ")")
+        with contextlib.redirect_stderr(io.StringIO()):  # `train init_from=`'s note on what it inherits
+            try:
+                compose(name, prepare(name, own + list(extra)))
+            except UserError as e:
+                raise UserError(f"{option}: {e}") from None
+
+
+def check_views(tasks: dict[str, dict], num_aug: int, workers: int, checkpoint: Checkpoint, leave_one_out: bool) -> None:
+    """num_aug within the views that exist, and `workers` copies of the largest task's views (its
+    examples, embedding rows, predictions) beside the model in memory."""
+    with _as_ours():
+        check_count("num_aug", num_aug, MAX_DISTINCT_AUG, "8 dihedral transforms x 9! colour permutations per task",
+                    "lower num_aug")
+    worst = 0
+    for t in tasks.values():
+        demos, tests = len(t["train"]), len(t["test"])
+        groups = 1 + (demos if leave_one_out and demos > 1 else 0)
+        examples = demos * groups + tests + (demos if leave_one_out else 0)
+        per_view = groups * VIEW_BYTES + examples * EXAMPLE_BYTES + (tests + (demos if leave_one_out else 0)) * TEST_ROW_BYTES
+        worst = max(worst, (num_aug + 1) * per_view)
+    model = 6 * checkpoint.size  # the file, the copy, its gradient and Adam's two moments, the evaluated copy
+    with _as_ours():
+        check_fits(f"num_aug={num_aug} x workers={workers}", memory=workers * (model + worst),
+                   fix="lower num_aug or workers", say=None)
+
+
+@contextlib.contextmanager
+def _as_ours():
+    """arc_data's one-line errors as ttt's (no task-room prefix on the line)."""
+    try:
+        yield
+    except DatasetError as e:
+        raise UserError(str(e)) from None
