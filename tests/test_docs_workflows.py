@@ -6,10 +6,11 @@
    removed choice or an out-of-range value fails here, naming the page and line. Placeholder values
    (`...`, `$VAR`, `<host>`, upper-case words such as `R` or `DATA`) become `1`, or are left out for
    config groups (`scaling=SCHEME`).
-2. The workflow blocks, a ```bash block right after a `<!-- workflow: NAME STEP -->` line, run as
-   they are written, in bash, in a fresh folder, the blocks of one NAME in STEP order, at tiny sizes:
-   only the keys of `TINY` below are rewritten (or added where a command leaves them at their
-   default). A command that fails makes the test fail with the page and line it came from.
+2. The workflow blocks, a ```bash block right after a `<!-- workflow: NAME STEP -->` line, run
+   verbatim, in bash, in a fresh folder, the blocks of one NAME in STEP order: what a reader pastes is
+   what runs. Sizes come from shell variables the page shows with the reader's value as the default
+   (`train.max_steps=${STEPS:-1500}`); the test sets them small (`TINY_ENV`), and nothing else is
+   changed. A command that fails makes the test fail with the page and line it came from.
 """
 
 from __future__ import annotations
@@ -28,24 +29,20 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]  # docs/notebook/ holds dated logs of older code
 MARKER = re.compile(r"^<!-- workflow: (\S+) (\d+)\b.*-->$")
 
-# The size keys the workflow test rewrites, per subcommand: the tiny value replaces the documented
-# one, or is added where the command leaves the key at its default. Nothing else is changed.
-TINY: dict[str, dict[str, str]] = {
-    "generate-puzzles": {"count_train": "12", "count_test": "4"},
-    "build-arc": {"num_aug": "1"},
-    "viz-arc": {"num_aug": "1", "max_tasks": "2"},
-    "train": {"train.max_steps": "4", "train.global_batch_size": "8", "eval.every": "2", "train.progress": "false"},
-    "evaluate": {"tta": "2", "halt_max_steps": "4", "progress": "false"},
-    "prepare-text": {"demo_docs": "300", "val_tokens": "4096"},
-    "train-gpt": {"train.max_steps": "4", "eval.every": "2", "checkpoint.every": "4", "train.progress": "false"},
-    "generate": {"max_new_tokens": "8"},
-    "sweep": {"train.max_steps": "2", "eval.every": "2", "checkpoint.every": "2"},
-    "ttt": {"steps": "2", "batch": "4", "num_aug": "1", "threads": "1", "progress": "false"},
+# The size variables of the workflow blocks, set small for the test (a page writes `${NAME:-default}`,
+# the default being what a reader runs). Nothing else of a documented line is changed.
+TINY_ENV: dict[str, str] = {
+    "AUG": "1",  # augmented views per task or puzzle (build-arc, build-puzzles, viz-arc num_aug)
+    "N": "32",  # generated training puzzles (generate-puzzles count_train; a batch of 16 fills from them)
+    "N_TEST": "4",  # generated test puzzles (count_test)
+    "STEPS": "4",  # training steps (train / train-gpt / sweep train.max_steps)
+    "DOCS": "300",  # demo corpus documents (prepare-text demo_docs)
+    "VAL_TOKENS": "4096",  # held-out tokens (prepare-text val_tokens)
+    "TTT_AUG": "1",  # ttt num_aug: the views of each task
+    "TTT_STEPS": "2",  # ttt steps: training steps of each task's copy
 }
-# Keys rewritten where a line sets them but never added: an ARC evaluation takes no `tta` (its test
-# split holds the augmented copies already).
-REWRITE_ONLY = {("evaluate", "tta")}
-SLOW = {"arc-data", "evaluation", "gpt", "make-challenges", "per-task"}  # workflows over ~20 s on the 2-core machine: `-m slow`
+SIZE_VAR = re.compile(r"\$\{([A-Z_][A-Z0-9_]*):-([^}]*)\}")
+SLOW = {"arc-data", "evaluation", "gpt", "make-challenges", "first-ten"}  # over ~20 s on the 2-core machine: `-m slow`
 
 GROUPS = {"model", "scaling", "experiment", "preset", "launcher", "trainer", "kind"}
 PLACEHOLDER = re.compile(r"\.\.\.|\$|<|^\[?[A-Z][A-Z0-9_]*\]?$")
@@ -139,6 +136,7 @@ def compose_check(sub: str, args: list[str]) -> str | None:
         return f"unknown subcommand '{sub}'"
     overrides = []
     for arg in args:
+        arg = SIZE_VAR.sub(lambda m: m[2], arg)  # `${STEPS:-1500}`: the reader's value
         if arg in ("-h", "--help") or arg.startswith("$"):
             continue
         key, eq, value = arg.partition("=")
@@ -177,24 +175,6 @@ def test_documented_commands_compose(page):
     assert not bad, "\n".join(bad)
 
 
-def tiny(line: str) -> str:
-    """The line with `TINY`'s size keys rewritten in (or added to) each hrm-deeploop call."""
-    def call(m: re.Match) -> str:
-        head, sub, tail = m[1], m[2], m[3]
-        sizes = TINY.get(sub, {})
-        for key, value in sizes.items():
-            pattern = re.compile(rf"(?<=\s)(['\"]?){re.escape(key)}=[^\s'\"]*(['\"]?)")
-            if pattern.search(tail):
-                tail = pattern.sub(lambda t, k=key, v=value: f"{t[1]}{k}={v}{t[2]}", tail)
-            elif (sub, key) not in REWRITE_ONLY:
-                tail = tail.rstrip() + f" {key}={value}"
-        return head + sub + tail
-    code, hash_, comment = line.partition(" #")
-    arg = r"""(?:'[^']*'|"[^"]*"|[^\s;&|'"])+"""  # one shell word, quotes kept whole
-    code = re.sub(rf"((?:hrm-deeploop|-m hrm_deeploop\.cli)\s+)([a-z-]+)((?:\s+(?![;&|]|do\b|done\b){arg})*)", call, code)
-    return code + hash_ + comment
-
-
 def workflows() -> dict[str, list[Block]]:
     out: dict[str, list[Block]] = {}
     for page in PAGES:
@@ -215,31 +195,36 @@ def script(blocks: list[Block]) -> str:
            'python() { PYTHONPATH="$ROOT" "$PY" "$@"; }']
     for block in blocks:
         for line in block.lines:
-            out += [f"DOCLINE={shlex.quote(line.where + ': ' + line.text.strip()[:160])}", tiny(line.text)]
+            out += [f"DOCLINE={shlex.quote(line.where + ': ' + line.text.strip()[:160])}", line.text]
     return "\n".join(out) + "\n"
 
 
 def run_workflow(name: str, tmp_path: Path) -> subprocess.CompletedProcess:
     (tmp_path / "benchmarks").symlink_to(ROOT / "benchmarks")
     env = {**os.environ, "ROOT": str(ROOT), "PY": sys.executable, "OMP_NUM_THREADS": "1",
-           "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT)}
+           "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT), **TINY_ENV}
     return subprocess.run(["bash", "-c", script(WORKFLOWS[name])], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=900)
 
 
-def test_tiny_rewrites_only_size_keys():
-    assert tiny("hrm-deeploop train experiment=x 'train.max_steps=1500' eval.every=500  # 3 steps") == \
-        "hrm-deeploop train experiment=x 'train.max_steps=4' eval.every=2 train.global_batch_size=8 " \
-        "train.progress=false  # 3 steps"
-    assert tiny("hrm-deeploop build-arc   # = sources=[arc1]") == "hrm-deeploop build-arc num_aug=1   # = sources=[arc1]"
-    assert tiny("for s in a b; do hrm-deeploop build-arc x=$s; done") == \
-        "for s in a b; do hrm-deeploop build-arc x=$s num_aug=1; done"
-    assert tiny("hrm-deeploop generate prompt=\"a b\" seed=0") == "hrm-deeploop generate prompt=\"a b\" seed=0 max_new_tokens=8"
-    assert tiny("ls data; echo num_aug=5") == "ls data; echo num_aug=5"
+def test_workflows_run_verbatim_and_size_only_through_the_tests_variables():
+    """Each workflow line runs as the page writes it; a size variable of a page is one the test sets
+    small (else a reader's full size would run in CI), and every variable the test sets is used."""
+    used = set()
+    for blocks in WORKFLOWS.values():
+        text = script(blocks)
+        for block in blocks:
+            for line in block.lines:
+                assert "\n" + line.text + "\n" in text, f"{line.where}: not run verbatim"
+                for var, default in SIZE_VAR.findall(line.text):
+                    assert var in TINY_ENV, f"{line.where}: ${{{var}:-{default}}} is not set small by TINY_ENV"
+                    used.add(var)
+    assert used == set(TINY_ENV), f"TINY_ENV sets variables no workflow uses: {set(TINY_ENV) - used}"
+    assert compose_check("train", ["experiment=hrm_tiny_cpu", "train.max_steps=${STEPS:-0}"])  # the default is checked
 
 
 def test_every_workflow_is_listed():
-    assert set(WORKFLOWS) >= {"puzzles", "evaluation", "arc-data", "gpt", "unseen", "text"}
+    assert set(WORKFLOWS) >= {"puzzles", "evaluation", "arc-data", "gpt", "unseen", "text", "per-task", "first-ten"}
     for name, blocks in WORKFLOWS.items():
         steps = [b.workflow[1] for b in blocks]
         assert steps == list(range(1, len(steps) + 1)), f"workflow {name}: steps {steps}, expected 1..{len(steps)}"
