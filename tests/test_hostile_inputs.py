@@ -340,9 +340,9 @@ def test_ttt_challenges_that_is_no_regular_file_or_too_big(tmp_path, capsys, mon
     elif kind == "dev-zero":
         (tmp_path / "c.json").symlink_to("/dev/zero")
     else:
-        from hrm_deeploop.pertask import checks
+        from hrm_deeploop.pertask import challenges
 
-        monkeypatch.setattr(checks, "MAX_CHALLENGES_BYTES", 100)
+        monkeypatch.setattr(challenges, "MAX_CHALLENGES_BYTES", 100)
         (tmp_path / "c.json").write_text(json.dumps({"a": _GOOD, "b": _GOOD}))
     expected = "more than the 100 a challenges file may be" if kind == "too-big" else "is not a regular file"
     refused(tmp_path, capsys, ["ttt", "checkpoint=run", "challenges=c.json", "output_dir=out"], expected)

@@ -1,11 +1,11 @@
 """Everything `ttt` checks before its first task starts, so that a mistake is one line (exit 2)
 before anything is written or deleted, never a set of failed tasks:
 
-- the challenges file: a regular file under `MAX_CHALLENGES_BYTES` (a FIFO or /dev/zero is named,
-  never opened), every task id a plain name (`arc_data.files.names.check_task_name`, the one door
-  from a name to a path: no `/`, no `..`, not empty), every task valid by build-arc's own rules
-  (`arc_data.arc.sources.parse_task`: lists of lists of ints 0..9, rectangular, sides 1..30, at
-  least one demonstration with its output, at least one test input);
+- the challenges file (`challenges.py`): a regular file under its size cap (a FIFO or /dev/zero is
+  named, never read), every task id a plain name (`arc_data.files.names.check_task_name`, the one
+  door from a name to a path: no `/`, no `..`, not empty), every task valid by build-arc's own
+  rules (`arc_data.arc.sources.parse_task`: lists of lists of ints 0..9, rectangular, sides 1..30,
+  at least one demonstration with its output, at least one test input);
 - `solutions` (read and parsed: each task a list of grids);
 - the checkpoint: resolved and read once by the safe loader (`hrm_deeploop.checkpoint.load`), its
   sha256 (a resumed set is bound to it) and its parameter count (the presets);
@@ -19,18 +19,15 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from arc_data.budget import check_count, check_fits
-from arc_data.errors import DatasetError
-from arc_data.files.jsonio import parse_json, read_json
-from arc_data.files.names import check_task_name, why_not_a_file
+from arc_data.files.jsonio import read_json
 from hrm_deeploop.errors import UserError
+from hrm_deeploop.pertask import challenges
+from hrm_deeploop.pertask.challenges import as_ours
 
-MAX_CHALLENGES_BYTES = 256 << 20  # ARC-AGI-2's 1,000 training tasks are 40 MB; JSON in memory is ~10x its bytes
 MAX_DISTINCT_AUG = 8 * 362_880 - 1  # build-arc's: 8 dihedral transforms x 9! colour permutations, less the identity
 # keys ttt sets itself in every task's `train` / `evaluate`: set them through ttt's own options
 OWN = "each task's own, under output_dir"
@@ -56,8 +53,8 @@ def before_the_first_task(cfg) -> tuple[dict[str, dict], Path, dict]:
         raise UserError("checkpoint: required (the pretrained run folder or checkpoints/step_N.pt)")
     if not cfg.challenges:
         raise UserError("challenges: required (an ARC challenges JSON file)")
-    data = read_regular(Path(cfg.challenges), "challenges", MAX_CHALLENGES_BYTES)
-    tasks = read_challenges(cfg.challenges)
+    data = challenges.read_regular(Path(cfg.challenges), "challenges", challenges.MAX_CHALLENGES_BYTES)
+    tasks = challenges.read_challenges(cfg.challenges)
     out = check_output_dir(cfg.output_dir, [cfg.challenges, cfg.checkpoint, cfg.solutions or None])
     if cfg.solutions:
         read_solutions(cfg.solutions)
@@ -87,52 +84,11 @@ def before_the_first_task(cfg) -> tuple[dict[str, dict], Path, dict]:
     return tasks, out, identity
 
 
-def read_challenges(path: str | os.PathLike) -> dict[str, dict]:
-    """The challenges file, validated whole: task id -> {"train": [...], "test": [...]} as in the file."""
-    p = Path(path)
-    data = read_regular(p, "challenges", MAX_CHALLENGES_BYTES)
-    with _as_ours():
-        tasks = parse_json(data, f"challenges={p}")
-    if not isinstance(tasks, dict) or not tasks:
-        raise UserError(f"challenges={p}: not an object of tasks, or no task in it")
-    from arc_data.arc.sources import no_bools, parse_task  # lazy: numpy, only where a file is checked
-
-    quick = no_bools(data)
-    for tid, t in tasks.items():
-        with _as_ours():
-            check_task_name(tid, f"challenges={p}")
-            parse_task(t, f"challenges={p}", tid, require_outputs=False, quick=quick)
-    return tasks
-
-
-def read_regular(p: Path, key: str, most: int) -> bytes:
-    """The bytes of a regular file of at most `most` bytes; anything else one line (a FIFO is
-    opened non-blocking and named, never read; /dev/zero is no regular file)."""
-    try:
-        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError as e:
-        raise UserError(f"{key}={p} {why_not_a_file(p)}" if e.errno != 13 else f"{key}={p}: cannot read it "
-                        f"({e.strerror})") from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UserError(f"{key}={p} {why_not_a_file(p)}: give a JSON file")
-        if st.st_size > most:
-            raise UserError(f"{key}={p} is {st.st_size:,} bytes, more than the {most:,} a challenges file may be")
-        try:
-            data = f.read(most + 1)
-        except OSError as e:
-            raise UserError(f"{key}={p}: cannot read it ({e.strerror})") from None
-    if len(data) > most:
-        raise UserError(f"{key}={p} grew past {most:,} bytes while read")
-    return data
-
-
 def read_solutions(path: str) -> dict[str, list]:
     """`solutions`, read and checked before any task: an object of task id -> list of grids."""
     from arc_data.arc.sources import parse_grid  # lazy: numpy, only where a file is checked
 
-    with _as_ours():
+    with as_ours():
         sol = read_json(path, "solutions")
     if not isinstance(sol, dict) or not sol:
         raise UserError(f"solutions={path}: not an object of task ids and their lists of grids, or empty")
@@ -140,7 +96,7 @@ def read_solutions(path: str) -> dict[str, list]:
         if not isinstance(grids, list) or not grids:
             raise UserError(f"solutions={path}: task {tid}: not a non-empty list of grids")
         for i, g in enumerate(grids):
-            with _as_ours():
+            with as_ours():
                 parse_grid(g, f"solutions={path}", tid, f"solution[{i}]")
     return sol
 
@@ -202,7 +158,7 @@ def check_overrides(commands: list[tuple[str, list[str], list[str]]]) -> None:
 def check_views(tasks: dict[str, dict], num_aug: int, workers: int, checkpoint: Checkpoint, leave_one_out: bool) -> None:
     """num_aug within the views that exist, and `workers` copies of the largest task's views (its
     examples, embedding rows, predictions) beside the model in memory."""
-    with _as_ours():
+    with as_ours():
         check_count("num_aug", num_aug, MAX_DISTINCT_AUG, "8 dihedral transforms x 9! colour permutations per task",
                     "lower num_aug")
     worst = 0
@@ -213,15 +169,6 @@ def check_views(tasks: dict[str, dict], num_aug: int, workers: int, checkpoint: 
         per_view = groups * VIEW_BYTES + examples * EXAMPLE_BYTES + (tests + (demos if leave_one_out else 0)) * TEST_ROW_BYTES
         worst = max(worst, (num_aug + 1) * per_view)
     model = 6 * checkpoint.size  # the file, the copy, its gradient and Adam's two moments, the evaluated copy
-    with _as_ours():
+    with as_ours():
         check_fits(f"num_aug={num_aug} x workers={workers}", memory=workers * (model + worst),
                    fix="lower num_aug or workers", say=None)
-
-
-@contextlib.contextmanager
-def _as_ours():
-    """arc_data's one-line errors as ttt's (no task-room prefix on the line)."""
-    try:
-        yield
-    except DatasetError as e:
-        raise UserError(str(e)) from None

@@ -21,6 +21,7 @@ from arc_data.files.jsonio import parse_json
 from arc_data.files.locks import LOCK_FILE
 from arc_data.format import MAX_SIDE
 from hrm_deeploop.errors import UserError
+from hrm_deeploop.pertask.challenges import read_challenges
 
 RESULT = "result.json"
 PLAN = "ttt_plan.json"
@@ -36,10 +37,8 @@ FINAL = ("trained", "trained-no-grid", "failed")  # statuses of a finished task;
 
 
 def load_challenges(path: str | os.PathLike) -> dict[str, dict]:
-    """Task id -> {"train": [...], "test": [...]}, the whole file validated first (`checks`): a task
+    """Task id -> {"train": [...], "test": [...]}, the whole file validated first (`challenges`): a task
     id that is no plain name, a malformed grid or task, a file that is not a regular one is one line."""
-    from hrm_deeploop.pertask.checks import read_challenges  # lazy: checks imports this module's callers
-
     return read_challenges(path)
 
 
