@@ -146,8 +146,6 @@ def test_sigkill_mid_set_then_rerun_redoes_only_the_unfinished(pretrained, tmp_p
 
 def test_plan_pieces():
     assert plan.shard(list("abcdefg"), 1, 3) == ["b", "e"]
-    assert plan.seen_in_pretraining(["<blank>", "abc", "def_t3_0123456789", "x_t"], ["abc", "def", "x", "zzz"]) \
-        == ["abc", "def"]
     assert plan.is_grid([[1, 2], [3, 4]]) and not any(plan.is_grid(g) for g in (
         [], [[]], [[1], [1, 2]], [[10]], [[-1]], [["1"]], [[True]], [[1.0]], [[0] * 31], [[0]] * 31))
 
@@ -228,14 +226,16 @@ def test_a_loopvit_checkpoint_each_task_trained_on_its_canvas_views(pretrained, 
 
 
 def test_an_official_loopvit_file_is_trained_per_task(pretrained, tmp_path):
-    """An official LoopViT `.pt` (no run beside it): ttt recognises it (`plan.run_model`), each task's
+    """An official LoopViT `.pt` (no run beside it): ttt recognises it (`families.of_checkpoint`), each task's
     copy starts from it by train-vit init_from (the architecture from the file, a fresh task
     table); strict refuses it (nothing says what it was trained on), transductive runs it."""
     from tests.test_train_vit import _official_file
 
     root, chal = pretrained
     _official_file(tmp_path / "loop_vit_base.pt", "hybrid", num_tasks=400)
-    assert plan.run_model(str(tmp_path / "loop_vit_base.pt")) == "loopvit"
+    from hrm_deeploop.families import of_checkpoint
+
+    assert of_checkpoint(str(tmp_path / "loop_vit_base.pt")).official_loop
     args = [f"checkpoint={tmp_path / 'loop_vit_base.pt'}", f"challenges={chal}", *TTT, "passes=2"]
     assert run_subcommand("ttt", [*args, f"output_dir={tmp_path / 's'}"]) == 2
     out = tmp_path / "o"

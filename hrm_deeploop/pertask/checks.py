@@ -24,6 +24,7 @@ from pathlib import Path
 
 from arc_data.budget import check_count, check_fits
 from arc_data.files.jsonio import read_json
+from hrm_deeploop import families
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.pertask import challenges
 from hrm_deeploop.pertask.challenges import as_ours
@@ -60,9 +61,12 @@ def before_the_first_task(cfg) -> tuple[dict[str, dict], Path, dict]:
         read_solutions(cfg.solutions)
     check_protocol(cfg, list(tasks))
     ckpt = read_checkpoint(cfg.checkpoint)
-    if cfg.views == "official" and plan.run_model(cfg.checkpoint) != "loopvit":
-        raise UserError(f"views=official: the official LoopViT loop needs a LoopViT checkpoint; {cfg.checkpoint} "
-                        "is not one (views=build trains HRM, TRM and URM)")
+    fam = families.of_checkpoint(cfg.checkpoint)
+    families.require(fam, "ttt", f"checkpoint '{cfg.checkpoint}'")
+    if cfg.views == "official" and not fam.official_loop:
+        loops = ", ".join(f.title for f in families.FAMILIES.values() if f.official_loop)
+        raise UserError(f"views=official runs the official per-task loop of {loops}; {cfg.checkpoint} holds a "
+                        f"{fam.title} model (views=build trains it)")
     chosen = presets.choose(cfg.preset, cfg.device, ckpt.parameters,
                             {k: getattr(cfg, k) for k in presets.SIZES["gpu"]}, cfg.train_overrides)
     for k, v in chosen.sizes.items():

@@ -13,7 +13,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import re
 from pathlib import Path
 
 from arc_data.files.atomic import atomic_file
@@ -122,24 +121,6 @@ def leave_one_out(tid: str, task: dict) -> dict[str, dict]:
     return {f"{tid}{LOO}{i}": {"train": demos[:i] + demos[i + 1:], "test": [demos[i]]} for i in range(len(demos))}
 
 
-def run_model(checkpoint: str) -> str | None:
-    """The model a run folder (or its checkpoints/step_N.pt) trained (`loopvit` for train-vit, `hrm`,
-    `trm`, `urm`, ...), from the run's config (`training.inherit.run_config`, torch-free, no weights
-    read); for a file with no run around it, `loopvit` when the safe loader reads it as an official
-    LoopViT checkpoint (`{model_state, config}`); None otherwise."""
-    from hrm_deeploop.training.inherit import run_config  # lazy: plan stays light (ttt's resume checks)
-
-    found = run_config(str(checkpoint))
-    if not found and Path(checkpoint).is_file():
-        from hrm_deeploop import checkpoint as ckpt  # lazy: torch only for a bare checkpoint file
-        from hrm_deeploop.loading import is_official_loopvit  # lazy: torch only for a bare checkpoint file
-
-        state = ckpt.load(Path(checkpoint))
-        return "loopvit" if isinstance(state, dict) and is_official_loopvit(state) else None
-    model = found[1].get("model") if found else None
-    return model.get("name") if isinstance(model, dict) else None
-
-
 def is_grid(g: object) -> bool:
     """A grid an ARC answer can be: a non-empty rectangular list of lists of ints 0..9, sides up to 30."""
     return (isinstance(g, list) and 0 < len(g) <= MAX_SIDE and isinstance(g[0], list) and 0 < len(g[0]) <= MAX_SIDE
@@ -168,13 +149,3 @@ def merge(out: Path, tasks: dict[str, dict], suffix: str = "") -> tuple[dict, di
             or [[a["attempt_1"]] for a in attempts]
         counts[status] = counts.get(status, 0) + 1
     return sub, ranked, counts
-
-
-AUGMENTED = re.compile(r"^(.*)_t\d+_\d{10}$")  # <task>_t<dihedral>_<10 colour digits> (arc_data.originals)
-
-
-def seen_in_pretraining(names: list[str], ids: list[str]) -> list[str]:
-    """The task ids among `ids` named (as themselves or as an augmentation `<id>_t<d>_<colours>`)
-    among the checkpoint's trained puzzle names."""
-    base = {m.group(1) if (m := AUGMENTED.match(n)) else n for n in names}
-    return [t for t in ids if t in base]

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from arc_data.files.jsonio import parse_json, save_json
 from arc_data.files.locks import RUN_TOKEN, RunLock
+from hrm_deeploop import families
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.pertask import checks, plan
 from hrm_deeploop.pertask.budget import process_start
@@ -104,7 +105,7 @@ def launch_submitit(cfg: PerTaskConfig, tasks: dict[str, dict], out: Path, start
 def finish(cfg: PerTaskConfig, tasks: dict[str, dict], out: Path, start: float | None = None) -> int:
     """submission.json (count-first) and submission_poe.json (product of experts) over every task,
     the summary, and with solutions the scores of both rules on the same predictions."""
-    model = plan.run_model(cfg.checkpoint)
+    model = families.of_checkpoint(cfg.checkpoint).name
     poe = cfg.poe
     rules = {r: sfx for r, sfx in RULES.items() if poe or not sfx}
     for sfx in rules.values():
