@@ -28,6 +28,7 @@ import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -148,8 +149,6 @@ def our_wheel(source: str | None, wheels: Path, scratch: Path) -> Path:
 
 def requirements(wheel: Path, image_has: list[str]) -> list[str]:
     """The wheel's own requirements (no extras) less what the image has."""
-    import zipfile
-
     from packaging.requirements import Requirement  # lazy: pip's own dependency, only here
 
     with zipfile.ZipFile(wheel) as z:

@@ -38,6 +38,7 @@ class Command:
     config: str  # configs/<config>.yaml
     help: str
     exit_fast: bool = False  # as the process's entry, end it without teardown (cli_fast.exit_now)
+    blas: bool = True  # False: no linear algebra; as the process's entry, OpenBLAS starts no thread (0.03 s)
 
 
 COMMANDS: dict[str, Command] = {
@@ -60,7 +61,7 @@ COMMANDS: dict[str, Command] = {
     "evaluate": Command("eval.evaluate:run", "eval.evaluate_config:EvaluateConfig", "evaluate",
                         "predict with a checkpoint, then vote (ARC) or score (Sudoku, Maze, other tasks)"),
     "vote": Command("eval.arc.vote:run", "eval.arc.vote:VoteConfig", "vote",
-                    "count-first voting and pass@K from a predictions.npz"),
+                    "count-first voting and pass@K from a predictions.npz", exit_fast=True, blas=False),
     "score": Command("eval.arc.arcprize:run", "eval.arc.arcprize:ScoreConfig", "score",
                      "score a submission.json against a *_solutions.json by the ARC Prize rule"),
     "make-challenges": Command("arc_data.arc.challenges:run", "arc_data.arc.challenges:ChallengesConfig",
@@ -306,93 +307,18 @@ REQUIRED: dict[str, tuple[str, ...]] = {
 }
 
 
-def group_choices(group: str) -> list[str]:
-    """The names a config group offers: configs/<group>/*.yaml, without the `_schema` entries."""
-    return sorted(p.stem for p in (config_dir() / group).glob("*.yaml") if not p.stem.startswith("_"))
-
-
-def _read_group_file(group: str, choice: str) -> tuple[str | None, set[str]]:
-    """A `model=` / `experiment=` file read without composing it: the model it selects (a model
-    file's `name:`, an experiment's `override /model: X`, followed through the experiments it
-    extends; None where it keeps the command's) and the dotted keys it sets."""
-    import yaml  # lazy: bare `--help` skips it
-
-    data = yaml.safe_load((config_dir() / group / f"{choice}.yaml").read_text()) or {}
-    if group == "model":
-        return str(data.get("name", "")), set()
-    model, keys = None, set()
-    for entry in data.pop("defaults", None) or []:
-        if isinstance(entry, str):  # another experiment this one extends
-            parent_model, parent_keys = _read_group_file(group, entry)
-            model, keys = parent_model or model, keys | parent_keys
-        elif isinstance(entry, dict) and "override /model" in entry:
-            model = _read_group_file("model", entry["override /model"])[0]
-
-    def walk(node: Any, prefix: str) -> None:
-        for k, v in node.items():
-            if isinstance(v, dict) and v:
-                walk(v, f"{prefix}{k}.")
-            else:
-                keys.add(f"{prefix}{k}")
-
-    walk(data, "")
-    return model, keys
-
-
-_ABSENT = object()
-_GROUP_ORDER = ("model", "scaling", "experiment", "preset")
-
-
-def describe_groups(cfg: Any, picked: dict[str, str | None], models: tuple[type, ...] | None = None) -> list[str]:
-    """`SUB --help`'s config-group lines: every choice on disk, the one in use starred; models
-    grouped by the model they are (hrm, trm, urm, gpt), experiments likewise, listing only those
-    whose keys all exist in this command's config (train's paper setups, not train-gpt's); with
-    `models` (the schema's MODELS), only the models of those configs (train offers no GPT)."""
-    import textwrap  # lazy: bare `--help` skips it
-
-    from omegaconf import OmegaConf  # lazy: keeps omegaconf off bare `--help`
-
-    from hrm_deeploop.models.model_config import MODEL_CONFIGS  # lazy: omegaconf; bare `--help` skips it
-
-    def fits(keys: set[str]) -> bool:
-        return all(k.startswith("model.") or OmegaConf.select(cfg, k, default=_ABSENT) is not _ABSENT for k in keys)
-
-    lines = []
-    order = sorted(picked, key=lambda g: (_GROUP_ORDER.index(g) if g in _GROUP_ORDER else len(_GROUP_ORDER), g))
-    for group in order:
-        current, names = picked[group], group_choices(group)
-        if group in ("model", "experiment"):
-            default_model = OmegaConf.select(cfg, "model.name") if group == "experiment" else None
-            in_use = OmegaConf.select(cfg, "model.name")  # its family first: what this command trains
-            families = [f for f in MODEL_CONFIGS if models is None or MODEL_CONFIGS[f] in models]
-            by: dict[str, list[str]] = {fam: [] for fam in sorted(families, key=lambda f: f != in_use)}
-            for n in names:
-                model, keys = _read_group_file(group, n)
-                family = model or default_model or "other"
-                if (group == "model" or n == current or fits(keys)) and (family in by or family == "other"):
-                    by.setdefault(family, []).append(n)
-            parts = [f"{fam}: " + ", ".join(n + "*" * (n == current) for n in ns) for fam, ns in by.items() if ns]
-        else:
-            parts = [", ".join(n + "*" * (n == current) for n in names)]
-        if current is None:
-            parts.insert(0, "none*")
-        lines += textwrap.wrap("; ".join(parts), width=100, initial_indent=f"  {group + '=':<12} ",
-                               subsequent_indent=" " * 15, break_on_hyphens=False)
-    return lines
-
-
 def describe(name: str, overrides: list[str]) -> str:
     """`SUB --help`: the help line, the schema's docstring, the config groups' choices and the
     composed settings as YAML, each key with its description (??? for a required key still unset)."""
     from omegaconf import OmegaConf  # lazy: keeps omegaconf off bare `--help`
 
-    from hrm_deeploop.helptext import settings  # lazy: bare `--help` skips it
+    from hrm_deeploop.helptext import describe_groups, settings  # lazy: bare `--help` skips it
 
     cmd = COMMANDS[name]
     cfg, picked = compose(name, overrides, convert=False, choices=True)  # shown as composed, even unfinished
     models = getattr(resolve(cmd.schema), "MODELS", None)
     groups = (["", "config groups (GROUP=NAME picks configs/GROUP/NAME.yaml; * = in use):",
-               *describe_groups(cfg, picked, models)]
+               *describe_groups(config_dir(), cfg, picked, models)]
               if picked else [])
     for key in REQUIRED.get(name, ()):
         if OmegaConf.select(cfg, key) in (None, ""):  # unset: None, or '' for a path (generate's checkpoint)
@@ -422,7 +348,9 @@ def prepare(name: str, overrides: list[str]) -> list[str]:
     for o in overrides:
         key, _, value = o.partition("=")
         if key == "experiment" and value and (config_dir() / "experiment" / f"{value}.yaml").is_file():
-            preset |= _read_group_file("experiment", value)[1]
+            from hrm_deeploop.helptext import read_group_file  # lazy: only with experiment= (omegaconf)
+
+            preset |= read_group_file(config_dir(), "experiment", value)[1]
     return resolve(PREPARE[name])(overrides, preset, name)
 
 
@@ -500,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.environ.setdefault("HYDRA_FULL_ERROR", "0")
     ends_process = entry and COMMANDS[name].exit_fast
+    if entry and not COMMANDS[name].blas:  # before numpy's import: its OpenBLAS would start (and spin) a thread a core
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     with interrupts.handled():  # SIGTERM behaves like Ctrl-C everywhere (exit 143 instead of 130)
         code = run_subcommand(name, rest, ends_process)
     return exit_now(code) if ends_process else code

@@ -15,6 +15,7 @@ import functools
 import inspect
 import sys
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -167,3 +168,82 @@ def _line(head: str, doc: str) -> str:
     if not doc:
         return head
     return f"{head.ljust(COMMENT_COLUMN)}  # {doc}" if len(head) < COMMENT_COLUMN else f"{head}  # {doc}"
+
+
+# ---- config groups: what `SUB --help` lists of configs/<group>/*.yaml ------------------------------
+
+
+def group_choices(root: Path, group: str) -> list[str]:
+    """The names a config group offers: configs/<group>/*.yaml, without the `_schema` entries."""
+    return sorted(p.stem for p in (root / group).glob("*.yaml") if not p.stem.startswith("_"))
+
+
+def read_group_file(root: Path, group: str, choice: str) -> tuple[str | None, set[str]]:
+    """A `model=` / `experiment=` file read without composing it: the model it selects (a model
+    file's `name:`, an experiment's `override /model: X`, followed through the experiments it
+    extends; None where it keeps the command's) and the dotted keys it sets."""
+    import yaml  # lazy: bare `--help` skips it
+
+    data = yaml.safe_load((root / group / f"{choice}.yaml").read_text()) or {}
+    if group == "model":
+        return str(data.get("name", "")), set()
+    model, keys = None, set()
+    for entry in data.pop("defaults", None) or []:
+        if isinstance(entry, str):  # another experiment this one extends
+            parent_model, parent_keys = read_group_file(root, group, entry)
+            model, keys = parent_model or model, keys | parent_keys
+        elif isinstance(entry, dict) and "override /model" in entry:
+            model = read_group_file(root, "model", entry["override /model"])[0]
+
+    def walk(node: Any, prefix: str) -> None:
+        for k, v in node.items():
+            if isinstance(v, dict) and v:
+                walk(v, f"{prefix}{k}.")
+            else:
+                keys.add(f"{prefix}{k}")
+
+    walk(data, "")
+    return model, keys
+
+
+_ABSENT = object()
+_GROUP_ORDER = ("model", "scaling", "experiment", "preset")
+
+
+def describe_groups(root: Path, cfg: Any, picked: dict[str, str | None], models: tuple[type, ...] | None = None
+                    ) -> list[str]:
+    """`SUB --help`'s config-group lines: every choice on disk, the one in use starred; models
+    grouped by the model they are (hrm, trm, urm, gpt), experiments likewise, listing only those
+    whose keys all exist in this command's config (train's paper setups, not train-gpt's); with
+    `models` (the schema's MODELS), only the models of those configs (train offers no GPT)."""
+    import textwrap  # lazy: bare `--help` skips it
+
+    from omegaconf import OmegaConf  # lazy: keeps omegaconf off bare `--help`
+
+    from hrm_deeploop.models.model_config import MODEL_CONFIGS  # lazy: omegaconf; bare `--help` skips it
+
+    def fits(keys: set[str]) -> bool:
+        return all(k.startswith("model.") or OmegaConf.select(cfg, k, default=_ABSENT) is not _ABSENT for k in keys)
+
+    lines = []
+    order = sorted(picked, key=lambda g: (_GROUP_ORDER.index(g) if g in _GROUP_ORDER else len(_GROUP_ORDER), g))
+    for group in order:
+        current, names = picked[group], group_choices(root, group)
+        if group in ("model", "experiment"):
+            default_model = OmegaConf.select(cfg, "model.name") if group == "experiment" else None
+            in_use = OmegaConf.select(cfg, "model.name")  # its family first: what this command trains
+            families = [f for f in MODEL_CONFIGS if models is None or MODEL_CONFIGS[f] in models]
+            by: dict[str, list[str]] = {fam: [] for fam in sorted(families, key=lambda f: f != in_use)}
+            for n in names:
+                model, keys = read_group_file(root, group, n)
+                family = model or default_model or "other"
+                if (group == "model" or n == current or fits(keys)) and (family in by or family == "other"):
+                    by.setdefault(family, []).append(n)
+            parts = [f"{fam}: " + ", ".join(n + "*" * (n == current) for n in ns) for fam, ns in by.items() if ns]
+        else:
+            parts = [", ".join(n + "*" * (n == current) for n in names)]
+        if current is None:
+            parts.insert(0, "none*")
+        lines += textwrap.wrap("; ".join(parts), width=100, initial_indent=f"  {group + '=':<12} ",
+                               subsequent_indent=" " * 15, break_on_hyphens=False)
+    return lines

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from hrm_deeploop.cli import COMMANDS, REQUIRED, _usage, compose, group_choices, main
+from hrm_deeploop.cli import COMMANDS, REQUIRED, _usage, compose, config_dir, main
+from hrm_deeploop.helptext import group_choices as _choices
+from hrm_deeploop.helptext import read_group_file
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
 
@@ -81,10 +83,9 @@ def test_help_describes_each_setting_and_its_choices(capsys):
 
 @pytest.mark.parametrize("name", ["train", "train-gpt", "sweep", "scales"])
 def test_help_lists_the_model_and_scaling_choices_the_command_takes(capsys, name):
-    from hrm_deeploop.cli import _read_group_file
 
     out = help_of(capsys, name)
-    family = {n: _read_group_file("model", n)[0] for n in group_choices("model")}
+    family = {n: read_group_file(config_dir(), "model", n)[0] for n in group_choices("model")}
     takes = {"train": {"hrm", "trm", "urm"}, "train-gpt": {"gpt"}, "sweep": {"gpt"}}.get(name, set(family.values()))
     assert names_in(group_line(out, "model")) == {n for n, f in family.items() if f in takes}
     assert names_in(group_line(out, "scaling")) == set(group_choices("scaling"))
@@ -172,3 +173,7 @@ def test_docs_examples_print_what_the_page_shows(capsys):
             assert code == 0 and text.startswith(shown), (args, shown)
         else:
             assert code == 2 and text == shown, (args, text)
+
+
+def group_choices(group: str) -> list[str]:
+    return _choices(config_dir(), group)

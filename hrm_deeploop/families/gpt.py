@@ -10,6 +10,9 @@ from pathlib import Path
 
 from hrm_deeploop.families.spec import Family, LoadedModel, LoadOptions
 from hrm_deeploop.models.model_config import GPTConfig
+from hrm_deeploop.models.rounds import scaling_rounds_of
+from hrm_deeploop.models.scaling import ScalingConfig
+from hrm_deeploop.typed_config import typed
 
 
 def load(path: Path, state: dict, opts: LoadOptions) -> LoadedModel:
@@ -18,9 +21,6 @@ def load(path: Path, state: dict, opts: LoadOptions) -> LoadedModel:
     from hrm_deeploop import checkpoint as ckpt  # lazy: torch
     from hrm_deeploop import runtime  # lazy: torch
     from hrm_deeploop.models.gpt import GPT  # lazy: torch
-    from hrm_deeploop.models.rounds import scaling_rounds_of
-    from hrm_deeploop.models.scaling import ScalingConfig
-    from hrm_deeploop.typed_config import typed
 
     config = state.get("config") or {}
     model_cfg = typed(config["model"], GPTConfig, "model.")

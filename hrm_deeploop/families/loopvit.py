@@ -13,7 +13,9 @@ from typing import Any
 
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.families.spec import Family, LoadedModel, LoadOptions
-from hrm_deeploop.models.loopvit_config import LoopViTConfig
+from hrm_deeploop.models.loopvit_config import LoopViTConfig, official_config
+from hrm_deeploop.models.scaling import ScalingConfig
+from hrm_deeploop.typed_config import typed
 
 
 def is_official(state: dict[str, Any]) -> bool:
@@ -28,9 +30,6 @@ def read(path: str | Path, state: dict[str, Any], ema: bool = True) -> tuple[Loo
     model and scaling configs; its weight average with `ema` when it holds one)."""
     from hrm_deeploop import checkpoint as ckpt  # lazy: torch
     from hrm_deeploop.families.weights import with_average  # lazy: torch
-    from hrm_deeploop.models.loopvit_config import official_config
-    from hrm_deeploop.models.scaling import ScalingConfig
-    from hrm_deeploop.typed_config import typed
 
     if is_official(state):
         weights = {k.removeprefix("_orig_mod."): v for k, v in state["model_state"].items()}

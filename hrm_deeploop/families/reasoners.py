@@ -16,6 +16,7 @@ from typing import Any
 from hrm_deeploop.errors import ConfigError, UserError
 from hrm_deeploop.families.spec import Family, LoadedModel, LoadOptions
 from hrm_deeploop.models.model_config import HRMConfig, TRMConfig, URMConfig
+from hrm_deeploop.models.scaling import ScalingConfig
 
 # the official release's reader of each reasoner that has one: (arch fields, key map) from hrm_deeploop.official
 OFFICIAL_READERS = {
@@ -52,7 +53,6 @@ def load(path: Path, state: dict, opts: LoadOptions) -> LoadedModel:
     from hrm_deeploop import official, runtime  # lazy: torch
     from hrm_deeploop.families.weights import with_average  # lazy: torch
     from hrm_deeploop.models.reasoners import build_reasoner  # lazy: torch
-    from hrm_deeploop.models.scaling import ScalingConfig
 
     which = (state.get("exported") or {}).get("weights") or "raw"  # an exported folder says what it holds
     kind_name = _official_name(path, state)
