@@ -60,7 +60,8 @@ from benchmarks.refcheck import reference_modules  # noqa: E402
 from hrm_deeploop.models.loopvit import official_key_map  # noqa: E402
 from hrm_deeploop.models.loopvit_config import flavour  # noqa: E402
 from hrm_deeploop.pertask import official_ttt as ours  # noqa: E402
-from hrm_deeploop.pertask.official_views import build_views, is_grid, view_json  # noqa: E402
+from hrm_deeploop.pertask.official_views import build_views, view_json  # noqa: E402
+from hrm_deeploop.pertask.plan import is_grid  # noqa: E402
 
 TOPS = ("src", "utils", "test_time_train_ARC")
 TASKS = ("00aa0001", "11bb0002", "22cc0003")  # no "_": the official resolver splits a view's name at its first one

@@ -11,6 +11,9 @@
   and cosine, the first and last epoch at 0); cross-entropy over the output and its border only.
 - `official.runs` independent runs, each from the same start (the same fresh table), its own
   optimiser, the random streams continuing.
+- Reproducible: the numpy stream is `default_rng([seed, 1])`, torch's (dropout) the global generator
+  seeded by `torch_seed(seed)` for the task and restored after it (`torch.random.fork_rng`), so the
+  same command gives the same votes (the official script seeds its global generator too).
 - Prediction: `passes` passes over every test input of every view, each redrawing scale and corner;
   each predicted canvas un-augmented (`official_views.unaugment`); per test input the grids of every
   pass of every view (of each run: `official.pool`) voted count-first, ties to the grid seen first
@@ -48,6 +51,11 @@ from hrm_deeploop.pertask.plan import is_grid
 from hrm_deeploop.training.vision import read_start, start_weights
 
 UNIFORM = -math.log(NUM_COLORS)  # a candidate pixel off the canvas: the model said nothing about it
+
+
+def torch_seed(seed: int) -> int:
+    """The seed of a task's torch generator (its dropout masks), apart from its numpy stream's."""
+    return int(np.random.SeedSequence([seed, 2]).generate_state(1)[0])
 
 
 def start_model(checkpoint: str, num_views: int, seed: int, dropout: float | None) -> LoopViT:
@@ -228,6 +236,15 @@ def run_task(model0: LoopViT, views: list[OfficialView], task: dict, *, epochs: 
     """`runs` runs of one task from `model0` (each a deep copy), their predictions scored."""
     rng = np.random.default_rng([seed, 1])
     size = model0.cfg.image_size
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(torch_seed(seed))
+        return _run_task(model0, views, task, epochs=epochs, batch=batch, lr=lr, runs=runs, passes=passes, pool=pool,
+                         poe=poe, device=device, deadline=deadline, rng=rng, size=size)
+
+
+def _run_task(model0: LoopViT, views: list[OfficialView], task: dict, *, epochs: int, batch: int, lr: float,
+              runs: int, passes: int, pool: bool, poe: bool, device: torch.device, deadline: float,
+              rng: np.random.Generator, size: int) -> dict:
     records, log, t_train = [], [], 0.0
     for k in range(runs):
         model = copy.deepcopy(model0).to(device)

@@ -29,6 +29,7 @@ class PerTaskOfficial:
     pool: bool = True  # vote over every run's predictions (VARC's analysis.py); false: the first run's only
     perms: int = 9  # colour permutations of each geometric view (9: 51 views)
     dropout: float | None = 0.1  # the TTT script's dropout; None: the checkpoint's
+    copies: int = 0  # tasks' copies trained at once in one process (pertask/batched.py); 0: what fits; 1: one task per worker
 
 
 @dataclass
@@ -99,7 +100,7 @@ class PerTaskConfig:
         at_least("submitit.shards", self.submitit.shards, 1)
         one_of("views", self.views, VIEWS)
         o = self.official
-        for key in ("epochs", "perms"):
+        for key in ("epochs", "perms", "copies"):
             at_least(f"official.{key}", getattr(o, key), 0)
         for key in ("batch", "runs"):
             at_least(f"official.{key}", getattr(o, key), 1)
