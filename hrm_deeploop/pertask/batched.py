@@ -49,6 +49,7 @@ from hrm_deeploop.pertask.official_ttt import (
 )
 from hrm_deeploop.pertask.official_views import OfficialView, build_views, epoch_lr_factor
 from hrm_deeploop.pertask.ttt_config import PerTaskConfig
+from hrm_deeploop.pertask.worker import fill_attempts
 
 AUTO_MAX = {"cpu": 8, "cuda": 64}  # official.copies=0: at most this many lanes (CPU: little gain beyond)
 
@@ -224,7 +225,6 @@ def run_shard(cfg: PerTaskConfig, index: int, count: int, tasks: dict[str, dict]
     """`pool.run_shard` for the batched path: the shard's unfinished tasks through one Engine in
     this process (`workers` is not used: the lanes are the parallelism)."""
     from hrm_deeploop import runtime  # lazy: torch's runtime only where it trains
-    from hrm_deeploop.pertask.worker import fill_attempts
 
     tasks = tasks if tasks is not None else plan.load_challenges(cfg.challenges)
     out = Path(cfg.output_dir)
