@@ -24,12 +24,9 @@ from hrm_deeploop import checkpoint as ckpt
 from hrm_deeploop import families
 from hrm_deeploop.data.rows import row_map
 from hrm_deeploop.errors import UserError
-from hrm_deeploop.families.loopvit import is_official as is_official_loopvit
-from hrm_deeploop.families.loopvit import read as read_loopvit
 from hrm_deeploop.families.spec import LoadedModel, LoadOptions
-from hrm_deeploop.families.weights import check_tensors
 
-__all__ = ["LoadedModel", "check_tensors", "is_official_loopvit", "load_model", "read_loopvit", "table_rows"]
+__all__ = ["LoadedModel", "load_model", "table_rows"]
 
 
 def load_model(path: str | Path, device: torch.device | str = "cpu", dtype: str = "auto",

@@ -57,9 +57,10 @@ from hrm_deeploop.data import official_tasks
 from hrm_deeploop.data.batches import TrainSampler, dataset_identity, open_dataset
 from hrm_deeploop.data.canvas import IGNORE, canvas_batch, largest_side
 from hrm_deeploop.errors import UserError
+from hrm_deeploop.families.loopvit import read as read_loopvit
 from hrm_deeploop.families.loopvit_scores import canvas_accuracy as evaluate
 from hrm_deeploop.families.loopvit_scores import canvas_scores, to_tensors
-from hrm_deeploop.loading import check_tensors, read_loopvit
+from hrm_deeploop.families.weights import check_tensors
 from hrm_deeploop.models.loopvit import LoopViT, LoopViTOutput, load_official
 from hrm_deeploop.models.loopvit_config import NUM_COLORS, LoopViTConfig
 from hrm_deeploop.training import fsdp
@@ -255,7 +256,7 @@ class VisionTrainer(Task):
 def read_start(path: str) -> tuple[LoopViTConfig, dict[str, Any]]:
     """The model config and raw weights of `init_from`: an official LoopViT file, or a train-vit
     checkpoint as a step file, a run folder (its latest), an exported folder or `hf://OWNER/NAME`
-    (`checkpoint.resolve`), read by the one safe loader and `loading.read_loopvit`. Returns
+    (`checkpoint.resolve`), read by the one safe loader and the family's reader (`families.loopvit.read`). Returns
     {"official": bool, "weights": state, "args": an official file's saved arguments (else None),
     "path": the file read}."""
     p = ckpt.resolve(path)
