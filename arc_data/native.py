@@ -1,6 +1,7 @@
 """The builder's hot kernels compiled ahead of time into one extension module, so that `build-arc`
 of task folders never imports numba: its import and CPU-target start-up (about 0.25 s) were a fifth
-of an ARC-1 build at num_aug 200 (docs/benchmarks.md).
+of an ARC-1 build at num_aug 200 (docs/benchmarks.md). The vote's kernels (`eval.arc.decode`, the
+report's labels in `eval.arc.labels`) are in it too: `vote` starts without numba as well.
 
 The module is numba's own code generation (`numba.pycc`) of the same Python functions, with the
 argument types in KERNELS; it is compiled once per machine, in a child process, at the first call
@@ -45,12 +46,23 @@ KERNELS: dict[str, tuple[str, ...]] = {
     "arc_data.arc.kernels.example_sides": ("i4/1", "i8/1", "i4/1", "i8/1", "i8/1", "i8/2", "i8/2", "u1/1", "b1/1"),
     "arc_data.compact.encode_examples": ("u1/1", "i8/1", "i8/2", "i8/2", "i8/1", "i8/1", "u1/1", "u1/2", "u1/2",
                                          "u1/2", "u1/2"),
+    # the vote's (`hrm-deeploop vote`: no numba at start-up either): decode, and its report's labels
+    "eval.arc.decode._decode_keys": ("u1/2 ro", "i8/1 ro", "i8/1 ro", "u1/1 ro", "u1/2 ro", "u8/2", "u1/2"),
+    "eval.arc.decode._decode_grids": ("u1/2 ro", "i8/1 ro", "i8/1 ro", "u1/1 ro", "u1/2 ro", "u1/2 ro", "i8/1 ro",
+                                      "u1/1"),
+    "eval.arc.labels.measure_labels": ("i8/1 ro", "f8/1 ro", "i8/1 ro", "i8/1 ro", "int", "i8/2"),
+    "eval.arc.labels.paint_labels": ("u1/3 ro", "i8/1 ro", "f8/1 ro", "i8/1 ro", "i8/1 ro", "i8/2 ro", "i8/1 ro", "int",
+                                     "int", "int", "u1/1", "i8/2"),
 }
-# Every file whose code or constants the kernels compile in (and this one: the types above).
-SOURCES = ("native.py", "jit.py", "format.py", "compact.py", "arc/kernels.py", "arc/taskscan.py", "arc/pairscan.py")
+# Every file whose code or constants the kernels compile in (and this one: the types above), in
+# arc_data; and the vote's, beside it (relative to the folder holding arc_data).
+SOURCES = ("native.py", "jit.py", "format.py", "compact.py", "arc/kernels.py", "arc/taskscan.py", "arc/pairscan.py",
+           "grid_key.py")
+VOTE_SOURCES = ("eval/arc/decode.py", "eval/arc/labels.py")
 
 UNRESOLVED = object()  # a listed kernel's export, not looked up yet
 _HERE = Path(__file__).resolve().parent
+_ROOT = _HERE.parent
 _lock = threading.Lock()
 _module = UNRESOLVED
 
@@ -109,6 +121,8 @@ def key() -> str:
     h = hashlib.sha256()
     for rel in SOURCES:
         h.update((_HERE / rel).read_bytes())
+    for rel in VOTE_SOURCES:
+        h.update((_ROOT / rel).read_bytes())
     spec = importlib.util.find_spec("numba")  # found, not imported
     if spec is None or not spec.submodule_search_locations:
         raise ImportError("numba is not installed")

@@ -155,6 +155,7 @@ def compare(workdir: Path, ref_dir: Path, repeats: int) -> None:
     sides = ("ours", "notebook", "notebook, plain Python")
     times: dict[str, list[float]] = {side: [] for side in sides}
     scores: dict[str, dict] = {}
+    loads = [os.getloadavg()[0]]  # 1-minute load average at the start and after each run: the machine is shared
     for r in range(repeats):
         for side in sides[r % 3:] + sides[:r % 3]:
             if side == "ours":
@@ -169,11 +170,14 @@ def compare(workdir: Path, ref_dir: Path, repeats: int) -> None:
                                                 env=dict(os.environ, PYTHONPATH=str(REPO))).stdout.splitlines()[-1])
                 times[side].append(res["seconds"])
                 scores[side] = {int(k): v for k, v in res["scores"].items()}
-            print(f"  repetition {r + 1} {side:<22}: {times[side][-1]:.2f} s", flush=True)
+            loads.append(os.getloadavg()[0])
+            print(f"  repetition {r + 1} {side:<22}: {times[side][-1]:.2f} s (load average {loads[-1]:.1f})",
+                  flush=True)
     same = all(abs(scores["ours"][k] - v) < 0.005 for side in sides[1:] for k, v in scores[side].items())
     n = json.loads((workdir / "out" / "tasks.json").read_text())["stats"]["num_rows"]
     print(f"\n# vote (whole CLI process, report on) vs HRM's arc_eval.ipynb test(), {n:,} predictions, {repeats} "
-          f"interleaved repetitions: median (min-max); pass@K equal on every side: {'yes' if same else 'NO'}")
+          f"interleaved repetitions: median (min-max); pass@K equal on every side: {'yes' if same else 'NO'}; "
+          f"load average {min(loads):.1f}-{max(loads):.1f}")
     ours = statistics.median(times["ours"])
     for side in sides:
         t = times[side]

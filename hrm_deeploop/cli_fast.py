@@ -2,7 +2,7 @@
 
 - `plain_config`: a subcommand whose YAML sets nothing (only `defaults: [_schema_<config>, _self_]`),
   called with overrides of the plainest form (`num_aug=200`, `output_dir=/data/x`, `sources=[a,b]`,
-  `generated.examples=8`), gets its dataclass built directly from them, without importing Hydra and
+  `ks=[1,2]`, `generated.examples=8`), gets its dataclass built directly from them, without importing Hydra and
   OmegaConf or composing (0.2-0.3 s of a 1.5 s `build-arc`). Anything else (a quoted or escaped
   value, an interpolation, a value Hydra would read as a number, bool or null where a string is
   expected, an unknown or deprecated key, `+`/`~`, a group choice) returns None, and Hydra composes
@@ -63,6 +63,9 @@ def _value(kind: Any, text: str) -> tuple[bool, Any]:
     if kind == list[str] and text.startswith("[") and text.endswith("]"):
         items = [_plain_str(t) for t in text[1:-1].split(",")] if text != "[]" else []
         return (None not in items, items)
+    if kind == list[int] and text.startswith("[") and text.endswith("]"):  # vote's ks=[1,2]
+        texts = text[1:-1].split(",") if text != "[]" else []
+        return (True, [int(t) for t in texts]) if all(_INT.fullmatch(t) for t in texts) else (False, None)
     return False, None
 
 
@@ -86,6 +89,8 @@ def _kept(kind: Any, default: Any) -> bool:
         return True
     if kind == list[str]:
         return type(default) is list and all(type(v) is str and v != "???" for v in default)
+    if kind == list[int]:
+        return type(default) is list and all(type(v) is int for v in default)
     base = str if kind == str | None else kind
     return base in (bool, int, float, str) and type(default) is base and default != "???"
 

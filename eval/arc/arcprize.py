@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from omegaconf import MISSING
-
 from hrm_deeploop.errors import UserError
+
+MISSING = "???"  # omegaconf.MISSING (a required field): `vote` imports this module, not omegaconf
 
 ATTEMPTS = ("attempt_1", "attempt_2")
 LABEL = "pass@2 (ARC Prize rule)"
@@ -113,7 +113,14 @@ class PrizeScore:
 
 def _is_grid(g: Any) -> bool:
     return (isinstance(g, list) and len(g) > 0 and all(isinstance(r, list) and len(r) > 0 for r in g)
-            and all(isinstance(v, int) and not isinstance(v, bool) for r in g for v in r))
+            and all(map(_int_row, g)))
+
+
+def _int_row(row: list) -> bool:
+    """Every cell an int and not a bool; a row of plain ints (the usual one) without a test per cell."""
+    if set(map(type, row)) == {int}:
+        return True
+    return all(isinstance(v, int) and not isinstance(v, bool) for v in row)
 
 
 def arc_prize_score(sub: Any, solutions: dict[str, list[Grid]]) -> PrizeScore:
@@ -140,10 +147,11 @@ def arc_prize_score(sub: Any, solutions: dict[str, list[Grid]]) -> PrizeScore:
                     warnings.append(f"task {name} test input {i}: entry is not an object of attempts")
                 continue
             attempts = [entry.get(a) for a in ATTEMPTS]
-            bad = [a for a, g in zip(ATTEMPTS, attempts) if not _is_grid(g)]
+            grids = [_is_grid(g) for g in attempts]
+            bad = [a for a, ok in zip(ATTEMPTS, grids) if not ok]
             if bad:
                 warnings.append(f"task {name} test input {i}: {', '.join(bad)} missing or not a grid (wrong)")
-            solved += any(_is_grid(g) and g == truth for g in attempts)
+            solved += any(ok and g == truth for ok, g in zip(grids, attempts))
         scores[name] = solved / len(truths) if truths else 0.0
     extra = sorted(set(sub) - set(solutions))
     if extra:

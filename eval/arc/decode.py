@@ -44,7 +44,7 @@ def grid_of_shape(tokens: np.ndarray, tid: int, inv_colour: np.ndarray, shape: t
 def _crop_shape(tokens, i):
     """HRM crop rule on tokens row i: (rows, cols) of the largest top-left all-colour rectangle."""
     best_area, best_r, best_w = 0, 0, 0
-    w = MAX_SIDE
+    w = np.int64(MAX_SIDE)  # not the literal: numba.pycc cannot retype a literal int variable
     for r in range(1, MAX_SIDE + 1):
         base = (r - 1) * MAX_SIDE
         for c in range(1, w + 1):
@@ -61,29 +61,32 @@ def _crop_shape(tokens, i):
 
 
 @njit(cache=True, inline="always")
-def _source(tid, a, b, nr, nc):
-    """Cell (a, b) of the original frame (nr x nc) sits at this cell of dihedral(original, tid)."""
-    if tid == 1:  # rot90 ccw: out[i, j] = in[j, W-1-i]
-        return nc - 1 - b, a
-    if tid == 2:
-        return nr - 1 - a, nc - 1 - b
-    if tid == 3:  # rot90 cw: out[i, j] = in[H-1-j, i]
-        return b, nr - 1 - a
-    if tid == 4:
-        return a, nc - 1 - b
-    if tid == 5:
-        return nr - 1 - a, b
-    if tid == 6:
-        return b, a
-    if tid == 7:  # anti-diagonal: out[i, j] = in[H-1-j, W-1-i]
-        return nc - 1 - b, nr - 1 - a
-    return a, b
+def _walk(tid, nr, nc):
+    """Where the original frame's cells (nr x nc, row-major) sit in a row of dihedral(original, tid)'s
+    tokens: cell (a, b) at base + a * step_a + b * step_b."""
+    last_r, last_c = (nr - 1) * MAX_SIDE, (nc - 1) * MAX_SIDE
+    if tid == 1:  # rot90 ccw: out[i, j] = in[j, W-1-i]; (a, b) at (nc-1-b, a)
+        return last_c, 1, -MAX_SIDE
+    if tid == 2:  # (nr-1-a, nc-1-b)
+        return last_r + nc - 1, -MAX_SIDE, -1
+    if tid == 3:  # rot90 cw: out[i, j] = in[H-1-j, i]; (a, b) at (b, nr-1-a)
+        return nr - 1, -1, MAX_SIDE
+    if tid == 4:  # (a, nc-1-b)
+        return nc - 1, MAX_SIDE, -1
+    if tid == 5:  # (nr-1-a, b)
+        return last_r, -MAX_SIDE, 1
+    if tid == 6:  # (b, a)
+        return 0, 1, MAX_SIDE
+    if tid == 7:  # anti-diagonal: out[i, j] = in[H-1-j, W-1-i]; (a, b) at (nc-1-b, nr-1-a)
+        return last_c + nr - 1, -1, -MAX_SIDE
+    return 0, MAX_SIDE, 1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _decode_keys(tokens, rows, table_row, dihedral, inv_colour, keys, shapes):
-    # One thread: a row takes about 0.4 us (ARC-1 at num_aug 300: 252k rows in 0.1 s); numba's
-    # thread pool measured no faster on two cores and would not be fork-safe.
+    # One thread: a row takes about 0.4 us (ARC-1 at num_aug 300: 126k rows in 0.05 s); numba's
+    # thread pool measured no faster on two cores and would not be fork-safe. Without the GIL: the
+    # vote decodes the inputs and the predictions side by side (two Python threads).
     for i in range(rows.shape[0]):
         row = rows[i]
         h, w = _crop_shape(tokens, row)
@@ -93,16 +96,28 @@ def _decode_keys(tokens, rows, table_row, dihedral, inv_colour, keys, shapes):
             nr, nc = w, h
         else:
             nr, nc = h, w
+        base, step_a, step_b = _walk(tid, nr, nc)
         k1, k2 = start(nr, nc)
         for a in range(nr):
-            for b in range(nc):
-                r, c = _source(tid, a, b, nr, nc)
-                v = inv_colour[aug, tokens[row, r * MAX_SIDE + c] - COLOUR_OFFSET]
+            at = base + a * step_a
+            for _ in range(nc):
+                v = inv_colour[aug, tokens[row, at] - COLOUR_OFFSET]
                 k1, k2 = mix(k1, k2, np.uint64(v))
+                at += step_b
         keys[i, 0] = k1
         keys[i, 1] = k2
         shapes[i, 0] = nr
         shapes[i, 1] = nc
+
+
+def _readonly(a: np.ndarray, dtype) -> np.ndarray:
+    """`a` as a C-contiguous array of `dtype` (no copy where it is one), read-only: the one type the
+    kernels' ahead-of-time exports take (`arc_data.native`), whether it came from a memory map or not."""
+    a = np.ascontiguousarray(a, dtype=dtype)
+    if a.flags.writeable:
+        a = a.view()
+        a.flags.writeable = False
+    return a
 
 
 def decode_keys(
@@ -129,16 +144,51 @@ def decode_keys(
     assert table_row.shape == (n,), (table_row.shape, rows.shape)
     keys = np.empty((n, 2), dtype=np.uint64)
     shapes = np.empty((n, 2), dtype=np.uint8)
-    _decode_keys(
-        np.ascontiguousarray(tokens, dtype=np.uint8),
-        np.ascontiguousarray(rows, dtype=np.int64),
-        np.ascontiguousarray(table_row, dtype=np.int64),
-        np.ascontiguousarray(dihedral, dtype=np.uint8),
-        np.ascontiguousarray(inv_colour, dtype=np.uint8),
-        keys,
-        shapes,
-    )
+    _decode_keys(_readonly(tokens, np.uint8), _readonly(rows, np.int64), _readonly(table_row, np.int64),
+                 _readonly(dihedral, np.uint8), _readonly(inv_colour, np.uint8), keys, shapes)
     return keys, shapes
 
 
-__all__ = ["decode_grid", "decode_keys", "grid_of_shape"]
+@njit(cache=True)
+def _decode_grids(tokens, rows, table_row, dihedral, inv_colour, shapes, offsets, out):
+    # grid i: shapes[i] (original frame, from _decode_keys) cells at out[offsets[i]:], row-major
+    for i in range(rows.shape[0]):
+        row = rows[i]
+        aug = table_row[i]
+        tid = dihedral[aug]
+        nr, nc = np.int64(shapes[i, 0]), np.int64(shapes[i, 1])  # int64 indices (uint8 ones mix into floats)
+        base, step_a, step_b = _walk(tid, nr, nc)
+        to = offsets[i]
+        for a in range(nr):
+            at = base + a * step_a
+            for _ in range(nc):
+                out[to] = inv_colour[aug, tokens[row, at] - COLOUR_OFFSET]
+                at += step_b
+                to += 1
+
+
+def decode_grids(
+    tokens: np.ndarray,
+    rows: np.ndarray,
+    table_row: np.ndarray,
+    dihedral: np.ndarray,
+    inv_colour: np.ndarray,
+    shapes: np.ndarray,
+) -> list[np.ndarray]:
+    """`grid_of_shape` of many rows at once: the grid of tokens[rows[i]] in the original frame, at the
+    shape `decode_keys` found for it (shapes uint8 [n, 2]); uint8 arrays (views of one buffer)."""
+    n = rows.shape[0]
+    assert table_row.shape == (n,) and shapes.shape == (n, 2), (rows.shape, table_row.shape, shapes.shape)
+    shapes = _readonly(shapes, np.uint8)
+    sizes = shapes[:, 0].astype(np.int64) * shapes[:, 1]
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    out = np.empty(int(offsets[-1]), dtype=np.uint8)
+    _decode_grids(_readonly(tokens, np.uint8), _readonly(rows, np.int64), _readonly(table_row, np.int64),
+                  _readonly(dihedral, np.uint8), _readonly(inv_colour, np.uint8), shapes,
+                  _readonly(offsets[:-1], np.int64), out)
+    return [out[s:e].reshape(shape) for s, e, shape in zip(offsets[:-1].tolist(), offsets[1:].tolist(),
+                                                             shapes.tolist())]
+
+
+__all__ = ["decode_grid", "decode_grids", "decode_keys", "grid_of_shape"]

@@ -9,17 +9,21 @@ from __future__ import annotations
 import csv
 import io
 import json
-from functools import cache, lru_cache
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import cache
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from arc_data.arc.viz import LINE, UNKNOWN, grid_indices
+from arc_data.arc.viz import LINE, UNKNOWN
 from arc_data.arc.viz import PALETTE as ARC_PALETTE
 from arc_data.files.names import file_stem
 from eval.arc.arcprize import LABEL as PRIZE_LABEL
 from eval.arc.arcprize import submission as arc_submission
+from eval.arc.labels import measure_labels, paint_labels
 from eval.arc.poe import RULE as POE_RULE
 from eval.arc.poe import poe_json
 from eval.arc.results import ARC_PRIZE, TaskResult, VoteResult
@@ -148,29 +152,89 @@ def _glyph(ch: str, size: int) -> tuple[np.ndarray, float]:
     return np.asarray(strip, np.uint8), font.getlength(ch)
 
 
-@lru_cache(maxsize=4096)
-def _text(text: str, size: int) -> Image.Image:
-    """A label as palette indices (black on white, anti-aliased in _TEXT_LEVELS greys), composed from
-    cached glyphs (FreeType draws each character once per size, not each label: a report has a
-    thousand distinct labels and about a hundred distinct characters); lines 3 px apart."""
+class _Glyphs:
+    """The glyphs of one font size met so far, as the arrays the label kernels take (`eval.arc.labels`):
+    an atlas of the line-high strips of `_glyph` (one height), their widths and advances, and a
+    character's place among them."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.index: dict[str, int] = {"\n": -1}  # -1: the line ends there
+        self.strips: list[np.ndarray] = []
+        self.advance_list: list[float] = []
+        self.atlas = np.zeros((0, 1, 1), np.uint8)
+        self.widths, self.advances = np.zeros(0, np.int64), np.zeros(0, np.float64)
+
+    def add(self, chars: set[str]) -> None:
+        new = sorted(chars - self.index.keys())
+        if not new:
+            return
+        for ch in new:
+            strip, advance = _glyph(ch, self.size)
+            self.index[ch] = len(self.strips)
+            self.strips.append(strip)
+            self.advance_list.append(advance)
+        atlas = np.zeros((len(self.strips), self.strips[0].shape[0], max(s.shape[1] for s in self.strips)), np.uint8)
+        for i, strip in enumerate(self.strips):
+            atlas[i, :, :strip.shape[1]] = strip
+        self.atlas = _readonly(atlas)
+        self.widths = _readonly(np.array([s.shape[1] for s in self.strips], np.int64))
+        self.advances = _readonly(np.array(self.advance_list, np.float64))
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    """The kernels' ahead-of-time exports take their inputs read-only (`arc_data.native`)."""
+    a.flags.writeable = False
+    return a
+
+
+@cache
+def _glyphs(size: int) -> _Glyphs:
+    return _Glyphs(size)
+
+
+_LABELS: dict[tuple[str, int], np.ndarray] = {}  # (text, size) -> its label, drawn once a process
+
+
+def _texts(texts: list[str], size: int) -> None:
+    """Draw the labels of `texts` not drawn yet (`_text`), all in two kernel calls."""
+    texts = list(dict.fromkeys(t for t in texts if (t, size) not in _LABELS))
+    if not texts:
+        return
+    if len(_LABELS) > 1 << 16:  # a long-lived process drawing many reports: start afresh
+        _LABELS.clear()
+    glyphs = _glyphs(size)
+    glyphs.add(set().union(*texts))
+    index = glyphs.index
+    chars = _readonly(np.array([index[ch] for text in texts for ch in text], np.int64))
+    ends = _readonly(np.cumsum([len(text) for text in texts], dtype=np.int64))
     ascent, descent = _font(size).getmetrics()
     line_h = ascent + descent + 3
-    lines = text.split("\n")
-    widths = [sum(_glyph(ch, size)[1] for ch in line) for line in lines]
-    glyph_w = max((_glyph(ch, size)[0].shape[1] for line in lines for ch in line), default=1)
-    canvas = np.zeros((line_h * len(lines), int(np.ceil(max(widths, default=0))) + glyph_w + 1), np.uint8)
-    for i, line in enumerate(lines):
-        x = 0.0
-        for ch in line:
-            g, advance = _glyph(ch, size)
-            left = int(round(x))
-            region = canvas[i * line_h:i * line_h + g.shape[0], left:left + g.shape[1]]
-            np.maximum(region, g[:region.shape[0], :region.shape[1]], out=region)
-            x += advance
-    rows, cols = np.nonzero(canvas)
-    canvas = canvas[:max(rows.max(initial=0) + 1, 1), :max(cols.max(initial=0) + 1, 1)]
-    level = (canvas.astype(np.uint16) * (_TEXT_LEVELS - 1) + 127) // 255
-    return Image.frombytes("P", (canvas.shape[1], canvas.shape[0]), (_TEXT + level).astype(np.uint8).tobytes())
+    dims = np.empty((len(texts), 2), np.int64)
+    measure_labels(glyphs.widths, glyphs.advances, chars, ends, line_h, dims)
+    _readonly(dims)
+    sizes = dims[:, 0] * dims[:, 1]
+    offsets = np.zeros(len(texts) + 1, np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    flat = np.zeros(int(offsets[-1]), np.uint8)
+    extents = np.empty((len(texts), 2), np.int64)
+    paint_labels(glyphs.atlas, glyphs.widths, glyphs.advances, chars, ends, dims, _readonly(offsets[:-1]), line_h,
+                 _TEXT, _TEXT_LEVELS, flat, extents)
+    _readonly(flat)
+    for text, (height, width), (rows, cols), at in zip(texts, dims.tolist(), extents.tolist(), offsets.tolist()):
+        _LABELS[text, size] = flat[at:at + height * width].reshape(height, width)[:rows, :cols]
+
+
+def _text(text: str, size: int) -> np.ndarray:
+    """A label as palette indices (uint8 [rows, cols], read-only; black on white, anti-aliased in
+    _TEXT_LEVELS greys), composed from cached glyphs (FreeType draws each character once per size,
+    not each label: a report has a thousand distinct labels and about a hundred distinct characters)
+    by `eval.arc.labels`; lines 3 px apart. `_texts` draws many at once."""
+    label = _LABELS.get((text, size))
+    if label is None:
+        _texts([text], size)
+        label = _LABELS[text, size]
+    return label
 
 
 def _votes(n: int) -> str:
@@ -196,50 +260,93 @@ def _panels(task: TaskResult, num_candidates: int) -> list[list[tuple[str, np.nd
 
 def cell_size(task: TaskResult, num_candidates: int) -> int:
     """Pixels per cell of a task's picture: its largest grid about BOX px, within MIN_CELL..MAX_CELL."""
-    side = max([max(g.shape) for r in _panels(task, num_candidates) for _, g, _ in r if g is not None and g.size] + [1])
+    return _cell(_panels(task, num_candidates))
+
+
+def _cell(rows: list[list[tuple[str, np.ndarray | None, int | None]]]) -> int:
+    side = max([max(g.shape) for r in rows for _, g, _ in r if g is not None and g.size] + [1])
     return int(np.clip(BOX // side, MIN_CELL, MAX_CELL))
 
 
-def task_png(task: TaskResult, num_candidates: int) -> bytes:
+def _paint_grid(canvas: np.ndarray, y: int, x: int, grid: np.ndarray, cell: int) -> None:
+    """`arc_data.arc.viz.grid_indices(grid, cell, _LINE)` drawn into canvas at (y, x)."""
+    h, w = grid.shape
+    region = canvas[y:y + h * cell + 1, x:x + w * cell + 1]
+    region[:h * cell, :w * cell] = np.asarray(grid, np.uint8).repeat(cell, axis=0).repeat(cell, axis=1)
+    region[::cell, :] = _LINE  # every cell-th row and column: the lines, the last ones included
+    region[:, ::cell] = _LINE
+
+
+def _frame(canvas: np.ndarray, x0: int, y0: int, x1: int, y1: int, index: int, width: int) -> None:
+    """Pillow's `ImageDraw.rectangle([x0, y0, x1, y1], outline=index, width=width)` (corners included)."""
+    canvas[y0:y0 + width, x0:x1 + 1] = index
+    canvas[y1 - width + 1:y1 + 1, x0:x1 + 1] = index
+    canvas[y0:y1 + 1, x0:x0 + width] = index
+    canvas[y0:y1 + 1, x1 - width + 1:x1 + 1] = index
+
+
+def _title(task: TaskResult) -> str:
+    ranks = ", ".join("none" if t.truth_rank is None else f"#{t.truth_rank + 1}" for t in task.tests
+                      if t.test.labelled)
+    return (f"{task.name}: {'solved' if task.correct_at(HEADLINE_K) else 'failed'} at pass@{HEADLINE_K}"
+            + (f"; the truth's rank among the candidates: {ranks}" if ranks else "; no truth given"))
+
+
+def task_image(task: TaskResult, num_candidates: int, rows: list | None = None) -> Image.Image:
     """One row per test input: input | truth | top candidates by the vote, each labelled with its
-    rank and votes; a candidate framed green when it is the truth, red when not."""
-    rows = _panels(task, num_candidates)
-    cell = cell_size(task, num_candidates)
-    grids = [[None if g is None or not g.size else grid_indices(g, cell, _LINE) for _, g, _ in r] for r in rows]
+    rank and votes; a candidate framed green when it is the truth, red when not. Drawn as palette
+    indices in one array (pastes and frames as numpy slices), then one palette image. `rows`: the
+    task's `_panels`, when already made."""
+    rows = _panels(task, num_candidates) if rows is None else rows
+    cell = _cell(rows)
+    sizes = [[None if g is None or not g.size else (g.shape[0] * cell + 1, g.shape[1] * cell + 1) for _, g, _ in r]
+             for r in rows]
     labels = [[_text(lab, LABEL_SIZE) for lab, _, _ in r] for r in rows]
     pad, frame = 14, 3
     num_cols = max(len(r) for r in rows)
-    col_w = [max([60] + [g.shape[1] for r in grids if c < len(r) and (g := r[c]) is not None]
-                 + [lab[c].width for lab in labels if c < len(lab)]) for c in range(num_cols)]
-    label_h = max(lab.height for r in labels for lab in r) + 6
-    row_h = [label_h + max([g.shape[0] for g in r if g is not None] + [0]) + 2 * frame + pad for r in grids]
-    ranks = ", ".join("none" if t.truth_rank is None else f"#{t.truth_rank + 1}" for t in task.tests
-                      if t.test.labelled)
-    ok = task.correct_at(HEADLINE_K)
-    title = _text(f"{task.name}: {'solved' if ok else 'failed'} at pass@{HEADLINE_K}"
-                  + (f"; the truth's rank among the candidates: {ranks}" if ranks else "; no truth given"), TITLE_SIZE)
-    top = title.height + 2 * pad
-    width = max(sum(col_w) + pad * (num_cols + 1) + 2 * frame, title.width + 2 * pad)
-    img = Image.new("P", (width, top + sum(row_h)), _WHITE)
-    img.putpalette(PALETTE.tobytes())
-    img.paste(title, (pad, pad))
-    draw = ImageDraw.Draw(img)
+    col_w = [max([60] + [g[1] for r in sizes if c < len(r) and (g := r[c]) is not None]
+                 + [lab[c].shape[1] for lab in labels if c < len(lab)]) for c in range(num_cols)]
+    label_h = max(lab.shape[0] for r in labels for lab in r) + 6
+    row_h = [label_h + max([g[0] for g in r if g is not None] + [0]) + 2 * frame + pad for r in sizes]
+    title = _text(_title(task), TITLE_SIZE)
+    top = title.shape[0] + 2 * pad
+    width = max(sum(col_w) + pad * (num_cols + 1) + 2 * frame, title.shape[1] + 2 * pad)
+    canvas = np.full((top + sum(row_h), width), _WHITE, np.uint8)
+    _paste(canvas, title, pad, pad)
     y = top
-    for r, (row, grid_row, label_row) in enumerate(zip(rows, grids, labels)):
+    for r, (row, size_row, label_row) in enumerate(zip(rows, sizes, labels)):
         x = pad + frame
-        for c, ((_, _, border), g, lab) in enumerate(zip(row, grid_row, label_row)):
-            img.paste(lab, (x, y))
-            if g is not None:
+        for c, ((_, g, border), size, lab) in enumerate(zip(row, size_row, label_row)):
+            _paste(canvas, lab, y, x)
+            if size is not None:
                 gy = y + label_h + frame
-                img.paste(Image.frombytes("P", (g.shape[1], g.shape[0]), g.tobytes()), (x, gy))
+                _paint_grid(canvas, gy, x, g, cell)
                 if border is not None:
-                    draw.rectangle([x - frame, gy - frame, x + g.shape[1] + frame - 1, gy + g.shape[0] + frame - 1],
-                                   outline=border, width=frame)
+                    _frame(canvas, x - frame, gy - frame, x + size[1] + frame - 1, gy + size[0] + frame - 1, border,
+                           frame)
             x += col_w[c] + pad
         y += row_h[r]
+    img = Image.frombuffer("P", (width, canvas.shape[0]), canvas, "raw", "P", 0, 1)  # no copy
+    img.putpalette(PALETTE.tobytes())
+    return img
+
+
+def task_png(task: TaskResult, num_candidates: int) -> bytes:
+    """`task_image` as PNG bytes."""
+    return _png(task_image(task, num_candidates))
+
+
+def _png(img: Image.Image) -> bytes:
     buf = io.BytesIO()
     img.save(buf, format="PNG", compress_level=1)  # 40% faster than the default 6, files 40% larger
     return buf.getvalue()
+
+
+def _paste(canvas: np.ndarray, label: np.ndarray, y: int, x: int) -> None:
+    """`Image.paste` of a label's palette indices at (y, x), clipped to the canvas as Pillow clips."""
+    h, w = label.shape
+    region = canvas[y:y + h, x:x + w]
+    region[...] = label[:region.shape[0], :region.shape[1]]
 
 
 def candidate_table(task: TaskResult, num_candidates: int, halting: bool = True) -> Table:
@@ -277,13 +384,37 @@ def write_report(result: VoteResult, folder: Path, num_candidates: int) -> None:
                   "vote, labelled with their rank and votes; a candidate framed green when it is the truth, red "
                   "when not (no frame when the truth is not given)."),
     ]
-    pngs = [task_png(task, num_candidates) for task in order]  # 0.4 s for 400 tasks; threads only contended
-    for task, png in zip(order, pngs):
-        (folder / "report" / f"{file_stem(task.name)}.png").write_bytes(png)
+    panels = [_panels(task, num_candidates) for task in order]
+    _texts([label for rows in panels for row in rows for label, _, _ in row], LABEL_SIZE)  # every label at once
+    _texts([_title(task) for task in order], TITLE_SIZE)
+    for task, png in zip(order, _pngs(order, panels, num_candidates, folder / "report")):
         ok = task.correct_at(HEADLINE_K)
         parts += [heading(3, f"{task.name}: {'solved' if ok else 'failed'} at pass@{HEADLINE_K}", "ok" if ok else "fail"),
                   image(png, task.name), candidate_table(task, num_candidates, result.halting).html()]
     (folder / "report.html").write_text(page("ARC vote report", parts))
+
+
+def _pngs(tasks: list[TaskResult], panels: list, num_candidates: int, folder: Path) -> Iterator[bytes]:
+    """Each task's picture as PNG bytes, in order, also written to folder/<task>.png. This thread draws
+    the pictures (Python and numpy); two threads encode and write them meanwhile (Pillow's PNG
+    encoder and the file writes release the GIL): on two idle cores the encoding (0.3 s of CPU for
+    400 tasks) leaves the drawing's path. At most `ahead` pictures wait, so memory stays flat."""
+    ahead = 8
+    with ThreadPoolExecutor(2, thread_name_prefix="png") as pool:
+        waiting: deque[Future] = deque()
+        for task, rows in zip(tasks, panels):
+            path = folder / f"{file_stem(task.name)}.png"
+            waiting.append(pool.submit(_write_png, task_image(task, num_candidates, rows), path))
+            if len(waiting) > ahead:
+                yield waiting.popleft().result()
+        while waiting:
+            yield waiting.popleft().result()
+
+
+def _write_png(img: Image.Image, path: Path) -> bytes:
+    png = _png(img)
+    path.write_bytes(png)
+    return png
 
 
 # ---------------------------------------------------------------- writing
@@ -303,13 +434,23 @@ def write_vote_files(result: VoteResult, folder: Path, max_candidates: int = 10,
         if ARC_PRIZE in result.scores:
             v = result.scores[ARC_PRIZE]["2"]
             w.writerow([PRIZE_LABEL, *("" if k != "2" or v is None else f"{v:.4f}" for k in result.scores["hrm"])])
+    if not report:
+        _write_json_files(result, folder, max_candidates)
+        return
+    # the JSON files beside the report: its drawing thread waits on the PNG encoding (`_pngs`)
+    # anyway, and this work fills those waits
+    with ThreadPoolExecutor(1, thread_name_prefix="json") as side:
+        written = side.submit(_write_json_files, result, folder, max_candidates)
+        write_report(result, folder, report_candidates)
+        written.result()
+
+
+def _write_json_files(result: VoteResult, folder: Path, max_candidates: int) -> None:
     (folder / "tasks.json").write_text(json.dumps(tasks_json(result, max_candidates)))
     (folder / "submission.json").write_text(json.dumps(submission(result)))
     if result.poe is not None:
         (folder / "poe.json").write_text(json.dumps(poe_json(result.poe, max_candidates)))
         (folder / "submission_poe.json").write_text(json.dumps(result.poe.submission))
-    if report:
-        write_report(result, folder, report_candidates)
 
 
 __all__ = ["ARC_PALETTE", "format_table", "output_names", "submission", "write_vote_files"]
