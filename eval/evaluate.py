@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from arc_data.files.guard import check_output_dir
 from eval.evaluate_config import EvaluateConfig
@@ -60,12 +61,17 @@ def run(c: EvaluateConfig) -> int:
         raise ConfigError(f"poe=true: the product of experts scores ARC's candidates, but {c.data_dir} holds {task}")
     evaluation = EVALUATIONS.get(task, _puzzles)(task)
     evaluation.check(c, out)
+    # torch and what imports it load once run() starts: importing this module stays light
+    from hrm_deeploop.data.batches import open_dataset  # lazy: torch only once run() starts
+
+    split = open_dataset(c.data_dir, c.split)  # the data's errors first, then the checkpoint's
+    evaluation.check_split(c, split, out)
     fam = families.of_checkpoint(c.checkpoint)  # from the run's config where there is one: no weights read
     families.require(fam, "evaluate", f"checkpoint '{c.checkpoint}'")
-    return PREDICTORS[fam.predictor](c, evaluation, task, out)
+    return PREDICTORS[fam.predictor](c, evaluation, task, out, split)
 
 
-def _canvas(c: EvaluateConfig, evaluation: TaskEvaluation, task: str, out: Path) -> int:
+def _canvas(c: EvaluateConfig, evaluation: TaskEvaluation, task: str, out: Path, split: Any) -> int:
     """A model that predicts canvases (LoopViT): its views of every ARC test copy, then the vote."""
     if task != "arc":
         raise ConfigError(f"a canvas model predicts ARC grids, but {c.data_dir} holds {task}")
@@ -74,18 +80,15 @@ def _canvas(c: EvaluateConfig, evaluation: TaskEvaluation, task: str, out: Path)
     return evaluate_canvas(c, evaluation, out)
 
 
-def _sequence(c: EvaluateConfig, evaluation: TaskEvaluation, task: str, out: Path) -> int:
-    """A model that predicts token sequences (the ACT reasoners): every example of the split, then
+def _sequence(c: EvaluateConfig, evaluation: TaskEvaluation, task: str, out: Path, split: Any) -> int:
+    """A model that predicts token sequences (the ACT reasoners): every example of `split`, then
     the task's scoring (the ARC vote, or the puzzle scores)."""
-    # torch and what imports it load once a prediction starts: importing this module stays light
     from hrm_deeploop import runtime  # lazy: torch only once run() starts
-    from hrm_deeploop.data.batches import check_matches, open_dataset  # lazy: torch only once run() starts
+    from hrm_deeploop.data.batches import check_matches  # lazy: torch only once run() starts
     from hrm_deeploop.loading import load_model, table_rows  # lazy: torch only once run() starts
 
     env = runtime.setup(c.device)
     try:
-        split = open_dataset(c.data_dir, c.split)
-        evaluation.check_split(c, split, out)
         G = c.global_batch_size or (768 if env.device.type == "cuda" else 16 * env.world_size)
         loaded = load_model(c.checkpoint, env.device, c.dtype, seq_len=int(split.meta.seq_len), ema=c.ema,
                             batch=max(1, evaluation.rows_per_forward(G // env.world_size, split)), command="evaluate")
@@ -108,5 +111,5 @@ def _sequence(c: EvaluateConfig, evaluation: TaskEvaluation, task: str, out: Pat
 
 
 # how `evaluate` predicts with a family, by the predictor it declares (`Family.predictor`)
-PREDICTORS: dict[str, Callable[[EvaluateConfig, TaskEvaluation, str, Path], int]] = {
+PREDICTORS: dict[str, Callable[[EvaluateConfig, TaskEvaluation, str, Path, Any], int]] = {
     "sequence": _sequence, "canvas": _canvas}
