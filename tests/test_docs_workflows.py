@@ -42,7 +42,7 @@ TINY_ENV: dict[str, str] = {
     "TTT_STEPS": "2",  # ttt steps: training steps of each task's copy
 }
 SIZE_VAR = re.compile(r"\$\{([A-Z_][A-Z0-9_]*):-([^}]*)\}")
-SLOW = {"arc-data", "evaluation", "gpt", "make-challenges", "first-ten"}  # over ~20 s on the 2-core machine: `-m slow`
+SLOW = {"arc-data", "evaluation", "gpt", "make-challenges", "first-ten", "per-task", "hub-local"}  # over ~10 s on the 2-core machine: `-m slow` (.ci/run runs them after the suite)
 
 GROUPS = {"model", "scaling", "experiment", "preset", "launcher", "trainer", "kind"}
 PLACEHOLDER = re.compile(r"\.\.\.|\$|<|^\[?[A-Z][A-Z0-9_]*\]?$")
