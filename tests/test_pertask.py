@@ -245,3 +245,23 @@ def test_an_official_loopvit_file_is_trained_per_task(pretrained, tmp_path):
     assert set(summary["status"]) <= {"trained", "trained-no-grid"}
     for tid in ("new00", "new01"):
         assert json.loads((out / "tasks" / tid / "work" / "run" / "summary.json").read_text())["model"] == "loopvit"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["hrm", "loopvit"])
+def test_the_same_command_gives_the_same_submission(pretrained, tmp_path, family):
+    """views=build is reproducible: every generator a task draws from is seeded (the build's views,
+    the trainer's batches, dropout and canvas views, evaluate's passes), so two runs of the same
+    command write the same submissions, byte for byte (issue 61)."""
+    root, chal = pretrained
+    checkpoint = root / "run"
+    if family == "loopvit":  # with dropout: torch's generator is on the copies' training path
+        checkpoint = tmp_path / "vit"
+        assert run_subcommand("train-vit", ["experiment=loopvit_tiny_cpu", "model.dropout=0.1", "train.progress=false",
+                                            "optim.warmup_steps=1", "train.global_batch_size=4", "train.max_steps=2",
+                                            f"data_dir={root / 'pre'}", f"output_dir={checkpoint}"]) == 0
+    for name in ("a", "b"):
+        assert run_subcommand("ttt", [f"checkpoint={checkpoint}", f"challenges={chal}",
+                                      f"output_dir={tmp_path / name}", *TTT, "passes=2"]) == 0
+    for f in ("submission.json", "submission_poe.json", "ranked.json"):
+        assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
