@@ -26,6 +26,7 @@ Python the wheels were not built for), the fallback submission kept; otherwise t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -139,10 +140,8 @@ def run_until(cmd: list[str], env: dict, deadline: float, grace: float) -> int |
 
 
 def _signal_group(pgid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone already: nothing to stop
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def gpu_count(python: str) -> int:
