@@ -222,6 +222,7 @@ def interrupt(cwd: Path, sig: int) -> int:
     return n
 
 
+@pytest.mark.slow  # .ci/run runs it after the suite (the default suite under 10 minutes)
 def test_a_second_trainer_is_refused_and_sigterm_checkpoints_then_exits(tmp_path, base):
     shutil.copytree(base / "ds", tmp_path / "ds")
     n = interrupt(tmp_path, signal.SIGTERM)
@@ -488,6 +489,7 @@ def claims_a_huge_model(src: Path, dst: Path, hidden: int) -> Path:
     return dst
 
 
+@pytest.mark.slow  # .ci/run runs it after the suite (the default suite under 10 minutes)
 def test_a_model_larger_than_the_machine_is_refused_before_it_is_allocated(work):
     """train, train-gpt and evaluate estimate the model (built on the meta device) before
     allocating it, and so does every reader of a checkpoint (init_from, eval-gpt): a hidden size

@@ -199,6 +199,7 @@ def test_leave_one_out_pseudo_tasks(pretrained, tmp_path):
     assert _ttt(root, chal, out) == 2  # a resume without the option: other settings, refused
 
 
+@pytest.mark.slow  # .ci/run runs it after the suite (the default suite under 10 minutes)
 def test_a_loopvit_checkpoint_each_task_trained_on_its_canvas_views(pretrained, tmp_path):
     """A train-vit checkpoint: each task's copy by train-vit init_from (a fresh task table), its
     copies predicted through `passes` random canvas views each, voted count-first only."""

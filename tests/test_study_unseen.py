@@ -63,6 +63,7 @@ def test_own_pairs_votes_each_pair_over_its_passes_and_solves_a_task_when_all_it
     assert abs(got["copies"] - 100 * (len(y) - 2) / len(y)) < 1e-9
 
 
+@pytest.mark.slow  # .ci/run runs it after the suite (the default suite under 10 minutes)
 def test_the_loopvit_arm_runs_at_its_smallest_size(tmp_path, capsys):
     """--quick: 3 pretraining tasks, 2 unseen, 4 steps; own pairs and no adaptation, then in a second
     call (the pretrained run reused, the results added to) the joint fine-tune and ttt, each scored."""
