@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hrm_deeploop.families.spec import Family, LoadedModel, LoadOptions
-from hrm_deeploop.models.model_config import GPTConfig
+from hrm_deeploop.models.model_config import MODEL_CONFIGS, GPTConfig
 from hrm_deeploop.models.rounds import scaling_rounds_of
 from hrm_deeploop.models.scaling import ScalingConfig
 from hrm_deeploop.typed_config import typed
@@ -51,6 +51,6 @@ def describe(model: dict, params: int | None) -> str:
 
 
 FAMILY = Family(
-    name="gpt", title="looped GPT", config=GPTConfig, trainer="train-gpt", evaluator="eval-gpt", predictor="text",
+    name="gpt", title="looped GPT", config=MODEL_CONFIGS["gpt"], trainer="train-gpt", evaluator="eval-gpt", predictor="text",
     commands=("train-gpt", "eval-gpt", "generate", "export"), load=load, metadata="tokenizer", describe=describe,
     figures=("loss", "perplexity"), tiny=())

@@ -14,6 +14,7 @@ from typing import Any
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.families.spec import Family, LoadedModel, LoadOptions
 from hrm_deeploop.models.loopvit_config import LoopViTConfig, official_config
+from hrm_deeploop.models.model_config import MODEL_CONFIGS
 from hrm_deeploop.models.scaling import ScalingConfig
 from hrm_deeploop.typed_config import typed
 
@@ -78,7 +79,7 @@ def describe(model: dict, params: int | None) -> str:
 
 
 FAMILY = Family(
-    name="loopvit", title="LoopViT", config=LoopViTConfig, trainer="train-vit", evaluator="evaluate",
+    name="loopvit", title="LoopViT", config=MODEL_CONFIGS["loopvit"], trainer="train-vit", evaluator="evaluate",
     predictor="canvas", commands=("train-vit", "evaluate", "export", "ttt", "vote"), load=load, metadata="dataset",
     describe=describe, official=lambda path, state: is_official(state),
     official_source="WenjieShu/LoopViT's scripts (a .pt of {model_state, config})",

@@ -15,7 +15,7 @@ from typing import Any
 
 from hrm_deeploop.errors import ConfigError, UserError
 from hrm_deeploop.families.spec import Family, LoadedModel, LoadOptions
-from hrm_deeploop.models.model_config import HRMConfig, TRMConfig, URMConfig
+from hrm_deeploop.models.model_config import MODEL_CONFIGS
 from hrm_deeploop.models.scaling import ScalingConfig
 
 # the official release's reader of each reasoner that has one: (arch fields, key map) from hrm_deeploop.official
@@ -102,7 +102,7 @@ def describe(model: dict, params: int | None) -> str:
            "ACT segments)"
 
 
-SCHEMAS: dict[str, type] = {"hrm": HRMConfig, "trm": TRMConfig, "urm": URMConfig}
+SCHEMAS: dict[str, type] = {n: MODEL_CONFIGS[n] for n in ("hrm", "trm", "urm")}  # the configs' one owner
 SOURCES = {"hrm": "sapientinc/HRM-checkpoint-* (`step_N` + all_config.yaml)",
            "trm": "arcprize/trm_arc_prize_verification (`step_N` + all_config.yaml)"}
 
