@@ -52,6 +52,9 @@ from hrm_deeploop import __version__, hub
 from hrm_deeploop.errors import UserError, os_error
 
 FORMAT = "hrm-deeploop/train-state/1"
+# states held in memory by this process (`held`): `resolve` and `load` answer a path named here
+# without touching the disk
+_HELD: dict[Path, dict[str, Any]] = {}
 _STEP_RE = re.compile(r"^step_(\d+)\.pt$")
 WRAPPER_PREFIXES = ("_orig_mod.", "module.")
 
@@ -97,6 +100,20 @@ _NUMPY_ARRAY_GLOBALS = [np.ndarray, np.dtype, (_np_reconstruct, "numpy.core.mult
 _ASKED_GLOBAL = re.compile(r"GLOBAL ([\w.]+)")  # torch's words for a refused class or function
 
 
+@contextlib.contextmanager
+def held(path: str | Path, state: dict[str, Any]):
+    """While the block runs, `resolve(path)` is `path` and `load(path)` is `state` (a shallow copy
+    of its dict; the tensors are shared, and no reader writes into them): `ttt`'s in-process
+    per-task path reads its checkpoint once for every task, and hands each task's trained weights
+    to its evaluation without writing them to disk (pertask/inprocess.py)."""
+    key = Path(path)
+    _HELD[key] = state
+    try:
+        yield key
+    finally:
+        _HELD.pop(key, None)
+
+
 def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """Load a checkpoint (a train state of ours, or an official HRM/TRM state dict) without
     running code from it: `torch.load(weights_only=True)`, which rebuilds tensors, numbers,
@@ -104,6 +121,8 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
     anything else is refused in one line naming the file and what it asked for; a missing or
     corrupt file is one line too."""
     path = Path(path)
+    if path in _HELD:
+        return dict(_HELD[path])
     if not path.is_file():
         raise UserError(f"checkpoint '{path}' {why_not_a_file(path)}")
     # reading it takes about its size in host memory: refused up front when that is not there
@@ -148,6 +167,8 @@ def resolve(path: str | Path) -> Path:
     """A checkpoint file, the latest `checkpoints/step_N.pt` of a run folder, the weights of an
     exported folder, or any of these on the Hugging Face Hub (`hf://OWNER/NAME[@REV][/PATH]`)."""
     p = hub.fetch(path) if hub.is_hub_ref(path) else Path(path)
+    if p in _HELD:
+        return p
     if p.is_dir() and hub.is_export(p):
         return p / hub.WEIGHTS
     if p.is_dir():

@@ -80,7 +80,7 @@ class Shard:
         ctx = multiprocessing.get_context("spawn")
         ready = ctx.Barrier(self.workers + 1)
         pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=worker.init_worker,
-                                   initargs=(self.threads, os.getpid(), ready))
+                                   initargs=(self.threads, os.getpid(), ready, self.cfg))
         t0 = time.time()
         for _ in range(self.workers):  # Python starts a pool's processes as tasks arrive
             pool.submit(int)

@@ -1,8 +1,12 @@
 """One task's copy of the model, start to end, in a worker process: the task alone as a dataset
-(its augmented views, a fresh embedding row each), `train init_from=CHECKPOINT` on it under the
-task's deadline, `evaluate` (predict, un-augment, vote), and the task's attempts written last as
-`tasks/<id>/result.json`. Nothing of one task's weights or optimiser state reaches another's: each
-task is its own `train` and `evaluate`, one model in memory at a time.
+(its augmented views, a fresh embedding row each), its family's trainer started from the checkpoint
+and trained on it under the task's deadline, `evaluate`'s library function (predict, un-augment,
+vote), and the task's attempts written last as `tasks/<id>/result.json`. With `views=build` the
+trainer and the evaluation are library calls (`inprocess.py`: the checkpoint read and the configs
+composed once per worker, at its start); `solve_by_commands` is the command route they equal
+(`train` / `train-vit init_from=...` and `evaluate` with override strings). Nothing of one task's
+weights or optimiser state reaches another's: each task has its own trainer, one model in memory
+at a time.
 
 A worker dies with its parent (`PR_SET_PDEATHSIG` on Linux, and a thread that watches the parent's
 pid everywhere): a `kill -9` of ttt leaves no copy training. A failure is the task's own
@@ -53,9 +57,11 @@ TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_
                  "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
 
 
-def init_worker(threads: int, parent: int | None = None, ready=None) -> None:
+def init_worker(threads: int, parent: int | None = None, ready=None, cfg: PerTaskConfig | None = None) -> None:
     """A pool process: it dies with `parent`, its torch threads, no torchrun variables (one task, one
-    process); then it imports what a task runs and waits at `ready` (a Barrier) with its siblings."""
+    process); then it imports what a task runs, with `cfg` (views=build) reads the checkpoint and
+    composes the configs once (`inprocess.prepared`), and waits at `ready` (a Barrier) with its
+    siblings."""
     if parent is not None:
         die_with(parent)
     for var in TORCHRUN_VARS:
@@ -69,6 +75,12 @@ def init_worker(threads: int, parent: int | None = None, ready=None) -> None:
 
         for name in ("build-arc", "train", "train-vit", "evaluate"):
             resolve(COMMANDS[name].target)  # their modules, imported once per worker, before any task's clock
+        if cfg is not None and cfg.views == "build":
+            from hrm_deeploop.errors import UserError  # lazy: beside the CLI's imports
+            from hrm_deeploop.pertask.inprocess import prepared  # lazy: torch, in the worker
+
+            with contextlib.suppress(UserError, OSError, MemoryError):  # then the first task fails, naming it
+                prepared(cfg)
         with contextlib.suppress(threading.BrokenBarrierError):
             ready.wait(timeout=300)
 
@@ -145,6 +157,8 @@ def _solve(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float, work:
         return result
     from arc_data.arc.build import BuildConfig, build  # lazy: numba only in the process that builds a task
 
+    from hrm_deeploop.pertask.inprocess import solve_build  # lazy: torch, in the process that trains
+
     out = Path(cfg.output_dir)
     t0 = time.monotonic()
     chal = work / "raw" / "arc-agi_task_challenges.json"
@@ -158,6 +172,42 @@ def _solve(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float, work:
     build(BuildConfig(sources=[str(chal)], output_dir=str(work / "data"), test_labels="optional", eval_name="task",
                       num_aug=cfg.num_aug, seed=cfg.seed, progress=False))
     build_s = time.monotonic() - t0
+    summary, train_s, eval_s = solve_build(cfg, tid, tasks, chal, train_minutes, work, eval_batch)
+    return finish_build(cfg, tid, task, tasks, work, summary, train_s, build_s, eval_s, t0)
+
+
+def finish_build(cfg: PerTaskConfig, tid: str, task: dict, tasks: dict[str, dict], work: Path, summary: dict,
+                 train_s: float, build_s: float, eval_s: float, t0: float) -> dict:
+    """The task's result from its evaluation folder, written last (`tasks/<id>/result.json`)."""
+    result = {"task": tid, "status": "trained", **ranked_attempts(work / "eval", tid, cfg.poe),
+              "steps": summary.get("steps"), "train_seconds": round(train_s, 3),
+              "loop_seconds": round(summary.get("wall_time_s") or train_s, 3), "build_seconds": round(build_s, 3),
+              "evaluate_seconds": round(eval_s, 3), "seconds": round(time.monotonic() - t0, 3),
+              "train_minutes_given": None if not math.isfinite(summary.get("minutes", math.inf))
+              else round(summary["minutes"], 4)}
+    if len(tasks) > 1:  # the pseudo-tasks' held-out demonstrations, scored by each rule
+        result["leave_one_out"] = loo_scores(work / "eval", cfg.poe, len(tasks) - 1)
+    fill_attempts(result, task)
+    plan.write_result(Path(cfg.output_dir), tid, result)  # last: its presence means finished
+    if not cfg.keep_work:
+        shutil.rmtree(work, ignore_errors=True)
+    return result
+
+
+def solve_by_commands(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float, work: Path) -> dict:
+    """The command route (build-arc, then `train`/`train-vit init_from=...` and `evaluate` through
+    the CLI with override strings, as ttt ran each task before `inprocess`): the reference the
+    in-process path is tested against (tests/test_pertask_build_inprocess.py)."""
+    from arc_data.arc.build import BuildConfig, build  # lazy: numba only in the process that builds a task
+
+    t0 = time.monotonic()
+    chal = work / "raw" / "arc-agi_task_challenges.json"
+    chal.parent.mkdir(parents=True)
+    tasks = {tid: task} | (plan.leave_one_out(tid, task) if cfg.leave_one_out else {})
+    save_json(chal, tasks)
+    build(BuildConfig(sources=[str(chal)], output_dir=str(work / "data"), test_labels="optional", eval_name="task",
+                      num_aug=cfg.num_aug, seed=cfg.seed, progress=False))
+    build_s = time.monotonic() - t0
     name, train, evaluate = commands(cfg, work, train_minutes, tasks, chal)
     t_train = time.monotonic()
     run_command(name, train, tid)
@@ -168,18 +218,15 @@ def _solve(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float, work:
     if not any(o.startswith("global_batch_size=") for o in cfg.eval_overrides):
         batch = [f"global_batch_size={eval_batch(work / 'data')}"]
     run_command("evaluate", [*batch, *evaluate], tid)
-    result = {"task": tid, "status": "trained", **ranked_attempts(work / "eval", tid, cfg.poe),
-              "steps": summary.get("steps"), "train_seconds": round(train_s, 3),
-              "loop_seconds": round(summary.get("wall_time_s") or train_s, 3), "build_seconds": round(build_s, 3),
-              "evaluate_seconds": round(time.monotonic() - t_eval, 3), "seconds": round(time.monotonic() - t0, 3),
-              "train_minutes_given": None if not math.isfinite(train_minutes) else round(train_minutes, 4)}
-    if len(tasks) > 1:  # the pseudo-tasks' held-out demonstrations, scored by each rule
-        result["leave_one_out"] = loo_scores(work / "eval", cfg.poe, len(tasks) - 1)
-    fill_attempts(result, task)
-    plan.write_result(out, tid, result)  # last: its presence means finished
-    if not cfg.keep_work:
-        shutil.rmtree(work, ignore_errors=True)
-    return result
+    summary["minutes"] = train_minutes
+    return finish_build(cfg, tid, task, tasks, work, summary, train_s, build_s, time.monotonic() - t_eval, t0)
+
+
+def epochs_per_iter(batch: int, tasks: dict[str, dict]) -> int:
+    """A task (or pseudo-task) is one group: a sampler epoch yields one view's demonstrations of
+    each, so one iteration must span enough epochs to fill a batch."""
+    per_epoch = sum(len(t["train"]) for t in tasks.values())
+    return max(1, math.ceil(batch / max(1, per_epoch)))
 
 
 def commands(cfg: PerTaskConfig, work: Path, train_minutes: float, tasks: dict[str, dict], chal: Path
@@ -202,10 +249,7 @@ def commands(cfg: PerTaskConfig, work: Path, train_minutes: float, tasks: dict[s
     if cfg.lr is not None:
         train.append(f"optim.lr={cfg.lr}")
     if not any(o.startswith("train.epochs_per_iter=") for o in cfg.train_overrides):
-        # a task (or pseudo-task) is one group: a sampler epoch yields one view's demonstrations of
-        # each, so one iteration must span enough epochs to fill a batch
-        per_epoch = sum(len(t["train"]) for t in tasks.values())
-        train.append(f"train.epochs_per_iter={max(1, math.ceil(cfg.batch / max(1, per_epoch)))}")
+        train.append(f"train.epochs_per_iter={epochs_per_iter(cfg.batch, tasks)}")
     evaluate = [f"checkpoint={work / 'run'}", f"data_dir={work / 'data'}", f"output_dir={work / 'eval'}",
                 f"challenges={chal}", "progress=false", "report=false", f"device={cfg.device}",
                 f"poe={str(poe).lower()}", f"passes={cfg.passes}", f"tta_seed={cfg.seed}", *cfg.eval_overrides]

@@ -1,0 +1,229 @@
+"""One task's copy of the model trained, predicted and voted in this process through library calls
+(`ttt views=build`, every family ttt serves): no `train` / `evaluate` command line per task.
+
+What a process builds once (`Prepared`, at the worker's start, before any task's clock):
+
+- the checkpoint, resolved and read once by the safe loader; its state is held in memory
+  (`checkpoint.held`), so each task's trainer starts from it (its own copy of the tensors: the
+  trainer's model is built and the weights copied in) without reading the file again;
+- the trainer's typed config and `evaluate`'s, composed once from the very arguments the command
+  route gives (`worker.commands`, the user's overrides last, `init_from`'s inherited settings
+  included); a task's copy of them differs only in its folders, its time share, its epochs per
+  iteration and its evaluation batch;
+- the trainer's and the evaluator's modules imported (the dataset machinery warm).
+
+A task then costs its build (its views, `build-arc`'s library call), its trainer (built by its
+family's trainer module, `build`), its steps (`train_alone`: the skeleton's step order, time
+budget and NaN guard, without the run folder's checkpoints), and its evaluation: `evaluate`'s
+library function (through the CLI's table: the library never imports `eval`) on the trained
+weights handed in memory. The result equals the command route's for the same task bit for bit
+on the CPU (tests/test_pertask_build_inprocess.py). A failure keeps the worker's verdicts: a
+refusal (a `UserError`, a diverged loss) is the task's own (`worker.TaskFailed`), with the error
+line in its log; a disk or memory error is from outside (`worker.solve` judges it).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hrm_deeploop.errors import UserError
+from hrm_deeploop.pertask.ttt_config import PerTaskConfig
+
+RUN, EVAL = "run", "eval"
+
+
+def _reasoner_build() -> Callable:
+    from hrm_deeploop.training.reasoner import build  # lazy: torch, in the process that trains
+
+    return build
+
+
+def _vision_build() -> Callable:
+    from hrm_deeploop.training.vision import build  # lazy: torch, in the process that trains
+
+    return build
+
+
+# a family's trainer command -> its trainer module's `build(cfg, env)` (the same function the command runs)
+BUILDERS: dict[str, Callable[[], Callable]] = {"train": _reasoner_build, "train-vit": _vision_build}
+
+
+class Refused(UserError):
+    """A task's command refused it (`command`: train or evaluate), as the command line would say."""
+
+    def __init__(self, command: str, e: BaseException) -> None:
+        super().__init__(f"hrm-deeploop {command}: error: {e}")
+        self.command = command
+
+
+@dataclass
+class Prepared:
+    """What this process built once for every task of `ttt views=build` (module docstring)."""
+
+    key: str  # the PerTaskConfig it was built for (repr)
+    trainer: str  # the family's trainer command
+    build: Callable  # its trainer module's build(cfg, env)
+    evaluate: Callable  # `evaluate`'s run(cfg), from the CLI's table
+    train_cfg: Any  # the trainer's typed config for the placeholder task (copied per task)
+    eval_cfg: Any  # evaluate's typed config (copied per task)
+    checkpoint: Path  # the resolved weights file
+    state: dict  # its state, read once
+    own_epochs: bool  # the user set train.epochs_per_iter
+    own_eval_batch: bool  # the user set evaluate's global_batch_size
+
+    def task_configs(self, work: Path, train_minutes: float, group: dict[str, dict], chal: Path,
+                     eval_batch: Callable[[Path], int]) -> tuple[Any, Any]:
+        """The task's train and evaluate configs: the composed ones with its own folders and values."""
+        from hrm_deeploop.pertask.worker import epochs_per_iter  # lazy: the worker imports this module
+
+        train = copy.deepcopy(self.train_cfg)
+        train.data_dir, train.output_dir = str(work / "data"), str(work / RUN)
+        train.train.time_budget = round(max(train_minutes, 0.0), 4) if math.isfinite(train_minutes) else None
+        if not self.own_epochs:
+            train.train.epochs_per_iter = epochs_per_iter(train.train.global_batch_size, group)
+        ev = copy.deepcopy(self.eval_cfg)
+        ev.data_dir, ev.output_dir, ev.challenges = str(work / "data"), str(work / EVAL), str(chal)
+        if not self.own_eval_batch:
+            ev.global_batch_size = eval_batch(work / "data")
+        return train, ev
+
+
+_PREPARED: list[Prepared] = []  # this process's, at most one
+
+
+def prepared(cfg: PerTaskConfig) -> Prepared:
+    """This process's `Prepared` for `cfg`, built on the first call (the worker's start)."""
+    key = repr(cfg)
+    if _PREPARED and _PREPARED[0].key == key:
+        return _PREPARED[0]
+    import contextlib
+    import io
+
+    from hrm_deeploop import checkpoint as ckpt  # lazy: torch, in the process that trains
+    from hrm_deeploop.cli import COMMANDS, compose, resolve  # lazy: the CLI's command table imports this package
+    from hrm_deeploop.cli import prepare as with_inherited  # lazy: as above
+    from hrm_deeploop.pertask.worker import commands  # lazy: the worker imports this module
+
+    work = Path(cfg.output_dir) / "tasks" / "_prepare" / "work"  # a placeholder: each task sets its own
+    tid = "task"
+    group = {tid: {"train": [{"input": [[0]], "output": [[0]]}], "test": [{"input": [[0]]}]}}
+    name, train_args, eval_args = commands(cfg, work, math.inf, group, work / "raw" / "challenges.json")
+    with contextlib.redirect_stderr(io.StringIO()):  # init_from's note on what it inherits (each task's log says it)
+        train_cfg = compose(name, with_inherited(name, train_args))
+        eval_cfg = compose("evaluate", eval_args)
+    file = ckpt.resolve(cfg.checkpoint)
+    state = ckpt.load(file)
+    _PREPARED[:] = [Prepared(
+        key=key, trainer=name, build=BUILDERS[name](), evaluate=resolve(COMMANDS["evaluate"].target),
+        train_cfg=train_cfg, eval_cfg=eval_cfg, checkpoint=file, state=state,
+        own_epochs=any(o.startswith("train.epochs_per_iter=") for o in cfg.train_overrides),
+        own_eval_batch=any(o.startswith("global_batch_size=") for o in cfg.eval_overrides))]
+    return _PREPARED[0]
+
+
+def build_trainer(prep: Prepared, train_cfg: Any, env: Any) -> Any:
+    """The task's trainer, built by its family's trainer module from the held checkpoint (not yet
+    stepped); a refusal is `Refused` (the task's own)."""
+    from hrm_deeploop import checkpoint as ckpt  # lazy: torch
+
+    with ckpt.held(prep.checkpoint, prep.state):
+        try:
+            trainer = prep.build(train_cfg, env)
+        except UserError as e:
+            raise Refused(prep.trainer, e) from None
+    print(trainer.describe(), file=sys.stderr)
+    return trainer
+
+
+def train_alone(trainer: Any, train_cfg: Any) -> dict:
+    """The trainer's steps in the skeleton's order (`training.loop`): up to its total (or
+    `train.stop_after`), stopping before a step once `train.time_budget` minutes have passed since
+    the first; a non-finite loss or gradient is the task's own failure. Returns {steps, wall_time_s,
+    status, final_train_loss}."""
+    from hrm_deeploop.errors import TrainingDiverged  # lazy: beside the trainer's imports
+
+    loop = train_cfg.train
+    total = trainer.total_steps
+    stop = min(total, loop.stop_after or total)
+    budget = loop.time_budget
+    step, losses = 0, []
+    begun = time.perf_counter()
+    while step < stop:
+        if budget is not None and time.perf_counter() - begun >= 60.0 * budget:
+            break
+        try:
+            m = trainer.train_step(step + 1)
+        except TrainingDiverged as e:
+            raise Refused(BUILD_COMMAND.get(trainer.name, "train"), e) from None
+        step += 1
+        losses.append(float(m["loss"]))
+    status = "finished" if step >= total else "stopped"
+    print(f"done: step {step}, {status}", file=sys.stderr)
+    recent = losses[-loop.trailing_steps:]
+    train_loss = sum(recent) / len(recent) if recent else None
+    return {"status": status, "steps": step, "final_train_loss": train_loss, "wall_time_s": time.perf_counter() - begun,
+            "losses": losses, **trainer.summary(status, None, train_loss)}
+
+
+BUILD_COMMAND = {"loopvit": "train-vit"}  # a trainer's name -> its command, for the error line (else train)
+
+
+def trained_state(trainer: Any, steps: int) -> dict:
+    """The trainer's state as its checkpoint file would hold it (what `evaluate` reads)."""
+    from hrm_deeploop import checkpoint as ckpt  # lazy: torch
+
+    return {"format": ckpt.FORMAT, "step": steps, **trainer.state_dict(), "config": trainer.config}
+
+
+def evaluate_trained(prep: Prepared, trainer: Any, steps: int, eval_cfg: Any, work: Path, keep: bool) -> None:
+    """`evaluate`'s library function on the trainer's weights, handed in memory (`checkpoint.held`);
+    with `keep` (ttt's keep_work) the state is also written where the command route leaves it."""
+    from hrm_deeploop import checkpoint as ckpt  # lazy: torch
+
+    state = trained_state(trainer, steps)
+    path = ckpt.step_path(work / RUN, steps)
+    if keep:  # the trained copy and its summary, where the command route leaves them
+        ckpt.save(path, state)
+    ev = copy.copy(eval_cfg)
+    ev.checkpoint = str(path)
+    with ckpt.held(path, state):
+        try:
+            rc = prep.evaluate(ev)
+        except UserError as e:
+            raise Refused("evaluate", e) from None
+    if rc:
+        raise Refused("evaluate", RuntimeError(f"exited {rc}"))
+
+
+def solve_build(cfg: PerTaskConfig, tid: str, group: dict[str, dict], chal: Path, train_minutes: float,
+                work: Path, eval_batch: Callable[[Path], int]) -> tuple[dict, float, float]:
+    """Train and evaluate one task whose views are built under `work/data`: (the training summary,
+    its seconds, the evaluation's seconds)."""
+    from hrm_deeploop import runtime  # lazy: torch
+
+    prep = prepared(cfg)
+    train_cfg, eval_cfg = prep.task_configs(work, train_minutes, group, chal, eval_batch)
+    t0 = time.monotonic()
+    env = runtime.setup(train_cfg.device)
+    try:
+        trainer = build_trainer(prep, train_cfg, env)
+        summary = train_alone(trainer, train_cfg)
+        summary["minutes"] = train_minutes
+    finally:
+        runtime.teardown()
+    train_s = time.monotonic() - t0
+    t1 = time.monotonic()
+    if cfg.keep_work:
+        from arc_data.files.jsonio import save_json  # lazy: only with keep_work
+
+        (work / RUN).mkdir(parents=True, exist_ok=True)
+        save_json(work / RUN / "summary.json", {k: v for k, v in summary.items() if k != "minutes"})
+    evaluate_trained(prep, trainer, summary["steps"], eval_cfg, work, cfg.keep_work)
+    return summary, train_s, time.monotonic() - t1
