@@ -53,12 +53,15 @@ KERNELS: dict[str, tuple[str, ...]] = {
     "eval.arc.labels.measure_labels": ("i8/1 ro", "f8/1 ro", "i8/1 ro", "i8/1 ro", "int", "i8/2"),
     "eval.arc.labels.paint_labels": ("u1/3 ro", "i8/1 ro", "f8/1 ro", "i8/1 ro", "i8/1 ro", "i8/2 ro", "i8/1 ro", "int",
                                      "int", "int", "u1/1", "i8/2"),
+    # the report's pictures and tasks.json's grids (`eval.arc.paint`)
+    "eval.arc.paint.paint_picture": ("u1/2", "int", "int", "u1/1 ro", "i8/2 ro", "i8/2 ro"),
+    "eval.arc.paint.grid_texts": ("u1/1 ro", "i8/1 ro", "i8/2 ro", "u1/1", "i8/1"),
 }
 # Every file whose code or constants the kernels compile in (and this one: the types above), in
 # arc_data; and the vote's, beside it (relative to the folder holding arc_data).
 SOURCES = ("native.py", "jit.py", "format.py", "compact.py", "arc/kernels.py", "arc/taskscan.py", "arc/pairscan.py",
            "grid_key.py")
-VOTE_SOURCES = ("eval/arc/decode.py", "eval/arc/labels.py")
+VOTE_SOURCES = ("eval/arc/decode.py", "eval/arc/labels.py", "eval/arc/paint.py")
 
 UNRESOLVED = object()  # a listed kernel's export, not looked up yet
 _HERE = Path(__file__).resolve().parent

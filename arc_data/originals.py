@@ -167,8 +167,14 @@ def read_originals(data_dir: Path, split: str, table: AugTable) -> Originals:
     if pids.size and (int(pids.max()) >= len(table) or int(pids.min()) < 0):
         raise DatasetError(f"{d}: puzzle ids outside the augmentation table ({len(table)} rows)")
     originals = np.flatnonzero(table.is_identity(pids) & (table.base_task[pids] >= 0))
-    all_tasks = np.unique(table.base_task[pids])
-    missing = np.setdiff1d(all_tasks[all_tasks >= 0], table.base_task[pids[originals]])
+    # the tasks with rows but no un-augmented copy, ascending (as np.setdiff1d of np.unique's, whose
+    # import of numpy.ma a vote would pay for nothing)
+    tasks = table.base_task[pids]
+    tasks = tasks[tasks >= 0]
+    seen = np.zeros(int(tasks.max()) + 1 if tasks.size else 0, dtype=bool)
+    seen[tasks] = True
+    seen[table.base_task[pids[originals]]] = False
+    missing = np.flatnonzero(seen)
     if missing.size:
         names = sorted(table.task_names[t] for t in missing)
         raise DatasetError(f"{d}: {len(names)} task(s) have no un-augmented copy, e.g. {names[:3]}")

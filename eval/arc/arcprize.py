@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -112,8 +113,10 @@ class PrizeScore:
 
 
 def _is_grid(g: Any) -> bool:
-    return (isinstance(g, list) and len(g) > 0 and all(isinstance(r, list) and len(r) > 0 for r in g)
-            and all(map(_int_row, g)))
+    if not (isinstance(g, list) and len(g) > 0 and all(isinstance(r, list) and len(r) > 0 for r in g)):
+        return False
+    # every cell a plain int (the usual grid) in one pass over the cells, else row by row
+    return set(map(type, chain.from_iterable(g))) == {int} or all(map(_int_row, g))
 
 
 def _int_row(row: list) -> bool:

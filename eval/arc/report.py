@@ -10,24 +10,30 @@ import csv
 import io
 import json
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from PIL import Image, ImageDraw, ImageFont
 
 from arc_data.arc.viz import LINE, UNKNOWN
 from arc_data.arc.viz import PALETTE as ARC_PALETTE
 from arc_data.files.names import file_stem
 from eval.arc.arcprize import LABEL as PRIZE_LABEL
 from eval.arc.arcprize import submission as arc_submission
+from eval.arc.jsontext import as_list, dumps
 from eval.arc.labels import measure_labels, paint_labels
+from eval.arc.paint import paint_picture
+from eval.arc.png import palette_png
 from eval.arc.poe import RULE as POE_RULE
 from eval.arc.poe import poe_json
 from eval.arc.results import ARC_PRIZE, TaskResult, VoteResult
 from eval.html import Table, heading, image, page, paragraph
+
+if TYPE_CHECKING:
+    from PIL import Image, ImageFont
 
 FILES = ("pass_at_k.json", "pass_at_k.md", "pass_at_k.csv", "tasks.json", "submission.json")
 REPORT_FILES = ("report.html", "report")
@@ -75,16 +81,14 @@ def format_table(scores: dict[str, dict[str, float | None]], poe_scores: dict | 
             + score_table(poe_scores).markdown())
 
 
-def _grid_list(grid: np.ndarray | None) -> list[list[int]] | None:
-    return None if grid is None else np.asarray(grid).tolist()
-
-
 def submission(result: VoteResult) -> dict[str, list[dict[str, list[list[int]]]]]:
     """ARC Prize / Kaggle format (`eval.arc.arcprize.submission`, covering `challenges=` when given)."""
     return result.submission or arc_submission(result.tasks)
 
 
-def tasks_json(result: VoteResult, max_candidates: int) -> dict:
+def tasks_json(result: VoteResult, max_candidates: int, grid: Callable[[Any], Any] = as_list) -> dict:
+    """tasks.json's object; `grid(g)`: each grid's value (its nested lists; `eval.arc.jsontext.dumps`
+    passes a placeholder)."""
     tasks = {}
     for task in result.tasks:
         tests = []
@@ -95,8 +99,8 @@ def tasks_json(result: VoteResult, max_candidates: int) -> dict:
                     "num_votes": t.num_votes,
                     "num_candidates": len(t.candidates),
                     "truth_rank": None if t.truth_rank is None else t.truth_rank + 1,  # 1-based
-                    "input": _grid_list(t.test.input_grid),
-                    "truth": _grid_list(t.test.truth_grid),
+                    "input": grid(t.test.input_grid),
+                    "truth": grid(t.test.truth_grid),
                     "candidates": [
                         {
                             "rank": i + 1,
@@ -105,7 +109,7 @@ def tasks_json(result: VoteResult, max_candidates: int) -> dict:
                             "correct": c.key == t.test.truth_key if t.test.labelled else None,
                             "shape": list(c.shape),
                             "first_row": c.first_seen,
-                            "grid": _grid_list(c.grid),
+                            "grid": grid(c.grid),
                         }
                         for i, c in enumerate(t.candidates[:max_candidates])
                     ],
@@ -138,12 +142,16 @@ MIN_CELL, MAX_CELL, BOX = 8, 24, 240  # px per cell: a task's largest grid drawn
 
 @cache
 def _font(size: int) -> ImageFont.FreeTypeFont:
+    from PIL import ImageFont  # lazy: the glyphs are the one thing Pillow draws here
+
     return ImageFont.load_default(size=size)  # decodes the bundled font: once per size, not per label
 
 
 @cache
 def _glyph(ch: str, size: int) -> tuple[np.ndarray, float]:
     """One character drawn at the pen's origin on a line-high strip (uint8 coverage), and its advance."""
+    from PIL import Image, ImageDraw  # lazy: as `_font`
+
     font = _font(size)
     ascent, descent = font.getmetrics()
     right = max(1, int(np.ceil(max(font.getbbox(ch)[2], font.getlength(ch)))))
@@ -268,23 +276,6 @@ def _cell(rows: list[list[tuple[str, np.ndarray | None, int | None]]]) -> int:
     return int(np.clip(BOX // side, MIN_CELL, MAX_CELL))
 
 
-def _paint_grid(canvas: np.ndarray, y: int, x: int, grid: np.ndarray, cell: int) -> None:
-    """`arc_data.arc.viz.grid_indices(grid, cell, _LINE)` drawn into canvas at (y, x)."""
-    h, w = grid.shape
-    region = canvas[y:y + h * cell + 1, x:x + w * cell + 1]
-    region[:h * cell, :w * cell] = np.asarray(grid, np.uint8).repeat(cell, axis=0).repeat(cell, axis=1)
-    region[::cell, :] = _LINE  # every cell-th row and column: the lines, the last ones included
-    region[:, ::cell] = _LINE
-
-
-def _frame(canvas: np.ndarray, x0: int, y0: int, x1: int, y1: int, index: int, width: int) -> None:
-    """Pillow's `ImageDraw.rectangle([x0, y0, x1, y1], outline=index, width=width)` (corners included)."""
-    canvas[y0:y0 + width, x0:x1 + 1] = index
-    canvas[y1 - width + 1:y1 + 1, x0:x1 + 1] = index
-    canvas[y0:y1 + 1, x0:x0 + width] = index
-    canvas[y0:y1 + 1, x1 - width + 1:x1 + 1] = index
-
-
 def _title(task: TaskResult) -> str:
     ranks = ", ".join("none" if t.truth_rank is None else f"#{t.truth_rank + 1}" for t in task.tests
                       if t.test.labelled)
@@ -292,11 +283,14 @@ def _title(task: TaskResult) -> str:
             + (f"; the truth's rank among the candidates: {ranks}" if ranks else "; no truth given"))
 
 
-def task_image(task: TaskResult, num_candidates: int, rows: list | None = None) -> Image.Image:
+def task_scanlines(task: TaskResult, num_candidates: int, rows: list | None = None,
+                   alloc: Callable[[int], np.ndarray] | None = None) -> np.ndarray:
     """One row per test input: input | truth | top candidates by the vote, each labelled with its
-    rank and votes; a candidate framed green when it is the truth, red when not. Drawn as palette
-    indices in one array (pastes and frames as numpy slices), then one palette image. `rows`: the
-    task's `_panels`, when already made."""
+    rank and votes; a candidate framed green when it is the truth, red when not. Returned as the
+    picture's filtered scanlines (`eval.arc.png`: uint8 [rows, 1 + cols], column 0 the filter byte,
+    then the palette indices); background, grids and frames painted by one kernel call
+    (`eval.arc.paint`), the labels pasted as numpy slices. `rows`: the task's `_panels`, when already
+    made; `alloc(n)`: a uint8 array of at least n bytes to draw in (its first n), a new one by default."""
     rows = _panels(task, num_candidates) if rows is None else rows
     cell = _cell(rows)
     sizes = [[None if g is None or not g.size else (g.shape[0] * cell + 1, g.shape[1] * cell + 1) for _, g, _ in r]
@@ -311,35 +305,51 @@ def task_image(task: TaskResult, num_candidates: int, rows: list | None = None) 
     title = _text(_title(task), TITLE_SIZE)
     top = title.shape[0] + 2 * pad
     width = max(sum(col_w) + pad * (num_cols + 1) + 2 * frame, title.shape[1] + 2 * pad)
-    canvas = np.full((top + sum(row_h), width), _WHITE, np.uint8)
-    _paste(canvas, title, pad, pad)
+    height = top + sum(row_h)
+    pastes = [(title, pad, pad)]
+    grids, frames, cells = [], [], []
+    offset = 0
     y = top
     for r, (row, size_row, label_row) in enumerate(zip(rows, sizes, labels)):
         x = pad + frame
         for c, ((_, g, border), size, lab) in enumerate(zip(row, size_row, label_row)):
-            _paste(canvas, lab, y, x)
+            pastes.append((lab, y, x))
             if size is not None:
                 gy = y + label_h + frame
-                _paint_grid(canvas, gy, x, g, cell)
+                grids.append((gy, x, g.shape[0], g.shape[1], cell, offset))
+                cells.append(np.asarray(g, np.uint8).reshape(-1))
+                offset += g.size
                 if border is not None:
-                    _frame(canvas, x - frame, gy - frame, x + size[1] + frame - 1, gy + size[0] + frame - 1, border,
-                           frame)
+                    frames.append((x - frame, gy - frame, x + size[1] + frame - 1, gy + size[0] + frame - 1, border,
+                                   frame))
             x += col_w[c] + pad
         y += row_h[r]
-    img = Image.frombuffer("P", (width, canvas.shape[0]), canvas, "raw", "P", 0, 1)  # no copy
+    need = height * (width + 1)
+    scan = (np.empty(need, np.uint8) if alloc is None else alloc(need))[:need].reshape(height, width + 1)
+    paint_picture(scan, _WHITE, _LINE, _readonly(np.concatenate(cells) if cells else np.zeros(0, np.uint8)),
+                  _readonly(np.array(grids, np.int64).reshape(-1, 6)), _readonly(np.array(frames, np.int64).reshape(-1, 6)))
+    picture = scan[:, 1:]
+    for label, py, px in pastes:
+        _paste(picture, label, py, px)
+    return scan
+
+
+def task_image(task: TaskResult, num_candidates: int, rows: list | None = None) -> Image.Image:
+    """`task_scanlines` as a palette image (Pillow's)."""
+    from PIL import Image  # lazy: the report writes its PNGs without Pillow (`eval.arc.png`)
+
+    picture = np.ascontiguousarray(task_scanlines(task, num_candidates, rows)[:, 1:])
+    img = Image.frombuffer("P", (picture.shape[1], picture.shape[0]), picture, "raw", "P", 0, 1)
     img.putpalette(PALETTE.tobytes())
     return img
 
 
 def task_png(task: TaskResult, num_candidates: int) -> bytes:
-    """`task_image` as PNG bytes."""
-    return _png(task_image(task, num_candidates))
+    """The task's picture as PNG bytes (those of Pillow's `save(format="PNG", compress_level=1)`)."""
+    return palette_png(task_scanlines(task, num_candidates), _PALETTE_BYTES)
 
 
-def _png(img: Image.Image) -> bytes:
-    buf = io.BytesIO()
-    img.save(buf, format="PNG", compress_level=1)  # 40% faster than the default 6, files 40% larger
-    return buf.getvalue()
+_PALETTE_BYTES = PALETTE.tobytes()
 
 
 def _paste(canvas: np.ndarray, label: np.ndarray, y: int, x: int) -> None:
@@ -395,24 +405,35 @@ def write_report(result: VoteResult, folder: Path, num_candidates: int) -> None:
 
 
 def _pngs(tasks: list[TaskResult], panels: list, num_candidates: int, folder: Path) -> Iterator[bytes]:
-    """Each task's picture as PNG bytes, in order, also written to folder/<task>.png. This thread draws
-    the pictures (Python and numpy); two threads encode and write them meanwhile (Pillow's PNG
-    encoder and the file writes release the GIL): on two idle cores the encoding (0.3 s of CPU for
-    400 tasks) leaves the drawing's path. At most `ahead` pictures wait, so memory stays flat."""
+    """Each task's picture as PNG bytes, in order, also written to folder/<task>.png. This thread lays
+    the pictures out and paints them (the kernel and the labels' pastes); two threads deflate and
+    write them meanwhile (zlib and the file writes release the GIL). At most `ahead` pictures wait,
+    each in one of `ahead + 2` buffers used in turn (a buffer is drawn in again only once its picture
+    is written: fresh pages for every picture cost 0.03-0.07 s of page faults), so memory stays flat."""
     ahead = 8
+    buffers = [np.zeros(0, np.uint8)] * (ahead + 2)
+    slot = 0
+
+    def alloc(need: int) -> np.ndarray:
+        if buffers[slot].size < need:
+            buffers[slot] = np.empty(need, np.uint8)
+        return buffers[slot]
+
     with ThreadPoolExecutor(2, thread_name_prefix="png") as pool:
         waiting: deque[Future] = deque()
-        for task, rows in zip(tasks, panels):
+        for i, (task, rows) in enumerate(zip(tasks, panels)):
             path = folder / f"{file_stem(task.name)}.png"
-            waiting.append(pool.submit(_write_png, task_image(task, num_candidates, rows), path))
+            slot = i % len(buffers)
+            scan = task_scanlines(task, num_candidates, rows, alloc)
+            waiting.append(pool.submit(_write_png, scan, path))
             if len(waiting) > ahead:
                 yield waiting.popleft().result()
         while waiting:
             yield waiting.popleft().result()
 
 
-def _write_png(img: Image.Image, path: Path) -> bytes:
-    png = _png(img)
+def _write_png(scanlines: np.ndarray, path: Path) -> bytes:
+    png = palette_png(scanlines, _PALETTE_BYTES)
     path.write_bytes(png)
     return png
 
@@ -446,7 +467,7 @@ def write_vote_files(result: VoteResult, folder: Path, max_candidates: int = 10,
 
 
 def _write_json_files(result: VoteResult, folder: Path, max_candidates: int) -> None:
-    (folder / "tasks.json").write_text(json.dumps(tasks_json(result, max_candidates)))
+    (folder / "tasks.json").write_text(dumps(lambda grid: tasks_json(result, max_candidates, grid)))
     (folder / "submission.json").write_text(json.dumps(submission(result)))
     if result.poe is not None:
         (folder / "poe.json").write_text(json.dumps(poe_json(result.poe, max_candidates)))

@@ -94,7 +94,8 @@ def pass_at_k(truth_ranks: list[list[int | None]], ks: list[int] | tuple[int, ..
     for k in ks:
         hits = [[r is not None and r < k for r in task] for task in truth_ranks]
         out["hrm"][str(k)] = 100.0 * float(np.mean([all(h) for h in hits]))
-        out["fractional"][str(k)] = 100.0 * float(np.mean([np.mean(h) for h in hits]))
+        # a task's fraction as count / len: np.mean of its bools, exactly (one numpy call per K, not per task)
+        out["fractional"][str(k)] = 100.0 * float(np.mean([sum(h) / len(h) if h else np.mean(h) for h in hits]))
     return out
 
 
