@@ -12,7 +12,7 @@ import torch
 from arc_data.arc.build import BuildConfig, build
 from hrm_deeploop import runtime
 from hrm_deeploop.cli import compose, prepare, run_subcommand
-from hrm_deeploop.pertask.reasoner_copies import TABLE, ReasonerCopies
+from hrm_deeploop.pertask.reasoner_copies import TABLE, ReasonerCopies, Unsupported
 from hrm_deeploop.training import reasoner
 from tests.arc_synth import write_kaggle
 from tests.hrm_helpers import TINY_OVERRIDES, TRM_TINY_OVERRIDES
@@ -187,3 +187,11 @@ def test_lanes_open_and_close_at_different_times(setting):
     for _ in range(STEPS - 2):
         rec.step()
     rec.check(0, setting.lone(1, 7, *late), d)
+
+
+def test_a_trainer_the_lanes_cannot_step_is_refused(hrm):
+    """Muon (or the CUDA AdamATan2, gradient accumulation, train.compile): `Unsupported`, nothing opened."""
+    lanes = ReasonerCopies(2, CPU)
+    with pytest.raises(Unsupported, match="Muon"):
+        lanes.open(0, hrm.trainer(0, 0, "optim.name=muon"))
+    assert not lanes.lanes

@@ -46,7 +46,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 from hrm_deeploop.data.rows import map_rows
-from hrm_deeploop.models.act import DATA_KEYS, ACTReasoner, Carry
+from hrm_deeploop.models.act import DATA_KEYS, ACTReasoner, Carry, carry_to
 from hrm_deeploop.pertask.reasoner_ops import lane_loss, lane_template
 from hrm_deeploop.training.adapt import dense_trainable
 from hrm_deeploop.training.optim import AdamATan2, SparseSignSGD
@@ -57,12 +57,25 @@ LOSS_KEYS = ("lm_loss", "q_halt_loss", "q_continue_loss")
 PER_LANE = ("q_head",)  # the Linears run per lane (all)
 
 
+class Unsupported(ValueError):
+    """A trainer whose step the lanes do not reproduce (the caller trains it alone)."""
+
+
+def check_trainer(trainer: Trainer) -> None:
+    """Raise `Unsupported` for what the lanes do not do: another dense optimiser than the torch
+    AdamATan2 (Muon, the CUDA kernel), gradient accumulation, several processes, train.compile."""
+    cfg = trainer.cfg
+    if type(trainer.dense) is not AdamATan2 or trainer.dense.compiled:
+        raise Unsupported(f"the dense optimiser is {type(trainer.dense).__name__}: the lanes step the torch AdamATan2")
+    if cfg.train.grad_accum != 1 or trainer.env.world_size != 1 or cfg.train.compile:
+        raise Unsupported("the lanes step one process, without train.grad_accum or train.compile")
+
+
 @dataclass
 class Lane:
     """One open lane: its trainer, step count, dense optimiser step count and ACT carry."""
 
     trainer: Trainer
-    rows: int  # its puzzle table's rows (the stacked table may have more)
     step: int
     adam_step: int
     carry: Carry | None
@@ -90,11 +103,7 @@ class ReasonerCopies:
     def open(self, lane: int, trainer: Trainer) -> None:
         """Lane `lane` takes `trainer`'s copy: weights, puzzle table, optimiser state, weight average."""
         assert 0 <= lane < self.k and lane not in self.lanes, f"ReasonerCopies.open: lane {lane} is not free"
-        cfg = trainer.cfg
-        assert type(trainer.dense) is AdamATan2, \
-            f"ReasonerCopies: the dense optimiser must be the torch AdamATan2 (got {type(trainer.dense).__name__})"
-        assert cfg.train.grad_accum == 1 and trainer.env.world_size == 1 and not cfg.train.compile, \
-            "ReasonerCopies: one process, no gradient accumulation, no train.compile"
+        check_trainer(trainer)
         model = trainer.model
         if self.template is None:
             self._start(model)
@@ -123,9 +132,9 @@ class ReasonerCopies:
                     if n not in self.ema:
                         self.ema[n] = torch.zeros_like(self.params[n])
                     self.ema[n][lane].copy_(trainer.ema.shadow[n])
-        table = model.puzzle_emb.weights.shape[0] if model.puzzle_emb is not None else 0
         carry = trainer.carries[0]
-        self.lanes[lane] = Lane(trainer, table, trainer.step, steps.pop(), carry, names)
+        self.lanes[lane] = Lane(trainer, trainer.step, steps.pop(), None if carry is None else carry_to(carry, self.device),
+                                names)
 
     def close(self, lane: int) -> None:
         """Lane `lane`'s copy written back into its trainer (weights, table, optimiser state, step,
@@ -170,9 +179,11 @@ class ReasonerCopies:
         total.backward()
         losses: dict[int, float] = {}
         with torch.no_grad():
+            parts = {id(got): torch.stack([got[key].to(torch.float64) for key in LOSS_KEYS], 1).tolist()
+                     for _, got in outs.values()}  # one host sync per group
             for lane, (j, got) in outs.items():
                 ln, w = self.lanes[lane], work[lane]
-                sums = {key: float(got[key][j].to(torch.float64)) for key in LOSS_KEYS}
+                sums = dict(zip(LOSS_KEYS, parts[id(got)][j]))
                 G = ln.trainer.cfg.train.global_batch_size
                 losses[lane] = (sums["lm_loss"] + 0.5 * (sums["q_halt_loss"] + sums["q_continue_loss"])) / G
                 ln.carry = Carry(z_H=got["z_H"][j], z_L=got["z_L"][j], steps=got["steps"][j],
