@@ -10,7 +10,8 @@ What a process builds once (`Prepared`, at the worker's start, before any task's
   route gives (`worker.commands`, the user's overrides last, `init_from`'s inherited settings
   included); a task's copy of them differs only in its folders, its time share, its epochs per
   iteration and its evaluation batch;
-- the trainer's and the evaluator's modules imported (the dataset machinery warm).
+- the trainer's and the evaluator's modules imported, and build-arc's compiled kernels compiled on
+  a made-up task (`warm_build`: the dataset machinery warm).
 
 A task then costs its build (its views, `build-arc`'s library call), its trainer (built by its
 family's trainer module, `build`), its steps (`train_alone`: the skeleton's step order, time
@@ -120,12 +121,30 @@ def prepared(cfg: PerTaskConfig) -> Prepared:
         eval_cfg = compose("evaluate", eval_args)
     file = ckpt.resolve(cfg.checkpoint)
     state = ckpt.load(file)
+    warm_build(cfg)
     _PREPARED[:] = [Prepared(
         key=key, trainer=name, build=BUILDERS[name](), evaluate=resolve(COMMANDS["evaluate"].target),
         train_cfg=train_cfg, eval_cfg=eval_cfg, checkpoint=file, state=state,
         own_epochs=any(o.startswith("train.epochs_per_iter=") for o in cfg.train_overrides),
         own_eval_batch=any(o.startswith("global_batch_size=") for o in cfg.eval_overrides))]
     return _PREPARED[0]
+
+
+def warm_build(cfg: PerTaskConfig) -> None:
+    """build-arc's compiled kernels (numba) compiled now, on a made-up task built into a folder of
+    output_dir removed after: the first task's build then costs what every other's does."""
+    import os
+    import shutil
+
+    from hrm_deeploop.pertask.worker import build_task  # lazy: the worker imports this module
+
+    work = Path(cfg.output_dir) / f".warm-{os.getpid()}"
+    grid = [[1, 2], [3, 4]]
+    try:
+        shutil.rmtree(work, ignore_errors=True)
+        build_task(cfg, "warm", {"train": [{"input": grid, "output": grid}] * 2, "test": [{"input": grid}]}, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def build_trainer(prep: Prepared, train_cfg: Any, env: Any) -> Any:
@@ -138,8 +157,27 @@ def build_trainer(prep: Prepared, train_cfg: Any, env: Any) -> Any:
             trainer = prep.build(train_cfg, env)
         except UserError as e:
             raise Refused(prep.trainer, e) from None
+    trainer.start_rng = rng_state(env.device)
     print(trainer.describe(), file=sys.stderr)
     return trainer
+
+
+def rng_state(device: Any) -> dict:
+    """torch's global generators as a trainer leaves them when built: the stream its first step
+    draws from (dropout). A trainer stepped later, after others drew, starts from it again
+    (`train_alone`; a lane's own generator, `vision_lanes.py`)."""
+    import torch  # lazy: torch
+
+    cuda = torch.device(device).type == "cuda"
+    return {"cpu": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state(device) if cuda else None}
+
+
+def set_rng_state(state: dict, device: Any) -> None:
+    import torch  # lazy: torch
+
+    torch.set_rng_state(state["cpu"])
+    if state["cuda"] is not None:
+        torch.cuda.set_rng_state(state["cuda"], device)
 
 
 def train_alone(trainer: Any, train_cfg: Any) -> dict:
@@ -154,6 +192,8 @@ def train_alone(trainer: Any, train_cfg: Any) -> dict:
     stop = min(total, loop.stop_after or total)
     budget = loop.time_budget
     step, losses = 0, []
+    if getattr(trainer, "start_rng", None) is not None:  # others may have drawn since it was built
+        set_rng_state(trainer.start_rng, trainer.env.device)
     begun = time.perf_counter()
     while step < stop:
         if budget is not None and time.perf_counter() - begun >= 60.0 * budget:

@@ -51,6 +51,10 @@ def run(cfg: PerTaskConfig) -> int:
             from hrm_deeploop.pertask.batched import run_shard as run_copies  # lazy: torch where it trains
 
             run_copies(cfg, rank, world, tasks, start)
+        elif cfg.views == "build" and cfg.copies != 1:  # many copies in one process (pertask/build_lanes.py)
+            from hrm_deeploop.pertask.build_lanes import run_shard as run_lanes  # lazy: torch where it trains
+
+            run_lanes(cfg, rank, world, tasks, start)
         else:
             run_shard(cfg, rank, world, tasks, start)
         if rank != 0:

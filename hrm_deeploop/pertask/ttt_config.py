@@ -79,6 +79,7 @@ class PerTaskConfig:
     ks: list[int] = field(default_factory=lambda: [1, 2, 10])  # pass@K reported with `solutions` (K <= 10)
     keep_work: bool = False  # keep each task's dataset, run and evaluation folders (checkpoints included)
     views: str = "build"  # build: build-arc's num_aug views and train/evaluate; official: LoopViT's official loop
+    copies: int = 1  # views=build: tasks' copies trained at once in one process (pertask/build_lanes.py); 1: one at a time; 0: what fits
     official: PerTaskOfficial = field(default_factory=PerTaskOfficial)
     seed: int = 0
     device: str = "auto"
@@ -99,6 +100,7 @@ class PerTaskConfig:
         one_of("trains", self.trains, TRAINS)  # adapt.trains: one owner (training/train_config.py)
         at_least("submitit.shards", self.submitit.shards, 1)
         one_of("views", self.views, VIEWS)
+        at_least("copies", self.copies, 0)
         o = self.official
         for key in ("epochs", "perms", "copies"):
             at_least(f"official.{key}", getattr(o, key), 0)

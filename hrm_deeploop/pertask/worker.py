@@ -138,6 +138,8 @@ def solve(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float) -> dic
             why = e
         except (OSError, MemoryError) as e:
             outside, why = True, e
+        except KeyboardInterrupt:  # a signal made one (the in-process trainer holds none back)
+            outside, why = True, "interrupted"
         except Exception as e:  # the task's own: its data or its commands refused it
             outside, why = bool(OUTSIDE.search(f"{e}")), e
         with contextlib.suppress(OSError):
@@ -155,14 +157,22 @@ def _solve(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float, work:
         if not cfg.keep_work:
             shutil.rmtree(work, ignore_errors=True)
         return result
-    from arc_data.arc.build import BuildConfig, build  # lazy: numba only in the process that builds a task
-
     from hrm_deeploop.pertask.inprocess import solve_build  # lazy: torch, in the process that trains
 
-    out = Path(cfg.output_dir)
     t0 = time.monotonic()
+    tasks, chal = build_task(cfg, tid, task, work)
+    build_s = time.monotonic() - t0
+    summary, train_s, eval_s = solve_build(cfg, tid, tasks, chal, train_minutes, work, eval_batch)
+    return finish_build(cfg, tid, task, tasks, work, summary, train_s, build_s, eval_s, t0)
+
+
+def build_task(cfg: PerTaskConfig, tid: str, task: dict, work: Path) -> tuple[dict[str, dict], Path]:
+    """The task's views as a dataset under `work/data` (build-arc's library call): (the task and its
+    pseudo-tasks, the challenges file they were built from)."""
+    from arc_data.arc.build import BuildConfig, build  # lazy: numba only in the process that builds a task
+
     chal = work / "raw" / "arc-agi_task_challenges.json"
-    chal.parent.mkdir()
+    chal.parent.mkdir(parents=True)
     # no solutions beside it: the build has no test label to leak; a pseudo-task's test output (a
     # demonstration's) is inline, so the vote scores the pseudo-tasks alone
     tasks = {tid: task} | (plan.leave_one_out(tid, task) if cfg.leave_one_out else {})
@@ -171,18 +181,18 @@ def _solve(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float, work:
     # into training (a pseudo-task's would, being labelled)
     build(BuildConfig(sources=[str(chal)], output_dir=str(work / "data"), test_labels="optional", eval_name="task",
                       num_aug=cfg.num_aug, seed=cfg.seed, progress=False))
-    build_s = time.monotonic() - t0
-    summary, train_s, eval_s = solve_build(cfg, tid, tasks, chal, train_minutes, work, eval_batch)
-    return finish_build(cfg, tid, task, tasks, work, summary, train_s, build_s, eval_s, t0)
+    return tasks, chal
 
 
 def finish_build(cfg: PerTaskConfig, tid: str, task: dict, tasks: dict[str, dict], work: Path, summary: dict,
-                 train_s: float, build_s: float, eval_s: float, t0: float) -> dict:
-    """The task's result from its evaluation folder, written last (`tasks/<id>/result.json`)."""
+                 train_s: float, build_s: float, eval_s: float, t0: float, seconds: float | None = None) -> dict:
+    """The task's result from its evaluation folder, written last (`tasks/<id>/result.json`);
+    `seconds`: the task's own (default: since `t0`)."""
     result = {"task": tid, "status": "trained", **ranked_attempts(work / "eval", tid, cfg.poe),
               "steps": summary.get("steps"), "train_seconds": round(train_s, 3),
               "loop_seconds": round(summary.get("wall_time_s") or train_s, 3), "build_seconds": round(build_s, 3),
-              "evaluate_seconds": round(eval_s, 3), "seconds": round(time.monotonic() - t0, 3),
+              "evaluate_seconds": round(eval_s, 3),
+              "seconds": round(time.monotonic() - t0 if seconds is None else seconds, 3),
               "train_minutes_given": None if not math.isfinite(summary.get("minutes", math.inf))
               else round(summary["minutes"], 4)}
     if len(tasks) > 1:  # the pseudo-tasks' held-out demonstrations, scored by each rule
@@ -198,15 +208,8 @@ def solve_by_commands(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: f
     """The command route (build-arc, then `train`/`train-vit init_from=...` and `evaluate` through
     the CLI with override strings, as ttt ran each task before `inprocess`): the reference the
     in-process path is tested against (tests/test_pertask_build_inprocess.py)."""
-    from arc_data.arc.build import BuildConfig, build  # lazy: numba only in the process that builds a task
-
     t0 = time.monotonic()
-    chal = work / "raw" / "arc-agi_task_challenges.json"
-    chal.parent.mkdir(parents=True)
-    tasks = {tid: task} | (plan.leave_one_out(tid, task) if cfg.leave_one_out else {})
-    save_json(chal, tasks)
-    build(BuildConfig(sources=[str(chal)], output_dir=str(work / "data"), test_labels="optional", eval_name="task",
-                      num_aug=cfg.num_aug, seed=cfg.seed, progress=False))
+    tasks, chal = build_task(cfg, tid, task, work)
     build_s = time.monotonic() - t0
     name, train, evaluate = commands(cfg, work, train_minutes, tasks, chal)
     t_train = time.monotonic()

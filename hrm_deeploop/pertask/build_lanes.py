@@ -1,0 +1,345 @@
+"""`ttt views=build` with many tasks' copies at once (`copies`, K): one process keeps K lanes busy,
+each lane one task's trainer (docs/per-task.md#many-copies-at-once-viewsbuild).
+
+A task takes a free lane: its views built (`worker.build_task`), its trainer built in-process
+(`inprocess.build_trainer`: the family's own trainer, from the checkpoint read once and the configs
+composed once), then stepped with its batch-mates until its steps are done or its time share has
+passed (checked before each step, as `inprocess.train_alone`); then its weights go back into its
+trainer, it is predicted and voted in-process (`inprocess.evaluate_trained`), its result is written
+last (`tasks/<id>/result.json`) and the next task takes the lane. A kill keeps every written
+result: a rerun skips them. A task's own failure (its data, a refusal, a diverged loss) is
+recorded as `failed` with the fallback attempts and its batch-mates go on; a failure from outside
+(disk, memory) is recorded as `error` and retried by a rerun.
+
+The lanes contract (a family's "lanes" class, `LANES`):
+
+    lanes = Cls(k, device)
+    lanes.open(lane: int, trainer)    # a task's lone trainer (built as in inprocess.py, not yet
+                                      # stepped) takes the lane
+    lanes.step() -> dict[int, float]  # one optimiser step of every open lane, each on its own
+                                      # trainer's next batch with its own schedule; each lane's loss
+    lanes.close(lane) -> None         # the lane's trained weights written back into its trainer's
+                                      # model (ready for the in-process prediction); the lane freed
+    lanes.fits(trainer) -> str | None # optional: why this trainer cannot take a lane of this set
+    lanes.diverged: dict[int, str]    # optional: lanes whose last step was not finite, and why
+
+A lane's numbers must not depend on its batch-mates. A trainer that does not fit the open lanes
+waits until every lane is free, then starts a new set; a family without a lanes class runs K = 1
+(`pool.py`, one task at a time per worker, in-process).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import shutil
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hrm_deeploop.pertask import plan, worker
+from hrm_deeploop.pertask.budget import Clock
+from hrm_deeploop.pertask.ttt_config import PerTaskConfig
+
+
+def _vision() -> type:
+    from hrm_deeploop.pertask.vision_lanes import VisionCopies  # lazy: torch
+
+    return VisionCopies
+
+
+def _reasoners() -> type:
+    from hrm_deeploop.pertask.reasoner_copies import ReasonerCopies  # lazy: torch
+
+    return ReasonerCopies
+
+
+# a family's name -> its lanes class (families without one train one task at a time)
+LANES: dict[str, Callable[[], type]] = {"loopvit": _vision}
+AUTO_MAX = {"cpu": 4, "cuda": 32}  # copies=0: at most this many lanes
+
+
+def lanes_class(family: str) -> type | None:
+    return LANES[family]() if family in LANES else None
+
+
+def lanes_for(cfg: PerTaskConfig, pending: int) -> int:
+    """K: `copies`, or (0) what fits (the device's memory over six copies of the checkpoint per lane,
+    as `checks.check_views` counts a worker's, at most AUTO_MAX), at most the tasks to run; 1 for a
+    family without a lanes class."""
+    from hrm_deeploop import families  # lazy: the registry
+
+    if lanes_class(families.of_checkpoint(cfg.checkpoint).name) is None or pending <= 1:
+        return 1
+    if cfg.copies:
+        return min(cfg.copies, pending)
+    import torch  # lazy: only to size K
+
+    from hrm_deeploop import checkpoint as ckpt  # lazy: torch
+
+    cuda = torch.cuda.is_available() and cfg.device in ("auto", "cuda") or cfg.device.startswith("cuda")
+    memory = torch.cuda.mem_get_info()[0] if cuda else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    per_lane = 6 * ckpt.resolve(cfg.checkpoint).stat().st_size
+    return max(1, min(int(0.5 * memory // max(per_lane, 1)), AUTO_MAX["cuda" if cuda else "cpu"], pending))
+
+
+@dataclass
+class Lane:
+    tid: str
+    work: Path
+    log: Any  # its log file (what its build, trainer and evaluation print)
+    group: dict = field(default_factory=dict)  # the task and its pseudo-tasks
+    chal: Path | None = None
+    trainer: Any = None
+    train_cfg: Any = None
+    eval_cfg: Any = None
+    minutes: float = math.inf  # its training share
+    opened: float = 0.0  # time.perf_counter() at its first step
+    steps: int = 0
+    losses: list[float] = field(default_factory=list)
+    build_s: float = 0.0
+    train_s: float = 0.0  # building its trainer, and its share of the steps
+    loop_s: float = 0.0  # its share of the steps
+    refused: bool = False  # the open lanes refused it: it waits until every lane is free
+
+
+class Engine:
+    """K lanes of one family's trainers over the tasks of a shard (module docstring)."""
+
+    def __init__(self, cfg: PerTaskConfig, tasks: dict[str, dict], cls: type, k: int, env: Any, clock: Clock,
+                 said: Callable[[str, dict], None]):
+        from hrm_deeploop.pertask.inprocess import prepared  # lazy: torch
+
+        self.cfg, self.tasks, self.cls, self.k, self.env, self.clock, self.said = cfg, tasks, cls, k, env, clock, said
+        self.prep = prepared(cfg)
+        self.out = Path(cfg.output_dir)
+        self.lanes = cls(k, env.device)
+        self.slots: list[Lane | None] = [None] * k
+        self.waiting: deque[Lane] = deque()
+        self.used = False  # a lane of this set has been opened
+
+    def run(self, pending: deque) -> None:
+        while pending or self.waiting or any(self.slots):
+            self.fill(pending)
+            for i, ln in enumerate(self.slots):  # before a step: its steps done, or its share spent
+                if ln is not None and (ln.steps >= ln.trainer.total_steps or
+                                       time.perf_counter() - ln.opened >= 60.0 * ln.minutes):
+                    self.finish(i)
+            open_ = [i for i, ln in enumerate(self.slots) if ln is not None]
+            if not open_:
+                continue
+            t0 = time.perf_counter()
+            losses = self.lanes.step()
+            dt = (time.perf_counter() - t0) / len(open_)
+            for i in open_:
+                ln = self.slots[i]
+                ln.steps += 1
+                ln.losses.append(losses[i])
+                ln.train_s += dt
+                ln.loop_s += dt
+            for i, why in dict(getattr(self.lanes, "diverged", {}) or {}).items():
+                self.fail(i, f"hrm-deeploop {self.prep.trainer}: error: training diverged: {why}")
+
+    def fill(self, pending: deque) -> None:
+        """Every free lane takes the next task that fits. Once every lane is free, a new set of lanes
+        starts (for the shapes of the task that takes it); a trainer even a new set refuses trains
+        alone (`alone`), as K = 1 does."""
+        for i in range(self.k):
+            while self.slots[i] is None:
+                ln = self.next_lane(pending)
+                if ln is None:
+                    return
+                fresh = not any(self.slots)
+                if fresh and self.used:
+                    self.lanes, self.used = self.cls(self.k, self.env.device), False
+                try:
+                    with self._to(ln):
+                        self.lanes.open(i, ln.trainer)
+                except AssertionError as e:  # the lanes' refusal (`fits`, or the class's own checks)
+                    if fresh:
+                        self.alone(ln, str(e))
+                    else:
+                        ln.refused = True
+                        self.waiting.append(ln)
+                    continue
+                self.used = True
+                ln.opened = time.perf_counter()
+                self.slots[i] = ln
+
+    def next_lane(self, pending: deque) -> Lane | None:
+        """A waiting task that fits (any, once every lane is free), else the next pending one that
+        fits (one that does not waits, at most K of them)."""
+        fresh = not any(self.slots)
+        for j, ln in enumerate(self.waiting):
+            if fresh or (not ln.refused and self._fits(ln)):
+                del self.waiting[j]
+                return ln
+        while pending and len(self.waiting) < self.k:
+            ln = self.start(pending.popleft(), len(pending))
+            if ln is None:
+                continue
+            if self._fits(ln):
+                return ln
+            self.waiting.append(ln)
+        return None
+
+    def alone(self, ln: Lane, why: str) -> None:
+        """A trainer no lane holds, trained alone here (from its own generator state)."""
+        from hrm_deeploop.pertask.inprocess import train_alone  # lazy: torch
+
+        try:
+            with self._to(ln):
+                print(f"ttt: trained alone: {why}", file=sys.stderr)
+                t0 = time.monotonic()
+                summary = train_alone(ln.trainer, ln.train_cfg)
+        except Exception as e:  # noqa: BLE001 - judged by `verdict`
+            self.failed(ln, e)
+            return
+        ln.steps, ln.loop_s = summary["steps"], summary["wall_time_s"]
+        ln.train_s += time.monotonic() - t0
+        self.complete(ln, summary["status"])
+
+    def _fits(self, ln: Lane) -> bool:
+        fits = getattr(self.lanes, "fits", None)
+        return fits is None or fits(ln.trainer) is None
+
+    @contextlib.contextmanager
+    def _to(self, ln: Lane):
+        with contextlib.redirect_stdout(ln.log), contextlib.redirect_stderr(ln.log):
+            yield
+
+    def start(self, tid: str, left: int) -> Lane | None:
+        """The task's views and trainer (its share of the time first); None when it ended here."""
+        from hrm_deeploop.pertask.inprocess import build_trainer  # lazy: torch
+
+        root = plan.task_dir(self.out, tid)
+        work = root / worker.WORK
+        shutil.rmtree(work, ignore_errors=True)
+        try:
+            work.mkdir(parents=True)
+            ln = Lane(tid, work, open(root / worker.LOG, "w"))
+        except OSError as e:
+            self.record(tid, "error", f"{root}: {e.strerror or e}")
+            return None
+        if self.clock.budget_min is not None:
+            share = 0.9 * (self.clock.end - time.time()) / math.ceil((left + 1) / self.k)
+            if share < 60 * self.cfg.min_task_minutes:
+                ln.log.close()
+                self.record(tid, "fallback", f"time budget spent before it started ({max(share, 0) / 60:.2f} min of "
+                                             f"training left, min_task_minutes={self.cfg.min_task_minutes:g})")
+                return None
+            ln.minutes = share / 60
+        try:
+            with self._to(ln):
+                t0 = time.monotonic()
+                ln.group, ln.chal = worker.build_task(self.cfg, tid, self.tasks[tid], work)
+                ln.build_s = time.monotonic() - t0
+                t0 = time.monotonic()
+                ln.train_cfg, ln.eval_cfg = self.prep.task_configs(work, ln.minutes, ln.group, ln.chal,
+                                                                   worker.eval_batch)
+                ln.trainer = build_trainer(self.prep, ln.train_cfg, self.env)
+                ln.train_s = time.monotonic() - t0
+        except Exception as e:  # noqa: BLE001 - judged by `verdict`: the task's own, or from outside
+            self.failed(ln, e)
+            return None
+        return ln
+
+    def finish(self, i: int) -> None:
+        """Lane i's task: weights back into its trainer, predicted, voted, its result written."""
+        ln, self.slots[i] = self.slots[i], None
+        self.lanes.close(i)
+        self.complete(ln, "finished" if ln.steps >= ln.trainer.total_steps else "stopped")
+
+    def complete(self, ln: Lane, status: str) -> None:
+        from hrm_deeploop.pertask.inprocess import evaluate_trained  # lazy: torch
+
+        summary = {"steps": ln.steps, "wall_time_s": ln.loop_s, "minutes": ln.minutes, "status": status}
+        try:
+            with self._to(ln):
+                print(f"done: step {ln.steps}, {status}", file=sys.stderr)
+                t0 = time.monotonic()
+                evaluate_trained(self.prep, ln.trainer, ln.steps, ln.eval_cfg, ln.work, self.cfg.keep_work)
+                eval_s = time.monotonic() - t0
+                res = worker.finish_build(self.cfg, ln.tid, self.tasks[ln.tid], ln.group, ln.work, summary, ln.train_s,
+                                          ln.build_s, eval_s, t0, seconds=ln.build_s + ln.train_s + eval_s)
+        except Exception as e:  # noqa: BLE001 - judged by `verdict`
+            self.failed(ln, e)
+            return
+        ln.log.close()
+        self.said(ln.tid, res)
+
+    def fail(self, i: int, why: str) -> None:
+        ln, self.slots[i] = self.slots[i], None
+        self.lanes.close(i)
+        self.failed(ln, worker.TaskFailed(why))
+
+    def failed(self, ln: Lane, e: BaseException) -> None:
+        status, why = verdict(e)
+        with contextlib.suppress(OSError):
+            print(f"ttt: {ln.tid}: {why}", file=ln.log)
+            ln.log.close()
+        self.record(ln.tid, status, f"{why} (log: {plan.task_dir(self.out, ln.tid) / worker.LOG})")
+
+    def record(self, tid: str, status: str, why: str) -> None:
+        res = {"task": tid, "status": status, "reason": why[:300], "attempts": plan.fallback_attempts(self.tasks[tid])}
+        try:
+            plan.write_result(self.out, tid, res)
+        except OSError as e:  # a full disk: the task stays unfinished; the merge falls back
+            print(f"ttt: {tid}: could not record its result ({e.strerror or e}); it will be retried", flush=True)
+        self.said(tid, res)
+
+
+def verdict(e: BaseException) -> tuple[str, str]:
+    """(status, reason): `error` for a failure from outside the task (disk, memory; retried by a
+    rerun), else `failed` (the task's own; finished)."""
+    outside = isinstance(e, (OSError, MemoryError, worker.OutsideFailure)) or bool(worker.OUTSIDE.search(f"{e}"))
+    return ("error" if outside else "failed"), (str(e).splitlines()[0][:300] if str(e) else type(e).__name__)
+
+
+def run_shard(cfg: PerTaskConfig, index: int, count: int, tasks: dict[str, dict] | None = None,
+              start: float | None = None) -> dict[str, int]:
+    """`pool.run_shard` with K lanes in this process (`workers` is not used: the lanes are the
+    parallelism); K = 1 (or a family without lanes): `pool.run_shard`."""
+    import torch  # lazy: torch where it trains
+
+    from hrm_deeploop import families, runtime  # lazy: torch
+    from hrm_deeploop.pertask.pool import run_shard as one_at_a_time  # lazy: the pool's processes
+
+    tasks = tasks if tasks is not None else plan.load_challenges(cfg.challenges)
+    out = Path(cfg.output_dir)
+    mine = plan.shard(list(tasks), index, count)
+    pending = deque(t for t in mine if plan.finished(out, t) is None)
+    k = lanes_for(cfg, len(pending))
+    if k == 1:
+        return one_at_a_time(cfg, index, count, tasks, start)
+    clock = Clock(cfg.time_budget, start if start is not None else time.time(), scores=bool(cfg.solutions))
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    counts: dict[str, int] = {}
+    state = {"done": 0}
+
+    def said(tid: str, res: dict) -> None:
+        state["done"] += 1
+        counts[res["status"]] = counts.get(res["status"], 0) + 1
+        note = res.get("reason") or (f"{res['steps']} steps, {res['seconds']:.1f} s ({res['train_seconds']:.1f} s "
+                                     "training)")
+        print(f"ttt: [{state['done']}/{total}] {tid}: {res['status']}, {note}", flush=True)
+
+    total = len(pending)
+    env = runtime.setup(cfg.device)
+    try:
+        t0 = time.monotonic()
+        fam = families.of_checkpoint(cfg.checkpoint)
+        engine = Engine(cfg, tasks, lanes_class(fam.name), k, env, clock, said)
+        print(f"ttt: {len(mine)} tasks: {len(mine) - total} already finished, {total} to run as {k} copies at once "
+              f"(copies={cfg.copies or 'auto'}), {torch.get_num_threads()} thread(s), device={env.device}, "
+              f"built in {time.monotonic() - t0:.1f} s", flush=True)
+        engine.run(pending)
+    finally:
+        runtime.teardown()
+    return counts
