@@ -164,3 +164,22 @@ def test_sigkill_mid_set_then_rerun_keeps_the_finished(vit, tmp_path):
     assert all((out / "tasks" / t / "result.json").read_bytes() == b for t, b in done.items())
     assert {plan.finished(out, t)["status"] for t in tasks} <= {"trained", "trained-no-grid", "failed"}
     assert json.loads((out / "ttt_summary.json").read_text())["tasks"] == 4
+
+
+def test_hrm_lanes_equal_one_at_a_time(pretrained, tmp_path):  # noqa: F811
+    """The reasoners' lanes (`reasoner_copies.ReasonerCopies`) for a tiny HRM: K = 2 over two tasks
+    gives each task's K = 1 result and weights."""
+    root, chal = pretrained
+    assert build_lanes.lanes_class("hrm") is not None
+    alone = _alone(root / "run", chal, tmp_path / "k1")
+    cfg = _cfg(root / "run", chal, tmp_path / "k2", copies=2)
+    assert build_lanes.lanes_for(cfg, 2) == 2
+    counts = build_lanes.run_shard(cfg, 0, 1)
+    assert sum(counts.values()) == 2 and not counts.get("failed"), counts
+    for tid, want in alone.items():
+        assert want["status"].startswith("trained")
+        assert "ttt: trained alone" not in (plan.task_dir(tmp_path / "k2", tid) / worker.LOG).read_text()
+        assert _strip(plan.finished(tmp_path / "k2", tid)) == _strip(want), tid
+        sa, sb = (ckpt.load(ckpt.resolve(plan.task_dir(o, tid) / "work" / "run")) for o in (tmp_path / "k2",
+                                                                                          tmp_path / "k1"))
+        assert all(torch.equal(sa["model"][n], sb["model"][n]) for n in sb["model"]), tid

@@ -1,7 +1,7 @@
 """`ttt views=build` with many tasks' copies at once (`copies`, K): one process keeps K lanes busy,
 each lane one task's trainer (docs/per-task.md#many-copies-at-once-viewsbuild).
 
-A task takes a free lane: its views built (`worker.build_task`), its trainer built in-process
+A task takes a free lane: its views built (`inprocess.build_task`), its trainer built in-process
 (`inprocess.build_trainer`: the family's own trainer, from the checkpoint read once and the configs
 composed once), then stepped with its batch-mates until its steps are done or its time share has
 passed (checked before each step, as `inprocess.train_alone`); then its weights go back into its
@@ -15,7 +15,8 @@ The lanes contract (a family's "lanes" class, `LANES`):
 
     lanes = Cls(k, device)
     lanes.open(lane: int, trainer)    # a task's lone trainer (built as in inprocess.py, not yet
-                                      # stepped) takes the lane
+                                      # stepped) takes the lane; AssertionError / ValueError (e.g.
+                                      # reasoner_copies.Unsupported): refused, nothing changed
     lanes.step() -> dict[int, float]  # one optimiser step of every open lane, each on its own
                                       # trainer's next batch with its own schedule; each lane's loss
     lanes.close(lane) -> None         # the lane's trained weights written back into its trainer's
@@ -42,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hrm_deeploop.pertask import plan, worker
+from hrm_deeploop.pertask import inprocess, plan, worker
 from hrm_deeploop.pertask.budget import Clock
 from hrm_deeploop.pertask.ttt_config import PerTaskConfig
 
@@ -60,7 +61,7 @@ def _reasoners() -> type:
 
 
 # a family's name -> its lanes class (families without one train one task at a time)
-LANES: dict[str, Callable[[], type]] = {"loopvit": _vision}
+LANES: dict[str, Callable[[], type]] = {"loopvit": _vision, "hrm": _reasoners, "trm": _reasoners, "urm": _reasoners}
 AUTO_MAX = {"cpu": 4, "cuda": 32}  # copies=0: at most this many lanes
 
 
@@ -160,7 +161,7 @@ class Engine:
                 try:
                     with self._to(ln):
                         self.lanes.open(i, ln.trainer)
-                except AssertionError as e:  # the lanes' refusal (`fits`, or the class's own checks)
+                except (AssertionError, ValueError) as e:  # the lanes' refusal (`fits`, their own checks)
                     if fresh:
                         self.alone(ln, str(e))
                     else:
@@ -237,11 +238,11 @@ class Engine:
         try:
             with self._to(ln):
                 t0 = time.monotonic()
-                ln.group, ln.chal = worker.build_task(self.cfg, tid, self.tasks[tid], work)
+                ln.group, ln.chal = inprocess.build_task(self.cfg, tid, self.tasks[tid], work)
                 ln.build_s = time.monotonic() - t0
                 t0 = time.monotonic()
                 ln.train_cfg, ln.eval_cfg = self.prep.task_configs(work, ln.minutes, ln.group, ln.chal,
-                                                                   worker.eval_batch)
+                                                                   inprocess.eval_batch)
                 ln.trainer = build_trainer(self.prep, ln.train_cfg, self.env)
                 ln.train_s = time.monotonic() - t0
         except Exception as e:  # noqa: BLE001 - judged by `verdict`: the task's own, or from outside

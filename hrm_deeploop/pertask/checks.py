@@ -47,7 +47,7 @@ def before_the_first_task(cfg) -> tuple[dict[str, dict], Path, dict]:
     """Every check of the module docstring, in order, nothing written; then the preset's sizes set on
     `cfg` (one line says what it chose). Returns the tasks, the output folder and the set's identity."""
     from arc_data.files.guard import check_output_dir  # lazy: only the command's entry checks its folder
-    from hrm_deeploop.pertask import plan, presets, worker  # lazy: plan reads challenges through this module
+    from hrm_deeploop.pertask import inprocess, plan, presets, worker  # lazy: plan reads challenges here
     from hrm_deeploop.pertask.strict import check_protocol  # lazy: the strict record reads runs' files
 
     if not cfg.checkpoint:
@@ -78,7 +78,7 @@ def before_the_first_task(cfg) -> tuple[dict[str, dict], Path, dict]:
         tid = next(iter(tasks))
         work = out / "tasks" / tid / worker.WORK
         group = {tid: tasks[tid]} | (plan.leave_one_out(tid, tasks[tid]) if cfg.leave_one_out else {})
-        name, train, evaluate = worker.commands(cfg, work, 1.0, group, work / "raw" / "challenges.json")
+        name, train, evaluate = inprocess.commands(cfg, work, 1.0, group, work / "raw" / "challenges.json")
         user = len(cfg.train_overrides)
         check_overrides([(name, train[:len(train) - user], train[len(train) - user:]),
                          ("evaluate", evaluate[:len(evaluate) - len(cfg.eval_overrides)], list(cfg.eval_overrides))])

@@ -7,7 +7,7 @@ What a process builds once (`Prepared`, at the worker's start, before any task's
   (`checkpoint.held`), so each task's trainer starts from it (its own copy of the tensors: the
   trainer's model is built and the weights copied in) without reading the file again;
 - the trainer's typed config and `evaluate`'s, composed once from the very arguments the command
-  route gives (`worker.commands`, the user's overrides last, `init_from`'s inherited settings
+  route gives (`commands`, the user's overrides last, `init_from`'s inherited settings
   included); a task's copy of them differs only in its folders, its time share, its epochs per
   iteration and its evaluation batch;
 - the trainer's and the evaluator's modules imported, and build-arc's compiled kernels compiled on
@@ -34,10 +34,73 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from arc_data.files.jsonio import save_json
 from hrm_deeploop.errors import UserError
+from hrm_deeploop.pertask import plan
 from hrm_deeploop.pertask.ttt_config import PerTaskConfig
 
 RUN, EVAL = "run", "eval"
+
+
+def commands(cfg: PerTaskConfig, work: Path, train_minutes: float, tasks: dict[str, dict], chal: Path
+             ) -> tuple[str, list[str], list[str]]:
+    """The task's train command (its name and arguments) and its evaluate arguments (but the batch),
+    the user's overrides last. `run.py` composes them once before the first task (`checks`)."""
+    from hrm_deeploop.families import of_checkpoint  # lazy: the registry, read once per task
+
+    fam = of_checkpoint(cfg.checkpoint)  # its trainer, and whether it takes adapt.* (the puzzle table)
+    poe = cfg.poe  # evaluate scores canvases too (eval.arc.poe.canvas_table)
+    # the trainer's init_from carries the pretraining run's settings (training/inherit.py: optimiser,
+    # logger and what the family needs to run, e.g. LoopViT's canvas); the task's own come after
+    train = [f"init_from={cfg.checkpoint}", f"data_dir={work / 'data'}", f"output_dir={work / 'run'}",
+             f"train.max_steps={cfg.steps}", f"train.global_batch_size={cfg.batch}", "logger=none",
+             "train.progress=false", f"seed={cfg.seed}", f"device={cfg.device}"]
+    if fam.adapts:  # the reasoners grow their puzzle table; LoopViT fine-tunes everything, as the official TTT
+        train.append(f"adapt.trains={cfg.trains}")
+    if math.isfinite(train_minutes):
+        train.append(f"train.time_budget={max(train_minutes, 0.0):.4f}")
+    if cfg.lr is not None:
+        train.append(f"optim.lr={cfg.lr}")
+    if not any(o.startswith("train.epochs_per_iter=") for o in cfg.train_overrides):
+        train.append(f"train.epochs_per_iter={epochs_per_iter(cfg.batch, tasks)}")
+    evaluate = [f"checkpoint={work / 'run'}", f"data_dir={work / 'data'}", f"output_dir={work / 'eval'}",
+                f"challenges={chal}", "progress=false", "report=false", f"device={cfg.device}",
+                f"poe={str(poe).lower()}", f"passes={cfg.passes}", f"tta_seed={cfg.seed}", *cfg.eval_overrides]
+    return fam.trainer, train + list(cfg.train_overrides), evaluate
+
+
+def epochs_per_iter(batch: int, tasks: dict[str, dict]) -> int:
+    """A task (or pseudo-task) is one group: a sampler epoch yields one view's demonstrations of
+    each, so one iteration must span enough epochs to fill a batch."""
+    per_epoch = sum(len(t["train"]) for t in tasks.values())
+    return max(1, math.ceil(batch / max(1, per_epoch)))
+
+
+def build_task(cfg: PerTaskConfig, tid: str, task: dict, work: Path) -> tuple[dict[str, dict], Path]:
+    """The task's views as a dataset under `work/data` (build-arc's library call): (the task and its
+    pseudo-tasks, the challenges file they were built from)."""
+    from arc_data.arc.build import BuildConfig, build  # lazy: numba only in the process that builds a task
+
+    chal = work / "raw" / "arc-agi_task_challenges.json"
+    chal.parent.mkdir(parents=True)
+    # no solutions beside it: the build has no test label to leak; a pseudo-task's test output (a
+    # demonstration's) is inline, so the vote scores the pseudo-tasks alone
+    tasks = {tid: task} | (plan.leave_one_out(tid, task) if cfg.leave_one_out else {})
+    save_json(chal, tasks)
+    # every task of the file is an evaluation task (eval_name): test pairs go to the test split, never
+    # into training (a pseudo-task's would, being labelled)
+    build(BuildConfig(sources=[str(chal)], output_dir=str(work / "data"), test_labels="optional", eval_name="task",
+                      num_aug=cfg.num_aug, seed=cfg.seed, progress=False))
+    return tasks, chal
+
+
+def eval_batch(data_dir: Path, cap: int = 256) -> int:
+    """The evaluation batch for a task's test split: evaluate pads every batch to its global size, so
+    the fewest equal batches of at most `cap` rows that hold the split (one batch of 9 rows, not 16)."""
+    from hrm_deeploop.data.batches import open_dataset  # lazy: torch only in the process that trains a task
+
+    rows = max(1, int(open_dataset(str(data_dir), "test").num_examples))
+    return math.ceil(rows / math.ceil(rows / cap))
 
 
 def _reasoner_build() -> Callable:
@@ -82,8 +145,6 @@ class Prepared:
     def task_configs(self, work: Path, train_minutes: float, group: dict[str, dict], chal: Path,
                      eval_batch: Callable[[Path], int]) -> tuple[Any, Any]:
         """The task's train and evaluate configs: the composed ones with its own folders and values."""
-        from hrm_deeploop.pertask.worker import epochs_per_iter  # lazy: the worker imports this module
-
         train = copy.deepcopy(self.train_cfg)
         train.data_dir, train.output_dir = str(work / "data"), str(work / RUN)
         train.train.time_budget = round(max(train_minutes, 0.0), 4) if math.isfinite(train_minutes) else None
@@ -108,9 +169,12 @@ def prepared(cfg: PerTaskConfig) -> Prepared:
     import io
 
     from hrm_deeploop import checkpoint as ckpt  # lazy: torch, in the process that trains
-    from hrm_deeploop.cli import COMMANDS, compose, resolve  # lazy: the CLI's command table imports this package
+    from hrm_deeploop.cli import (  # lazy: the CLI's command table imports this package
+        COMMANDS,
+        compose,
+        resolve,
+    )
     from hrm_deeploop.cli import prepare as with_inherited  # lazy: as above
-    from hrm_deeploop.pertask.worker import commands  # lazy: the worker imports this module
 
     work = Path(cfg.output_dir) / "tasks" / "_prepare" / "work"  # a placeholder: each task sets its own
     tid = "task"
@@ -135,8 +199,6 @@ def warm_build(cfg: PerTaskConfig) -> None:
     output_dir removed after: the first task's build then costs what every other's does."""
     import os
     import shutil
-
-    from hrm_deeploop.pertask.worker import build_task  # lazy: the worker imports this module
 
     work = Path(cfg.output_dir) / f".warm-{os.getpid()}"
     grid = [[1, 2], [3, 4]]
@@ -261,8 +323,6 @@ def solve_build(cfg: PerTaskConfig, tid: str, group: dict[str, dict], chal: Path
     train_s = time.monotonic() - t0
     t1 = time.monotonic()
     if cfg.keep_work:
-        from arc_data.files.jsonio import save_json  # lazy: only with keep_work
-
         (work / RUN).mkdir(parents=True, exist_ok=True)
         save_json(work / RUN / "summary.json", {k: v for k, v in summary.items() if k != "minutes"})
     evaluate_trained(prep, trainer, summary["steps"], eval_cfg, work, cfg.keep_work)

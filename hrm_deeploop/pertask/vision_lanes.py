@@ -56,7 +56,7 @@ class VisionCopies:
 
     def fits(self, trainer) -> str | None:
         """None when `trainer` can take a lane of this set; else why not."""
-        o, m = trainer.cfg.optim, trainer.model
+        m = trainer.model
         if trainer.ema is not None:
             return "train.ema (a weight average per lane is not kept)"
         if any(hasattr(x, "explicit") and not x.explicit and x.dropout > 0 for x in m.modules()):

@@ -30,8 +30,9 @@ import threading
 import time
 from pathlib import Path
 
-from arc_data.files.jsonio import parse_json, save_json
+from arc_data.files.jsonio import parse_json
 from hrm_deeploop.pertask import plan
+from hrm_deeploop.pertask.inprocess import build_task, commands, eval_batch, solve_build
 from hrm_deeploop.pertask.official_solve import solve_official
 from hrm_deeploop.pertask.ttt_config import PerTaskConfig
 
@@ -157,31 +158,11 @@ def _solve(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: float, work:
         if not cfg.keep_work:
             shutil.rmtree(work, ignore_errors=True)
         return result
-    from hrm_deeploop.pertask.inprocess import solve_build  # lazy: torch, in the process that trains
-
     t0 = time.monotonic()
     tasks, chal = build_task(cfg, tid, task, work)
     build_s = time.monotonic() - t0
     summary, train_s, eval_s = solve_build(cfg, tid, tasks, chal, train_minutes, work, eval_batch)
     return finish_build(cfg, tid, task, tasks, work, summary, train_s, build_s, eval_s, t0)
-
-
-def build_task(cfg: PerTaskConfig, tid: str, task: dict, work: Path) -> tuple[dict[str, dict], Path]:
-    """The task's views as a dataset under `work/data` (build-arc's library call): (the task and its
-    pseudo-tasks, the challenges file they were built from)."""
-    from arc_data.arc.build import BuildConfig, build  # lazy: numba only in the process that builds a task
-
-    chal = work / "raw" / "arc-agi_task_challenges.json"
-    chal.parent.mkdir(parents=True)
-    # no solutions beside it: the build has no test label to leak; a pseudo-task's test output (a
-    # demonstration's) is inline, so the vote scores the pseudo-tasks alone
-    tasks = {tid: task} | (plan.leave_one_out(tid, task) if cfg.leave_one_out else {})
-    save_json(chal, tasks)
-    # every task of the file is an evaluation task (eval_name): test pairs go to the test split, never
-    # into training (a pseudo-task's would, being labelled)
-    build(BuildConfig(sources=[str(chal)], output_dir=str(work / "data"), test_labels="optional", eval_name="task",
-                      num_aug=cfg.num_aug, seed=cfg.seed, progress=False))
-    return tasks, chal
 
 
 def finish_build(cfg: PerTaskConfig, tid: str, task: dict, tasks: dict[str, dict], work: Path, summary: dict,
@@ -225,40 +206,6 @@ def solve_by_commands(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: f
     return finish_build(cfg, tid, task, tasks, work, summary, train_s, build_s, time.monotonic() - t_eval, t0)
 
 
-def epochs_per_iter(batch: int, tasks: dict[str, dict]) -> int:
-    """A task (or pseudo-task) is one group: a sampler epoch yields one view's demonstrations of
-    each, so one iteration must span enough epochs to fill a batch."""
-    per_epoch = sum(len(t["train"]) for t in tasks.values())
-    return max(1, math.ceil(batch / max(1, per_epoch)))
-
-
-def commands(cfg: PerTaskConfig, work: Path, train_minutes: float, tasks: dict[str, dict], chal: Path
-             ) -> tuple[str, list[str], list[str]]:
-    """The task's train command (its name and arguments) and its evaluate arguments (but the batch),
-    the user's overrides last. `run.py` composes them once before the first task (`checks`)."""
-    from hrm_deeploop.families import of_checkpoint  # lazy: the registry, read once per task
-
-    fam = of_checkpoint(cfg.checkpoint)  # its trainer, and whether it takes adapt.* (the puzzle table)
-    poe = cfg.poe  # evaluate scores canvases too (eval.arc.poe.canvas_table)
-    # the trainer's init_from carries the pretraining run's settings (training/inherit.py: optimiser,
-    # logger and what the family needs to run, e.g. LoopViT's canvas); the task's own come after
-    train = [f"init_from={cfg.checkpoint}", f"data_dir={work / 'data'}", f"output_dir={work / 'run'}",
-             f"train.max_steps={cfg.steps}", f"train.global_batch_size={cfg.batch}", "logger=none",
-             "train.progress=false", f"seed={cfg.seed}", f"device={cfg.device}"]
-    if fam.adapts:  # the reasoners grow their puzzle table; LoopViT fine-tunes everything, as the official TTT
-        train.append(f"adapt.trains={cfg.trains}")
-    if math.isfinite(train_minutes):
-        train.append(f"train.time_budget={max(train_minutes, 0.0):.4f}")
-    if cfg.lr is not None:
-        train.append(f"optim.lr={cfg.lr}")
-    if not any(o.startswith("train.epochs_per_iter=") for o in cfg.train_overrides):
-        train.append(f"train.epochs_per_iter={epochs_per_iter(cfg.batch, tasks)}")
-    evaluate = [f"checkpoint={work / 'run'}", f"data_dir={work / 'data'}", f"output_dir={work / 'eval'}",
-                f"challenges={chal}", "progress=false", "report=false", f"device={cfg.device}",
-                f"poe={str(poe).lower()}", f"passes={cfg.passes}", f"tta_seed={cfg.seed}", *cfg.eval_overrides]
-    return fam.trainer, train + list(cfg.train_overrides), evaluate
-
-
 def run_command(name: str, args: list[str], tid: str) -> None:
     """One of the task's commands, in this process; a non-zero exit raised as the task's own failure,
     or as one from outside when a signal ended it (the error line's errno is judged by `solve`)."""
@@ -293,15 +240,6 @@ def fill_attempts(result: dict, task: dict) -> None:
     result["fallback_attempts"] = filled
     if no_grid and result["status"] == "trained":
         result["status"] = "trained-no-grid"
-
-
-def eval_batch(data_dir: Path, cap: int = 256) -> int:
-    """The evaluation batch for a task's test split: evaluate pads every batch to its global size, so
-    the fewest equal batches of at most `cap` rows that hold the split (one batch of 9 rows, not 16)."""
-    from hrm_deeploop.data.batches import open_dataset  # lazy: torch only in the process that trains a task
-
-    rows = max(1, int(open_dataset(str(data_dir), "test").num_examples))
-    return math.ceil(rows / math.ceil(rows / cap))
 
 
 def ranked_attempts(folder: Path, tid: str, poe: bool) -> dict:
