@@ -10,6 +10,7 @@ and peak RSS are its own:
 
     PYTHONPATH=. python benchmarks/bench_vote.py [--tasks 400 --copies 1001 --workdir DIR --report]
     PYTHONPATH=. python benchmarks/bench_vote.py --copies 301 --reference benchmarks/out/hrm-reference --repeats 3
+    PYTHONPATH=. python benchmarks/bench_vote.py --copies 301 --workdir DIR --floor --repeats 5
 
 With `--reference` (a checkout of sapientinc/HRM, not shipped) the same predictions are also scored
 by HRM's arc_eval.ipynb: its code cells run in a child process, their `test()` timed on the
@@ -95,11 +96,22 @@ def make(workdir: Path, num_tasks: int, copies: int, two_test: int, seed: int) -
     return path
 
 
-def run_vote(workdir: Path, report: bool) -> tuple[float, float, str]:
+FRESH: list[Path] = []  # output folders of --fresh runs, removed when the benchmark ends
+
+
+def run_vote(workdir: Path, report: bool, fresh: bool = False) -> tuple[float, float, str, float]:
+    """One vote CLI process: (wall s, peak RSS MiB, its output, CPU s: user + sys). Into workdir/out
+    with overwrite=true, or with `fresh` into a new folder (kept until the benchmark ends: on ext4
+    without a journal, files deleted in the last 30 s make every file created near them slower,
+    0.1-0.3 s of kernel time for the report's 400 files when the same folder is rewritten within 30 s)."""
+    out_dir = workdir / "out"
+    if fresh:
+        out_dir = Path(tempfile.mkdtemp(prefix="out_", dir=workdir)) / "out"
+        FRESH.append(out_dir.parent)
     cmd = [
         sys.executable, "-m", "hrm_deeploop.cli", "vote",
         f"predictions={workdir / 'predictions.npz'}", f"data_dir={workdir / 'data'}",
-        f"output_dir={workdir / 'out'}", f"report={str(report).lower()}", "overwrite=true",
+        f"output_dir={out_dir}", f"report={str(report).lower()}", "overwrite=true",
     ]
     env = dict(os.environ, PYTHONPATH=str(REPO))
     t0 = time.perf_counter()
@@ -109,7 +121,10 @@ def run_vote(workdir: Path, report: bool) -> tuple[float, float, str]:
     wall = time.perf_counter() - t0
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"vote failed:\n{out}")
-    return wall, usage.ru_maxrss / 1024, out  # MiB (ru_maxrss is KiB on Linux)
+    if fresh:  # where the checks below read the results
+        shutil.copyfile(out_dir / "pass_at_k.json", workdir / "pass_at_k.json")
+        shutil.copyfile(out_dir / "tasks.json", workdir / "tasks.json")
+    return wall, usage.ru_maxrss / 1024, out, usage.ru_utime + usage.ru_stime  # MiB (ru_maxrss is KiB on Linux)
 
 
 def time_notebook(ref_dir: Path, workdir: Path, plain_python: bool) -> None:
@@ -142,47 +157,95 @@ def time_notebook(ref_dir: Path, workdir: Path, plain_python: bool) -> None:
         py_crop = scope["crop"].py_func
         scope["crop"] = lambda grid: py_crop(grid).astype(np.int64)
     out = io.StringIO()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     with contextlib.redirect_stdout(out):
         scope["test"](visualize=False, Ks=list(DEFAULT_KS))
-    seconds = time.perf_counter() - t0
-    print(json.dumps({"seconds": seconds, "scores": notebook_scores(out.getvalue(), list(DEFAULT_KS))}))
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    print(json.dumps({"seconds": seconds, "cpu": cpu, "scores": notebook_scores(out.getvalue(), list(DEFAULT_KS))}))
 
 
-def compare(workdir: Path, ref_dir: Path, repeats: int) -> None:
+def compare(workdir: Path, ref_dir: Path, repeats: int, fresh: bool = False) -> None:
     """Ours (CLI, report on) against the notebook's test(), with and without numba; interleaved."""
-    run_vote(workdir, report=True)  # warm-up: numba cache, page cache
+    run_vote(workdir, report=True, fresh=fresh)  # warm-up: numba cache, page cache
     sides = ("ours", "notebook", "notebook, plain Python")
     times: dict[str, list[float]] = {side: [] for side in sides}
+    cpus: dict[str, list[float]] = {side: [] for side in sides}
     scores: dict[str, dict] = {}
     loads = [os.getloadavg()[0]]  # 1-minute load average at the start and after each run: the machine is shared
+    print(f"  load average at the start {loads[0]:.2f}", flush=True)
+    results = workdir / ("pass_at_k.json" if fresh else "out/pass_at_k.json")
     for r in range(repeats):
         for side in sides[r % 3:] + sides[:r % 3]:
             if side == "ours":
-                wall, rss, _ = run_vote(workdir, report=True)
+                wall, rss, _, cpu = run_vote(workdir, report=True, fresh=fresh)
                 times[side].append(wall)
-                scores[side] = {int(k): v for k, v in
-                                json.loads((workdir / "out" / "pass_at_k.json").read_text())["hrm"].items()}
+                cpus[side].append(cpu)
+                scores[side] = {int(k): v for k, v in json.loads(results.read_text())["hrm"].items()}
             else:
                 child = [sys.executable, __file__, "--notebook-child", str(ref_dir), "--workdir", str(workdir)]
                 child += ["--plain-python"] if "plain" in side else []
                 res = json.loads(subprocess.run(child, check=True, capture_output=True, text=True,
                                                 env=dict(os.environ, PYTHONPATH=str(REPO))).stdout.splitlines()[-1])
                 times[side].append(res["seconds"])
+                cpus[side].append(res["cpu"])
                 scores[side] = {int(k): v for k, v in res["scores"].items()}
             loads.append(os.getloadavg()[0])
-            print(f"  repetition {r + 1} {side:<22}: {times[side][-1]:.2f} s (load average {loads[-1]:.1f})",
-                  flush=True)
+            print(f"  repetition {r + 1} {side:<22}: {times[side][-1]:.2f} s, CPU {cpus[side][-1]:.2f} s "
+                  f"(load average {loads[-1]:.1f})", flush=True)
     same = all(abs(scores["ours"][k] - v) < 0.005 for side in sides[1:] for k, v in scores[side].items())
-    n = json.loads((workdir / "out" / "tasks.json").read_text())["stats"]["num_rows"]
-    print(f"\n# vote (whole CLI process, report on) vs HRM's arc_eval.ipynb test(), {n:,} predictions, {repeats} "
-          f"interleaved repetitions: median (min-max); pass@K equal on every side: {'yes' if same else 'NO'}; "
-          f"load average {min(loads):.1f}-{max(loads):.1f}")
-    ours = statistics.median(times["ours"])
+    n = json.loads((workdir / ("tasks.json" if fresh else "out/tasks.json")).read_text())["stats"]["num_rows"]
+    print(f"\n# vote (whole CLI process, report on{', a fresh output folder each run' if fresh else ''}) vs HRM's "
+          f"arc_eval.ipynb test(), {n:,} predictions, {repeats} interleaved repetitions: median (min-max); "
+          f"pass@K equal on every side: {'yes' if same else 'NO'}; load average {min(loads):.1f}-{max(loads):.1f}")
+    ours, ours_cpu = statistics.median(times["ours"]), statistics.median(cpus["ours"])
     for side in sides:
-        t = times[side]
-        ratio = "" if side == "ours" else f"   ratio {statistics.median(t) / ours:.1f}x"
-        print(f"{side:<24} {statistics.median(t):6.2f} s ({min(t):.2f}-{max(t):.2f}){ratio}")
+        t, c = times[side], cpus[side]
+        ratio = "" if side == "ours" else (f"   ratio {statistics.median(t) / ours:.1f}x wall, "
+                                          f"{statistics.median(c) / ours_cpu:.1f}x CPU")
+        print(f"{side:<24} {statistics.median(t):6.2f} s ({min(t):.2f}-{max(t):.2f}), CPU {statistics.median(c):.2f} s"
+              f"{ratio}")
+
+
+def floor(workdir: Path, repeats: int) -> None:
+    """What any process doing the vote's job pays, each side its own process, interleaved: the
+    interpreter's start, + numpy's import, + deflating the report's 400 pictures as `eval.arc.png`
+    does (zlib level 1, two threads; the pictures drawn beforehand by `report.task_scanlines` from
+    this workdir's vote and stored uncompressed, their loading not on the clock)."""
+    pictures = workdir / "floor_pictures.npz"
+    if not pictures.exists():
+        code = ("import numpy as np; from pathlib import Path; from eval.arc.vote import vote; "
+                "from eval.arc import report; from eval.predictions import load_predictions; "
+                f"r = vote(load_predictions(Path({str(workdir / 'predictions.npz')!r})), {str(workdir / 'data')!r}); "
+                "tasks = sorted(r.tasks, key=lambda t: (t.correct_at(2), t.name)); "
+                f"np.savez({str(pictures)!r}, *[report.task_scanlines(t, 3) for t in tasks])")
+        subprocess.run([sys.executable, "-c", code], check=True, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                       stderr=subprocess.DEVNULL)
+    deflate = ("import sys, time, zlib; import numpy as np; from concurrent.futures import ThreadPoolExecutor; "
+               f"d = np.load({str(pictures)!r}); pictures = [d[k] for k in d.files]; "
+               "t0, c0 = time.perf_counter(), time.process_time(); "
+               "z = lambda a: (lambda c: len(c.compress(a) + c.flush()))(zlib.compressobj(1, zlib.DEFLATED, 15, 9)); "
+               "pool = ThreadPoolExecutor(2); sum(pool.map(z, pictures)); "
+               "print(time.perf_counter() - t0, time.process_time() - c0, file=sys.stderr)")
+    sides = {"python -c pass": "pass", "+ import numpy": "import numpy", "+ the report's deflate": deflate}
+    res: dict[str, list[tuple[float, float]]] = {k: [] for k in sides}
+    inner: list[list[float]] = []
+    print(f"load average at the start {os.getloadavg()[0]:.2f}")
+    for _ in range(repeats):
+        for side, code in sides.items():
+            t0 = time.perf_counter()
+            proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True,
+                                    env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+            err = proc.stderr.read()
+            _, status, usage = os.wait4(proc.pid, 0)
+            res[side].append((time.perf_counter() - t0, usage.ru_utime + usage.ru_stime))
+            if err.strip():
+                inner.append([float(x) for x in err.split()])
+    for side, v in res.items():
+        print(f"{side:<24} wall {statistics.median(w for w, _ in v):.3f} s (min {min(w for w, _ in v):.3f}), "
+              f"CPU {statistics.median(c for _, c in v):.3f} s (medians of {repeats})")
+    print(f"{'the deflate alone':<24} wall {statistics.median(w for w, _ in inner):.3f} s, "
+          f"CPU {statistics.median(c for _, c in inner):.3f} s (two threads, timed in its process)")
+    print(f"load average at the end {os.getloadavg()[0]:.2f}")
 
 
 def main() -> None:
@@ -195,7 +258,13 @@ def main() -> None:
     ap.add_argument("--report", action="store_true", help="also time a run that draws report.html + PNGs")
     ap.add_argument("--reference", type=Path, default=None,
                     help="a checkout of github.com/sapientinc/HRM: time its arc_eval.ipynb scorer against ours")
-    ap.add_argument("--repeats", type=int, default=3, help="interleaved repetitions with --reference")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="interleaved repetitions with --reference; runs of the vote with its report with --report")
+    ap.add_argument("--fresh", action="store_true",
+                    help="each vote into a new output folder (kept to the end), not workdir/out with overwrite=true")
+    ap.add_argument("--floor", action="store_true",
+                    help="time what any process doing the vote's job pays: Python's start, numpy's import, the "
+                         "report's deflate")
     ap.add_argument("--make-only", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--notebook-child", type=Path, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--plain-python", action="store_true", help=argparse.SUPPRESS)
@@ -214,22 +283,29 @@ def main() -> None:
             gen = [sys.executable, __file__, "--make-only", "--workdir", str(workdir), "--tasks", str(args.tasks),
                    "--copies", str(args.copies), "--two-test", str(args.two_test), "--seed", str(args.seed)]
             subprocess.run(gen, check=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+        if args.floor:
+            floor(workdir, args.repeats)
+            return
         if args.reference is not None:
-            compare(workdir, args.reference.resolve(), args.repeats)
+            compare(workdir, args.reference.resolve(), args.repeats, args.fresh)
             return
         run_vote(workdir, report=False)  # warm-up: numba compiles once into its cache
-        wall, rss, out = run_vote(workdir, report=False)
+        wall, rss, out, cpu = run_vote(workdir, report=False)
         stats = json.loads((workdir / "out" / "tasks.json").read_text())["stats"]
         print(out.rstrip())
         n = stats["num_rows"]
-        print(f"\nvote (CLI process, numba cache warm): wall {wall:.2f}s, peak RSS {rss / 1024:.2f} GiB, "
+        print(f"\nvote (CLI process, numba cache warm): wall {wall:.2f}s, CPU {cpu:.2f}s, peak RSS {rss / 1024:.2f} GiB, "
               f"{n / wall:,.0f} predictions/s; in-process: read {stats['seconds_read_predictions']}s, "
               f"dataset {stats['seconds_load_dataset']}s, decode {stats['seconds_decode']}s, "
               f"count {stats['seconds_count']}s, vote total {stats['seconds_total']}s")
         if args.report:
-            wall_r, rss_r, _ = run_vote(workdir, report=True)
-            print(f"vote + report: wall {wall_r:.2f}s, peak RSS {rss_r / 1024:.2f} GiB")
+            for _ in range(args.repeats if args.repeats > 1 else 1):
+                wall_r, rss_r, _, cpu_r = run_vote(workdir, report=True, fresh=args.fresh)
+                print(f"vote + report: wall {wall_r:.2f}s, CPU {cpu_r:.2f}s, peak RSS {rss_r / 1024:.2f} GiB "
+                      f"(load average {os.getloadavg()[0]:.1f})", flush=True)
     finally:
+        for folder in FRESH:
+            shutil.rmtree(folder, ignore_errors=True)
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
 
