@@ -21,9 +21,10 @@ TIMES = ("train_seconds", "loop_seconds", "build_seconds", "evaluate_seconds", "
 
 
 def _cfg(checkpoint, chal, out, **kw) -> PerTaskConfig:
+    kw = {"train_overrides": ["optim.warmup_steps=1"], **kw}
     cfg = PerTaskConfig(checkpoint=str(checkpoint), challenges=str(chal), output_dir=str(out), steps=3, batch=4,
                         num_aug=1, workers=1, threads=1, device="cpu", progress=False, keep_work=True, passes=2,
-                        train_overrides=["optim.warmup_steps=1"], eval_overrides=["global_batch_size=4"], **kw)
+                        eval_overrides=["global_batch_size=4"], **kw)
     checks.before_the_first_task(cfg)
     return cfg
 
@@ -92,3 +93,15 @@ def test_the_checkpoint_is_read_once_per_process(pretrained, tmp_path, monkeypat
         work.mkdir(parents=True)
         assert worker._solve(cfg, tid, tasks[tid], math.inf, work)["status"].startswith("trained")
     assert reads == []
+
+
+def test_a_task_that_diverges_is_its_own_failure(pretrained, tmp_path):  # noqa: F811
+    """A non-finite loss in-process is the task's own failure (TaskFailed, its log naming the step),
+    as the command route's `train` exit was."""
+    root, chal = pretrained
+    cfg = _cfg(root / "run", chal, tmp_path / "o", lr=1e30, train_overrides=["optim.warmup_steps=0"])
+    tid = sorted(plan.load_challenges(chal))[0]
+    with pytest.raises(worker.TaskFailed, match="diverged|not finite|non-finite"):
+        worker.solve(cfg, tid, plan.load_challenges(chal)[tid], math.inf)
+    assert plan.finished(tmp_path / "o", tid) is None  # no result: the pool records it as failed
+    assert "step" in (plan.task_dir(tmp_path / "o", tid) / worker.LOG).read_text()

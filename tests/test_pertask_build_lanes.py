@@ -183,3 +183,14 @@ def test_hrm_lanes_equal_one_at_a_time(pretrained, tmp_path):  # noqa: F811
         sa, sb = (ckpt.load(ckpt.resolve(plan.task_dir(o, tid) / "work" / "run")) for o in (tmp_path / "k2",
                                                                                           tmp_path / "k1"))
         assert all(torch.equal(sa["model"][n], sb["model"][n]) for n in sb["model"]), tid
+
+
+def test_a_budget_spent_falls_back_in_the_lanes(vit, tmp_path):
+    """With no time left, no task takes a lane: each submits its fallback, unfinished (a rerun retries it)."""
+    checkpoint, chal = vit
+    cfg = _cfg(checkpoint, chal, tmp_path / "o", copies=2, time_budget=0.001)
+    counts = build_lanes.run_shard(cfg, 0, 1, start=time.time() - 60)
+    assert counts == {"fallback": 4}, counts
+    for tid in plan.load_challenges(chal):
+        r = json.loads((plan.task_dir(tmp_path / "o", tid) / "result.json").read_text())
+        assert r["status"] == "fallback" and "time budget" in r["reason"] and plan.finished(tmp_path / "o", tid) is None
