@@ -1,6 +1,7 @@
 """Many tasks' copies at once (`ttt views=official official.copies=K`, pertask/copies.py and
-batched.py): a copy's dropout masks, its training bit-identical to the one-at-a-time loop, isolation
-between copies, a failing copy, resume after SIGKILL mid-batch, and the same submission twice."""
+batched.py): a copy's dropout masks, its training bit-identical to the one-at-a-time loop (early stop
+on and off), its exact rows, isolation between copies, a failing copy, resume after SIGKILL
+mid-batch, and the same submission twice."""
 
 import json
 import os
@@ -106,6 +107,45 @@ def test_many_copies_train_bit_identically_to_one_at_a_time():
     alone = _engine(model, 1, [Job("a", A)])["a"]
     assert _same(alone, one)
     assert alone["steps"] == sum(r["steps"] for r in one["runs"]) and len(alone["runs"]) == 2
+
+
+@pytest.mark.parametrize("fit", ["exact", pytest.param("stable", marks=pytest.mark.slow)])
+def test_early_stop_in_the_lanes_is_the_lone_loops_bit_for_bit(fit, stop_after=2):
+    """official.stop_after on (stop_share 0: every epoch counts as fit, so each run ends after
+    `stop_after` epochs of its 0..2): the lanes end each run where `run_task` does, before drawing the
+    next epoch, so a task alone and beside batch-mates of other sizes (a lane freed early taken by
+    the next task) gives the lone loop's losses, fits, votes and attempts."""
+    model = _start()
+    kw = {**KW, "stop_after": stop_after, "stop_share": 0.0, "stop_fit": fit}
+    one = run_task(model, _views(Job("a", A)), A, device=CPU, **kw)
+    assert all(r["stop"] == "fit" and r["epochs"] == stop_after for r in one["runs"])
+    assert len(one["runs"][0]["exact"]) == stop_after and one["runs"][0]["rows"] == 18
+    out = {}
+    Engine(model, 2, CPU, views_of=_views, **kw).run(  # b ends first: a2 takes its lane
+        deque([Job("b", B), Job("a", A), Job("a2", A)]), lambda j, r, e: out.__setitem__(j.tid, r or e))
+    assert _same(out["a"], one) and _same(out["a2"], one)
+    assert out["a"]["steps"] == 2 * stop_after * 3  # 2 runs x stop_after epochs x 3 batches of 18 rows
+    assert [r["stop"] for r in out["b"]["runs"]] == ["fit", "fit"]
+
+
+def test_a_copy_counts_its_exact_rows_as_the_lone_forward():
+    """Copies.step's `exact`: the rows whose argmax is the target on every cell the loss sees, from
+    the copy's own training forward; a batch whose targets are the model's own predictions on 5 of
+    its 8 rows counts 5 (dropout 0), beside a copy with another batch and one holding still."""
+    from hrm_deeploop.pertask.official_ttt import exact_rows, train_batches
+
+    torch.manual_seed(1)
+    model = LoopViT(flavour("tiny", block="vanilla", num_tasks=6, dropout=0.0))
+    b = next(iter(train_batches(build_views("t", A, 0, 0), 16, 8, np.random.default_rng(0))(0)))
+    with torch.no_grad():
+        pred = model(b["canvas"], b["task_ids"], b["mask"]).logits.argmax(-1)
+    own = dict(b, target=torch.where(b["target"] == 10, b["target"], pred))
+    own["target"][5:] = b["target"][5:]
+    assert int(exact_rows(model(b["canvas"], b["task_ids"], b["mask"]).logits, own["target"])) == 5
+    c = Copies(model, 3, CPU, 1e-3)
+    c.step([own, None, b], [1e-3, 0.0, 1e-3])
+    assert c.exact == [5, None, 0]
+    assert torch.equal(c.preds[0], pred) and torch.equal(c.preds[2], pred) and c.preds[1] is None  # its argmax canvases
 
 
 def test_a_copy_does_not_depend_on_its_batch_mates_and_a_failing_one_fails_alone():

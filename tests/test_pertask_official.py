@@ -186,3 +186,82 @@ def test_a_run_stops_at_its_deadline_and_still_predicts():
     assert [(x["steps"], x["stopped"]) for x in r["runs"]] == [(1, True), (1, True)]
     assert len(r["attempts"]) == len(r["attempts_poe"]) == 2  # both test inputs answered by both rules
     assert all(sum(v) <= 2 * 6 for v in r["votes"])  # per test input: 2 runs x 6 views x 1 pass at most
+
+
+def test_the_fit_stops_a_run_after_e_epochs_in_a_row():
+    from hrm_deeploop.pertask.official_ttt import Fit
+
+    def stops(per_epoch, stop_after, share=1.0):
+        fit = Fit(stop_after, share)
+        out = []
+        for exact in per_epoch:
+            fit.add(exact, 6)
+            fit.add(0, 4)  # an epoch of two batches: 6 + 4 rows
+            out.append(fit.end_epoch())
+        return out
+    assert stops([6, 6, 4, 6, 6], 2) == [False, False, False, False, False]  # never every one of the 10 rows
+    assert stops([6, 6, 4, 6, 6], 2, share=0.6) == [False, True, False, False, True]
+    assert stops([6, 5, 6, 6, 6], 3, share=0.6) == [False, False, False, False, True]  # E in a row
+    assert stops([6, 6], 0, share=0.0) == [False, False]  # 0: off
+    fit = Fit(1, 1.0)
+    fit.add(3, 3)
+    assert fit.end_epoch() and fit.log("fit") == {"stop": "fit", "rows": 3, "exact": [3]}
+
+
+def test_exact_rows_are_rows_right_on_every_cell_the_loss_sees():
+    import torch
+
+    from hrm_deeploop.pertask.official_ttt import exact_rows
+
+    target = torch.full((3, 4, 4), 10)  # IGNORE everywhere but the output and border
+    target[:, 1, 1], target[:, 1, 2], target[:, 2, 1:3] = 4, 11, 11
+    logits = torch.nn.functional.one_hot(target, 12).float()
+    logits[0, 0, 0] = torch.nn.functional.one_hot(torch.tensor(3), 12) * 5  # an ignored cell wrong: still exact
+    logits[1, 1, 1] = torch.nn.functional.one_hot(torch.tensor(3), 12) * 5  # an output cell wrong
+    logits[2, 2, 2] = torch.nn.functional.one_hot(torch.tensor(0), 12) * 5  # a border cell wrong
+    assert int(exact_rows(logits, target)) == 1
+
+
+def test_a_lone_run_stops_once_its_fit_held_and_records_why():
+    """train_run on a batch whose targets are the model's own predictions (dropout 0, learning
+    rate 0: every row exact every epoch): stop_after=2 ends it after epochs 0 and 1 of 0..5, off it
+    runs the schedule; a target half wrong never fits unless stop_share allows half, but its
+    predictions are stable (stop_fit=stable: the same grids as the epoch before)."""
+    import torch
+
+    from hrm_deeploop.models.loopvit import LoopViT
+    from hrm_deeploop.models.loopvit_config import flavour
+    from hrm_deeploop.pertask.official_ttt import train_batches, train_run
+
+    torch.manual_seed(0)
+    model = LoopViT(flavour("tiny", block="vanilla", num_tasks=6, dropout=0.0))
+    views = build_views("abcd1234", TASK, file_index=0, perms=0)
+    b = next(iter(train_batches(views, 16, 8, np.random.default_rng(0))(0)))
+    with torch.no_grad():
+        pred = model(b["canvas"], b["task_ids"], b["mask"]).logits.argmax(-1)
+    own = dict(b, target=torch.where(b["target"] == 10, b["target"], pred))
+    half = dict(own, target=torch.cat([own["target"][:4], b["target"][4:]]))
+    cpu = torch.device("cpu")
+
+    def run(batch, **kw):
+        r = train_run(model, lambda epoch: [batch], 5, 0.0, cpu, **kw)
+        return r["epochs"], r["stop"], r["exact"], len(r["losses"])
+    assert run(own, stop_after=2) == (2, "fit", [8, 8], 2)
+    assert run(own) == (6, "schedule", [8] * 6, 6)
+    assert run(half, stop_after=2) == (6, "schedule", [4] * 6, 6)
+    assert run(half, stop_after=2, stop_share=0.5) == (2, "fit", [4, 4], 2)
+    assert run(own, stop_after=2, deadline=0.0)[:2] == (1, "deadline")  # the deadline first: no epoch judged
+    r = train_run(model, lambda epoch: [half], 5, 0.0, cpu, stop_after=2, stop_fit="stable")
+    assert (r["epochs"], r["stop"], r["same"]) == (3, "fit", [0, 8, 8])  # unchanged grids: stable from epoch 1
+
+
+def test_early_stop_settings_are_checked():
+    from hrm_deeploop.pertask.ttt_config import PerTaskConfig, PerTaskOfficial
+
+    with pytest.raises(UserError, match="official.stop_after"):
+        PerTaskConfig(views="official", official=PerTaskOfficial(stop_after=-1))
+    with pytest.raises(UserError, match="official.stop_fit"):
+        PerTaskConfig(views="official", official=PerTaskOfficial(stop_fit="loss"))
+    with pytest.raises(UserError, match="official.stop_share"):
+        PerTaskConfig(views="official", official=PerTaskOfficial(stop_share=1.5))
+    assert PerTaskOfficial().stop_after == 0  # off by default: the official fixed schedule

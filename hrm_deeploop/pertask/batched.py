@@ -14,6 +14,9 @@ K tasks' copies together (`copies.Copies`) and predicts each as soon as it is tr
   so tasks of different sizes share a step: a lane whose epoch ends mid-batch is padded with rows
   that teach nothing. When a lane's task ends, its result is written (`tasks/<id>/result.json`, last,
   atomically) and the next task takes the lane.
+- Early stop (`official.stop_after`): each lane keeps its run's `official_ttt.Fit` from its copy's
+  exact rows and argmax canvases (`Copies.step`); at an epoch's end, before the next epoch is drawn,
+  the run ends where the lone loop's would, so the results stay the lone loop's bit for bit.
 - A task's own failure (a grid its canvas cannot hold, a task the views cannot be built for) is
   recorded as `failed` with the fallback attempts; its batch-mates go on. A kill of the process keeps
   every written result: a rerun skips them and redoes the rest.
@@ -40,8 +43,10 @@ from hrm_deeploop.pertask import plan
 from hrm_deeploop.pertask.budget import Clock
 from hrm_deeploop.pertask.copies import Copies, copies_that_fit
 from hrm_deeploop.pertask.official_ttt import (
+    Fit,
     eval_batches,
     predict,
+    run_log,
     score_task,
     start_model,
     torch_seed,
@@ -74,7 +79,9 @@ class Lane:
     run_deadline: float = math.inf
     losses: list[float] = field(default_factory=list)
     epoch: int = 0
-    stop: bool = False
+    stop: bool = False  # the run's deadline passed
+    fit: Fit = field(default_factory=Fit)
+    why: str = "schedule"  # why the run ended: schedule | fit | deadline
     records: list[dict] = field(default_factory=list)
     log: list[dict] = field(default_factory=list)
     train_s: float = 0.0  # its share of the steps, and its batches drawn
@@ -91,8 +98,10 @@ class Engine:
     error)` once per job, in the order they end."""
 
     def __init__(self, start, k: int, device: torch.device, *, epochs: int, batch: int, lr: float, runs: int,
-                 passes: int, pool: bool, poe: bool, seed: int, views_of: Callable[[Job], list[OfficialView]]):
+                 passes: int, pool: bool, poe: bool, seed: int, views_of: Callable[[Job], list[OfficialView]],
+                 stop_after: int = 0, stop_share: float = 1.0, stop_fit: str = "exact"):
         self.k, self.device, self.epochs, self.batch, self.lr = k, device, epochs, batch, lr
+        self.fit = (stop_after, stop_share, stop_fit)  # official.stop_*: a run's early stop (official_ttt.Fit)
         self.runs, self.passes, self.pool, self.poe, self.seed = runs, passes, pool, poe, seed
         self.views_of = views_of
         self.size = start.cfg.image_size
@@ -139,9 +148,10 @@ class Engine:
             self.step_s += dt
             now = time.monotonic()
             stepping = [ln for ln, b in zip(lanes, batches) if b is not None]
-            for ln, loss in zip(lanes, losses):
+            for ln, loss, exact, pred, b in zip(lanes, losses, self.copies.exact, self.copies.preds, batches):
                 if ln is not None and loss is not None:
                     ln.losses.append(loss)
+                    ln.fit.add(exact, len(b["canvas"]), pred, b)
                     ln.train_s += dt / len(stepping)
                     ln.stop = now > ln.run_deadline
 
@@ -162,20 +172,26 @@ class Engine:
 
     def _start_run(self, i: int, lane: Lane) -> None:
         self.copies.reset(i)
-        epoch = train_batches(lane.views, self.size, self.batch, lane.rng)
-        lane.batches = ((e, b) for e in range(self.epochs + 1) for b in epoch(e))
+        lane.batches = _epochs(train_batches(lane.views, self.size, self.batch, lane.rng), self.epochs)
         left = lane.job.train_s - lane.train_s
         lane.run_deadline = time.monotonic() + left / (self.runs - lane.run) if math.isfinite(left) else math.inf
-        lane.losses, lane.stop = [], False
+        lane.losses, lane.stop, lane.fit, lane.why = [], False, Fit(*self.fit), "schedule"
 
     def _next(self, i: int, lane: Lane) -> tuple[dict, float] | None:
         """The lane's next batch and learning rate; between runs, the run predicted and the next
         started; None when the task has ended."""
         while True:
             got = None if lane.stop else next(lane.batches, None)
-            if got is not None:
+            if got is not None and got[1] is None:  # the epoch's end, before the next is drawn
+                if lane.fit.end_epoch() and got[0] < self.epochs:
+                    lane.why = "fit"
+                else:
+                    continue
+            elif got is not None:
                 lane.epoch = got[0]
                 return got[1], self.lr * epoch_lr_factor(got[0], self.epochs)
+            if lane.stop:
+                lane.why = "deadline"
             self._end_run(i, lane)
             lane.run += 1
             if lane.run == self.runs:
@@ -190,8 +206,7 @@ class Engine:
         if self.pool or lane.run == 0:
             lane.records += preds
         ls = lane.losses
-        lane.log.append({"steps": len(ls), "epochs": lane.epoch + 1 if ls else 0, "stopped": lane.stop,
-                         "first_loss": ls[0] if ls else None, "last_loss": ls[-1] if ls else None})
+        lane.log.append(run_log(ls, lane.epoch + 1 if ls else 0, lane.stop, lane.fit.log(lane.why)))
         lane.predict_s += time.monotonic() - t0
 
     def _result(self, lane: Lane) -> dict:
@@ -205,6 +220,15 @@ class Engine:
                 "loop_seconds": round(lane.train_s, 3),
                 "seconds": round(lane.train_s + lane.predict_s + lane.build_s, 3),
                 "train_minutes_given": None if not math.isfinite(lane.job.train_s) else round(lane.job.train_s / 60, 4)}
+
+
+def _epochs(epoch: Callable[[int], Iterator[dict]], epochs: int) -> Iterator[tuple[int, dict | None]]:
+    """(epoch, batch) of epochs 0..epochs, each epoch closed by (epoch, None): its fit judged before
+    the next epoch's order and canvases are drawn (the lone loop's order of draws)."""
+    for e in range(epochs + 1):
+        for b in epoch(e):
+            yield e, b
+        yield e, None
 
 
 def lanes_for(cfg: PerTaskConfig, start, pending: int, device: torch.device) -> int:
@@ -246,7 +270,8 @@ def run_shard(cfg: PerTaskConfig, index: int, count: int, tasks: dict[str, dict]
         order = sorted(plan.load_challenges(cfg.challenges)) if cfg.challenges else sorted(tasks)
         views_of = lambda job: build_views(job.tid, job.task, order.index(job.tid), o.perms)  # noqa: E731
         engine = Engine(model, k, env.device, epochs=o.epochs, batch=o.batch, lr=o.lr, runs=o.runs,
-                        passes=cfg.passes, pool=o.pool, poe=cfg.poe, seed=cfg.seed, views_of=views_of)
+                        passes=cfg.passes, pool=o.pool, poe=cfg.poe, seed=cfg.seed, views_of=views_of,
+                        stop_after=o.stop_after, stop_share=o.stop_share, stop_fit=o.stop_fit)
         print(f"ttt: {len(mine)} tasks: {len(mine) - len(pending)} already finished, {len(pending)} to run as "
               f"{k} copies at once (official.copies={o.copies or 'auto'}), {torch.get_num_threads()} thread(s), "
               f"device={env.device}, built in {time.monotonic() - t0:.1f} s", flush=True)

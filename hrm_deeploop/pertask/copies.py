@@ -34,6 +34,7 @@ from torch.func import functional_call, vmap
 from hrm_deeploop.data.canvas import IGNORE
 from hrm_deeploop.models.loopvit import LoopViT
 from hrm_deeploop.models.loopvit_config import NUM_COLORS
+from hrm_deeploop.pertask.official_ttt import exact_rows
 
 GENERATORS: list[torch.Generator] = []  # copy index -> its dropout generator (set by Copies)
 
@@ -222,6 +223,8 @@ class Copies:
         self.exp_avg = {n: torch.zeros_like(p) for n, p in self.params.items()}
         self.exp_avg_sq = {n: torch.zeros_like(p) for n, p in self.params.items()}
         self.steps = [0] * k
+        self.exact: list[int | None] = [None] * k  # the last step's exact rows per copy (None: not stepped)
+        self.preds: list[Tensor | None] = [None] * k  # and its argmax canvases
         self.lanes = torch.arange(k, device=device)
         GENERATORS[:] = [torch.Generator(device=device) for _ in range(k)]
         self._loss = vmap(self._one_loss, in_dims=(0, 0, 0, 0, 0, 0), randomness="error")
@@ -243,12 +246,15 @@ class Copies:
         for d in self.drops:
             d.lane = lane
         logits = functional_call(self.template, (params, self.buffers), (canvas, task_ids, mask)).logits  # (B,S,S,C)
-        return lane_cross_entropy(logits.reshape(-1, NUM_COLORS), target.reshape(-1), IGNORE)
+        pred = logits.detach().argmax(-1)
+        return (lane_cross_entropy(logits.reshape(-1, NUM_COLORS), target.reshape(-1), IGNORE),
+                exact_rows(logits.detach(), target), pred)
 
     def step(self, batches: list[dict | None], lrs: list[float]) -> list[float | None]:
         """One step of every copy with a batch (None: that copy holds still), at its learning rate;
-        returns each stepping copy's loss. Copies whose batches have the same number of rows run in
-        one vmap (a copy's rows are never padded: its arithmetic is a lone copy's)."""
+        returns each stepping copy's loss (and sets `exact`: each stepping copy's rows its logits got
+        exactly right, `official_ttt.exact_rows`; `preds`: its argmax canvases). Copies whose batches have the same number of rows
+        run in one vmap (a copy's rows are never padded: its arithmetic is a lone copy's)."""
         active = [b is not None for b in batches]
         assert any(active), "Copies.step: no copy has a batch"
         groups: dict[int, list[int]] = {}
@@ -258,6 +264,8 @@ class Copies:
         for p in self.params.values():
             p.grad = None
         losses: list[float | None] = [None] * self.k
+        self.exact: list[int | None] = [None] * self.k
+        self.preds: list[Tensor | None] = [None] * self.k
         total = None
         for idx in groups.values():
             if len(idx) == self.k:
@@ -267,10 +275,10 @@ class Copies:
                 params, lanes = {n: p.index_select(0, at) for n, p in self.params.items()}, self.lanes[at]
             stacked = [torch.stack([batches[i][key] for i in idx]).to(self.device)
                        for key in ("canvas", "task_ids", "mask", "target")]
-            got = self._loss(params, lanes, *stacked)  # (len(idx),)
+            got, exact, pred = self._loss(params, lanes, *stacked)  # (len(idx),) each; pred (len(idx), B, S, S)
             total = got.sum() if total is None else total + got.sum()
-            for i, x in zip(idx, got.detach().cpu().tolist()):
-                losses[i] = x
+            for i, x, n, p in zip(idx, got.detach().cpu().tolist(), exact.cpu().tolist(), pred):
+                losses[i], self.exact[i], self.preds[i] = x, n, p
         total.backward()
         with torch.no_grad():
             self._clip()

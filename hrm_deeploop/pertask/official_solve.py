@@ -35,13 +35,15 @@ def solve_official(cfg: PerTaskConfig, tid: str, task: dict, train_minutes: floa
         deadline = time.monotonic() + train_minutes * 60 if math.isfinite(train_minutes) else math.inf
         t1 = time.monotonic()
         r = run_task(model, views, task, epochs=o.epochs, batch=o.batch, lr=o.lr, runs=o.runs, passes=cfg.passes,
-                     pool=o.pool, poe=cfg.poe, seed=cfg.seed, device=env.device, deadline=deadline)
+                     pool=o.pool, poe=cfg.poe, seed=cfg.seed, device=env.device, deadline=deadline,
+                     stop_after=o.stop_after, stop_share=o.stop_share, stop_fit=o.stop_fit)
         loop_s = time.monotonic() - t1
     finally:
         runtime.teardown()
     train_s = r.pop("train_seconds_inner")
     for run in r["runs"]:
-        print(f"ttt: {tid}: run of {run['steps']} steps ({run['epochs']} epochs{', stopped at the deadline' if run['stopped'] else ''}), "
+        why = {"deadline": ", stopped at the deadline", "fit": ", stopped: fit"}.get(run["stop"], "")
+        print(f"ttt: {tid}: run of {run['steps']} steps ({run['epochs']} epochs{why}), "
               f"loss {run['first_loss']} -> {run['last_loss']}", flush=True)
     return {"task": tid, "status": "trained", "views": "official", **r,
             "steps": sum(run["steps"] for run in r["runs"]), "train_seconds": round(train_s, 3),

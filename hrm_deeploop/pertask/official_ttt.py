@@ -11,6 +11,13 @@
   and cosine, the first and last epoch at 0); cross-entropy over the output and its border only.
 - `official.runs` independent runs, each from the same start (the same fresh table), its own
   optimiser, the random streams continuing.
+- The fit (`Fit`, every run, recorded in its log), read from the training forward's own logits (no
+  extra forward): per epoch, how many of its training rows were exactly right (argmax on every cell
+  the loss sees), and (`official.stop_fit=stable`) how many predicted the same grid as that row
+  (view and demonstration) the epoch before. `official.stop_after=E` (0: off, the official fixed
+  schedule) ends a run at the end of an epoch once at least `official.stop_share` of the epoch's
+  rows (1.0: every row) were exact (or stable) in each of its last E epochs; the per-epoch learning
+  rate stays the official schedule's, truncated (docs/per-task.md#early-stop-officialstop_after).
 - Reproducible: the numpy stream is `default_rng([seed, 1])`, torch's (dropout) the global generator
   seeded by `torch_seed(seed)` for the task and restored after it (`torch.random.fork_rng`), so the
   same command gives the same votes (the official script seeds its global generator too).
@@ -42,7 +49,7 @@ import torch.nn.functional as F
 from arc_data import format as fmt
 from arc_data.grid_key import grid_key
 from hrm_deeploop.checkpoint import resolve
-from hrm_deeploop.data.canvas import IGNORE, draw_view, place
+from hrm_deeploop.data.canvas import IGNORE, View, decode, draw_view, place
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.models.loopvit import LoopViT
 from hrm_deeploop.models.loopvit_config import NUM_COLORS
@@ -94,7 +101,9 @@ def train_batches(views: list[OfficialView], size: int, batch: int, rng: np.rand
     def epoch(_: int) -> Iterator[dict]:
         order = rng.permutation(len(samples))
         for lo in range(0, len(order), batch):
-            yield _canvases([samples[k] for k in order[lo:lo + batch]], size, rng)
+            b = _canvases([samples[k] for k in order[lo:lo + batch]], size, rng)
+            b["sample"] = torch.from_numpy(order[lo:lo + batch]).long()  # which demonstration of which view
+            yield b
     return epoch
 
 
@@ -111,12 +120,61 @@ def eval_batches(views: list[OfficialView], size: int, batch: int, passes: int, 
             yield b
 
 
+def exact_rows(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """How many rows of a batch the logits (B, S, S, C) get exactly right: the argmax equal to the
+    target on every cell the loss sees (output and border; IGNORE cells aside). A 0-dim tensor."""
+    wrong = (logits.argmax(-1) != target) & (target != IGNORE)
+    return (~wrong.flatten(1).any(1)).sum()
+
+
+class Fit:
+    """One run's fit, epoch by epoch (module docstring): `add` each step's exact rows (and, rule
+    `stable`, its predicted canvases), `end_epoch` at each epoch's end says whether the run stops
+    there (`stop_after` > 0 and at least `share` of the rows exact, or stable, in each of the last
+    `stop_after` epochs). The same object serves the lone loop and the lanes."""
+
+    def __init__(self, stop_after: int = 0, share: float = 1.0, rule: str = "exact"):
+        self.stop_after, self.share, self.rule = stop_after, share, rule
+        self.exact: list[int] = []  # per finished epoch: its training rows predicted exactly
+        self.same: list[int] = []  # rule stable: per finished epoch, rows predicting the grid of the epoch before
+        self.rows = 0  # training rows an epoch (the last finished epoch's)
+        self._exact = self._rows = self._same = 0
+        self._before: dict[int, bytes] = {}
+        self._now: dict[int, bytes] = {}
+
+    def add(self, exact: int, rows: int, pred: torch.Tensor | None = None, batch: dict | None = None) -> None:
+        self._exact += exact
+        self._rows += rows
+        if self.rule == "stable":  # each row's grid decoded at its own view: the same sample comparable
+            for i, (row, canvas) in enumerate(zip(batch["sample"].tolist(), pred.cpu().numpy())):
+                g = decode(canvas, View(*map(int, batch["views"][i])))
+                self._now[row] = key = g.shape[0].to_bytes(2, "big") + g.tobytes()
+                self._same += self._before.get(row) == key
+
+    def end_epoch(self) -> bool:
+        self.exact.append(self._exact)
+        if self.rule == "stable":
+            self.same.append(self._same)
+            self._before, self._now = self._now, {}
+        self.rows, self._exact, self._rows, self._same = self._rows, 0, 0, 0
+        e, held = self.stop_after, self.same if self.rule == "stable" else self.exact
+        return e > 0 and len(held) >= e and all(x >= self.share * self.rows for x in held[-e:])
+
+    def log(self, why: str) -> dict:
+        """The run log's fields: why it ended (schedule | fit | deadline), rows an epoch, exact (and
+        stable) rows per epoch."""
+        return {"stop": why, "rows": self.rows, "exact": self.exact, **({"same": self.same} if self.same else {})}
+
+
 def train_run(model: LoopViT, batches: Callable[[int], Iterable[dict]], epochs: int, lr: float, device: torch.device,
-              deadline: float = math.inf, clip: float = 1.0, before_step: Callable[[int], None] | None = None) -> dict:
+              deadline: float = math.inf, clip: float = 1.0, before_step: Callable[[int], None] | None = None,
+              stop_after: int = 0, stop_share: float = 1.0, stop_fit: str = "exact") -> dict:
     """Epochs 0..epochs of the official loop (module docstring). Stops at `deadline`
-    (time.monotonic()) after the step that passes it. Returns per step its loss and learning rate."""
+    (time.monotonic()) after the step that passes it, or (`stop_after`) at the end of an epoch once
+    the fit held that many epochs in a row (`Fit`). Returns per step its loss and learning rate,
+    and the fit."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    losses, lrs, stopped = [], [], False
+    losses, lrs, why, fit = [], [], "schedule", Fit(stop_after, stop_share, stop_fit)
     for epoch in range(epochs + 1):
         for g in opt.param_groups:
             g["lr"] = lr * epoch_lr_factor(epoch, epochs)
@@ -126,19 +184,24 @@ def train_run(model: LoopViT, batches: Callable[[int], Iterable[dict]], epochs: 
                 before_step(len(losses))
             opt.zero_grad(set_to_none=True)
             logits = model(b["canvas"].to(device), b["task_ids"].to(device), b["mask"].to(device)).logits  # (B,S,S,C)
-            loss = F.cross_entropy(logits.reshape(-1, NUM_COLORS), b["target"].to(device).reshape(-1),
-                                   ignore_index=IGNORE)
+            target = b["target"].to(device)
+            loss = F.cross_entropy(logits.reshape(-1, NUM_COLORS), target.reshape(-1), ignore_index=IGNORE)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
             opt.step()
             losses.append(loss.item())
             lrs.append(opt.param_groups[0]["lr"])
+            fit.add(int(exact_rows(logits.detach(), target)), len(target),
+                    logits.detach().argmax(-1) if stop_fit == "stable" else None, b)
             if time.monotonic() > deadline:
-                stopped = True
+                why = "deadline"
                 break
-        if stopped:
+        if why == "deadline":
             break
-    return {"losses": losses, "lrs": lrs, "epochs": epoch + 1, "stopped": stopped}
+        if fit.end_epoch() and epoch < epochs:
+            why = "fit"
+            break
+    return {"losses": losses, "lrs": lrs, "epochs": epoch + 1, "stopped": why == "deadline", **fit.log(why)}
 
 
 @torch.no_grad()
@@ -232,31 +295,41 @@ def score_task(records: list[dict], views: list[OfficialView], task: dict, size:
 
 def run_task(model0: LoopViT, views: list[OfficialView], task: dict, *, epochs: int, batch: int, lr: float,
              runs: int, passes: int, pool: bool, poe: bool, seed: int, device: torch.device,
-             deadline: float = math.inf) -> dict:
+             deadline: float = math.inf, stop_after: int = 0, stop_share: float = 1.0,
+             stop_fit: str = "exact") -> dict:
     """`runs` runs of one task from `model0` (each a deep copy), their predictions scored."""
     rng = np.random.default_rng([seed, 1])
     size = model0.cfg.image_size
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(torch_seed(seed))
         return _run_task(model0, views, task, epochs=epochs, batch=batch, lr=lr, runs=runs, passes=passes, pool=pool,
-                         poe=poe, device=device, deadline=deadline, rng=rng, size=size)
+                         poe=poe, device=device, deadline=deadline, rng=rng, size=size,
+                         fit=(stop_after, stop_share, stop_fit))
+
+
+def run_log(losses: list[float], epochs: int, stopped: bool, fit: dict) -> dict:
+    """A run's entry in the task's `runs` (result.json): steps, epochs run, whether the deadline
+    stopped it, why it ended (schedule | fit | deadline), rows an epoch, exact (and, rule stable,
+    stable) rows per epoch, its first and last loss."""
+    return {"steps": len(losses), "epochs": epochs, "stopped": stopped, "stop": fit["stop"], "rows": fit["rows"],
+            "exact": fit["exact"], **({"same": fit["same"]} if "same" in fit else {}),
+            "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None}
 
 
 def _run_task(model0: LoopViT, views: list[OfficialView], task: dict, *, epochs: int, batch: int, lr: float,
               runs: int, passes: int, pool: bool, poe: bool, device: torch.device, deadline: float,
-              rng: np.random.Generator, size: int) -> dict:
+              rng: np.random.Generator, size: int, fit: tuple[int, float, str]) -> dict:
     records, log, t_train = [], [], 0.0
     for k in range(runs):
         model = copy.deepcopy(model0).to(device)
         t0 = time.monotonic()
         run_deadline = t0 + (deadline - t0) / (runs - k)  # the training time left, shared by the runs left
-        r = train_run(model, train_batches(views, size, batch, rng), epochs, lr, device, run_deadline)
+        r = train_run(model, train_batches(views, size, batch, rng), epochs, lr, device, run_deadline,
+                      stop_after=fit[0], stop_share=fit[1], stop_fit=fit[2])
         t_train += time.monotonic() - t0
         preds = predict(model, eval_batches(views, size, batch, passes, rng), views, device, poe)
         if pool or k == 0:
             records += preds
-        log.append({"steps": len(r["losses"]), "epochs": r["epochs"], "stopped": r["stopped"],
-                    "first_loss": r["losses"][0] if r["losses"] else None,
-                    "last_loss": r["losses"][-1] if r["losses"] else None})
+        log.append(run_log(r["losses"], r["epochs"], r["stopped"], r))
         del model
     return {**score_task(records, views, task, size, poe), "runs": log, "train_seconds_inner": t_train}

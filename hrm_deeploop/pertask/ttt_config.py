@@ -15,6 +15,7 @@ MAX_CANDIDATES = 10  # ranked candidates kept per test input (the vote's tasks.j
 RULES = {"count-first": "", "poe": "_poe"}  # scoring rule -> suffix of its files (submission<suffix>.json, ...)
 LAUNCHERS = ("local", "submitit")
 VIEWS = ("build", "official")
+STOP_FITS = ("exact", "stable")  # official.stop_fit
 
 
 @dataclass
@@ -30,6 +31,9 @@ class PerTaskOfficial:
     perms: int = 9  # colour permutations of each geometric view (9: 51 views)
     dropout: float | None = 0.1  # the TTT script's dropout; None: the checkpoint's
     copies: int = 0  # tasks' copies trained at once in one process (pertask/batched.py); 0: what fits; 1: one task per worker
+    stop_after: int = 0  # early stop: a run ends once its fit held E epochs in a row; 0: off (official)
+    stop_fit: str = "exact"  # the fit of a row: exact (its own logits) | stable (the grid of the epoch before)
+    stop_share: float = 1.0  # of an epoch's training rows that must fit
 
 
 @dataclass
@@ -102,11 +106,14 @@ class PerTaskConfig:
         one_of("views", self.views, VIEWS)
         at_least("copies", self.copies, 0)
         o = self.official
-        for key in ("epochs", "perms", "copies"):
+        for key in ("epochs", "perms", "copies", "stop_after"):
             at_least(f"official.{key}", getattr(o, key), 0)
         for key in ("batch", "runs"):
             at_least(f"official.{key}", getattr(o, key), 1)
         at_least("official.lr", o.lr, 0)
+        one_of("official.stop_fit", o.stop_fit, STOP_FITS)
+        if not 0 <= o.stop_share <= 1:
+            raise UserError(f"official.stop_share={o.stop_share}: a share of the training rows, from 0 to 1")
         if o.dropout is not None and not 0 <= o.dropout < 1:
             raise UserError(f"official.dropout={o.dropout}: from 0 to below 1, or null (the checkpoint's)")
         if self.views == "official" and (self.leave_one_out or self.train_overrides or self.eval_overrides):
