@@ -2,8 +2,9 @@
 
 - `decode.decode_grids` (one kernel for the top candidates' grids) against `grid_of_shape`;
 - the report's labels (`eval.arc.labels`, every label in two kernel calls) against the per-glyph
-  numpy composition they replaced, and a whole picture (`report.task_image`: numpy slices) against
-  the Pillow pastes and rectangles it replaced, byte for byte;
+  numpy composition they replaced, and a whole picture (`report.task_png`: the paint kernel and the
+  zlib writer, tests/test_vote_png.py) against the Pillow pastes, rectangles and encoder it replaced,
+  byte for byte;
 - the kernels' ahead-of-time exports (`arc_data.native`) against numba's JIT;
 - the plain call's config without Hydra (`cli_fast`, `ks=[...]`) against Hydra's, and a vote that
   starts without Hydra, OmegaConf or numba;
