@@ -16,6 +16,7 @@ The load average is printed at the start of each measurement (the machine may be
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -24,6 +25,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # arc_data and hrm_deeploop from this checkout
 
 SIZES = {
     "tiny": ["experiment=hrm_tiny_cpu", "model.hidden_size=32", "model.num_heads=2", "model.num_h_layers=1",
@@ -58,15 +62,18 @@ def setup(root: Path, size: str) -> None:
     pre = _tasks(0, 3, "pre")
     for t in pre.values():  # labelled: the pretraining build trains on its test pairs too
         t["test"] = [{"input": t["train"][0]["input"]}]
-    save_json(root / "pre.json", pre)
-    build(BuildConfig(sources=[str(root / "pre.json")], output_dir=str(root / "pre"), test_labels="optional",
+    (root / "pre").mkdir()
+    save_json(root / "pre" / "arc-agi_task_challenges.json", pre)
+    build(BuildConfig(sources=[str(root / "pre" / "arc-agi_task_challenges.json")], output_dir=str(root / "pre_data"), test_labels="optional",
                       num_aug=1, seed=0, progress=False))
-    rc = run_subcommand("train", [*SIZES[size], *COMMON, f"data_dir={root / 'pre'}", f"output_dir={root / 'run'}",
+    rc = run_subcommand("train", [*SIZES[size], *COMMON, f"data_dir={root / 'pre_data'}", f"output_dir={root / 'run'}",
                                   "train.max_steps=1", "train.global_batch_size=4", "optim.warmup_steps=1"])
     assert rc == 0, "pretraining failed"
     for tid, task in _tasks(1, TASKS, "new").items():
-        save_json(root / f"{tid}.json", {tid: task})
-        build(BuildConfig(sources=[str(root / f"{tid}.json")], output_dir=str(root / f"data_{tid}"),
+        chal = root / tid / "arc-agi_task_challenges.json"
+        chal.parent.mkdir()
+        save_json(chal, {tid: task})
+        build(BuildConfig(sources=[str(chal)], output_dir=str(root / f"data_{tid}"),
                           test_labels="optional", eval_name="task", num_aug=2, seed=0, progress=False))
 
 
@@ -130,7 +137,8 @@ def main() -> int:
         for size in a.sizes.split(","):
             root = Path(tmp) / size
             root.mkdir()
-            setup(root, size)
+            with contextlib.redirect_stdout(sys.stderr):  # the builds' and the pretraining's lines
+                setup(root, size)
             for k in [0, *map(int, a.ks.split(","))]:
                 load = os.getloadavg()
                 out = subprocess.run([sys.executable, __file__, "--one", str(root), size, str(k), "--steps",

@@ -22,6 +22,10 @@ average back into its trainer (whose `state_dict` is then a checkpoint as after 
   generator, the fresh carry, `adapt.trains` (whether the network trains at this step), the
   learning rates at the lane's own step count. Inside the model nothing branches on data (the ACT
   step is `torch.where`s), so the model files are unchanged.
+- Rounding: the few ops whose batched form rounds differently from the lone one (the q head, the Q
+  losses' BCE, URM's depthwise convolution) run one lane at a time inside the vmap (custom ops with
+  per-lane vmap rules, `reasoner_ops`); CPU SDPA has no batching rule and runs lane by lane anyway.
+  On CPU a lane is bit-identical to its lone trainer (tests/test_pertask_reasoner_copies.py).
 - The dense optimiser: AdamATan2 written out per lane on the lane's slices, in the order of
   `optim.AdamATan2.step` (its atan2 and fused multiply-adds round by position in a tensor, so a
   lane's update runs on its own contiguous slice, never on the stacked tensor). The weight average
@@ -35,14 +39,13 @@ different architectures (all lanes share the template's shapes but the puzzle ta
 
 from __future__ import annotations
 
-import copy
 import math
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 from torch.func import functional_call, vmap
 
 from hrm_deeploop.data.rows import map_rows
@@ -54,7 +57,7 @@ from hrm_deeploop.training.reasoner import Trainer
 
 TABLE = "puzzle_emb.weights"
 LOSS_KEYS = ("lm_loss", "q_halt_loss", "q_continue_loss")
-PER_LANE = ("q_head",)  # the Linears run per lane (all)
+PER_LANE = ("q_head",)  # the Linears run one lane at a time under vmap (reasoner_ops: rounding)
 
 
 class Unsupported(ValueError):
@@ -294,7 +297,6 @@ class ReasonerCopies:
         a, b = self.template.cfg, model.cfg
         assert type(model) is type(self.template) and a.__class__ is b.__class__, \
             f"ReasonerCopies: a {type(model).__name__} beside {type(self.template).__name__} lanes"
-        from dataclasses import replace
         assert replace(a, num_puzzle_identifiers=1) == replace(b, num_puzzle_identifiers=1), \
             "ReasonerCopies: every lane's model must have the first lane's config (but the puzzle table)"
         for n, p in model.named_parameters():

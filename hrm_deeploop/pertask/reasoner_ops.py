@@ -6,10 +6,15 @@ reasoner whose pieces that cannot run per lane as they are written are swapped f
   vmapped function instead (`offset`, set on the module inside it), and its gradient is the lane's
   row gradients. The looked-up rows are the lone ones bit for bit (`weights[ids] + offset`, the
   offset zero, as `PuzzleEmbedding.forward` after `prepare`).
-- `lane_sum`, `lane_bce_sum`: the LM loss's sum and the Q losses' `F.binary_cross_entropy_with_logits(..., reduction="sum")`, whose
-  batched rules under vmap round differently from the lone kernels (measured: 1.4e-7 on lm_loss,
-  7e-7 on q_halt_loss); each run once per lane inside the vmap. `lane_loss` is `losses.act_loss`'s loss with it (the metrics,
-  which the lanes do not report, left out).
+- `lane_bce_sum`: the Q losses' `F.binary_cross_entropy_with_logits(..., reduction="sum")`, whose
+  batched rule under vmap rounds differently from the lone kernel (6.8e-7 on q_halt_loss at the
+  first step, measured); run once per lane inside the vmap. `lane_loss` is `losses.act_loss`'s loss
+  with it (the metrics, which the lanes do not report, left out).
+- `lane_linear` for the Linears named in `per_lane` (`ReasonerCopies` names the q head: a (D, 2)
+  Linear with bias on the strided slice z_H[:, 0], 4.8e-7 on the q logits batched); the others
+  (QKV, O, MLPs, lm_head) are batched and bit-identical to the lone ones on CPU.
+- `lane_conv1d` in URM's `ConvSwiGLU`: under vmap the depthwise convolution becomes one grouped
+  convolution over the lanes, which rounds differently (2e-8..5e-8 on the losses).
 """
 
 from __future__ import annotations
@@ -41,24 +46,6 @@ def _(info, in_dims, logits, target):
     k = info.batch_size
     at = [t.movedim(d, 0) if d is not None else t.expand(k, *t.shape) for t, d in zip((logits, target), in_dims)]
     return torch.stack([F.binary_cross_entropy_with_logits(at[0][i], at[1][i], reduction="sum") for i in range(k)]), 0
-
-
-@torch.library.custom_op("hrm_reasoner::lane_sum", mutates_args=())
-def lane_sum(x: Tensor) -> Tensor:
-    """x.sum(); under vmap, one sum per lane (the batched sum of the float64 per-token losses adds
-    in another order: 1.4e-7 on lm_loss at the second step, measured)."""
-    return x.sum()
-
-
-@lane_sum.register_fake
-def _(x):
-    return x.new_empty(())
-
-
-@lane_sum.register_vmap
-def _(info, in_dims, x):
-    rows = x.movedim(in_dims[0], 0) if in_dims[0] is not None else x.expand(info.batch_size, *x.shape)
-    return torch.stack([rows[i].sum() for i in range(info.batch_size)]), 0
 
 
 @torch.library.custom_op("hrm_reasoner::lane_linear", mutates_args=())
@@ -122,7 +109,7 @@ def lane_loss(outputs: dict[str, Tensor], labels: Tensor, loss_type: str, stable
     with torch.no_grad():
         seq_correct = (mask & (torch.argmax(logits, dim=-1) == labels)).sum(-1) == counts  # (B,)
     q_halt = outputs["q_halt_logits"]
-    lm_loss = lane_sum(LOSSES[loss_type](logits, labels, stablemax_dtype) / divisor)
+    lm_loss = (LOSSES[loss_type](logits, labels, stablemax_dtype) / divisor).sum()
     q_halt_loss = lane_bce_sum(q_halt, seq_correct.to(q_halt.dtype))
     q_continue_loss = torch.zeros((), dtype=q_halt.dtype, device=q_halt.device)
     if "target_q_continue" in outputs:
