@@ -4,6 +4,7 @@ puzzle-row gradients, final weights, puzzle table, optimiser moments, weight ave
 batch-mates, whenever lanes open and close; padding rows of the stacked table never change."""
 
 import copy
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -197,3 +198,15 @@ def test_a_trainer_the_lanes_cannot_step_is_refused(hrm):
     with pytest.raises(Unsupported, match="Muon"):
         lanes.open(0, hrm.trainer(0, 0, "optim.name=muon"))
     assert not lanes.lanes
+
+
+def test_a_model_of_another_shape_is_refused(hrm):
+    """A lane's model must be the first lane's architecture (but its puzzle table). Trainers from
+    one checkpoint always are (init_from takes its architecture): another is made by hand."""
+    lanes = ReasonerCopies(2, CPU)
+    lanes.open(0, hrm.trainer(0))
+    other = hrm.trainer(1)
+    other.model.cfg = replace(other.model.cfg, num_h_cycles=1)
+    with pytest.raises(Unsupported, match="config"):
+        lanes.open(1, other)
+    assert list(lanes.lanes) == [0]

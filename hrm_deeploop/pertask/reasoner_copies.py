@@ -33,8 +33,9 @@ average back into its trainer (whose `state_dict` is then a checkpoint as after 
 - A slot without a lane holds still (it is not in the vmap); a lane whose loss is not finite is not
   stepped (the lone trainer stops there): its loss is reported as it is, the caller closes it.
 
-Not supported (refused at `open`): Muon, gradient accumulation, torchrun, `train.compile`, lanes of
-different architectures (all lanes share the template's shapes but the puzzle table's rows).
+Not supported (refused at `open` with `Unsupported`, nothing changed): Muon, gradient accumulation,
+torchrun, `train.compile`, lanes of different architectures (all lanes share the first lane's model
+config but the puzzle table's rows).
 """
 
 from __future__ import annotations
@@ -294,13 +295,15 @@ class ReasonerCopies:
         self._fn = vmap(self._one, randomness="error")
 
     def _check_fits(self, model: ACTReasoner) -> None:
+        """Raise `Unsupported` for a model of another architecture than the first lane's."""
         a, b = self.template.cfg, model.cfg
-        assert type(model) is type(self.template) and a.__class__ is b.__class__, \
-            f"ReasonerCopies: a {type(model).__name__} beside {type(self.template).__name__} lanes"
-        assert replace(a, num_puzzle_identifiers=1) == replace(b, num_puzzle_identifiers=1), \
-            "ReasonerCopies: every lane's model must have the first lane's config (but the puzzle table)"
+        if type(model) is not type(self.template) or a.__class__ is not b.__class__:
+            raise Unsupported(f"a {type(model).__name__} beside {type(self.template).__name__} lanes")
+        if replace(a, num_puzzle_identifiers=1) != replace(b, num_puzzle_identifiers=1):
+            raise Unsupported("every lane's model must have the first lane's config (but the puzzle table's rows)")
         for n, p in model.named_parameters():
-            assert self.params[n].shape[1:] == p.shape, f"ReasonerCopies: {n} has shape {tuple(p.shape)}"
+            if self.params[n].shape[1:] != p.shape:
+                raise Unsupported(f"{n} has shape {tuple(p.shape)}, the lanes' {tuple(self.params[n].shape[1:])}")
 
     def _fit_table(self, rows: int) -> None:
         """The stacked table padded (with zero rows no lane reads) to hold `rows` rows."""
