@@ -233,3 +233,27 @@ def test_an_adapted_run_resumes(setting, tmp_path):
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["steps"] == 2
     assert load_model(tmp_path / "r").puzzle_names == load_model(tmp_path / "r" / "checkpoints" / "step_1.pt").puzzle_names
+
+
+@pytest.mark.parametrize("trains", ["embeddings", "embeddings_then_all"])
+def test_a_weight_average_over_a_frozen_network(setting, tmp_path, trains):
+    """train.ema with a network frozen at the start (adapt.trains=embeddings: it stays frozen;
+    embeddings_then_all: it trains after embedding_steps): the run trains (the average of a frozen
+    network had no entries and its first update failed); a frozen weight's average is the weight,
+    one that trains later is averaged from then on."""
+    root, _ = setting
+    extra = ["adapt.embedding_steps=1"] if trains == "embeddings_then_all" else []
+    rc = run_subcommand("train", [*TINY_OVERRIDES, *FAST, f"data_dir={root / 'unseen'}", f"output_dir={tmp_path / 'e'}",
+                                  f"init_from={root / 'run'}", f"adapt.trains={trains}", *extra, "train.ema=true",
+                                  "train.max_steps=3"])
+    assert rc == 0
+    start = load_model(root / "run").model.state_dict()
+    state = ckpt.load(ckpt.latest(tmp_path / "e"))
+    shadow, weights = state["ema"]["shadow"], state["model"]
+    dense = [n for n in shadow if n in start and n != "puzzle_emb.weights"]
+    assert dense and set(shadow) >= set(dense)
+    moved = [n for n in dense if not torch.equal(shadow[n], start[n])]
+    if trains == "embeddings":
+        assert not moved  # frozen throughout: the average is the start's weight, bit for bit
+    else:
+        assert moved and all(not torch.equal(shadow[n], weights[n]) for n in moved)  # averaged, not copied
