@@ -265,3 +265,28 @@ def test_early_stop_settings_are_checked():
     with pytest.raises(UserError, match="official.stop_share"):
         PerTaskConfig(views="official", official=PerTaskOfficial(stop_share=1.5))
     assert PerTaskOfficial().stop_after == 0  # off by default: the official fixed schedule
+
+
+def test_a_resume_takes_an_older_plan_and_any_number_of_copies(tmp_path):
+    """ttt_plan.json's official.* identity: a plan written before early stop existed resumes with it
+    off, not with it on; official.copies is no identity (results are the same for any K)."""
+    import dataclasses
+
+    from hrm_deeploop.pertask import plan
+    from hrm_deeploop.pertask.ttt_config import PerTaskConfig, PerTaskOfficial
+
+    def identity(**official):
+        cfg = PerTaskConfig(checkpoint="c", challenges="x.json", views="official", official=PerTaskOfficial(**official))
+        return plan.identity_of(cfg, b"{}", "0" * 64)
+
+    out = tmp_path / "o"
+    out.mkdir()
+    older = identity(copies=4)
+    for key in plan.OFFICIAL_LATER:
+        del older["official"][key]  # as written before these keys existed
+    older["official"]["copies"] = 4
+    (out / plan.PLAN).write_text(json.dumps(older))
+    assert plan.check_claim(out, identity(copies=2)) is True
+    with pytest.raises(UserError, match="other official"):
+        plan.check_claim(out, identity(stop_after=2))
+    assert set(identity()["official"]) == {f.name for f in dataclasses.fields(PerTaskOfficial)} - {"copies"}

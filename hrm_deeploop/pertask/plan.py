@@ -31,6 +31,9 @@ IDENTITY = ("checkpoint", "challenges", "num_aug", "steps", "batch", "lr", "trai
 # hold count-first fields only, which `merge` gives for both rules); `official` counts with
 # views=official only
 LATER = {"leave_one_out": False, "passes": 10, "poe": True, "views": "build", "official": None}
+# official.* keys added since: an older plan had these (early stop off); `copies` is no identity (a
+# task's result is the same with any number of batch-mates: tests/test_pertask_copies.py)
+OFFICIAL_LATER = {"stop_after": 0, "stop_fit": "exact", "stop_share": 1.0}
 LOO = "-loo"  # a pseudo-task's id: <task>-loo<i>
 FINAL = ("trained", "trained-no-grid", "failed")  # statuses of a finished task; any other is retried
 
@@ -44,10 +47,18 @@ def load_challenges(path: str | os.PathLike) -> dict[str, dict]:
 def identity_of(cfg, challenges: bytes, checkpoint_sha256: str) -> dict:
     """What a set's results depend on (`IDENTITY`), the challenges' and the checkpoint's content included."""
     identity = {k: getattr(cfg, k) for k in IDENTITY}
-    identity["official"] = dataclasses.asdict(cfg.official) if cfg.views == "official" else None
+    identity["official"] = official_identity(dataclasses.asdict(cfg.official)) if cfg.views == "official" else None
     identity["challenges_sha256"] = hashlib.sha256(challenges).hexdigest()
     identity["checkpoint_sha256"] = checkpoint_sha256
     return identity
+
+
+def official_identity(official: dict | None) -> dict | None:
+    """The official.* settings a result depends on: the older plans' missing keys at their defaults
+    then, `copies` left out."""
+    if official is None:
+        return None
+    return {k: v for k, v in (OFFICIAL_LATER | official).items() if k != "copies"}
 
 
 def check_claim(out: Path, identity: dict) -> bool:
@@ -58,6 +69,7 @@ def check_claim(out: Path, identity: dict) -> bool:
     marker = out / PLAN
     if marker.is_file():
         before = parse_json(marker.read_bytes(), str(marker))
+        before["official"] = official_identity(before.get("official"))
         diff = sorted(k for k in identity if before.get(k, LATER.get(k)) != identity[k])
         if "checkpoint_sha256" in diff:
             raise UserError(f"output_dir={out}: its set was trained from other weights (the checkpoint's sha256 "
