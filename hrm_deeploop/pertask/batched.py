@@ -125,9 +125,9 @@ class Engine:
                             job.train_s = share(job, sum(x is not None for x in lanes))
                         lanes[i] = self._open(i, job, done)
                         continue
-                    t0 = time.monotonic()
+                    t0, predicted = time.monotonic(), lanes[i].predict_s
                     try:
-                        got = self._next(i, lanes[i])
+                        got = self._next(i, lanes[i])  # between runs it also predicts (predict_s)
                     except Exception as e:  # the task's own (its canvases): its batch-mates go on
                         done(lanes[i].job, None, e)
                         lanes[i] = None
@@ -137,7 +137,7 @@ class Engine:
                         lanes[i] = None
                     else:
                         batches[i], lrs[i] = got
-                        dt = time.monotonic() - t0
+                        dt = time.monotonic() - t0 - (lanes[i].predict_s - predicted)  # drawing only
                         lanes[i].train_s += dt
                         self.draw_s += dt
             if all(b is None for b in batches):
