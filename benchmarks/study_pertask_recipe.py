@@ -110,7 +110,7 @@ def run_arm(arm: str, seed: int, r: Path, out: Path, passes: int, quick: bool = 
         if not chal.is_file():
             su.write_unseen_challenges(chal, su.UNSEEN)
         args = ["ttt", f"checkpoint={start}", f"challenges={chal}", f"output_dir={folder / 'ttt'}", f"seed={seed}",
-                "workers=1", "threads=1", "device=cpu", "progress=false", f"passes={passes}",
+                "workers=1", "threads=1", "device=cpu", "progress=false", f"passes={passes}", "keep_work=true",
                 *(f"{k}={v}" for k, v in opts.items())]
         if overrides:
             args.append("train_overrides=[" + ",".join(f"'{o}'" for o in [*overrides, "checkpoint.every=0"]) + "]")
@@ -120,6 +120,9 @@ def run_arm(arm: str, seed: int, r: Path, out: Path, passes: int, quick: bool = 
         score["protocol"] = summary.get("protocol")
         steps = [json.loads(p.read_text()).get("steps") for p in sorted((folder / "ttt" / "tasks").glob("*/result.json"))]
         score["steps_per_task"] = steps
+        losses = {p.parts[-4]: json.loads(p.read_text()).get("final_train_loss")  # keep_work: each copy's run
+                  for p in sorted((folder / "ttt" / "tasks").glob("*/work/run/summary.json"))}
+        score["final_train_loss"] = losses  # the mean of its last 50 steps' loss, per task
         if (folder / "ttt" / "submission_poe.json").is_file():
             score["poe"] = su.submission_scores(folder / "ttt" / "submission_poe.json", chal)
     else:  # the joint fine-tune, as study_unseen's (c), at `steps`
@@ -134,6 +137,7 @@ def run_arm(arm: str, seed: int, r: Path, out: Path, passes: int, quick: bool = 
                  "device=cpu", "progress=false", "report=false", f"passes={passes}", f"tta_seed={seed}"], log,
                 f"evaluate ({arm})")
         score = su.scores(folder / "eval")
+        score["final_train_loss"] = json.loads((folder / "run" / "summary.json").read_text()).get("final_train_loss")
         score["protocol"] = "strict"  # the unseen set was held out of the pretraining build (study_unseen)
     score["timing"] = log
     (folder / "score.json").write_text(json.dumps(score, indent=1) + "\n")
