@@ -25,8 +25,12 @@ line in its log; a disk or memory error is from outside (`worker.solve` judges i
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 import math
+import os
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -165,9 +169,6 @@ def prepared(cfg: PerTaskConfig) -> Prepared:
     key = repr(cfg)
     if _PREPARED and _PREPARED[0].key == key:
         return _PREPARED[0]
-    import contextlib
-    import io
-
     from hrm_deeploop import checkpoint as ckpt  # lazy: torch, in the process that trains
     from hrm_deeploop.cli import (  # lazy: the CLI's command table imports this package
         COMMANDS,
@@ -197,9 +198,6 @@ def prepared(cfg: PerTaskConfig) -> Prepared:
 def warm_build(cfg: PerTaskConfig) -> None:
     """build-arc's compiled kernels (numba) compiled now, on a made-up task built into a folder of
     output_dir removed after: the first task's build then costs what every other's does."""
-    import os
-    import shutil
-
     work = Path(cfg.output_dir) / f".warm-{os.getpid()}"
     grid = [[1, 2], [3, 4]]
     try:
