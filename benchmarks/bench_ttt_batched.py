@@ -342,6 +342,7 @@ def stepcost(a) -> int:
     import torch
     import torch.nn.functional as F
 
+    from hrm_deeploop import runtime
     from hrm_deeploop.data.canvas import IGNORE
     from hrm_deeploop.models.loopvit_config import NUM_COLORS
     from hrm_deeploop.pertask.copies import Copies
@@ -349,6 +350,7 @@ def stepcost(a) -> int:
     from hrm_deeploop.pertask.official_views import build_views
 
     torch.set_num_threads(1)
+    kept = runtime.keep_freed_memory() if a.keep_freed else False  # what ttt's processes do (runtime's docstring)
     chal, _ = arc1_tasks(a.size, 1)
     tid = next(iter(chal))
     views = build_views(tid, chal[tid], 0)
@@ -356,7 +358,7 @@ def stepcost(a) -> int:
     model = start_model(str(tiny_file(work / "tiny.pt", a.size)), 51, 0, 0.1 if a.dropout else 0.0)
     batches = [b for b in train_batches(views, a.size, 8, np.random.default_rng(0))(0) if len(b["canvas"]) == 8]
     print(f"# step cost (canvas {a.size}, batch 8, dropout {0.1 if a.dropout else 0}, {a.steps} steps after 2 "
-          f"warm-up): CPU ms per copy-step; load {uptime()}")
+          f"warm-up, freed memory kept: {kept}): CPU ms per copy-step; load {uptime()}")
     print("| K | forward | backward | clip | AdamW | all | per copy-step |")
     print("|---|---|---|---|---|---|---|")
     lone = start_model(str(work / "tiny.pt"), 51, 0, 0.1 if a.dropout else 0.0).train()
@@ -485,6 +487,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--steps", type=int, default=10)
     c.add_argument("--copies", type=int, nargs="+", default=[1, 2, 4, 8])
     c.add_argument("--no-dropout", dest="dropout", action="store_false")
+    c.add_argument("--keep-freed", action="store_true", help="runtime.keep_freed_memory() first, as ttt does")
     sub.add_parser("memory")
     m = sub.add_parser("memory-one")
     m.add_argument("--size", type=int, required=True)

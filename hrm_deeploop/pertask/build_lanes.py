@@ -332,6 +332,7 @@ def run_shard(cfg: PerTaskConfig, index: int, count: int, tasks: dict[str, dict]
         print(f"ttt: [{state['done']}/{total}] {tid}: {res['status']}, {note}", flush=True)
 
     total = len(pending)
+    runtime.keep_freed_memory()  # the stacked copies' large tensors reuse the heap's pages (runtime's docstring)
     env = runtime.setup(cfg.device)
     try:
         t0 = time.monotonic()

@@ -70,7 +70,10 @@ def init_worker(threads: int, parent: int | None = None, ready=None, cfg: PerTas
     os.environ["OMP_NUM_THREADS"] = str(threads)
     import torch  # lazy: after this worker's OMP_NUM_THREADS is set
 
+    from hrm_deeploop import runtime  # lazy: torch's runtime, in the worker
+
     torch.set_num_threads(threads)
+    runtime.keep_freed_memory()  # a step's large tensors reuse the heap's pages (runtime's docstring)
     if ready is not None:
         from hrm_deeploop.cli import COMMANDS, resolve  # lazy: the CLI's command table imports this package
 
