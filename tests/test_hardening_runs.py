@@ -564,6 +564,7 @@ def test_a_large_request_says_what_it_will_cost_first(work, monkeypatch, capsys)
     assert "parameters:" in notes[0] and "of activations (an estimate)" in notes[0]
 
 
+@pytest.mark.slow  # the default suite under 10 minutes: run by .ci/run after it
 def test_a_checkpoint_path_that_is_a_link_loop_a_fifo_or_a_device_is_named_as_such(work):
     """Never opened (a FIFO would block the reader), never 'does not exist'."""
     os.symlink("loop_b.pt", work / "loop_a.pt")

@@ -121,6 +121,7 @@ def test_two_process_gloo_gradients_equal_one_process(tmp_path, data):
         torch.testing.assert_close(out[name]["sums"], ref["sums"])
 
 
+@pytest.mark.slow  # the default suite under 10 minutes: run by .ci/run after it
 def test_two_process_gloo_compiled_equals_one_process_eager(tmp_path, data):
     """train.compile under DDP (2 gloo ranks) gives the eager single-process gradients. The puzzle
     table after SignSGD is compared loosely: sign() of a row gradient within rounding of 0 may flip

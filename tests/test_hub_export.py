@@ -172,6 +172,7 @@ def test_hub_errors_are_one_line(world, offline_cache, monkeypatch):
     assert "pip install 'hrm-deeploop[hub]'" in str(e.value)
 
 
+@pytest.mark.slow  # the default suite under 10 minutes: run by .ci/run after it
 def test_eval_gpt_from_the_hub_offline_through_the_cli(world, tmp_path):
     """A real process with HF_HUB_OFFLINE=1 and HF_HUB_CACHE set, as a user runs it: same val loss as the run."""
     root, data = world

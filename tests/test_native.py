@@ -128,6 +128,7 @@ def test_every_listed_kernel_exists_with_its_arity_and_the_key_follows_the_sourc
     assert native.key() != before
 
 
+@pytest.mark.slow  # the default suite under 10 minutes: run by .ci/run after it
 @pytest.mark.skipif(not CAN_COMPILE, reason="no C compiler or no Python headers: the JIT runs the kernels")
 def test_two_processes_compiling_at_once_and_one_interrupted_leave_one_module(tmp_path):
     import signal

@@ -116,6 +116,7 @@ def test_budget_spent_every_task_falls_back_and_the_submission_is_complete(pretr
     assert json.loads((tmp_path / "o" / "ttt_summary.json").read_text())["status"] == {"fallback": 2}
 
 
+@pytest.mark.slow  # the default suite under 10 minutes: run by .ci/run after it
 def test_sigkill_mid_set_then_rerun_redoes_only_the_unfinished(pretrained, tmp_path):
     """Killed (SIGKILL, the whole process group) once the first task has finished: the rerun keeps
     that task's result untouched and finishes the other, whatever it had half-written."""

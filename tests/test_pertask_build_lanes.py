@@ -166,6 +166,7 @@ def test_sigkill_mid_set_then_rerun_keeps_the_finished(vit, tmp_path):
     assert json.loads((out / "ttt_summary.json").read_text())["tasks"] == 4
 
 
+@pytest.mark.slow  # the default suite under 10 minutes: run by .ci/run after it
 def test_hrm_lanes_equal_one_at_a_time(pretrained, tmp_path):  # noqa: F811
     """The reasoners' lanes (`reasoner_copies.ReasonerCopies`) for a tiny HRM: K = 2 over two tasks
     gives each task's K = 1 result and weights."""

@@ -61,6 +61,7 @@ def test_local_pool_runs_cells_skips_finished_and_aggregates(shards, tmp_path, c
     assert (out / "scaling-baseline" / "s3" / "summary.json").stat().st_mtime_ns == mtime
 
 
+@pytest.mark.slow  # the default suite under 10 minutes: run by .ci/run after it
 def test_submitit_local_executor_runs_two_hrm_cells(tmp_path):
     pytest.importorskip("submitit")
     data = tmp_path / "sudoku"
