@@ -202,7 +202,8 @@ def warm_build(cfg: PerTaskConfig) -> None:
     grid = [[1, 2], [3, 4]]
     try:
         shutil.rmtree(work, ignore_errors=True)
-        build_task(cfg, "warm", {"train": [{"input": grid, "output": grid}] * 2, "test": [{"input": grid}]}, work)
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # no task's
+            build_task(cfg, "warm", {"train": [{"input": grid, "output": grid}] * 2, "test": [{"input": grid}]}, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
