@@ -336,8 +336,7 @@ def profile(a) -> int:
 
 
 def stepcost(a) -> int:
-    """CPU ms per copy-step at K = 1, 2, 4, 8 (`Copies`: forward under vmap, backward, clip, AdamW,
-    timed apart) against a lone model's step (`official_ttt.train_run`'s body), the same batches."""
+    """CPU ms per copy-step at each K (`Copies`: forward under vmap, backward, clip, AdamW) against a lone step."""
     import numpy as np
     import torch
     import torch.nn.functional as F
