@@ -312,6 +312,7 @@ def check_failed_write(work: Path, p: subprocess.CompletedProcess, errno_name: s
     no_temp_files(work)
 
 
+@pytest.mark.slow  # the default suite under 10 minutes: run by .ci/run after it
 def test_a_file_size_limit_during_the_checkpoint_write(work):
     good = tree(work / "run/checkpoints")
     size_kib = (work / "run/checkpoints/step_2.pt").stat().st_size // 1024

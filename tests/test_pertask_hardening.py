@@ -112,6 +112,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow  # the default suite under 10 minutes: run by .ci/run after it
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_one_run_per_folder_and_workers_die_with_a_killed_ttt(pretrained, tmp_path, capsys):  # noqa: F811
     """While a ttt trains, a second one into its folder is refused in one line; `kill -9` of the
