@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from hrm_deeploop import checkpoint as ckpt
+from hrm_deeploop import families
 from hrm_deeploop.cli import run_subcommand
 from hrm_deeploop.pertask import build_lanes, checks, plan, worker
 from hrm_deeploop.pertask.ttt_config import PerTaskConfig
@@ -171,7 +172,7 @@ def test_hrm_lanes_equal_one_at_a_time(pretrained, tmp_path):  # noqa: F811
     """The reasoners' lanes (`reasoner_copies.ReasonerCopies`) for a tiny HRM: K = 2 over two tasks
     gives each task's K = 1 result and weights."""
     root, chal = pretrained
-    assert build_lanes.lanes_class("hrm") is not None
+    assert build_lanes.lanes_class(families.family("hrm")) is not None
     alone = _alone(root / "run", chal, tmp_path / "k1")
     cfg = _cfg(root / "run", chal, tmp_path / "k2", copies=2)
     assert build_lanes.lanes_for(cfg, 2) == 2

@@ -83,5 +83,5 @@ FAMILY = Family(
     predictor="canvas", commands=("train-vit", "evaluate", "export", "ttt", "vote"), load=load, metadata="dataset",
     describe=describe, official=lambda path, state: is_official(state),
     official_source="WenjieShu/LoopViT's scripts (a .pt of {model_state, config})",
-    adapts=False, official_loop=True, halts=False, carried=("canvas",), figures=("pixel accuracy", "exact accuracy"),
+    adapts=False, official_loop=True, lanes="hrm_deeploop.pertask.vision_lanes:VisionCopies", halts=False, carried=("canvas",), figures=("pixel accuracy", "exact accuracy"),
     tiny=("experiment=loopvit_tiny_cpu",))

@@ -113,7 +113,7 @@ def _entry(name: str, title: str) -> Family:
         name=name, title=title, config=SCHEMAS[name], trainer="train", evaluator="evaluate", predictor="sequence",
         commands=("train", "evaluate", "export", "ttt", "vote"), load=load, metadata="dataset", describe=describe,
         official=(lambda path, state: _official_name(path, state) == name) if reads_official else None,
-        official_source=SOURCES.get(name, ""), adapts=True, halts=True,
+        official_source=SOURCES.get(name, ""), adapts=True, halts=True, lanes="hrm_deeploop.pertask.reasoner_copies:ReasonerCopies",
         carried=(), figures=(), tiny=(f"experiment={name}_tiny_cpu",))
 
 

@@ -65,6 +65,7 @@ class Family:
     official_source: str = ""  # where its official checkpoints come from (docs, --help)
     adapts: bool = False  # takes `train`'s adapt.* (the puzzle table grown by name)
     official_loop: bool = False  # `ttt views=official` runs its official per-task loop
+    lanes: str = ""  # "module:Class" that stacks its copies for `ttt copies=K` (pertask/build_lanes.py); "": one at a time
     halts: bool = False  # predicts a halting logit (q_halt): the vote's tie-break after votes
     carried: tuple[str, ...] = ()  # config sections/keys a checkpoint needs to run, carried by init_from and ttt
     figures: tuple[str, ...] = ()  # what its evaluation prints beside pass@K

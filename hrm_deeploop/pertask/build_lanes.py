@@ -11,7 +11,7 @@ result: a rerun skips them. A task's own failure (its data, a refusal, a diverge
 recorded as `failed` with the fallback attempts and its batch-mates go on; a failure from outside
 (disk, memory) is recorded as `error` and retried by a rerun.
 
-The lanes contract (a family's "lanes" class, `LANES`):
+The lanes contract (a family's "lanes" class, its entry's `Family.lanes`):
 
     lanes = Cls(k, device)
     lanes.open(lane: int, trainer)    # a task's lone trainer (built as in inprocess.py, not yet
@@ -32,6 +32,7 @@ waits until every lane is free, then starts a new set; a family without a lanes 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import math
 import os
 import shutil
@@ -47,26 +48,15 @@ from hrm_deeploop.pertask import inprocess, plan, worker
 from hrm_deeploop.pertask.budget import Clock
 from hrm_deeploop.pertask.ttt_config import PerTaskConfig
 
-
-def _vision() -> type:
-    from hrm_deeploop.pertask.vision_lanes import VisionCopies  # lazy: torch
-
-    return VisionCopies
-
-
-def _reasoners() -> type:
-    from hrm_deeploop.pertask.reasoner_copies import ReasonerCopies  # lazy: torch
-
-    return ReasonerCopies
-
-
-# a family's name -> its lanes class (families without one train one task at a time)
-LANES: dict[str, Callable[[], type]] = {"loopvit": _vision, "hrm": _reasoners, "trm": _reasoners, "urm": _reasoners}
 AUTO_MAX = {"cpu": 4, "cuda": 32}  # copies=0: at most this many lanes
 
 
-def lanes_class(family: str) -> type | None:
-    return LANES[family]() if family in LANES else None
+def lanes_class(fam) -> type | None:
+    """The family entry's lanes class (`Family.lanes`, "module:Class"), None for a family without one."""
+    if not fam.lanes:
+        return None
+    module, _, name = fam.lanes.partition(":")
+    return getattr(importlib.import_module(module), name)  # a name from our own registry, never from data
 
 
 def lanes_for(cfg: PerTaskConfig, pending: int) -> int:
@@ -75,7 +65,7 @@ def lanes_for(cfg: PerTaskConfig, pending: int) -> int:
     family without a lanes class."""
     from hrm_deeploop import families  # lazy: the registry
 
-    if lanes_class(families.of_checkpoint(cfg.checkpoint).name) is None or pending <= 1:
+    if lanes_class(families.of_checkpoint(cfg.checkpoint)) is None or pending <= 1:
         return 1
     if cfg.copies:
         return min(cfg.copies, pending)
@@ -337,7 +327,7 @@ def run_shard(cfg: PerTaskConfig, index: int, count: int, tasks: dict[str, dict]
     try:
         t0 = time.monotonic()
         fam = families.of_checkpoint(cfg.checkpoint)
-        engine = Engine(cfg, tasks, lanes_class(fam.name), k, env, clock, said)
+        engine = Engine(cfg, tasks, lanes_class(fam), k, env, clock, said)
         print(f"ttt: {len(mine)} tasks: {len(mine) - total} already finished, {total} to run as {k} copies at once "
               f"(copies={cfg.copies or 'auto'}), {torch.get_num_threads()} thread(s), device={env.device}, "
               f"built in {time.monotonic() - t0:.1f} s", flush=True)
