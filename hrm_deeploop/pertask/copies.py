@@ -110,9 +110,9 @@ class LaneLayerNorm(nn.LayerNorm):
 
 
 @torch.library.custom_op("hrm_ttt::lane_linear", mutates_args=())
-def lane_linear(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
-    """F.linear; under vmap, one per copy (the head: its input is a strided slice, whose batched
-    weight gradient sums in another order than the lone one's)."""
+def lane_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """F.linear; under vmap, one per copy (LoopViT's head, the reasoners' q head: their inputs are
+    strided slices, whose batched weight gradient sums in another order than the lone one's)."""
     return F.linear(x, weight, bias)
 
 
@@ -124,8 +124,9 @@ def _(x, weight, bias):
 @lane_linear.register_vmap
 def _(info, in_dims, x, weight, bias):
     k = info.batch_size
-    at = [t.movedim(d, 0) if d is not None else t.expand(k, *t.shape) for t, d in zip((x, weight, bias), in_dims)]
-    return torch.stack([F.linear(at[0][i], at[1][i], at[2][i]) for i in range(k)]), 0
+    at = [None if t is None else t.movedim(d, 0) if d is not None else t.expand(k, *t.shape)
+          for t, d in zip((x, weight, bias), in_dims)]
+    return torch.stack([F.linear(at[0][i], at[1][i], None if at[2] is None else at[2][i]) for i in range(k)]), 0
 
 
 @torch.library.custom_op("hrm_ttt::lane_cross_entropy", mutates_args=())

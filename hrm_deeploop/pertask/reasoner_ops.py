@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from hrm_deeploop.models.act import ACTReasoner, PuzzleEmbedding
 from hrm_deeploop.models.core import ConvSwiGLU, Linear
 from hrm_deeploop.models.losses import IGNORE_LABEL, LOSSES
+from hrm_deeploop.pertask.copies import lane_linear
 
 
 @torch.library.custom_op("hrm_reasoner::lane_bce_sum", mutates_args=())
@@ -46,25 +47,6 @@ def _(info, in_dims, logits, target):
     k = info.batch_size
     at = [t.movedim(d, 0) if d is not None else t.expand(k, *t.shape) for t, d in zip((logits, target), in_dims)]
     return torch.stack([F.binary_cross_entropy_with_logits(at[0][i], at[1][i], reduction="sum") for i in range(k)]), 0
-
-
-@torch.library.custom_op("hrm_reasoner::lane_linear", mutates_args=())
-def lane_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """F.linear; under vmap, one per lane (module docstring)."""
-    return F.linear(x, weight, bias)
-
-
-@lane_linear.register_fake
-def _(x, weight, bias):
-    return F.linear(x, weight, bias)
-
-
-@lane_linear.register_vmap
-def _(info, in_dims, x, weight, bias):
-    k = info.batch_size
-    at = [None if t is None else t.movedim(d, 0) if d is not None else t.expand(k, *t.shape)
-          for t, d in zip((x, weight, bias), in_dims)]
-    return torch.stack([F.linear(at[0][i], at[1][i], None if at[2] is None else at[2][i]) for i in range(k)]), 0
 
 
 @torch.library.custom_op("hrm_reasoner::lane_conv1d", mutates_args=())
