@@ -47,16 +47,7 @@ def run(cfg: PerTaskConfig) -> int:
             plan.claim(out, identity)  # a folder of this very set only: resumed, never mixed with another
         if cfg.launcher == "submitit":
             return launch_submitit(cfg, tasks, out, start)
-        if cfg.views == "official" and cfg.official.copies != 1:  # many copies in one process (pertask/batched.py)
-            from hrm_deeploop.pertask.batched import run_shard as run_copies  # lazy: torch where it trains
-
-            run_copies(cfg, rank, world, tasks, start)
-        elif cfg.views == "build" and cfg.copies != 1:  # many copies in one process (pertask/build_lanes.py)
-            from hrm_deeploop.pertask.build_lanes import run_shard as run_lanes  # lazy: torch where it trains
-
-            run_lanes(cfg, rank, world, tasks, start)
-        else:
-            run_shard(cfg, rank, world, tasks, start)
+        any_shard(cfg, rank, world, tasks, start)
         if rank != 0:
             return 0
         if world > 1:
@@ -65,6 +56,23 @@ def run(cfg: PerTaskConfig) -> int:
     finally:
         if lock is not None:
             lock.release()
+
+
+def any_shard(cfg: PerTaskConfig, index: int, count: int, tasks: dict[str, dict] | None = None,
+              start: float | None = None) -> dict:
+    """Shard `index` of `count` by the engine the config names: many copies in one process
+    (`official.copies` != 1 with views=official: pertask/batched.py; `copies` != 1 with views=build:
+    pertask/build_lanes.py), else one task at a time per worker (pertask/pool.py). What a rank of a
+    torchrun launch and a job of a submitit array run alike."""
+    if cfg.views == "official" and cfg.official.copies != 1:
+        from hrm_deeploop.pertask.batched import run_shard as run_copies  # lazy: torch where it trains
+
+        return run_copies(cfg, index, count, tasks, start)
+    if cfg.views == "build" and cfg.copies != 1:
+        from hrm_deeploop.pertask.build_lanes import run_shard as run_lanes  # lazy: torch where it trains
+
+        return run_lanes(cfg, index, count, tasks, start)
+    return run_shard(cfg, index, count, tasks, start)
 
 
 def wait_for_all(cfg: PerTaskConfig, tasks: dict[str, dict], out: Path, poll_s: float = 2.0) -> None:
@@ -94,7 +102,7 @@ def launch_submitit(cfg: PerTaskConfig, tasks: dict[str, dict], out: Path, start
         if s.partition:
             params["slurm_partition"] = s.partition
     ex.update_parameters(**params)
-    jobs = ex.map_array(run_shard, [cfg] * s.shards, list(range(s.shards)), [s.shards] * s.shards,
+    jobs = ex.map_array(any_shard, [cfg] * s.shards, list(range(s.shards)), [s.shards] * s.shards,
                         [None] * s.shards, [start] * s.shards)
     print(f"ttt: {s.shards} shard(s) submitted ({cluster}): " + ", ".join(j.job_id for j in jobs), flush=True)
     for i, j in enumerate(jobs):
