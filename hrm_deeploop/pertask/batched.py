@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import copy
 import math
-import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -39,9 +38,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hrm_deeploop.pertask import plan
+from hrm_deeploop.pertask import plan, sizing
 from hrm_deeploop.pertask.budget import Clock
-from hrm_deeploop.pertask.copies import Copies, copies_that_fit
+from hrm_deeploop.pertask.copies import Copies, bytes_per_copy, probe_step
 from hrm_deeploop.pertask.official_ttt import (
     Fit,
     eval_batches,
@@ -57,7 +56,10 @@ from hrm_deeploop.pertask.pool import run_shard as one_at_a_time
 from hrm_deeploop.pertask.ttt_config import PerTaskConfig
 from hrm_deeploop.pertask.worker import fill_attempts
 
-AUTO_MAX = {"cpu": 8, "cuda": 64}  # official.copies=0: at most this many lanes (CPU: little gain beyond)
+# official.copies=0: at most this many lanes whatever the memory. CPU: a copy-step costs what a lone step
+# does (docs/benchmarks.md), so more lanes only delay every task's result; CUDA: past the GPU's
+# saturation a step's time grows with K, and the per-copy ops' Python loops too
+AUTO_MAX = {"cpu": 8, "cuda": 64}
 
 
 @dataclass
@@ -233,16 +235,20 @@ def _epochs(epoch: Callable[[int], Iterator[dict]], epochs: int) -> Iterator[tup
 
 
 def lanes_for(cfg: PerTaskConfig, start, pending: int, device: torch.device) -> int:
-    """official.copies, or (0) what fits: the device's memory (CUDA: free memory; CPU: the
-    machine's), at most AUTO_MAX of the device, at most the tasks to run."""
+    """official.copies, or (0) what fits: the footprint of a copy measured by a probe step at the run's
+    shapes (`sizing`; where the peak cannot be read, the estimate `copies.bytes_per_copy`), half the
+    available memory, at most AUTO_MAX of the device, at most the tasks to run."""
     if cfg.official.copies:
         return min(cfg.official.copies, max(pending, 1))
-    if device.type == "cuda":
-        memory = torch.cuda.mem_get_info(device)[0]
-    else:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    fit = copies_that_fit(start, cfg.official.batch, memory)
-    return max(1, min(fit, AUTO_MAX.get(device.type, 8), pending))
+    o = cfg.official
+    meter = sizing.Meter(device)
+    fp = sizing.measure(lambda k, _: probe_step(start, k, device, o.batch, o.lr), device, meter)
+    if fp is None:
+        print("ttt: official.copies=0: the peak memory cannot be read here (no /proc/self/clear_refs): "
+              "K from the estimate copies.bytes_per_copy", flush=True)
+        fp = sizing.Footprint(bytes_per_copy(start, o.batch), 0, "estimated")
+        meter.free = meter.available()
+    return sizing.choose(fp, meter.free, AUTO_MAX.get(device.type, 8), pending, device, "official.copies=0")
 
 
 def run_shard(cfg: PerTaskConfig, index: int, count: int, tasks: dict[str, dict] | None = None,
@@ -271,44 +277,54 @@ def run_shard(cfg: PerTaskConfig, index: int, count: int, tasks: dict[str, dict]
         t0 = time.monotonic()
         model = start_model(cfg.checkpoint, 1 + 5 * (1 + o.perms), cfg.seed, o.dropout)
         k = lanes_for(cfg, model, len(pending), env.device)
-        order = sorted(plan.load_challenges(cfg.challenges)) if cfg.challenges else sorted(tasks)
-        views_of = lambda job: build_views(job.tid, job.task, order.index(job.tid), o.perms)  # noqa: E731
-        engine = Engine(model, k, env.device, epochs=o.epochs, batch=o.batch, lr=o.lr, runs=o.runs,
-                        passes=cfg.passes, pool=o.pool, poe=cfg.poe, seed=cfg.seed, views_of=views_of,
-                        stop_after=o.stop_after, stop_share=o.stop_share, stop_fit=o.stop_fit)
-        print(f"ttt: {len(mine)} tasks: {len(mine) - len(pending)} already finished, {len(pending)} to run as "
-              f"{k} copies at once (official.copies={o.copies or 'auto'}), {torch.get_num_threads()} thread(s), "
-              f"device={env.device}, built in {time.monotonic() - t0:.1f} s", flush=True)
-        jobs = deque(Job(t, {"train": tasks[t]["train"], "test": [{"input": x["input"]} for x in tasks[t]["test"]]})
-                     for t in pending)
-        state = {"done": 0}
-
-        def share(job: Job, busy: int) -> float:
-            """The equal share of the time left of the tasks not yet started, over the lanes, less a
-            tenth for its prediction."""
-            return 0.9 * (clock.end - time.time()) / math.ceil((len(jobs) + 1) / k)
-
-        def done(job: Job, result: dict | None, error: BaseException | None) -> None:
-            state["done"] += 1
-            if isinstance(error, BudgetSpent):
-                result = {"task": job.tid, "status": "fallback", "reason": str(error),
-                          "attempts": plan.fallback_attempts(tasks[job.tid])}
-                note = f"{error}: fallback attempts"
-            elif error is not None:
-                why = f"{type(error).__name__}: {error}" if not str(error).startswith("views=") else str(error)
-                result = {"task": job.tid, "status": "failed", "reason": why[:300],
-                          "attempts": plan.fallback_attempts(tasks[job.tid])}
-                note = f"failed: {why[:200]}"
-            else:
-                fill_attempts(result, tasks[job.tid])
-                note = (f"{result['status']}, {result['steps']} steps, {result['seconds']:.1f} s "
-                        f"({result['train_seconds']:.1f} s training)")
-            plan.write_result(out, job.tid, result)  # last: its presence means finished
-            counts[result["status"]] = counts.get(result["status"], 0) + 1
-            print(f"ttt: [{state['done']}/{len(pending)}] {job.tid}: {note}", flush=True)
-
-        engine.min_train_s = 60 * cfg.min_task_minutes if cfg.time_budget is not None else 0.0
-        engine.run(jobs, done, share if cfg.time_budget is not None else None)
+        if k > 1:
+            _run_engine(cfg, model, k, env.device, tasks, mine, pending, clock, counts, t0)
     finally:
         runtime.teardown()
+    if k == 1:  # one copy fits: the lone loop (the same numbers; a vmap of one copy steps slower)
+        return one_at_a_time(cfg, index, count, tasks, start)
     return counts
+
+
+def _run_engine(cfg: PerTaskConfig, model, k: int, device: torch.device, tasks: dict[str, dict], mine: list[str],
+                pending: list[str], clock: Clock, counts: dict[str, int], t0: float) -> None:
+    """The pending tasks through one Engine of `k` lanes; each result written as its task ends."""
+    o, out = cfg.official, Path(cfg.output_dir)
+    order = sorted(plan.load_challenges(cfg.challenges)) if cfg.challenges else sorted(tasks)
+    views_of = lambda job: build_views(job.tid, job.task, order.index(job.tid), o.perms)  # noqa: E731
+    engine = Engine(model, k, device, epochs=o.epochs, batch=o.batch, lr=o.lr, runs=o.runs,
+                    passes=cfg.passes, pool=o.pool, poe=cfg.poe, seed=cfg.seed, views_of=views_of,
+                    stop_after=o.stop_after, stop_share=o.stop_share, stop_fit=o.stop_fit)
+    print(f"ttt: {len(mine)} tasks: {len(mine) - len(pending)} already finished, {len(pending)} to run as "
+          f"{k} copies at once (official.copies={o.copies or 'auto'}), {torch.get_num_threads()} thread(s), "
+          f"device={device}, built in {time.monotonic() - t0:.1f} s", flush=True)
+    jobs = deque(Job(t, {"train": tasks[t]["train"], "test": [{"input": x["input"]} for x in tasks[t]["test"]]})
+                 for t in pending)
+    state = {"done": 0}
+
+    def share(job: Job, busy: int) -> float:
+        """The equal share of the time left of the tasks not yet started, over the lanes, less a
+        tenth for its prediction."""
+        return 0.9 * (clock.end - time.time()) / math.ceil((len(jobs) + 1) / k)
+
+    def done(job: Job, result: dict | None, error: BaseException | None) -> None:
+        state["done"] += 1
+        if isinstance(error, BudgetSpent):
+            result = {"task": job.tid, "status": "fallback", "reason": str(error),
+                      "attempts": plan.fallback_attempts(tasks[job.tid])}
+            note = f"{error}: fallback attempts"
+        elif error is not None:
+            why = f"{type(error).__name__}: {error}" if not str(error).startswith("views=") else str(error)
+            result = {"task": job.tid, "status": "failed", "reason": why[:300],
+                      "attempts": plan.fallback_attempts(tasks[job.tid])}
+            note = f"failed: {why[:200]}"
+        else:
+            fill_attempts(result, tasks[job.tid])
+            note = (f"{result['status']}, {result['steps']} steps, {result['seconds']:.1f} s "
+                    f"({result['train_seconds']:.1f} s training)")
+        plan.write_result(out, job.tid, result)  # last: its presence means finished
+        counts[result["status"]] = counts.get(result["status"], 0) + 1
+        print(f"ttt: [{state['done']}/{len(pending)}] {job.tid}: {note}", flush=True)
+
+    engine.min_train_s = 60 * cfg.min_task_minutes if cfg.time_budget is not None else 0.0
+    engine.run(jobs, done, share if cfg.time_budget is not None else None)

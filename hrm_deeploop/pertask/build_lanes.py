@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import io
 import math
 import os
 import shutil
@@ -48,7 +49,10 @@ from hrm_deeploop.pertask import inprocess, plan, worker
 from hrm_deeploop.pertask.budget import Clock
 from hrm_deeploop.pertask.ttt_config import PerTaskConfig
 
-AUTO_MAX = {"cpu": 4, "cuda": 32}  # copies=0: at most this many lanes
+# copies=0: at most this many lanes whatever the memory. CPU: a copy-step costs about a lone step (the
+# LoopViT gain was 1.42x at K = 2, 1.62x at 4: the start-up shared), so more lanes only delay every
+# result and split a time budget finer; CUDA: past the GPU's saturation a step's time grows with K
+AUTO_MAX = {"cpu": 4, "cuda": 32}
 
 
 def lanes_class(fam) -> type | None:
@@ -60,23 +64,67 @@ def lanes_class(fam) -> type | None:
 
 
 def lanes_for(cfg: PerTaskConfig, pending: int) -> int:
-    """K: `copies`, or (0) what fits (the device's memory over six copies of the checkpoint per lane,
-    as `checks.check_views` counts a worker's, at most AUTO_MAX), at most the tasks to run; 1 for a
-    family without a lanes class."""
+    """K: `copies`, at most the tasks to run; 1 for a family without a lanes class or a single task;
+    0 for copies=0: what fits, measured once the runtime is set up (`measured_lanes`)."""
     from hrm_deeploop import families  # lazy: the registry
 
     if lanes_class(families.of_checkpoint(cfg.checkpoint)) is None or pending <= 1:
         return 1
-    if cfg.copies:
-        return min(cfg.copies, pending)
-    import torch  # lazy: only to size K
+    return min(cfg.copies, pending) if cfg.copies else 0
 
+
+def measured_lanes(cfg: PerTaskConfig, tasks: dict[str, dict], pending: deque, cls: type, env: Any) -> int:
+    """copies=0: K from a lane's footprint measured on a probe (`probe`, `sizing`), half the available
+    memory, at most AUTO_MAX of the device and the tasks to run; where the probe cannot measure, six
+    copies of the checkpoint file a lane (as `checks.check_views` counts a worker's), with a note."""
     from hrm_deeploop import checkpoint as ckpt  # lazy: torch
+    from hrm_deeploop.pertask import sizing  # lazy: torch
 
-    cuda = torch.cuda.is_available() and cfg.device in ("auto", "cuda") or cfg.device.startswith("cuda")
-    memory = torch.cuda.mem_get_info()[0] if cuda else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    per_lane = 6 * ckpt.resolve(cfg.checkpoint).stat().st_size
-    return max(1, min(int(0.5 * memory // max(per_lane, 1)), AUTO_MAX["cuda" if cuda else "cpu"], pending))
+    meter = sizing.Meter(env.device)
+    fp, why = None, "the peak memory cannot be read here (no /proc/self/clear_refs)"
+    if meter.ok:
+        fp, why = probe(cfg, tasks, pending, cls, env, meter)
+    if fp is None:
+        print(f"ttt: copies=0: {why}: K from six times the checkpoint file a lane", flush=True)
+        fp = sizing.Footprint(6 * ckpt.resolve(cfg.checkpoint).stat().st_size, 0, "estimated: 6 x the checkpoint file")
+        meter.free = meter.available()
+    cuda = env.device.type == "cuda"
+    return sizing.choose(fp, meter.free, AUTO_MAX["cuda" if cuda else "cpu"], len(pending), env.device, "copies=0")
+
+
+def probe(cfg: PerTaskConfig, tasks: dict[str, dict], pending: deque, cls: type, env: Any, meter: Any
+          ) -> tuple[Any, str]:
+    """(a lane's `sizing.Footprint`, "") measured on a probe trainer: the first of the pending tasks (up to
+    three) whose views and trainer build, its trainer opened in 1 then 2 lanes of `cls` taking one step
+    each; built in a folder of output_dir removed after, printing nothing. Every task's own trainer is
+    built later from its own seed and files, so no result changes. (None, why) when no probe ran."""
+    from hrm_deeploop.pertask import sizing  # lazy: torch
+
+    prep = inprocess.prepared(cfg)
+    work = Path(cfg.output_dir) / f".probe-{os.getpid()}"
+    why = "no probe"
+    for tid in list(pending)[:3]:
+
+        def build(tid: str = tid) -> Any:
+            group, chal = inprocess.build_task(cfg, tid, tasks[tid], work)
+            train_cfg, _ = prep.task_configs(work, math.inf, group, chal, inprocess.eval_batch)
+            return inprocess.build_trainer(prep, train_cfg, env)
+
+        def step_k(k: int, trainer: Any) -> None:
+            lanes = cls(k, env.device)
+            for i in range(k):
+                lanes.open(i, trainer)
+            lanes.step()
+
+        shutil.rmtree(work, ignore_errors=True)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                return sizing.measure(step_k, env.device, meter, build), ""
+        except Exception as e:  # noqa: BLE001 - the task's own failure (its run reports it) or the lanes' refusal
+            why = f"the probe on {tid} failed ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})"
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return None, why
 
 
 @dataclass
@@ -305,7 +353,7 @@ def run_shard(cfg: PerTaskConfig, index: int, count: int, tasks: dict[str, dict]
     out = Path(cfg.output_dir)
     mine = plan.shard(list(tasks), index, count)
     pending = deque(t for t in mine if plan.finished(out, t) is None)
-    k = lanes_for(cfg, len(pending))
+    k = lanes_for(cfg, len(pending))  # 0: measured below
     if k == 1:
         return one_at_a_time(cfg, index, count, tasks, start)
     clock = Clock(cfg.time_budget, start if start is not None else time.time(), scores=bool(cfg.solutions))
@@ -326,12 +374,17 @@ def run_shard(cfg: PerTaskConfig, index: int, count: int, tasks: dict[str, dict]
     env = runtime.setup(cfg.device)
     try:
         t0 = time.monotonic()
-        fam = families.of_checkpoint(cfg.checkpoint)
-        engine = Engine(cfg, tasks, lanes_class(fam), k, env, clock, said)
-        print(f"ttt: {len(mine)} tasks: {len(mine) - total} already finished, {total} to run as {k} copies at once "
-              f"(copies={cfg.copies or 'auto'}), {torch.get_num_threads()} thread(s), device={env.device}, "
-              f"built in {time.monotonic() - t0:.1f} s", flush=True)
-        engine.run(pending)
+        cls = lanes_class(families.of_checkpoint(cfg.checkpoint))
+        if k == 0:
+            k = measured_lanes(cfg, tasks, pending, cls, env)
+        if k > 1:
+            engine = Engine(cfg, tasks, cls, k, env, clock, said)
+            print(f"ttt: {len(mine)} tasks: {len(mine) - total} already finished, {total} to run as {k} copies at "
+                  f"once (copies={cfg.copies or 'auto'}), {torch.get_num_threads()} thread(s), device={env.device}, "
+                  f"built in {time.monotonic() - t0:.1f} s", flush=True)
+            engine.run(pending)
     finally:
         runtime.teardown()
+    if k == 1:  # only one copy fits: one at a time
+        return one_at_a_time(cfg, index, count, tasks, start)
     return counts

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -201,13 +202,40 @@ def activation_bytes(model: LoopViT, batch: int) -> int:
 
 
 def bytes_per_copy(model: LoopViT, batch: int) -> int:
-    """Weights, gradients and two AdamW moments, and the forward's activations."""
+    """The estimate (where the peak cannot be measured, `sizing`): weights, gradients and two AdamW
+    moments, and the forward's activations."""
     return 4 * param_bytes(model) + activation_bytes(model, batch)
 
 
-def copies_that_fit(model: LoopViT, batch: int, memory_bytes: int, reserve: float = 0.5) -> int:
-    """The most copies whose estimated memory (`bytes_per_copy`) fits `reserve` of `memory_bytes`."""
-    return max(1, int(reserve * memory_bytes // bytes_per_copy(model, batch)))
+def probe_step(start: LoopViT, k: int, device: torch.device, batch: int, lr: float) -> None:
+    """One step of `k` fresh copies of `start` on made-up full batches of `batch` rows at its canvas:
+    what `sizing.measure` reads the peak of. The copies are its own (the module's GENERATORS are set
+    anew by the run's `Copies`); `start` and torch's global generator are not touched."""
+    S = start.cfg.image_size
+    rows = {"canvas": torch.zeros(batch, S, S, dtype=torch.long), "task_ids": torch.zeros(batch, dtype=torch.long),
+            "mask": torch.ones(batch, S, S, dtype=torch.long), "target": torch.zeros(batch, S, S, dtype=torch.long)}
+    Copies(start, k, device, lr).step([rows] * k, [lr] * k)
+
+
+KEYS = ("canvas", "task_ids", "mask", "target")  # a LoopViT batch's tensors, in the vmapped loss's order
+
+
+def lane_groups(params: dict[str, Tensor], lanes: Tensor, batches: dict[int, dict], keys: tuple[str, ...] = KEYS
+                ) -> Iterator[tuple[list[int], dict[str, Tensor], Tensor, list[Tensor]]]:
+    """The lanes with a batch, grouped by its number of rows (a lane's rows are never padded: its
+    arithmetic is a lone copy's), group by group in the order of `batches`: (the lanes' indices, their
+    stacked parameters (all K as they are when every lane is in the group), their lane ids, their
+    batches' `keys` stacked, (len(idx), B, ...))."""
+    groups: dict[int, list[int]] = {}
+    for i, b in batches.items():
+        groups.setdefault(len(b[keys[0]]), []).append(i)
+    for idx in groups.values():
+        if len(idx) == len(lanes):
+            sub, ids = params, lanes
+        else:
+            at = torch.tensor(idx, device=lanes.device)
+            sub, ids = {n: p.index_select(0, at) for n, p in params.items()}, lanes[at]
+        yield idx, sub, ids, [torch.stack([batches[i][key] for i in idx]).to(lanes.device) for key in keys]
 
 
 class Copies:
@@ -258,24 +286,14 @@ class Copies:
         run in one vmap (a copy's rows are never padded: its arithmetic is a lone copy's)."""
         active = [b is not None for b in batches]
         assert any(active), "Copies.step: no copy has a batch"
-        groups: dict[int, list[int]] = {}
-        for i, b in enumerate(batches):
-            if b is not None:
-                groups.setdefault(len(b["canvas"]), []).append(i)
         for p in self.params.values():
             p.grad = None
         losses: list[float | None] = [None] * self.k
         self.exact: list[int | None] = [None] * self.k
         self.preds: list[Tensor | None] = [None] * self.k
         total = None
-        for idx in groups.values():
-            if len(idx) == self.k:
-                params, lanes = self.params, self.lanes
-            else:
-                at = torch.tensor(idx, device=self.device)
-                params, lanes = {n: p.index_select(0, at) for n, p in self.params.items()}, self.lanes[at]
-            stacked = [torch.stack([batches[i][key] for i in idx]).to(self.device)
-                       for key in ("canvas", "task_ids", "mask", "target")]
+        for idx, params, lanes, stacked in lane_groups(self.params, self.lanes,
+                                                       {i: b for i, b in enumerate(batches) if b is not None}):
             got, exact, pred = self._loss(params, lanes, *stacked)  # (len(idx),) each; pred (len(idx), B, S, S)
             total = got.sum() if total is None else total + got.sum()
             for i, x, n, p in zip(idx, got.detach().cpu().tolist(), exact.cpu().tolist(), pred):

@@ -32,7 +32,7 @@ from hrm_deeploop import runtime
 from hrm_deeploop.data.canvas import IGNORE
 from hrm_deeploop.models.loopvit_config import NUM_COLORS
 from hrm_deeploop.pertask import copies
-from hrm_deeploop.pertask.copies import lane_cross_entropy, template_of
+from hrm_deeploop.pertask.copies import lane_cross_entropy, lane_groups, template_of
 from hrm_deeploop.training.optim import loopvit_lr_at, lr_at
 from hrm_deeploop.training.vision import gate_regularisers
 
@@ -120,22 +120,12 @@ class VisionCopies:
             self.steps[i] += 1
             self.trainers[i].step = self.steps[i]
             batches[i] = self.trainers[i].next_batch(self.steps[i])
-        groups: dict[int, list[int]] = {}
-        for i in open_:
-            groups.setdefault(len(batches[i]["canvas"]), []).append(i)
         for p in self.params.values():
             p.grad = None
         losses: dict[int, float] = {}
         total = None
         with runtime.autocast(self.device, self.dtype):  # a no-op on CPU and for float32, as train-vit's step
-            for idx in groups.values():
-                if len(idx) == self.k:
-                    params, lanes = self.params, self.lanes
-                else:
-                    at = torch.tensor(idx, device=self.device)
-                    params, lanes = {n: p.index_select(0, at) for n, p in self.params.items()}, self.lanes[at]
-                stacked = [torch.stack([batches[i][key] for i in idx]).to(self.device)
-                           for key in ("canvas", "task_ids", "mask", "target")]
+            for idx, params, lanes, stacked in lane_groups(self.params, self.lanes, batches):
                 got = self._loss(params, lanes, *stacked)  # (len(idx),)
                 total = got.sum() if total is None else total + got.sum()
                 losses |= dict(zip(idx, got.detach().cpu().tolist()))

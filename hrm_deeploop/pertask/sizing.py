@@ -1,0 +1,186 @@
+"""K for `copies=0` (views=build) and `official.copies=0` (views=official) from a measured footprint
+(issue 61; docs/per-task.md#many-copies-at-once-officialcopies).
+
+The probe: the run's own lanes opened at K = 1, then at K = 2, each taking one training step at the
+run's real shapes, the memory each added read at its peak; the difference is what one more copy
+costs (`Footprint.per_copy`), the rest what the lanes cost whatever K (`fixed`). Then
+K = (half the available memory - fixed) // per_copy, at most the caller's cap and the tasks to run
+(`choose`, which prints one line saying why).
+
+- CPU (Linux): the process's peak resident memory, VmHWM, reset before each step by writing "5" to
+  /proc/self/clear_refs and read from /proc/self/status, over the resident memory before the probe;
+  glibc's free pages are handed back first (`malloc_trim`), so the probe's memory shows as new pages
+  rather than hiding in what the process had freed. Available: MemAvailable (and a cgroup's limit).
+- CUDA: torch's allocator peak (`reset_peak_memory_stats`, `max_memory_allocated`) over what was
+  allocated before; available: the device's free memory and the allocator's cached bytes.
+- Where neither can be read (no /proc, another OS): None, and the caller falls back to its estimate
+  with a one-line note.
+
+The probe's copies are its own (built for it, dropped after): no task's generator, lane or file is
+touched, so a run with copies=0 gives the results of copies=K for the K it chose
+(tests/test_pertask_copies_sizing.py).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+MIB = 2 ** 20
+RESERVE = 0.5  # of the available memory, for the copies: the rest for prediction, the OS and other processes
+
+
+@dataclass
+class Footprint:
+    """Bytes one more copy adds at its peak (`per_copy`), the lanes' bytes whatever K (`fixed`), how known."""
+
+    per_copy: int
+    fixed: int
+    how: str
+
+
+def _status_kib(key: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    raise OSError(f"/proc/self/status has no {key}")
+
+
+def _trim() -> None:
+    """glibc's free pages handed back (`malloc_trim(0)`); nothing elsewhere."""
+    try:
+        import ctypes  # lazy: only where K is measured
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+class Meter:
+    """The peak memory a piece of work adds on `device` (module docstring). `ok` False: not readable here."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = torch.device(device).type == "cuda"
+        self.device = torch.device(device)
+        self.base, self.free = 0, 0
+        self.ok = True
+        if not self.cuda:
+            try:
+                self._clear()
+                _status_kib("VmHWM")
+            except OSError:
+                self.ok = False
+
+    @staticmethod
+    def _clear() -> None:
+        with open("/proc/self/clear_refs", "w") as f:  # "5": the peak resident size reset to the current one
+            f.write("5")
+
+    def now(self) -> int:
+        if self.cuda:
+            return torch.cuda.memory_allocated(self.device)
+        return 1024 * _status_kib("VmRSS")
+
+    def start(self) -> None:
+        """The baseline: what the process holds now (after handing back what it had freed), and the
+        memory available then (`free`)."""
+        self._release()
+        self.base = self.now()
+        self.free = self.available()
+
+    def start_again(self) -> None:
+        """What was freed since `start` handed back (the baseline and `free` kept)."""
+        self._release()
+
+    def _release(self) -> None:
+        gc.collect()
+        if self.cuda:
+            torch.cuda.empty_cache()
+        else:
+            _trim()
+
+    def reset(self) -> None:
+        gc.collect()
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            self._clear()
+
+    def peak(self) -> int:
+        """The peak since `reset`, over the baseline (bytes)."""
+        if self.cuda:
+            return torch.cuda.max_memory_allocated(self.device) - self.base
+        return 1024 * _status_kib("VmHWM") - self.base
+
+    def available(self) -> int:
+        """Bytes the run may still take: CUDA free plus torch's cached; CPU MemAvailable (or a cgroup's
+        limit less its usage, if lower; the physical memory where /proc/meminfo is missing)."""
+        if self.cuda:
+            free = torch.cuda.mem_get_info(self.device)[0]
+            return free + torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
+        return available_cpu()
+
+
+def available_cpu() -> int:
+    try:
+        kib = next(int(x.split()[1]) for x in Path("/proc/meminfo").read_text().splitlines()
+                   if x.startswith("MemAvailable:"))
+        avail = 1024 * kib
+    except (OSError, StopIteration, ValueError):
+        avail = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+        if limit != "max":
+            avail = min(avail, int(limit) - used)
+    except (OSError, ValueError):
+        pass
+    return avail
+
+
+def measure(step_k: Callable[[int, object], None], device: torch.device, meter: Meter | None = None,
+            build: Callable[[], object] | None = None) -> Footprint | None:
+    """The footprint of `step_k(k, held)` (k lanes opened, one step taken, all dropped when it returns)
+    from its peaks at k = 1 and 2. `build()` (optional) makes `held`, what every lane holds besides
+    its slice (a task's trainer, views=build): what it keeps is counted once per copy. None: the peak
+    is not readable here."""
+    meter = meter or Meter(device)
+    if not meter.ok:
+        return None
+    meter.start()
+    held, own = None, 0
+    if build is not None:
+        held = build()
+        meter.start_again()
+        own = max(0, meter.now() - meter.base)
+    peaks = []
+    for k in (1, 2):
+        meter.reset()
+        step_k(k, held)
+        peaks.append(meter.peak() - own)
+    del held
+    one = max(peaks[1] - peaks[0], 0)
+    if one == 0:  # the second copy hid in pages already held: count the first whole (an upper bound)
+        one, fixed = peaks[0], 0
+    else:
+        fixed = max(peaks[0] - one, 0)
+    kind = "CUDA allocator peak" if meter.cuda else "peak RSS"
+    return Footprint(one + own, fixed, f"measured: {kind}, K 1 -> 2")
+
+
+def choose(fp: Footprint, available: int, cap: int, pending: int, device: torch.device, what: str) -> int:
+    """K: the copies whose footprint fits RESERVE of `available`, at least 1, at most `cap` and
+    `pending`; prints one line saying why (`what`: the option, e.g. "copies=0")."""
+    fit = int((RESERVE * available - fp.fixed) // max(fp.per_copy, 1))
+    k = max(1, min(fit, cap, pending))
+    why = ("the tasks to run" if k == pending and pending <= min(fit, cap) else
+           f"the cap for {torch.device(device).type}" if k == cap and cap <= fit else "memory")
+    print(f"ttt: {what}: K = {k} ({why}): {fp.per_copy / MIB:.1f} MiB a copy and {fp.fixed / MIB:.1f} MiB "
+          f"fixed ({fp.how}); {available / MIB:,.0f} MiB available, {RESERVE:g} of it for the copies: {max(fit, 0)} "
+          f"fit; cap {cap}, {pending} tasks", flush=True)
+    return k
