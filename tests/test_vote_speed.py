@@ -2,9 +2,9 @@
 
 - `decode.decode_grids` (one kernel for the top candidates' grids) against `grid_of_shape`;
 - the report's labels (`eval.arc.labels`, every label in two kernel calls) against the per-glyph
-  numpy composition they replaced, and a whole picture (`report.task_png`: the paint kernel and the
-  zlib writer, tests/test_vote_png.py) against the Pillow pastes, rectangles and encoder it replaced,
-  byte for byte;
+  numpy composition they replaced, and a whole picture (`report.task_png`: painted and deflated by
+  `eval.arc.paint.paint_png`, tests/test_vote_deflate.py) against the Pillow pastes, rectangles and
+  encoder it replaced, pixel for pixel (the PNG bytes are the report's own deflate's);
 - the kernels' ahead-of-time exports (`arc_data.native`) against numba's JIT;
 - the plain call's config without Hydra (`cli_fast`, `ks=[...]`) against Hydra's, and a vote that
   starts without Hydra, OmegaConf or numba;
@@ -209,11 +209,21 @@ def voted(tmp_path_factory):
     return vote(preds, root / "data")
 
 
-def test_a_picture_is_the_pillow_drawing_byte_for_byte(voted):
+def _pixels(png: bytes) -> tuple[np.ndarray, list]:
+    img = Image.open(io.BytesIO(png))
+    assert img.mode == "P"
+    return np.asarray(img), img.getpalette()
+
+
+def test_a_picture_is_the_pillow_drawing_pixel_for_pixel(voted):
+    """The report's own deflate (`eval.arc.deflate`) writes other bytes than Pillow's zlib: the same
+    pixels and palette."""
     assert any(not t.candidates for task in voted.tasks for t in task.tests)  # "no predictions" drawn
     for task in voted.tasks:
         for n in (1, 3):
-            assert R.task_png(task, n) == _task_png_reference(task, n), task.name
+            (ours, palette), (theirs, their_palette) = _pixels(R.task_png(task, n)), _pixels(_task_png_reference(task, n))
+            assert np.array_equal(ours, theirs) and palette == their_palette, task.name
+            assert np.array_equal(ours, R.task_scanlines(task, n)[:, 1:]), task.name
 
 
 # ---------------------------------------------------------------- ahead of time = JIT

@@ -15,7 +15,10 @@ width)` (corners included); every region clipped to the picture as numpy's slice
 
 from __future__ import annotations
 
+import numpy as np
+
 from arc_data.jit import njit
+from eval.arc.deflate import add_rows, encode_row, end_stream, repeat_rows, row_sums, start_stream
 
 
 @njit(cache=True, inline="always")
@@ -68,6 +71,119 @@ def paint_picture(canvas, background, line, cells, grids, frames):
 
 
 @njit(cache=True, inline="always")
+def _fill_row(row, c0, c1, value):
+    """row[1 + c0:1 + c1] = value, clipped to the picture."""
+    for c in range(max(c0, 0), min(c1, row.shape[0] - 1)):
+        row[1 + c] = value
+
+
+@njit(cache=True, inline="always")
+def _paint_row(row, r, background, line, cells, grids, frames, pixels, labels):
+    """Scanline r of what `paint_picture` and the labels' pastes draw (filter byte included)."""
+    width = row.shape[0] - 1
+    row[0] = 0
+    for c in range(1, width + 1):
+        row[c] = background
+    for i in range(grids.shape[0]):
+        y, x, rows, cols, cell, offset = grids[i, 0], grids[i, 1], grids[i, 2], grids[i, 3], grids[i, 4], grids[i, 5]
+        if r < y or r >= y + rows * cell + 1:
+            continue
+        dr = r - y
+        c_lo, c_hi = max(x, 0), min(x + cols * cell + 1, width)
+        if dr % cell == 0:
+            for c in range(c_lo, c_hi):
+                row[1 + c] = line
+        else:
+            base = offset + (dr // cell) * cols
+            b, m = (c_lo - x) // cell, (c_lo - x) % cell
+            for c in range(c_lo, c_hi):
+                row[1 + c] = line if m == 0 else cells[base + b]
+                m += 1
+                if m == cell:
+                    m = 0
+                    b += 1
+    for j in range(frames.shape[0]):
+        x0, y0, x1, y1, index, w = frames[j, 0], frames[j, 1], frames[j, 2], frames[j, 3], frames[j, 4], frames[j, 5]
+        if y0 <= r < y0 + w or y1 - w + 1 <= r < y1 + 1:
+            _fill_row(row, x0, x1 + 1, index)
+        if y0 <= r < y1 + 1:
+            _fill_row(row, x0, x0 + w, index)
+            _fill_row(row, x1 - w + 1, x1 + 1, index)
+    for j in range(labels.shape[0]):
+        y, x, h, w, at = labels[j, 0], labels[j, 1], labels[j, 2], labels[j, 3], labels[j, 4]
+        if y <= r < y + h:
+            at += (r - y) * w
+            for c in range(x, min(x + w, width)):
+                row[1 + c] = pixels[at + c - x]
+
+
+@njit(cache=True, inline="always")
+def _mark(changes, r):
+    if 0 <= r < changes.shape[0]:
+        changes[r] = True
+
+
+@njit(cache=True, nogil=True)
+def paint_png(height, width, background, line, cells, grids, frames, pixels, labels, lit, length, dist, rows, out,
+              end):
+    """The zlib stream (`eval.arc.deflate`) of the picture `paint_picture` paints, the labels pasted
+    (labels[j] = y, x, h, w, offset: label j's pixels row-major at pixels[offset:], pasted at (y, x)
+    after the grids and frames, in order), without painting the picture: only the scanlines where
+    something starts or ends (a grid's top, its lines and the row after each, its end; a frame's
+    bands; every row of a label) are painted, into `rows` (uint8 [2, 1 + width]); every other one
+    is the one above. The bytes `deflate.deflate_rows` writes for the painted picture's scanlines
+    (tests/test_vote_png.py); end[0] = the stream's length in `out`."""
+    changes = np.zeros(height, np.bool_)
+    changes[0] = True
+    for i in range(grids.shape[0]):
+        y, n, cell = grids[i, 0], grids[i, 2], grids[i, 4]
+        for k in range(n + 1):
+            _mark(changes, y + k * cell)
+            _mark(changes, y + k * cell + 1)
+    for j in range(frames.shape[0]):
+        y0, y1, w = frames[j, 1], frames[j, 3], frames[j, 5]
+        for r in (y0, y0 + w, y1 - w + 1, y1 + 1):
+            _mark(changes, r)
+    for j in range(labels.shape[0]):
+        for r in range(labels[j, 0], labels[j, 0] + labels[j, 2] + 1):
+            _mark(changes, r)
+    d1, b1, dw, bw = dist[0], dist[1], dist[2], dist[3]
+    scan = width + 1
+    pos, acc, nacc, a, b = start_stream(out)
+    s, t = np.int64(0), np.int64(0)
+    cur, prev = 0, 1
+    r = 0
+    while r < height:
+        same = 0  # scanlines from r equal to the one above
+        while r + same < height:
+            if changes[r + same]:
+                _paint_row(rows[1 - cur], r + same, background, line, cells, grids, frames, pixels, labels)
+                if r + same == 0 or not _equal(rows[1 - cur], rows[cur]):
+                    break
+            same += 1
+        if same:
+            pos, acc, nacc = repeat_rows(out, pos, acc, nacc, same, rows[cur], length, lit, dw, bw)
+            a, b = add_rows(a, b, same, scan, s, t)
+            r += same
+            if r == height:
+                break
+        cur, prev = 1 - cur, cur  # the row painted last is r's
+        s, t = row_sums(rows[cur])
+        a, b = add_rows(a, b, 1, scan, s, t)
+        pos, acc, nacc = encode_row(out, pos, acc, nacc, rows[cur], rows[prev], r > 0, lit, length, d1, b1, dw, bw)
+        r += 1
+    end[0] = end_stream(out, pos, acc, nacc, a, b)
+
+
+@njit(cache=True, inline="always")
+def _equal(x, y):
+    for k in range(x.shape[0]):
+        if x[k] != y[k]:
+            return False
+    return True
+
+
+@njit(cache=True, inline="always")
 def _put_int(out, at, v):
     """The decimal digits of 0 <= v <= 255 at out[at:]; returns the position after them."""
     if v >= 100:
@@ -116,4 +232,4 @@ def grid_text_bound(rows, cols) -> int:
     return int((rows * cols).sum() * 5 + rows.sum() * 4 + 2 * len(rows))
 
 
-__all__ = ["grid_text_bound", "grid_texts", "paint_picture"]
+__all__ = ["grid_text_bound", "grid_texts", "paint_picture", "paint_png"]

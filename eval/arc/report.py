@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import csv
-import io
 import json
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -18,15 +17,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from arc_data.arc.viz import LINE, UNKNOWN
-from arc_data.arc.viz import PALETTE as ARC_PALETTE
+from arc_data.arc.palette import LINE, UNKNOWN
+from arc_data.arc.palette import PALETTE as ARC_PALETTE
 from arc_data.files.names import file_stem
 from eval.arc.arcprize import LABEL as PRIZE_LABEL
 from eval.arc.arcprize import submission as arc_submission
+from eval.arc.deflate import MAX_DISTANCE, bound, distance_code, fixed_codes
 from eval.arc.jsontext import as_list, dumps
 from eval.arc.labels import measure_labels, paint_labels
-from eval.arc.paint import paint_picture
-from eval.arc.png import palette_png
+from eval.arc.paint import paint_picture, paint_png
+from eval.arc.png import png_file, zlib_stream
 from eval.arc.poe import RULE as POE_RULE
 from eval.arc.poe import poe_json
 from eval.arc.results import ARC_PRIZE, TaskResult, VoteResult
@@ -283,14 +283,9 @@ def _title(task: TaskResult) -> str:
             + (f"; the truth's rank among the candidates: {ranks}" if ranks else "; no truth given"))
 
 
-def task_scanlines(task: TaskResult, num_candidates: int, rows: list | None = None,
-                   alloc: Callable[[int], np.ndarray] | None = None) -> np.ndarray:
-    """One row per test input: input | truth | top candidates by the vote, each labelled with its
-    rank and votes; a candidate framed green when it is the truth, red when not. Returned as the
-    picture's filtered scanlines (`eval.arc.png`: uint8 [rows, 1 + cols], column 0 the filter byte,
-    then the palette indices); background, grids and frames painted by one kernel call
-    (`eval.arc.paint`), the labels pasted as numpy slices. `rows`: the task's `_panels`, when already
-    made; `alloc(n)`: a uint8 array of at least n bytes to draw in (its first n), a new one by default."""
+def _layout(task: TaskResult, num_candidates: int, rows: list | None = None) -> tuple:
+    """A task's picture, laid out: (height, width, cells, grids, frames, pastes) as `paint_picture`
+    and the labels' pastes (label, y, x) take them (`task_scanlines`)."""
     rows = _panels(task, num_candidates) if rows is None else rows
     cell = _cell(rows)
     sizes = [[None if g is None or not g.size else (g.shape[0] * cell + 1, g.shape[1] * cell + 1) for _, g, _ in r]
@@ -324,14 +319,49 @@ def task_scanlines(task: TaskResult, num_candidates: int, rows: list | None = No
                                    frame))
             x += col_w[c] + pad
         y += row_h[r]
-    need = height * (width + 1)
-    scan = (np.empty(need, np.uint8) if alloc is None else alloc(need))[:need].reshape(height, width + 1)
-    paint_picture(scan, _WHITE, _LINE, _readonly(np.concatenate(cells) if cells else np.zeros(0, np.uint8)),
-                  _readonly(np.array(grids, np.int64).reshape(-1, 6)), _readonly(np.array(frames, np.int64).reshape(-1, 6)))
-    picture = scan[:, 1:]
+    return (height, width, _readonly(np.concatenate(cells) if cells else np.zeros(0, np.uint8)),
+            _readonly(np.array(grids, np.int64).reshape(-1, 6)), _readonly(np.array(frames, np.int64).reshape(-1, 6)),
+            pastes)
+
+
+def task_scanlines(task: TaskResult, num_candidates: int, rows: list | None = None) -> np.ndarray:
+    """One row per test input: input | truth | top candidates by the vote, each labelled with its
+    rank and votes; a candidate framed green when it is the truth, red when not. Returned as the
+    picture's filtered scanlines (`eval.arc.png`: uint8 [rows, 1 + cols], column 0 the filter byte,
+    then the palette indices); background, grids and frames painted by one kernel call
+    (`eval.arc.paint`), the labels pasted as numpy slices. `rows`: the task's `_panels`, when already
+    made. (The report deflates the same scanlines without painting them all: `_task_stream`.)"""
+    return _paint(_layout(task, num_candidates, rows))
+
+
+def _paint(layout: tuple) -> np.ndarray:
+    height, width, cells, grids, frames, pastes = layout
+    scan = np.empty((height, width + 1), np.uint8)
+    paint_picture(scan, _WHITE, _LINE, cells, grids, frames)
     for label, py, px in pastes:
-        _paste(picture, label, py, px)
+        _paste(scan[:, 1:], label, py, px)
     return scan
+
+
+def _task_stream(layout: tuple) -> tuple[int, int, bytes]:
+    """(rows, cols, the zlib stream of the picture's scanlines) of a `_layout`, painted and deflated
+    in one kernel call (`eval.arc.paint.paint_png`: no picture in memory, only its changing rows);
+    a picture too wide for it (over 32,767 px) is painted whole and deflated by zlib."""
+    height, width, cells, grids, frames, pastes = layout
+    if width + 1 > MAX_DISTANCE:
+        return height, width, zlib_stream(_paint(layout))
+    table = np.zeros((len(pastes), 5), np.int64)  # y, x, h, w, offset (the kernel clips as numpy's slices)
+    at = 0
+    for j, (label, py, px) in enumerate(pastes):
+        table[j] = py, px, label.shape[0], label.shape[1], at
+        at += label.size
+    pixels = np.concatenate([label.reshape(-1) for label, _, _ in pastes])
+    out = np.empty(bound(height * (width + 1)), np.uint8)
+    end = np.zeros(1, np.int64)
+    dist = _readonly(np.array([*distance_code(1), *distance_code(width + 1)], np.int64))
+    paint_png(height, width, _WHITE, _LINE, cells, grids, frames, _readonly(pixels), _readonly(table), _LIT, _LENGTH,
+              dist, np.empty((2, width + 1), np.uint8), out, end)
+    return height, width, out[:int(end[0])].tobytes()
 
 
 def task_image(task: TaskResult, num_candidates: int, rows: list | None = None) -> Image.Image:
@@ -345,11 +375,12 @@ def task_image(task: TaskResult, num_candidates: int, rows: list | None = None) 
 
 
 def task_png(task: TaskResult, num_candidates: int) -> bytes:
-    """The task's picture as PNG bytes (those of Pillow's `save(format="PNG", compress_level=1)`)."""
-    return palette_png(task_scanlines(task, num_candidates), _PALETTE_BYTES)
+    """The task's picture as PNG bytes, as the report writes it."""
+    return png_file(*_task_stream(_layout(task, num_candidates)), _PALETTE_BYTES)
 
 
 _PALETTE_BYTES = PALETTE.tobytes()
+_LIT, _LENGTH = (_readonly(a) for a in fixed_codes())
 
 
 def _paste(canvas: np.ndarray, label: np.ndarray, y: int, x: int) -> None:
@@ -406,34 +437,23 @@ def write_report(result: VoteResult, folder: Path, num_candidates: int) -> None:
 
 def _pngs(tasks: list[TaskResult], panels: list, num_candidates: int, folder: Path) -> Iterator[bytes]:
     """Each task's picture as PNG bytes, in order, also written to folder/<task>.png. This thread lays
-    the pictures out and paints them (the kernel and the labels' pastes); two threads deflate and
-    write them meanwhile (zlib and the file writes release the GIL). At most `ahead` pictures wait,
-    each in one of `ahead + 2` buffers used in turn (a buffer is drawn in again only once its picture
-    is written: fresh pages for every picture cost 0.03-0.07 s of page faults), so memory stays flat."""
+    the pictures out; two threads paint, deflate (`_task_stream`: the kernel releases the GIL) and
+    write them meanwhile. At most `ahead` pictures wait, so memory stays flat; the bytes of each
+    depend on its layout only, not on the threads' timing."""
     ahead = 8
-    buffers = [np.zeros(0, np.uint8)] * (ahead + 2)
-    slot = 0
-
-    def alloc(need: int) -> np.ndarray:
-        if buffers[slot].size < need:
-            buffers[slot] = np.empty(need, np.uint8)
-        return buffers[slot]
-
     with ThreadPoolExecutor(2, thread_name_prefix="png") as pool:
         waiting: deque[Future] = deque()
-        for i, (task, rows) in enumerate(zip(tasks, panels)):
+        for task, rows in zip(tasks, panels):
             path = folder / f"{file_stem(task.name)}.png"
-            slot = i % len(buffers)
-            scan = task_scanlines(task, num_candidates, rows, alloc)
-            waiting.append(pool.submit(_write_png, scan, path))
+            waiting.append(pool.submit(_write_png, _layout(task, num_candidates, rows), path))
             if len(waiting) > ahead:
                 yield waiting.popleft().result()
         while waiting:
             yield waiting.popleft().result()
 
 
-def _write_png(scanlines: np.ndarray, path: Path) -> bytes:
-    png = palette_png(scanlines, _PALETTE_BYTES)
+def _write_png(layout: tuple, path: Path) -> bytes:
+    png = png_file(*_task_stream(layout), _PALETTE_BYTES)
     path.write_bytes(png)
     return png
 
