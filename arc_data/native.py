@@ -58,8 +58,8 @@ KERNELS: dict[str, tuple[str, ...]] = {
     "eval.arc.paint.grid_texts": ("u1/1 ro", "i8/1 ro", "i8/2 ro", "u1/1", "i8/1"),
     # the report's pictures painted and deflated in one call, and its encoder alone (`eval.arc.deflate`)
     "eval.arc.paint.paint_png": ("int", "int", "int", "int", "u1/1 ro", "i8/2 ro", "i8/2 ro", "u1/1 ro", "i8/2 ro",
-                                 "i8/2 ro", "i8/2 ro", "i8/1 ro", "u1/2", "u1/1", "i8/1"),
-    "eval.arc.deflate.deflate_rows": ("u1/2 ro", "b1/1 ro", "i8/2 ro", "i8/2 ro", "i8/1 ro", "u1/1", "i8/1"),
+                                 "i8/2 ro", "i8/2 ro", "i8/1 ro", "u1/2", "i4/1", "u1/1", "i8/1"),
+    "eval.arc.deflate.deflate_rows": ("u1/2 ro", "b1/1 ro", "i8/2 ro", "i8/2 ro", "i8/1 ro", "i4/1", "u1/1", "i8/1"),
 }
 # Every file whose code or constants the kernels compile in (and this one: the types above), in
 # arc_data; and the vote's, beside it (relative to the folder holding arc_data).

@@ -25,8 +25,20 @@ IDENTITY_COLOURS = np.arange(10, dtype=np.uint8)
 
 
 def inverse_colour_table(colour_map: np.ndarray) -> np.ndarray:
-    """colour_map [m, 10] (original -> augmented) -> inverse [m, 10] uint8 (augmented -> original)."""
-    return np.argsort(colour_map, axis=1, kind="stable").astype(np.uint8)
+    """colour_map [m, 10] (original -> augmented) -> inverse [m, 10] uint8 (augmented -> original):
+    `np.argsort(colour_map, axis=1, kind="stable")` as uint8. A permutation's inverse is scattered
+    (10 passes of m bytes, not argsort's int64 [m, 10]: 0.02 s -> 0.006 s at 126k rows); a row that
+    is not a permutation of 0..9 is argsorted."""
+    cm = np.asarray(colour_map)
+    if cm.ndim != 2 or cm.shape[1] != 10 or not cm.size or cm.dtype.kind not in "iu" or cm.min() < 0 or cm.max() > 9:
+        return np.argsort(cm, axis=1, kind="stable").astype(np.uint8)
+    rows = np.arange(len(cm))
+    inv = np.full(cm.shape, 255, np.uint8)
+    for k in range(10):
+        inv[rows, cm[:, k]] = k
+    other = np.flatnonzero((inv == 255).any(axis=1))  # a colour never mapped to: not a permutation
+    inv[other] = np.argsort(cm[other], axis=1, kind="stable")
+    return inv
 
 
 @dataclass(frozen=True)

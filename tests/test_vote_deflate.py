@@ -2,7 +2,8 @@
 (`eval.arc.paint.paint_png`): other bytes than Pillow's zlib writes, the same pixels (issue 61).
 
 - `deflate_rows`: zlib inflates its stream to the scanlines it was given (noise, repeated and
-  2-byte scanlines, one row, 255-valued bytes), and Pillow reads its PNG to the same pixels;
+  2-byte scanlines, one row, 255-valued bytes; dynamic and fixed codes), and Pillow reads its PNG
+  to the same pixels;
 - `paint_png`: the stream `deflate_rows` writes for what `paint_picture` and the labels' pastes
   paint, byte for byte, for random layouts (clipped at the edges, labels overlapping grids);
 - a report picture: `report.task_png` reads back (Pillow) to `report.task_scanlines`' pixels, and
@@ -24,8 +25,6 @@ from eval.arc import report as R
 from eval.arc.png import png_file
 from tests.test_vote_png import _args, _both, _layout, _ro
 
-LIT, LENGTH = (_ro(a) for a in deflate.fixed_codes())
-
 
 def _repeats(scan: np.ndarray) -> np.ndarray:
     same = np.zeros(scan.shape[0], bool)
@@ -33,13 +32,12 @@ def _repeats(scan: np.ndarray) -> np.ndarray:
     return _ro(same)
 
 
-def _dist(width: int) -> np.ndarray:
-    return _ro(np.array([*deflate.distance_code(1), *deflate.distance_code(width)], np.int64))
-
-
 def _deflate(scan: np.ndarray, fn=deflate.deflate_rows) -> bytes:
     out, end = np.empty(deflate.bound(scan.size), np.uint8), np.zeros(1, np.int64)
-    fn(_ro(scan), _repeats(scan), LIT, LENGTH, _dist(scan.shape[1]), out, end)
+    call = (_ro(scan), _repeats(scan), deflate.LENGTHS, deflate.distances(scan.shape[1]), deflate.CL_ORDER,
+            np.empty(scan.size + 1, np.int32), out, end)
+    assert not isinstance(fn, native.Native) or fn.accepts(call)
+    fn(*call)
     return out[:end[0]].tobytes()
 
 
@@ -70,7 +68,18 @@ def test_deflate_rows_of_flat_colour_is_small():
     scan[:, 1:] = 7
     stream = _deflate(scan)
     assert zlib.decompress(stream) == scan.tobytes()
-    assert len(stream) < scan.size // 80  # one row's runs, then 258-byte matches one row up (21 bits each)
+    assert len(stream) < 1700  # one row's runs, then 1,242 matches one row up: 2 bits + 8 extra of distance each
+
+
+def test_deflate_rows_takes_the_fixed_codes_where_they_are_shorter():
+    scan = np.zeros((1, 6), np.uint8)  # a few literals: a dynamic block's code tables would cost more
+    stream = _deflate(scan)
+    assert zlib.decompress(stream) == scan.tobytes()
+    assert stream[2] & 0b111 == 0b011  # BFINAL 1, BTYPE 01 (fixed)
+    scan = np.random.default_rng(0).integers(0, 4, (50, 300)).astype(np.uint8)
+    stream = _deflate(scan)
+    assert zlib.decompress(stream) == scan.tobytes()
+    assert stream[2] & 0b111 == 0b101  # BTYPE 10 (dynamic): 4 literals in 2 bits each, not 8
 
 
 def _labels(rng, height: int, width: int):
@@ -99,8 +108,8 @@ def _paint_png(height, width, grids, frames, labels, fn=paint.paint_png) -> byte
         table = _ro(table)
     pixels = _ro(np.concatenate([lab.reshape(-1) for lab, _, _ in labels] + [np.zeros(0, np.uint8)]))
     out, end = np.empty(deflate.bound(height * (width + 1)), np.uint8), np.zeros(1, np.int64)
-    call = (height, width, 10, 11, *_args(grids, frames), pixels, table, LIT, LENGTH, _dist(width + 1),
-            np.empty((2, width + 1), np.uint8), out, end)
+    call = (height, width, 10, 11, *_args(grids, frames), pixels, table, deflate.LENGTHS, deflate.distances(width + 1),
+            deflate.CL_ORDER, np.empty((2, width + 1), np.uint8), np.empty(height * (width + 1) + 1, np.int32), out, end)
     assert not isinstance(fn, native.Native) or fn.accepts(call)
     fn(*call)
     return out[:end[0]].tobytes()

@@ -410,3 +410,18 @@ def test_without_cycle_collector_restores_the_collector():
     with pytest.raises(RuntimeError), without_cycle_collector():
         raise RuntimeError("boom")
     assert gc.isenabled()
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int32, np.int64])
+def test_inverse_colour_table_is_the_stable_argsort(dtype):
+    """The vote's inverse colour maps scattered, not argsorted (issue 61): the same table, rows that
+    are not permutations (repeated colours, all 0) and colours outside 0..9 included."""
+    from arc_data.originals import inverse_colour_table
+
+    rng = np.random.default_rng(int(np.dtype(dtype).itemsize))
+    cm = np.array([rng.permutation(10) for _ in range(500)], dtype)
+    cm[::7] = rng.integers(0, 10, (len(cm[::7]), 10))
+    cm[3] = 0
+    for table in (cm, cm[:0], np.where(cm == 4, 12, cm).astype(dtype)):
+        ours = inverse_colour_table(table)
+        assert ours.dtype == np.uint8 and np.array_equal(ours, np.argsort(table, axis=1, kind="stable").astype(np.uint8))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from arc_data.jit import njit
-from eval.arc.deflate import add_rows, encode_row, end_stream, repeat_rows, row_sums, start_stream
+from eval.arc.deflate import add_rows, encode_row, end_stream, repeat_rows, row_sums
 
 
 @njit(cache=True, inline="always")
@@ -124,15 +124,15 @@ def _mark(changes, r):
 
 
 @njit(cache=True, nogil=True)
-def paint_png(height, width, background, line, cells, grids, frames, pixels, labels, lit, length, dist, rows, out,
-              end):
+def paint_png(height, width, background, line, cells, grids, frames, pixels, labels, lengths_table, dist, order, rows,
+              tok, out, end):
     """The zlib stream (`eval.arc.deflate`) of the picture `paint_picture` paints, the labels pasted
     (labels[j] = y, x, h, w, offset: label j's pixels row-major at pixels[offset:], pasted at (y, x)
     after the grids and frames, in order), without painting the picture: only the scanlines where
     something starts or ends (a grid's top, its lines and the row after each, its end; a frame's
     bands; every row of a label) are painted, into `rows` (uint8 [2, 1 + width]); every other one
     is the one above. The bytes `deflate.deflate_rows` writes for the painted picture's scanlines
-    (tests/test_vote_png.py); end[0] = the stream's length in `out`."""
+    (tests/test_vote_deflate.py); `tok`, `out`, `end` as there."""
     changes = np.zeros(height, np.bool_)
     changes[0] = True
     for i in range(grids.shape[0]):
@@ -147,10 +147,10 @@ def paint_png(height, width, background, line, cells, grids, frames, pixels, lab
     for j in range(labels.shape[0]):
         for r in range(labels[j, 0], labels[j, 0] + labels[j, 2] + 1):
             _mark(changes, r)
-    d1, b1, dw, bw = dist[0], dist[1], dist[2], dist[3]
     scan = width + 1
-    pos, acc, nacc, a, b = start_stream(out)
-    s, t = np.int64(0), np.int64(0)
+    a, b = np.int64(1), np.int64(0)  # Adler-32's sums
+    s, t = np.int64(0), np.int64(0)  # the last distinct scanline's terms
+    ntok = 0
     cur, prev = 0, 1
     r = 0
     while r < height:
@@ -162,7 +162,7 @@ def paint_png(height, width, background, line, cells, grids, frames, pixels, lab
                     break
             same += 1
         if same:
-            pos, acc, nacc = repeat_rows(out, pos, acc, nacc, same, rows[cur], length, lit, dw, bw)
+            ntok = repeat_rows(tok, ntok, same, rows[cur])
             a, b = add_rows(a, b, same, scan, s, t)
             r += same
             if r == height:
@@ -170,9 +170,9 @@ def paint_png(height, width, background, line, cells, grids, frames, pixels, lab
         cur, prev = 1 - cur, cur  # the row painted last is r's
         s, t = row_sums(rows[cur])
         a, b = add_rows(a, b, 1, scan, s, t)
-        pos, acc, nacc = encode_row(out, pos, acc, nacc, rows[cur], rows[prev], r > 0, lit, length, d1, b1, dw, bw)
+        ntok = encode_row(tok, ntok, rows[cur], rows[prev], r > 0)
         r += 1
-    end[0] = end_stream(out, pos, acc, nacc, a, b)
+    end[0] = end_stream(tok, ntok, lengths_table, dist, order, out, a, b)
 
 
 @njit(cache=True, inline="always")

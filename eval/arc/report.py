@@ -22,7 +22,7 @@ from arc_data.arc.palette import PALETTE as ARC_PALETTE
 from arc_data.files.names import file_stem
 from eval.arc.arcprize import LABEL as PRIZE_LABEL
 from eval.arc.arcprize import submission as arc_submission
-from eval.arc.deflate import MAX_DISTANCE, bound, distance_code, fixed_codes
+from eval.arc.deflate import CL_ORDER, LENGTHS, MAX_DISTANCE, bound, distances
 from eval.arc.jsontext import as_list, dumps
 from eval.arc.labels import measure_labels, paint_labels
 from eval.arc.paint import paint_picture, paint_png
@@ -202,6 +202,14 @@ def _glyphs(size: int) -> _Glyphs:
 
 
 _LABELS: dict[tuple[str, int], np.ndarray] = {}  # (text, size) -> its label, drawn once a process
+_COMMON = {LABEL_SIZE: "0123456789#:,. testinputruth(ogv)vswrmeanqdic", TITLE_SIZE: "0123456789#:;'@ solvedfaiuthrkgcn"}
+
+
+def warm_up() -> None:
+    """Load the fonts and draw the glyphs that every report's labels use (Pillow imported, FreeType
+    run): `vote` calls it on a side thread while it votes, so that this overlaps the vote's kernels."""
+    for size, chars in _COMMON.items():
+        _glyphs(size).add(set(chars))
 
 
 def _texts(texts: list[str], size: int) -> None:
@@ -357,10 +365,10 @@ def _task_stream(layout: tuple) -> tuple[int, int, bytes]:
         at += label.size
     pixels = np.concatenate([label.reshape(-1) for label, _, _ in pastes])
     out = np.empty(bound(height * (width + 1)), np.uint8)
+    tok = np.empty(height * (width + 1) + 1, np.int32)  # only the tokens written are touched
     end = np.zeros(1, np.int64)
-    dist = _readonly(np.array([*distance_code(1), *distance_code(width + 1)], np.int64))
-    paint_png(height, width, _WHITE, _LINE, cells, grids, frames, _readonly(pixels), _readonly(table), _LIT, _LENGTH,
-              dist, np.empty((2, width + 1), np.uint8), out, end)
+    paint_png(height, width, _WHITE, _LINE, cells, grids, frames, _readonly(pixels), _readonly(table), LENGTHS,
+              distances(width + 1), CL_ORDER, np.empty((2, width + 1), np.uint8), tok, out, end)
     return height, width, out[:int(end[0])].tobytes()
 
 
@@ -380,7 +388,6 @@ def task_png(task: TaskResult, num_candidates: int) -> bytes:
 
 
 _PALETTE_BYTES = PALETTE.tobytes()
-_LIT, _LENGTH = (_readonly(a) for a in fixed_codes())
 
 
 def _paste(canvas: np.ndarray, label: np.ndarray, y: int, x: int) -> None:
