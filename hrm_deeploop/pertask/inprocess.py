@@ -11,10 +11,16 @@ What a process builds once (`Prepared`, at the worker's start, before any task's
   included); a task's copy of them differs only in its folders, its time share, its epochs per
   iteration and its evaluation batch;
 - the trainer's and the evaluator's modules imported, and build-arc's compiled kernels compiled on
-  a made-up task (`warm_build`: the dataset machinery warm).
+  a made-up task (`warm_build`: the dataset machinery warm);
+- what its trainers share (`training.reuse.Reuse`, filled by the first task's): the start as the
+  family's reader makes it from the held state, the memory checks' parameter counts, and the model
+  itself: a task whose trainer has the architecture (its table's rows included) of one that ended
+  well gets that model back as a fresh build would leave it (the recorded init values copied in,
+  torch's generators set where the build left them), its modules and any graph compiled on them
+  reused; a model whose task failed is dropped.
 
 A task then costs its build (its views, `build-arc`'s library call), its trainer (built by its
-family's trainer module, `build`), its steps (`train_alone`: the skeleton's step order, time
+family's trainer module, `build`, with the process's `Reuse`), its steps (`train_alone`: the skeleton's step order, time
 budget and NaN guard, without the run folder's checkpoints), and its evaluation: `evaluate`'s
 library function (through the CLI's table: the library never imports `eval`) on the trained
 weights handed in memory. The result equals the command route's for the same task bit for bit
@@ -34,7 +40,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +129,12 @@ def _vision_build() -> Callable:
 BUILDERS: dict[str, Callable[[], Callable]] = {"train": _reasoner_build, "train-vit": _vision_build}
 
 
+def _reuse() -> Any:
+    from hrm_deeploop.training.reuse import Reuse  # lazy: torch, in the process that trains
+
+    return Reuse()
+
+
 class Refused(UserError):
     """A task's command refused it (`command`: train or evaluate), as the command line would say."""
 
@@ -145,6 +157,7 @@ class Prepared:
     state: dict  # its state, read once
     own_epochs: bool  # the user set train.epochs_per_iter
     own_eval_batch: bool  # the user set evaluate's global_batch_size
+    reuse: Any = field(default_factory=_reuse)  # training.reuse.Reuse: kept between this process's trainers
 
     def task_configs(self, work: Path, train_minutes: float, group: dict[str, dict], chal: Path,
                      eval_batch: Callable[[Path], int]) -> tuple[Any, Any]:
@@ -215,7 +228,7 @@ def build_trainer(prep: Prepared, train_cfg: Any, env: Any) -> Any:
 
     with ckpt.held(prep.checkpoint, prep.state):
         try:
-            trainer = prep.build(train_cfg, env)
+            trainer = prep.build(train_cfg, env, reuse=prep.reuse)
         except UserError as e:
             raise Refused(prep.trainer, e) from None
     trainer.start_rng = rng_state(env.device)
@@ -325,4 +338,6 @@ def solve_build(cfg: PerTaskConfig, tid: str, group: dict[str, dict], chal: Path
         (work / RUN).mkdir(parents=True, exist_ok=True)
         save_json(work / RUN / "summary.json", {k: v for k, v in summary.items() if k != "minutes"})
     evaluate_trained(prep, trainer, summary["steps"], eval_cfg, work, cfg.keep_work)
+    if prep.reuse is not None:  # its task ended well: the model serves the next task's trainer
+        prep.reuse.release(trainer.model)
     return summary, train_s, time.monotonic() - t1

@@ -30,6 +30,7 @@ so init_from there is plain fine-tuning from the checkpoint's weights.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -104,9 +105,10 @@ def _checkpoint_names(loaded: Any, explicit: str | None) -> list[str] | None:
     return None
 
 
-def prepare(init_from: str, cfg: Any, data_dir: str, train_split: Any) -> Start:
-    """Read the checkpoint and build the starting point for a run on `data_dir`."""
-    loaded = load_model(init_from, "cpu", "float32", seq_len=int(train_split.meta.seq_len), ema=True, command="train")
+def prepare(init_from: str, cfg: Any, data_dir: str, train_split: Any, load: Callable = load_model) -> Start:
+    """Read the checkpoint and build the starting point for a run on `data_dir`; `load`: `load_model`,
+    or one that hands back its model as read before (ttt's tasks in one process: nothing written into it)."""
+    loaded = load(init_from, "cpu", "float32", seq_len=int(train_split.meta.seq_len), ema=True, command="train")
     where = str(loaded.path)
     weights = {k: v.clone() for k, v in loaded.model.state_dict().items()}
     n_ids = int(train_split.meta.num_puzzle_identifiers)

@@ -46,6 +46,7 @@ from hrm_deeploop.data.batches import (
 )
 from hrm_deeploop.data.rows import map_rows
 from hrm_deeploop.errors import UserError
+from hrm_deeploop.loading import load_model
 from hrm_deeploop.models.act import ACTReasoner, Carry, carry_from_state, carry_state, carry_to
 from hrm_deeploop.models.losses import IGNORE_LABEL, LOSSES, act_loss
 from hrm_deeploop.models.reasoners import build_reasoner
@@ -67,6 +68,7 @@ from hrm_deeploop.training.optim import (
     make_dense,
     set_lr,
 )
+from hrm_deeploop.training.reuse import Reuse, built_model, remembered
 from hrm_deeploop.training.runlog import check_finite
 from hrm_deeploop.training.train_config import TrainConfig
 
@@ -88,11 +90,11 @@ def split_batch(t: dict[str, torch.Tensor], parts: int) -> list[dict[str, torch.
     return [{k: v[i * n:(i + 1) * n] for k, v in t.items()} for i in range(parts)]
 
 
-def check_training_memory(cfg: TrainConfig, env: runtime.Env, dtype: torch.dtype) -> None:
+def check_training_memory(cfg: TrainConfig, env: runtime.Env, dtype: torch.dtype, reuse: Reuse | None = None) -> None:
     """Refuse a model and batch this machine cannot hold, before allocating them: weights,
     gradients, AdamATan2's two moments (and TRM's weight average), and the activations of one
     micro-batch's segment on the tape, or of one evaluation batch (no tape) where that is more
-    (runtime.estimate_memory)."""
+    (runtime.estimate_memory; with `reuse`, each estimate computed once per process)."""
     m = cfg.model
     copies = 4 + int(cfg.train.ema)
     rows = max(1, cfg.train.global_batch_size // env.world_size // cfg.train.grad_accum)
@@ -101,14 +103,18 @@ def check_training_memory(cfg: TrainConfig, env: runtime.Env, dtype: torch.dtype
         return build_reasoner(c, cfg.scaling, dtype)
 
     shards = env.world_size if cfg.train.fsdp and env.distributed else 1
-    est = runtime.estimate_memory(build, m, copies=copies, batch=rows, layers=tape_layers(m), dtype=dtype,
-                                  shards=shards)
+
+    def estimate(batch: int, layers: int) -> runtime.MemoryEstimate:
+        return remembered(reuse, ("estimate_memory", m, cfg.scaling, copies, batch, layers, dtype, shards),
+                          lambda: runtime.estimate_memory(build, m, copies=copies, batch=batch, layers=layers,
+                                                          dtype=dtype, shards=shards))
+
+    est = estimate(rows, tape_layers(m))
     tokens = m.seq_len + m.puzzle_len  # the puzzle prefix is part of every row's state
     what = f"{rows} rows x {tokens:,} tokens per micro-batch"
     if cfg.evaluates:
         eval_rows = max(1, (cfg.eval.global_batch_size or cfg.train.global_batch_size) // env.world_size)
-        at_eval = runtime.estimate_memory(build, m, copies=copies, batch=eval_rows, layers=1, dtype=dtype,
-                                          shards=shards)
+        at_eval = estimate(eval_rows, 1)
         if at_eval.total > est.total:
             est, what = at_eval, f"{eval_rows} rows x {tokens:,} tokens per evaluation batch"
     runtime.check_memory(f"train: model={m.name} hidden_size={m.hidden_size} ({est.parameters:,} parameters) at {what}",
@@ -126,7 +132,7 @@ class Trainer(Task):
     work_unit = "examples"
 
     def __init__(self, cfg: TrainConfig, env: runtime.Env, train_split: Any, test_split: Any = None,
-                 total_steps: int | None = None, start: Start | None = None):
+                 total_steps: int | None = None, start: Start | None = None, reuse: Reuse | None = None):
         self.cfg, self.env = cfg, env
         self.train_split, self.test_split = train_split, test_split
         G = cfg.train.global_batch_size
@@ -145,9 +151,12 @@ class Trainer(Task):
         epi = cfg.train.epochs_per_iter or cfg.eval.interval_epochs or 1
         self.sampler = TrainSampler(train_split, G, cfg.seed, env.rank, env.world_size, epochs_per_iter=epi)
         check_grad_accum(G // env.world_size, cfg.train.grad_accum)  # before the run folder, not at the first step
-        check_training_memory(cfg, env, self.dtype)  # before the model exists: refused or announced in one line
-        torch.manual_seed(cfg.seed)  # the same init on every rank (DDP also syncs at construction)
-        self.model = build_reasoner(cfg.model, cfg.scaling, self.dtype, env.fused_kernel).to(env.device)
+        check_training_memory(cfg, env, self.dtype, reuse)  # before the model exists: refused or announced in one line
+        # under torch.manual_seed(cfg.seed): the same init on every rank (DDP also syncs at construction);
+        # `reuse` (ttt's tasks in one process) hands back a model built so before, as it was built (training/reuse.py)
+        self.model = built_model(reuse, (cfg.model, cfg.scaling, self.dtype, env.fused_kernel), cfg.seed,
+                                 lambda: build_reasoner(cfg.model, cfg.scaling, self.dtype, env.fused_kernel).to(env.device),
+                                 env.device)
         self.start = start
         self.rows = start.row_map if start is not None else None  # dataset id -> table row (adapt old_rows=keep)
         if start is not None:
@@ -438,13 +447,16 @@ def evaluate(model: ACTReasoner, split: Any, env: runtime.Env, global_batch_size
 
 # ---- entry point ----------------------------------------------------------------------------------
 
-def build(cfg: TrainConfig, env: runtime.Env) -> Trainer:
-    """Open and check the data, fit the model config to it, build the trainer (nothing written)."""
+def build(cfg: TrainConfig, env: runtime.Env, reuse: Reuse | None = None) -> Trainer:
+    """Open and check the data, fit the model config to it, build the trainer (nothing written).
+    `reuse`: what one process keeps between the trainers it builds (training/reuse.py: the start
+    checkpoint's model as read, the memory estimates, the model itself); the same trainer."""
     train_split = open_dataset(cfg.data_dir, "train")
     where = str(Path(cfg.data_dir) / "train")
     start = None
     if cfg.init_from:  # the architecture is the checkpoint's; the table is grown to the dataset (adapt.py)
-        start = prepare(cfg.init_from, cfg, cfg.data_dir, train_split)
+        start = prepare(cfg.init_from, cfg, cfg.data_dir, train_split,
+                        load=lambda *a, **k: remembered(reuse, ("load_model", a, k), lambda: load_model(*a, **k)))
         cfg.model, cfg.scaling = start.model_config, start.scaling
         runtime.print0(f"init_from: {start.source}; puzzle table {start.kept_rows:,} rows from the checkpoint, "
                  f"{cfg.model.num_puzzle_identifiers:,} in all (adapt.new_rows={cfg.adapt.new_rows}, "
@@ -456,7 +468,7 @@ def build(cfg: TrainConfig, env: runtime.Env) -> Trainer:
         ids = int(train_split.meta.num_puzzle_identifiers)
         check_matches(replace(cfg.model, num_puzzle_identifiers=ids), test_split, str(Path(cfg.data_dir) / "test"),
                       what="train split")
-    return Trainer(cfg, env, train_split, test_split, start=start)
+    return Trainer(cfg, env, train_split, test_split, start=start, reuse=reuse)
 
 
 def run(cfg: TrainConfig) -> int:

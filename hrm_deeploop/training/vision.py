@@ -67,6 +67,7 @@ from hrm_deeploop.training import fsdp
 from hrm_deeploop.training.ema import EMA
 from hrm_deeploop.training.loop import Task, fit, run_config_dict
 from hrm_deeploop.training.optim import loopvit_lr_at, lr_at, set_lr
+from hrm_deeploop.training.reuse import Reuse, built_model, remembered
 from hrm_deeploop.training.runlog import check_finite
 from hrm_deeploop.training.vision_config import SCRIPT_PENALTIES, TrainViTConfig
 
@@ -118,7 +119,7 @@ class VisionTrainer(Task):
     work_unit = "examples"
 
     def __init__(self, cfg: TrainViTConfig, env: runtime.Env, train_split: Any, test_split: Any = None,
-                 start: dict[str, Any] | None = None):
+                 start: dict[str, Any] | None = None, reuse: Reuse | None = None):
         self.cfg, self.env = cfg, env
         self.train_split, self.test_split = train_split, test_split
         self.total_steps = int(cfg.train.max_steps)
@@ -128,8 +129,10 @@ class VisionTrainer(Task):
         self.config = run_config_dict(cfg)
         self.sampler = TrainSampler(train_split, cfg.train.global_batch_size, cfg.seed, env.rank, env.world_size,
                                     epochs_per_iter=cfg.train.epochs_per_iter)
-        torch.manual_seed(cfg.seed)  # the same init on every rank
-        self.model = LoopViT(cfg.model, cfg.scaling)
+        # under torch.manual_seed(cfg.seed): the same init on every rank; `reuse` (ttt's tasks in one
+        # process) hands back a model built so before, as it was built (training/reuse.py)
+        self.model = built_model(reuse, ("loopvit", cfg.model, cfg.scaling, cfg.train.compile, cfg.train.compile_scope),
+                                 cfg.seed, lambda: LoopViT(cfg.model, cfg.scaling), env.device)
         if start is not None:
             start_weights(self.model, start, cfg.init_from)
         self.model.to(env.device).train()
@@ -332,8 +335,10 @@ def penalty_weights(optim: Any, start: dict[str, Any] | None) -> str | None:
     return "init_from: gate regularisers " + ", ".join(said) if args is not None else None
 
 
-def build(cfg: TrainViTConfig, env: runtime.Env) -> VisionTrainer:
-    """Open and check the data, size the task table to it, build the trainer (nothing written)."""
+def build(cfg: TrainViTConfig, env: runtime.Env, reuse: Reuse | None = None) -> VisionTrainer:
+    """Open and check the data, size the task table to it, build the trainer (nothing written).
+    `reuse`: what one process keeps between the trainers it builds (training/reuse.py: the start as
+    read, the parameter count of the memory check, the model itself); the same trainer."""
     train_split = open_dataset(cfg.data_dir, "train")
     meta = train_split.meta
     if int(meta.seq_len) != 900 or int(meta.vocab_size) != 12:
@@ -341,7 +346,8 @@ def build(cfg: TrainViTConfig, env: runtime.Env) -> VisionTrainer:
                         f"{meta.vocab_size}; train-vit reads 30 x 30 grids built by build-arc)")
     start = None
     if cfg.init_from:  # the architecture is the checkpoint's
-        cfg.model, start = read_start(cfg.init_from)
+        cfg.model, start = remembered(reuse, ("read_start", cfg.init_from), lambda: read_start(cfg.init_from))
+        start = dict(start)  # its own: data_dir is the task's
         cfg.model.depth(cfg.scaling)
         start["data_dir"] = cfg.data_dir  # an official file's task order is established from it
     said = penalty_weights(cfg.optim, start)
@@ -351,16 +357,18 @@ def build(cfg: TrainViTConfig, env: runtime.Env) -> VisionTrainer:
     test_split = None
     if (Path(cfg.data_dir) / "test").is_dir():
         test_split = open_dataset(cfg.data_dir, "test")
-    check_sizes(cfg, env, train_split, test_split)
-    return VisionTrainer(cfg, env, train_split, test_split, start)
+    check_sizes(cfg, env, train_split, test_split, reuse)
+    return VisionTrainer(cfg, env, train_split, test_split, start, reuse)
 
 
-def check_sizes(cfg: TrainViTConfig, env: runtime.Env, train_split: Any, test_split: Any) -> None:
+def check_sizes(cfg: TrainViTConfig, env: runtime.Env, train_split: Any, test_split: Any,
+                reuse: Reuse | None = None) -> None:
     """What is refused before the run folder is made, in one line each: a canvas that cannot hold
     the data's largest grid (training draws scales from 1 up), an evaluation scale that puts a test
     grid off the canvas, a model this machine cannot hold at the batch (`runtime.estimate_memory`'s
     rule: Adam's four copies of the weights, activations of every block visit on the tape), and a
-    step that cannot take less than an hour (`runtime.check_loop_time`)."""
+    step that cannot take less than an hour (`runtime.check_loop_time`). With `reuse`, the model is
+    counted on the meta device once per process for each config."""
     m = cfg.model
     room = m.image_size - 2
     longest = largest_side(train_split)
@@ -376,7 +384,8 @@ def check_sizes(cfg: TrainViTConfig, env: runtime.Env, train_split: Any, test_sp
     visits = m.num_blocks * m.num_loops
     batch = max(1, cfg.train.global_batch_size // env.world_size)
     copies = 5 if cfg.train.ema else 4  # weights, gradients, Adam's two moments (+ the weight average)
-    params, param_bytes, buffer_bytes = runtime.count_model(lambda c: LoopViT(c, cfg.scaling), m)  # on meta
+    params, param_bytes, buffer_bytes = remembered(reuse, ("count_model", m, cfg.scaling),  # on meta
+                                                   lambda: runtime.count_model(lambda c: LoopViT(c, cfg.scaling), m))
     per_hidden = runtime.ACT_PER_HIDDEN + runtime.ACT_PER_EXPANSION * m.mlp_dim / max(m.hidden_size, 1)
     per_token = visits * (int(per_hidden * m.hidden_size) + runtime.ACT_PER_TOKEN) + 3 * NUM_COLORS * m.patch_size ** 2
     est = runtime.MemoryEstimate(parameters=params, weight_bytes=param_bytes + buffer_bytes,

@@ -1,0 +1,135 @@
+"""What a process that builds one trainer after another from one checkpoint keeps between them (`ttt
+views=build`, pertask/inprocess.py). Everything it hands back equals what a fresh build computes, so
+a trainer built with it is the trainer built without it, bit for bit (tests/test_pertask_build_reuse.py);
+the `train` / `train-vit` commands build without it (`reuse=None`: every call below computes afresh).
+
+- `once(key, make)`: a value that is a function of `key` alone, computed the first time (the
+  checkpoint's start as its family's reader makes it from the held state; the parameter counts of the
+  memory checks, which build the model on the meta device). Callers never write into what it returns.
+- `model(key, seed, make)`: the trainer's model. The first of a key (its architecture, table rows
+  included, dtype, device, seed) is built as the trainers build it: torch's generators seeded with
+  `seed`, then `make()`; what that build left is recorded: each parameter's and buffer's value,
+  `requires_grad`, each module's mode, and torch's generator states, the stream the first step's
+  dropout draws from (the random init's draws decide it). A model handed back after its task ended
+  well (`release`) is handed out again for its key with the recorded values copied in and the
+  generators set to the recorded states: what a fresh build leaves, without constructing the modules
+  or drawing the init. Its modules are the same objects, so a graph compiled on them is reused.
+  A model whose task failed is never handed back (whatever state a half-done step left on it goes
+  with it). `KEEP` keys are kept, the least recently used dropped first.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+KEEP = 4  # architectures (keys) whose fresh state and idle model are kept
+
+
+@dataclass
+class _Fresh:
+    """A model as its fresh build left it, and torch's generators then."""
+
+    values: dict[str, torch.Tensor]  # parameters and buffers (named_parameters / named_buffers)
+    requires_grad: dict[str, bool]
+    training: dict[str, bool]  # each module's mode
+    device: torch.device  # where `make()` put it
+    rng_cpu: torch.Tensor
+    rng_cuda: torch.Tensor | None  # the model's CUDA device's generator (None off CUDA)
+
+
+def _tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {**dict(model.named_parameters()), **{f"buffer:{n}": b for n, b in model.named_buffers()}}
+
+
+def _rng(device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    return torch.get_rng_state(), torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+
+
+class Reuse:
+    def __init__(self) -> None:
+        self._memo: dict[str, Any] = {}
+        self._fresh: OrderedDict[str, _Fresh] = OrderedDict()
+        self._idle: dict[str, nn.Module] = {}  # one model per key, handed back
+        self._lent: dict[int, tuple[str, nn.Module]] = {}  # id(model) -> its key, while a trainer holds it
+        self.built = self.reused = 0
+
+    def once(self, key: Any, make: Callable[[], Any]) -> Any:
+        k = repr(key)
+        if k not in self._memo:
+            self._memo[k] = make()
+        return self._memo[k]
+
+    def model(self, key: Any, seed: int, make: Callable[[], nn.Module], device: torch.device | str) -> nn.Module:
+        device = torch.device(device)
+        k = repr((key, seed, device))
+        fresh, model = self._fresh.get(k), self._idle.pop(k, None)
+        if fresh is not None and model is not None:
+            self._fresh.move_to_end(k)
+            _restore(model, fresh, device)
+            self.reused += 1
+        else:
+            torch.manual_seed(seed)
+            model = make()
+            self.built += 1
+            if fresh is None:
+                self._fresh[k] = _record(model, device)
+                while len(self._fresh) > KEEP:
+                    old, _ = self._fresh.popitem(last=False)
+                    self._idle.pop(old, None)
+        self._lent[id(model)] = (k, model)
+        return model
+
+    def release(self, model: nn.Module) -> None:
+        """`model`'s task ended well: it may serve the next trainer of its key."""
+        k, _ = self._lent.pop(id(model), (None, None))
+        if k is not None and k in self._fresh:
+            self._idle[k] = model
+
+
+def _record(model: nn.Module, device: torch.device) -> _Fresh:
+    tensors = _tensors(model)
+    first = next(iter(tensors.values()), None)
+    rng_cpu, rng_cuda = _rng(device)
+    return _Fresh(values={n: t.detach().clone() for n, t in tensors.items()},
+                  requires_grad={n: p.requires_grad for n, p in model.named_parameters()},
+                  training={n: m.training for n, m in model.named_modules()},
+                  device=first.device if first is not None else torch.device("cpu"), rng_cpu=rng_cpu, rng_cuda=rng_cuda)
+
+
+@torch.no_grad()
+def _restore(model: nn.Module, fresh: _Fresh, device: torch.device) -> None:
+    """`model` as its key's fresh build left it, torch's generators too."""
+    tensors = _tensors(model)
+    if any(t.device != fresh.device for t in tensors.values()):  # the trainer moved it after `make()`
+        model.to(fresh.device)
+        tensors = _tensors(model)
+    for n, t in tensors.items():
+        t.copy_(fresh.values[n])
+    for n, p in model.named_parameters():
+        p.grad = None
+        p.requires_grad_(fresh.requires_grad[n])
+    for n, m in model.named_modules():
+        m.training = fresh.training[n]
+    torch.set_rng_state(fresh.rng_cpu)
+    if fresh.rng_cuda is not None:
+        torch.cuda.set_rng_state(fresh.rng_cuda, device)
+
+
+def built_model(reuse: Reuse | None, key: Any, seed: int, make: Callable[[], nn.Module],
+                device: torch.device | str) -> nn.Module:
+    """The trainer's model: `make()` under torch's generators seeded with `seed`, or the same from `reuse`."""
+    if reuse is None:
+        torch.manual_seed(seed)
+        return make()
+    return reuse.model(key, seed, make, device)
+
+
+def remembered(reuse: Reuse | None, key: Any, make: Callable[[], Any]) -> Any:
+    """`make()`, or the same value computed once by `reuse` (`Reuse.once`)."""
+    return make() if reuse is None else reuse.once(key, make)
