@@ -6,7 +6,7 @@ change no byte: each new path against the one it replaced.
 - `eval.arc.paint.paint_picture` against the numpy slices the report drew with before, clipping
   included; `grid_texts` / `eval.arc.jsontext` against `json.dumps`; both kernels' ahead-of-time
   exports against numba's JIT;
-- `vote._candidate` against the dataclass's own constructor.
+- `results.Ranked`'s candidates, made when read, against the dataclass's own constructor.
 (A whole report picture against the Pillow drawing: tests/test_vote_speed.py.)
 """
 
@@ -25,8 +25,7 @@ from PIL import Image, features
 from arc_data import native
 from eval.arc import jsontext, paint
 from eval.arc.png import palette_png
-from eval.arc.results import Candidate
-from eval.arc.vote import _candidate
+from eval.arc.results import Candidate, Columns, Ranked
 
 SAME_ZLIB = features.version("zlib") == zlib.ZLIB_RUNTIME_VERSION
 
@@ -180,12 +179,24 @@ def test_dumps_with_grids_is_json_dumps(name):
     assert jsontext.dumps(build) == json.dumps(build(jsontext.as_list))
 
 
-def test_candidate_without_init_is_the_dataclass():
-    fields = {"key": (1, 2), "votes": 3, "mean_q": 0.25, "first_seen": 7, "shape": (2, 2),
-              "grid": np.zeros((2, 2), np.uint8), "log_lik": None}
+def test_candidates_made_when_read_are_the_dataclass():
+    """`results.Ranked` makes each `Candidate` at its first reading, without the frozen dataclass's
+    __init__: the same values, equality, hash and repr as the constructor's; a list's reading."""
+    grid = np.zeros((2, 2), np.uint8)
+    col = lambda *v, dt=np.int64: np.array(v, dt)  # noqa: E731
+    columns = Columns(col(1, 5, 9, dt=np.uint64), col(2, 6, 2**64 - 1, dt=np.uint64), col(3, 2, 1), col(0.25, 0.5, 0.75,
+                      dt=np.float64), col(7, 0, 4), col(2, 0, 30, dt=np.uint8), col(2, 0, 1, dt=np.uint8), [grid, None, None])
+    fields = {"key": (1, 2), "votes": 3, "mean_q": 0.25, "first_seen": 7, "shape": (2, 2), "grid": grid, "log_lik": None}
     assert list(fields) == [f.name for f in dataclasses.fields(Candidate)]  # every field, in order
-    made = _candidate(dict(fields))
-    want = Candidate(**fields)
-    assert made == want and hash(made) == hash(want) and repr(made) == repr(want)
+    ranked = Ranked(columns, 0, 3)
+    made, want = ranked[0], Candidate(**fields)
+    assert made == want and hash(made) == hash(want) and repr(made) == repr(want) and ranked[0] is made
+    assert type(made.key[0]) is int and type(made.votes) is int and type(made.mean_q) is float
+    assert ranked[2] == Candidate((9, 2**64 - 1), 1, 0.75, 4, (30, 1)) and ranked[-1] is ranked[2]
+    assert len(ranked) == 3 and ranked.votes == 6 and ranked[1:] == [ranked[1], ranked[2]] and list(ranked) == ranked[:]
+    assert ranked == list(ranked) and Ranked(columns, 1, 1) == [] and not Ranked(columns, 3, 3)
+    assert Ranked(columns, 1, 3).votes == 3 and Ranked(columns, 1, 3)[0] is ranked[1]
+    with pytest.raises(IndexError):
+        ranked[3]
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.votes = 4

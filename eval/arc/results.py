@@ -3,6 +3,7 @@ and `eval.arc.arcprize` submits. `eval.arc.vote` computes them."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,14 +54,76 @@ def rank(candidates: list[Candidate]) -> list[Candidate]:
     return [candidates[i] for i in order]
 
 
+class Columns:
+    """Every candidate of a vote as columns, ranked (test input first, then best first): the
+    `Candidate`s are made one by one when read (`Ranked`), the same values as the dataclass's own
+    constructor gives; about a tenth of them ever are (36k at ARC-1 x 301 copies; tasks.json and the
+    report read the top ten of each test input)."""
+
+    def __init__(self, k1: np.ndarray, k2: np.ndarray, votes: np.ndarray, mean_q: np.ndarray, first_seen: np.ndarray,
+                 rows: np.ndarray, cols: np.ndarray, grids: list) -> None:
+        self.columns = (k1, k2, votes, mean_q, first_seen, rows, cols)
+        self.grids = grids  # a grid or None per candidate
+        self.made: list[Candidate | None] = [None] * len(votes)
+        self.votes_before = np.concatenate([[0], np.cumsum(votes)]).tolist()
+
+    def candidate(self, i: int) -> Candidate:
+        c = self.made[i]
+        if c is None:
+            k1, k2, votes, mean_q, first_seen, rows, cols = (col.item(i) for col in self.columns)
+            c = self.made[i] = _new(Candidate)
+            c.__dict__.update(key=(k1, k2), votes=votes, mean_q=mean_q, first_seen=first_seen, shape=(rows, cols),
+                              grid=self.grids[i], log_lik=None)  # `Candidate(...)` without its per-field setattr
+        return c
+
+
+_new = object.__new__
+
+
+class Ranked(Sequence):
+    """One test input's candidates, best first, read as a list is (len, indexing, slices as lists,
+    iteration, ==) and made at their first reading (`Columns`)."""
+
+    def __init__(self, columns: Columns, lo: int, hi: int) -> None:
+        self.columns, self.lo, self.hi = columns, lo, hi
+
+    def __len__(self) -> int:
+        return self.hi - self.lo
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self.columns.candidate(self.lo + j) for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(i)
+        return self.columns.candidate(self.lo + i % n)
+
+    def __iter__(self):
+        for j in range(self.lo, self.hi):
+            yield self.columns.candidate(j)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    def __repr__(self) -> str:
+        return f"Ranked({list(self)!r})"
+
+    @property
+    def votes(self) -> int:
+        """Their votes, summed (without making them)."""
+        return self.columns.votes_before[self.hi] - self.columns.votes_before[self.lo]
+
+
 @dataclass
 class TestResult:
     test: TestInput
-    candidates: list[Candidate]  # ranked, all of them
+    candidates: list[Candidate] | Ranked  # ranked, all of them
     truth_rank: int | None  # 0-based position of the true output, None if never predicted
 
     @property
     def num_votes(self) -> int:
+        if isinstance(self.candidates, Ranked):
+            return self.candidates.votes
         return sum(c.votes for c in self.candidates)
 
     def correct_at(self, k: int) -> bool:

@@ -34,6 +34,8 @@ from eval.arc.results import (
     ARC_PRIZE,
     DEFAULT_KS,
     Candidate,
+    Columns,
+    Ranked,
     TaskResult,
     TestInput,
     TestResult,
@@ -162,15 +164,18 @@ def _segments(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return order, np.flatnonzero(change)
 
 
-def _candidate(fields: dict) -> Candidate:
-    """`Candidate(**fields)` (every field given) without the frozen dataclass's __init__, whose
-    `object.__setattr__` per field made 36k candidates cost 0.03 s at 126k rows."""
-    c = _new(Candidate)
-    c.__dict__.update(fields)
-    return c
-
-
-_new = object.__new__
+def _truth_ranks(tests: list[TestInput], k1: np.ndarray, k2: np.ndarray, cand_test: np.ndarray,
+                 bounds: np.ndarray) -> list[int | None]:
+    """Per test input, the 0-based rank of the candidate whose key is its truth's (None: no such
+    candidate, or no truth given), from the ranked candidates' keys (grouped by test input)."""
+    labelled = np.array([t.truth_key is not None for t in tests], dtype=bool)
+    t1 = np.array([t.truth_key[0] if t.truth_key else 0 for t in tests], dtype=np.uint64)
+    t2 = np.array([t.truth_key[1] if t.truth_key else 0 for t in tests], dtype=np.uint64)
+    hit = np.flatnonzero((k1 == t1[cand_test]) & (k2 == t2[cand_test]) & labelled[cand_test])
+    ranks: list[int | None] = [None] * len(tests)
+    for j, i in zip(hit.tolist(), cand_test[hit].tolist()):  # keys are distinct within a test input
+        ranks[i] = j - int(bounds[i])
+    return ranks
 
 
 def vote(
@@ -275,25 +280,20 @@ def vote(
     first, cand_test = first[ranked], cand_test[ranked]
     bounds = np.searchsorted(cand_test, np.arange(len(truth.test_inputs) + 1))
     top = np.flatnonzero(np.arange(len(first)) - bounds[cand_test] < keep_grids)  # grids for these
-    grids = iter(decode_grids(preds.predictions, keep[first[top]], pid[first[top]], table.dihedral, inv,
-                              shapes[first[top]]))
-    is_top = np.zeros(len(first), dtype=bool)
-    is_top[top] = True
-    candidates = [_candidate({"key": (k1, k2), "votes": n, "mean_q": mq, "first_seen": seen, "shape": (rows, cols),
-                              "grid": next(grids) if kept else None, "log_lik": None})
-                  for k1, k2, n, mq, seen, rows, cols, kept in zip(
-                      keys[first, 0].tolist(), keys[first, 1].tolist(), votes[ranked].tolist(),
-                      mean_q[ranked].tolist(), keep[first].tolist(), shapes[first, 0].tolist(),
-                      shapes[first, 1].tolist(), is_top.tolist())]
+    grids: list = [None] * len(first)
+    for j, g in zip(top.tolist(), decode_grids(preds.predictions, keep[first[top]], pid[first[top]], table.dihedral,
+                                              inv, shapes[first[top]])):
+        grids[j] = g
+    k1, k2 = keys[first, 0], keys[first, 1]
+    columns = Columns(k1, k2, votes[ranked], mean_q[ranked], keep[first], shapes[first, 0], shapes[first, 1], grids)
+    truth_rank = _truth_ranks(truth.test_inputs, k1, k2, cand_test, bounds)
     t_count = time.perf_counter() - t2
 
     tasks: dict[str, TaskResult] = {name: TaskResult(name, []) for name in truth.tasks}
     for i, t in enumerate(truth.test_inputs):
-        cands = candidates[bounds[i]:bounds[i + 1]]
-        truth_rank = next((j for j, c in enumerate(cands) if c.key == t.truth_key), None)
-        if not cands:
+        if bounds[i] == bounds[i + 1]:
             warnings.append(f"task '{t.task}' test input {t.index} has no predictions; counted as wrong")
-        tasks[t.task].tests.append(TestResult(t, cands, truth_rank))
+        tasks[t.task].tests.append(TestResult(t, Ranked(columns, int(bounds[i]), int(bounds[i + 1])), truth_rank[i]))
     task_list = [tasks[name] for name in truth.tasks]
     scored = [task for task in task_list if task.labelled]
     scores = pass_at_k([[t.truth_rank for t in task.tests] for task in scored], ks)
