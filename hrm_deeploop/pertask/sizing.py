@@ -3,7 +3,8 @@
 
 The probe: the run's own lanes opened at K = 1, then at K = 2, each taking one training step at the
 run's real shapes, the memory each added read at its peak; the difference is what one more copy
-costs (`Footprint.per_copy`), the rest what the lanes cost whatever K (`fixed`). Then
+costs (`Footprint.per_copy`; on the CPU at least half the K = 2 peak, `measure`), the rest what the
+lanes cost whatever K (`fixed`). Then
 K = (half the available memory - fixed) // per_copy, at most the caller's cap and the tasks to run
 (`choose`, which prints one line saying why).
 
@@ -42,6 +43,7 @@ class Footprint:
     per_copy: int
     fixed: int
     how: str
+    peaks: tuple[int, ...] = ()  # measured: the peaks at K = 1 and 2 (bytes, a held trainer's excluded)
 
 
 def _status_kib(key: str) -> int:
@@ -146,31 +148,34 @@ def available_cpu() -> int:
 def measure(step_k: Callable[[int, object], None], device: torch.device, meter: Meter | None = None,
             build: Callable[[], object] | None = None) -> Footprint | None:
     """The footprint of `step_k(k, held)` (k lanes opened, one step taken, all dropped when it returns)
-    from its peaks at k = 1 and 2. `build()` (optional) makes `held`, what every lane holds besides
-    its slice (a task's trainer, views=build): what it keeps is counted once per copy. None: the peak
-    is not readable here."""
+    from its peaks at k = 1 and 2, after one warm-up step at k = 1 (what it leaves is counted in
+    `fixed`). `build()` (optional) makes `held`, what every lane holds besides its slice (a task's
+    trainer, views=build): what it keeps is counted once per copy. None: the peak is not readable here."""
     meter = meter or Meter(device)
     if not meter.ok:
         return None
     meter.start()
-    held, own = None, 0
-    if build is not None:
-        held = build()
-        meter.start_again()
-        own = max(0, meter.now() - meter.base)
+    held = build() if build is not None else None
+    meter.start_again()
+    own = max(0, meter.now() - meter.base)  # what the held trainer keeps: each lane has its own
+    step_k(1, held)  # a warm-up: what the first step allocates once (kernels, vmap's) is the process's
+    meter.start_again()
+    once = max(0, meter.now() - meter.base - own)
     peaks = []
     for k in (1, 2):
         meter.reset()
         step_k(k, held)
-        peaks.append(meter.peak() - own)
+        peaks.append(meter.peak() - own - once)
     del held
-    one = max(peaks[1] - peaks[0], 0)
-    if one == 0:  # the second copy hid in pages already held: count the first whole (an upper bound)
-        one, fixed = peaks[0], 0
-    else:
-        fixed = max(peaks[0] - one, 0)
+    one, two = peaks
+    # CUDA's allocator counts bytes exactly: the line through both peaks. The resident size moves with
+    # how glibc reuses freed pages (the two peaks' difference ranged 0.7-1.6x the K 2 -> 8 slope in
+    # repeated runs): a copy at least half of K = 2's peak, the line on or above both peaks
+    # (docs/notebook/2026-12-06-copies-memory.md: then 0.95-1.6x the slope)
+    per = max(two - one, 1) if meter.cuda else max(two - one, two // 2, 1)
     kind = "CUDA allocator peak" if meter.cuda else "peak RSS"
-    return Footprint(one + own, fixed, f"measured: {kind}, K 1 -> 2")
+    return Footprint(per + own, max(one - per, 0) + once, f"measured: {kind} at K = 1, 2: {one / MIB:.1f}, {two / MIB:.1f} MiB",
+                     (one, two))
 
 
 def choose(fp: Footprint, available: int, cap: int, pending: int, device: torch.device, what: str) -> int:
