@@ -171,7 +171,7 @@ def measure(step_k: Callable[[int, object], None], device: torch.device, meter: 
     # CUDA's allocator counts bytes exactly: the line through both peaks. The resident size moves with
     # how glibc reuses freed pages (the two peaks' difference ranged 0.7-1.6x the K 2 -> 8 slope in
     # repeated runs): a copy at least half of K = 2's peak, the line on or above both peaks
-    # (docs/notebook/2026-12-06-copies-memory.md: then 0.95-1.6x the slope)
+    # (docs/notebook/2026-12-06-copies-memory.md: then 0.99-1.55x the slope)
     per = max(two - one, 1) if meter.cuda else max(two - one, two // 2, 1)
     kind = "CUDA allocator peak" if meter.cuda else "peak RSS"
     return Footprint(per + own, max(one - per, 0) + once, f"measured: {kind} at K = 1, 2: {one / MIB:.1f}, {two / MIB:.1f} MiB",
