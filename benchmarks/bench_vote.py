@@ -208,9 +208,11 @@ def compare(workdir: Path, ref_dir: Path, repeats: int, fresh: bool = False) -> 
 
 def floor(workdir: Path, repeats: int) -> None:
     """What any process doing the vote's job pays, each side its own process, interleaved: the
-    interpreter's start, + numpy's import, + deflating the report's 400 pictures as `eval.arc.png`
-    does (zlib level 1, two threads; the pictures drawn beforehand by `report.task_scanlines` from
-    this workdir's vote and stored uncompressed, their loading not on the clock)."""
+    interpreter's start, + numpy's import, + deflating the report's 400 pictures, two threads, with
+    zlib's level 1 (Pillow's bytes, what the report wrote before) and with the report's own encoder
+    (`eval.arc.deflate.deflate_rows`; the report itself paints and deflates in one call, skipping the
+    scanlines equal to the one above); the pictures drawn beforehand by `report.task_scanlines` from
+    this workdir's vote and stored uncompressed, their loading not on the clock."""
     pictures = workdir / "floor_pictures.npz"
     if not pictures.exists():
         code = ("import numpy as np; from pathlib import Path; from eval.arc.vote import vote; "
@@ -226,25 +228,40 @@ def floor(workdir: Path, repeats: int) -> None:
                "z = lambda a: (lambda c: len(c.compress(a) + c.flush()))(zlib.compressobj(1, zlib.DEFLATED, 15, 9)); "
                "pool = ThreadPoolExecutor(2); sum(pool.map(z, pictures)); "
                "print(time.perf_counter() - t0, time.process_time() - c0, file=sys.stderr)")
-    sides = {"python -c pass": "pass", "+ import numpy": "import numpy", "+ the report's deflate": deflate}
+    ours = ("import sys, time\nimport numpy as np\nfrom concurrent.futures import ThreadPoolExecutor\n"
+            "from eval.arc import deflate as D\n"
+            f"d = np.load({str(pictures)!r})\npictures = [d[k] for k in d.files]\n"
+            "[a.setflags(write=False) for a in pictures]\nt0, c0 = time.perf_counter(), time.process_time()\n"
+            "def z(a):\n"
+            "    same = np.zeros(a.shape[0], bool)\n    same[1:] = (a[1:] == a[:-1]).all(axis=1)\n"
+            "    same.setflags(write=False)\n"
+            "    out, end = np.empty(D.bound(a.size), np.uint8), np.zeros(1, np.int64)\n"
+            "    D.deflate_rows(a, same, D.LENGTHS, D.distances(a.shape[1]), D.CL_ORDER, np.empty(a.size + 1, np.int32), "
+            "out, end)\n"
+            "    return int(end[0])\n"
+            "pool = ThreadPoolExecutor(2)\nsum(pool.map(z, pictures))\n"
+            "print(time.perf_counter() - t0, time.process_time() - c0, file=sys.stderr)")
+    sides = {"python -c pass": "pass", "+ import numpy": "import numpy", "+ zlib's deflate (level 1)": deflate,
+             "+ the report's deflate": ours}
     res: dict[str, list[tuple[float, float]]] = {k: [] for k in sides}
-    inner: list[list[float]] = []
+    inner: dict[str, list[list[float]]] = {k: [] for k in sides}
     print(f"load average at the start {os.getloadavg()[0]:.2f}")
     for _ in range(repeats):
         for side, code in sides.items():
             t0 = time.perf_counter()
             proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True,
-                                    env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+                                    env=dict(os.environ, OPENBLAS_NUM_THREADS="1", PYTHONPATH=str(REPO)))
             err = proc.stderr.read()
             _, status, usage = os.wait4(proc.pid, 0)
             res[side].append((time.perf_counter() - t0, usage.ru_utime + usage.ru_stime))
             if err.strip():
-                inner.append([float(x) for x in err.split()])
+                inner[side].append([float(x) for x in err.strip().splitlines()[-1].split()])
     for side, v in res.items():
         print(f"{side:<24} wall {statistics.median(w for w, _ in v):.3f} s (min {min(w for w, _ in v):.3f}), "
               f"CPU {statistics.median(c for _, c in v):.3f} s (medians of {repeats})")
-    print(f"{'the deflate alone':<24} wall {statistics.median(w for w, _ in inner):.3f} s, "
-          f"CPU {statistics.median(c for _, c in inner):.3f} s (two threads, timed in its process)")
+    for side in ("+ zlib's deflate (level 1)", "+ the report's deflate"):
+        print(f"{side.removeprefix('+ ') + ' alone':<32} wall {statistics.median(w for w, _ in inner[side]):.3f} s, "
+              f"CPU {statistics.median(c for _, c in inner[side]):.3f} s (two threads, timed in its process)")
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
 
 

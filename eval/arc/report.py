@@ -202,14 +202,6 @@ def _glyphs(size: int) -> _Glyphs:
 
 
 _LABELS: dict[tuple[str, int], np.ndarray] = {}  # (text, size) -> its label, drawn once a process
-_COMMON = {LABEL_SIZE: "0123456789#:,. testinputruth(ogv)vswrmeanqdic", TITLE_SIZE: "0123456789#:;'@ solvedfaiuthrkgcn"}
-
-
-def warm_up() -> None:
-    """Load the fonts and draw the glyphs that every report's labels use (Pillow imported, FreeType
-    run): `vote` calls it on a side thread while it votes, so that this overlaps the vote's kernels."""
-    for size, chars in _COMMON.items():
-        _glyphs(size).add(set(chars))
 
 
 def _texts(texts: list[str], size: int) -> None:

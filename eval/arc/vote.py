@@ -354,15 +354,12 @@ def vote(
 
 def run(c: VoteConfig) -> int:
     """`hrm-deeploop vote predictions=FILE data_dir=DIR output_dir=OUT [ks=[1,2]] [overwrite=true]`."""
-    from eval.arc.report import output_names, warm_up  # lazy: keeps PIL off `vote --help`
+    from eval.arc.report import output_names  # lazy: keeps PIL off `vote --help`
 
     out = check_output_dir(c.output_dir, [c.data_dir])
     check_outputs(out, output_names(c.report, bool(c.log_probs)), c.overwrite, "vote")
-    with without_cycle_collector(), ThreadPoolExecutor(1, thread_name_prefix="fonts") as side:
-        fonts = side.submit(warm_up) if c.report else None  # beside the vote's GIL-free kernels
+    with without_cycle_collector():
         result = vote_file(c, Path(c.predictions))
-        if fonts is not None:
-            fonts.result()
         write_vote(result, out, c.overwrite, c.max_candidates, c.report, c.report_candidates)
     print_summary(result, out)
     return 0
