@@ -54,6 +54,18 @@ def test_the_probe_measures_a_copy_at_the_runs_shapes_and_touches_nothing():
     assert large.per_copy > 3 * small.per_copy, (small, large)  # 16x the rows: the activations dominate
 
 
+def test_a_probe_that_runs_out_of_memory_gives_one_copy(capsys):
+    """Two copies that do not fit (the step raises MemoryError at K = 2): K = 1, and the line says why."""
+    def step_k(k, _):
+        if k == 2:
+            raise MemoryError("two copies")
+        torch.ones(1 << 16).sum()
+
+    fp = sizing.measure(step_k, CPU)
+    assert sizing.choose(fp, 1 << 40, 8, 20, CPU, "copies=0") == 1
+    assert "K = 2 ran out of memory" in capsys.readouterr().out
+
+
 def test_no_peak_reading_falls_back_to_the_estimate(monkeypatch, capsys):
     """Where /proc/self/clear_refs cannot be written, official.copies=0 says so and uses the estimate."""
     monkeypatch.setattr(sizing.Meter, "_clear", staticmethod(lambda: (_ for _ in ()).throw(OSError("no"))))

@@ -44,6 +44,7 @@ class Footprint:
     fixed: int
     how: str
     peaks: tuple[int, ...] = ()  # measured: the peaks at K = 1 and 2 (bytes, a held trainer's excluded)
+    most: int | None = None  # at most this many copies whatever the memory (the probe ran out of it)
 
 
 def _status_kib(key: str) -> int:
@@ -164,7 +165,12 @@ def measure(step_k: Callable[[int, object], None], device: torch.device, meter: 
     peaks = []
     for k in (1, 2):
         meter.reset()
-        step_k(k, held)
+        try:
+            step_k(k, held)
+        except (torch.OutOfMemoryError, MemoryError):  # two copies do not fit: K = 1
+            del held
+            meter.start_again()
+            return Footprint(max(meter.free, 1), 0, f"K = {k} ran out of memory", most=1)
         peaks.append(meter.peak() - own - once)
     del held
     one, two = peaks
@@ -182,6 +188,8 @@ def choose(fp: Footprint, available: int, cap: int, pending: int, device: torch.
     """K: the copies whose footprint fits RESERVE of `available`, at least 1, at most `cap` and
     `pending`; prints one line saying why (`what`: the option, e.g. "copies=0")."""
     fit = int((RESERVE * available - fp.fixed) // max(fp.per_copy, 1))
+    if fp.most is not None:
+        fit = min(fit, fp.most)
     k = max(1, min(fit, cap, pending))
     why = ("the tasks to run" if k == pending and pending <= min(fit, cap) else
            f"the cap for {torch.device(device).type}" if k == cap and cap <= fit else "memory")
