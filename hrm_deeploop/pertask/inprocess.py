@@ -4,8 +4,8 @@
 What a process builds once (`Prepared`, at the worker's start, before any task's clock):
 
 - the checkpoint, resolved and read once by the safe loader; its state is held in memory
-  (`checkpoint.held`), so each task's trainer starts from it (its own copy of the tensors: the
-  trainer's model is built and the weights copied in) without reading the file again;
+  (`checkpoint.held`), so each task's trainer starts from it (its own copy of the tensors, copied
+  into the trainer's model) without reading the file again;
 - the trainer's typed config and `evaluate`'s, composed once from the very arguments the command
   route gives (`commands`, the user's overrides last, `init_from`'s inherited settings
   included); a task's copy of them differs only in its folders, its time share, its epochs per
@@ -20,11 +20,12 @@ What a process builds once (`Prepared`, at the worker's start, before any task's
   reused; a model whose task failed is dropped.
 
 A task then costs its build (its views, `build-arc`'s library call), its trainer (built by its
-family's trainer module, `build`, with the process's `Reuse`), its steps (`train_alone`: the skeleton's step order, time
-budget and NaN guard, without the run folder's checkpoints), and its evaluation: `evaluate`'s
-library function (through the CLI's table: the library never imports `eval`) on the trained
-weights handed in memory. The result equals the command route's for the same task bit for bit
-on the CPU (tests/test_pertask_build_inprocess.py). A failure keeps the worker's verdicts: a
+family's trainer module, `build`, with the process's `Reuse`), its steps (`train_alone`: the
+skeleton's step order, time budget and NaN guard, without the run folder's checkpoints), and its
+evaluation: `evaluate`'s library function (through the CLI's table: the library never imports
+`eval`) on the trained weights handed in memory. The result equals the command route's for the
+same task bit for bit on the CPU (tests/test_pertask_build_inprocess.py), and a trainer on a model
+handed back equals a fresh build's (tests/test_pertask_build_reuse.py). A failure keeps the worker's verdicts: a
 refusal (a `UserError`, a diverged loss) is the task's own (`worker.TaskFailed`), with the error
 line in its log; a disk or memory error is from outside (`worker.solve` judges it).
 """
