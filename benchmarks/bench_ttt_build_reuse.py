@@ -124,12 +124,12 @@ def measure(a: argparse.Namespace) -> None:
 
     torch.set_num_threads(1)
     out = Path(a.out)
-    run = out / f"ttt-{a.model}{'-fresh' if a.fresh else ''}{'-compile' if a.compile else ''}"
+    run = out / f"ttt-{a.model}{'-fresh' if a.fresh else ''}{'-compile' if a.compile else ''}{'-loo' if a.leave_one_out else ''}"
     shutil.rmtree(run, ignore_errors=True)
     overrides = ["train.compile=true"] if a.compile else []
     cfg = PerTaskConfig(checkpoint=str(out / a.model), challenges=str(out / "raw" / "arc-agi_evaluation_challenges.json"),
                         output_dir=str(run), threads=1, device="cpu", progress=False, protocol="transductive",
-                        train_overrides=overrides, workers=1)
+                        train_overrides=overrides, workers=1, leave_one_out=a.leave_one_out)
     checks.before_the_first_task(cfg)
     load = os.getloadavg()[0]
     c0 = time.process_time()
@@ -198,6 +198,7 @@ def main() -> None:
     p.add_argument("--tasks", type=int, default=4)
     p.add_argument("--fresh", action="store_true", help="no training.reuse.Reuse: each trainer built afresh")
     p.add_argument("--compile", action="store_true")
+    p.add_argument("--leave-one-out", action="store_true", help="ttt leave_one_out=true (tables vary with the demonstrations)")
     p.add_argument("--profile", type=int, default=0, help="print this many cProfile rows of the trainer builds")
     a = p.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
