@@ -1,9 +1,12 @@
 """`ttt views=build` one task at a time in-process: what a task's trainer build costs and where, against the
-task's whole time (docs/notebook/2026-12-06-build-reuse.md). CPU seconds (`time.process_time`, this
+task's whole time, and the evaluation's parts (docs/notebook/2026-12-06-build-reuse.md). CPU seconds (`time.process_time`, this
 process, one thread) of each part, summed over the tasks after the first (the first pays one-off costs).
 
     python benchmarks/bench_ttt_build_reuse.py setup --out /tmp/br            # four small checkpoints
-    python benchmarks/bench_ttt_build_reuse.py measure --out /tmp/br --model hrm-tiny --tasks 4 [--fresh]
+    python benchmarks/bench_ttt_build_reuse.py measure --out /tmp/br --model hrm-tiny --tasks 4 [--fresh | --fresh-eval]
+
+`--fresh`: no `training.reuse.Reuse` (every trainer and every evaluation's model built afresh);
+`--fresh-eval`: the trainers reused, evaluate's model built per task (`Prepared.evaluations = False`).
 
 `--model`: hrm-tiny (the tests' tiny HRM, hidden 32, 1+1 layers), hrm-cpu (`hrm_pretrain_cpu`),
 loopvit-tiny (`loopvit_tiny_cpu`, canvas 16, dropout 0.1), loopvit-cpu (`loopvit_pretrain_cpu`, canvas
@@ -114,6 +117,18 @@ def instrument(t: Timers) -> None:
     t.wrap(AdamATan2, "__init__", "build: optimiser (AdamATan2 ctor)")
     t.wrap(reasoner, "built_model", "build: the model (built, or reused)")
     t.wrap(vision, "built_model", "build: the model (built, or reused)")
+    # the evaluation's parts (evaluate's library function on the trained state)
+    from eval.arc import canvas_views
+    from eval.arc.evaluate import ArcEvaluation
+    from hrm_deeploop import loading
+
+    t.wrap(inprocess, "trained_state", "eval: trained state (state_dict)")
+    t.wrap(loading, "load_model", "eval: model loaded (family load: checks, build, weights)")
+    t.wrap(canvas_views, "load_model", "eval: model loaded (family load: checks, build, weights)")
+    t.wrap(ArcEvaluation, "predict", "eval: predicted (predict_split)")
+    t.wrap(canvas_views, "predict_views", "eval: predicted (predict_views)")
+    t.wrap(canvas_views, "canvas_figures", "eval: LoopViT's figures (canvas_figures)")
+    t.wrap(ArcEvaluation, "publish", "eval: published (predictions.npz, vote, files)")
 
 
 def measure(a: argparse.Namespace) -> None:
@@ -124,7 +139,7 @@ def measure(a: argparse.Namespace) -> None:
 
     torch.set_num_threads(1)
     out = Path(a.out)
-    run = out / f"ttt-{a.model}{'-fresh' if a.fresh else ''}{'-compile' if a.compile else ''}{'-loo' if a.leave_one_out else ''}"
+    run = out / f"ttt-{a.model}{'-fresh' if a.fresh else ''}{'-fresh-eval' if a.fresh_eval else ''}{'-compile' if a.compile else ''}{'-loo' if a.leave_one_out else ''}"
     shutil.rmtree(run, ignore_errors=True)
     overrides = ["train.compile=true"] if a.compile else []
     cfg = PerTaskConfig(checkpoint=str(out / a.model), challenges=str(out / "raw" / "arc-agi_evaluation_challenges.json"),
@@ -135,8 +150,10 @@ def measure(a: argparse.Namespace) -> None:
     c0 = time.process_time()
     prep = inprocess.prepared(cfg)
     prep_cpu = time.process_time() - c0
-    if a.fresh:  # every task's trainer built afresh (as before training/reuse.py)
+    if a.fresh:  # every task's trainer and evaluation model built afresh (as before training/reuse.py)
         prep.reuse = None
+    if a.fresh_eval:  # evaluate's model built per task (as before Reuse.loaded), the trainer's reused
+        prep.evaluations = False
     t = Timers()
     instrument(t)
     if a.profile:  # cProfile around each trainer build after the first task's (printed at the end)
@@ -175,11 +192,12 @@ def measure(a: argparse.Namespace) -> None:
     digest = hashlib.sha256(json.dumps(results, sort_keys=True).encode()).hexdigest()[:16]
     rest = per_task[1:]
     total = sum(c for c, _ in rest)
-    print(f"# {a.model}{' fresh' if a.fresh else ' reuse'}{' compile' if a.compile else ''}: preset steps={cfg.steps} "
+    print(f"# {a.model}{' fresh' if a.fresh else ' reuse'}{' fresh-eval' if a.fresh_eval else ''}{' compile' if a.compile else ''}: preset steps={cfg.steps} "
           f"batch={cfg.batch} num_aug={cfg.num_aug} passes={cfg.passes}; load at start {load:.2f}; prepared once "
           f"{prep_cpu:.2f} CPU s; first task {per_task[0][0]:.2f} CPU s; tasks 2..{len(ids)}: "
           f"{total / len(rest):.3f} CPU s per task; results (times left out) sha256 {digest}"
-          + (f"; models built {prep.reuse.built}, reused {prep.reuse.reused}" if prep.reuse is not None else ""))
+          + (f"; models built {prep.reuse.built}, reused {prep.reuse.reused}; evaluation's built "
+             f"{prep.reuse.eval_built}, reused {prep.reuse.eval_reused}" if prep.reuse is not None else ""))
     print("| part | CPU s per task | share of the task | first task's |")
     print("|---|---:|---:|---:|")
     for label in sorted(t.cpu):
@@ -197,6 +215,7 @@ def main() -> None:
     p.add_argument("--model", choices=sorted(MODELS), default="hrm-tiny")
     p.add_argument("--tasks", type=int, default=4)
     p.add_argument("--fresh", action="store_true", help="no training.reuse.Reuse: each trainer built afresh")
+    p.add_argument("--fresh-eval", action="store_true", help="evaluate's model built per task (no Reuse.loaded)")
     p.add_argument("--compile", action="store_true")
     p.add_argument("--leave-one-out", action="store_true", help="ttt leave_one_out=true (tables vary with the demonstrations)")
     p.add_argument("--profile", type=int, default=0, help="print this many cProfile rows of the trainer builds")

@@ -30,6 +30,7 @@ import json
 import pickle
 import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,9 @@ FORMAT = "hrm-deeploop/train-state/1"
 # states held in memory by this process (`held`): `resolve` and `load` answer a path named here
 # without touching the disk
 _HELD: dict[Path, dict[str, Any]] = {}
+# and the loader handed with one of them (`held(load=...)`), which `loading.load_model` asks instead of
+# the state's family: (family, path, state, LoadOptions) -> LoadedModel
+_HELD_LOADERS: dict[Path, Callable[..., Any]] = {}
 _STEP_RE = re.compile(r"^step_(\d+)\.pt$")
 WRAPPER_PREFIXES = ("_orig_mod.", "module.")
 
@@ -101,17 +105,28 @@ _ASKED_GLOBAL = re.compile(r"GLOBAL ([\w.]+)")  # torch's words for a refused cl
 
 
 @contextlib.contextmanager
-def held(path: str | Path, state: dict[str, Any]):
+def held(path: str | Path, state: dict[str, Any], load: Callable[..., Any] | None = None):
     """While the block runs, `resolve(path)` is `path` and `load(path)` is `state` (a shallow copy
     of its dict; the tensors are shared, and no reader writes into them): `ttt`'s in-process
     per-task path reads its checkpoint once for every task, and hands each task's trained weights
-    to its evaluation without writing them to disk (pertask/inprocess.py)."""
+    to its evaluation without writing them to disk (pertask/inprocess.py). With `load`,
+    `loading.load_model` of `path` asks it, not the state's family, for the model: `load(family,
+    path, state, options)` returns the `LoadedModel` the family's loader would (`training.reuse.Reuse.loaded`:
+    a model kept between the tasks' evaluations, the state's weights copied in)."""
     key = Path(path)
     _HELD[key] = state
+    if load is not None:
+        _HELD_LOADERS[key] = load
     try:
         yield key
     finally:
         _HELD.pop(key, None)
+        _HELD_LOADERS.pop(key, None)
+
+
+def held_loader(path: Path) -> Callable[..., Any] | None:
+    """The loader handed with the state held at `path` (`held(load=...)`), or None."""
+    return _HELD_LOADERS.get(path)
 
 
 def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:

@@ -48,8 +48,9 @@ def load_model(path: str | Path, device: torch.device | str = "cpu", dtype: str 
     fam = families.of_state(p, state)
     if command is not None:
         families.require(fam, command, f"checkpoint '{p}'")
-    loaded = fam.load(p, state, LoadOptions(device=device, dtype=dtype, seq_len=seq_len, ema=ema, batch=batch,
-                                            num_rounds=num_rounds))
+    opts = LoadOptions(device=device, dtype=dtype, seq_len=seq_len, ema=ema, batch=batch, num_rounds=num_rounds)
+    held = ckpt.held_loader(p)  # a state held in memory may come with its loader (checkpoint.held; ttt's evaluations)
+    loaded = fam.load(p, state, opts) if held is None else held(fam, p, state, opts)
     loaded.family = fam
     return loaded
 

@@ -23,9 +23,11 @@ A task then costs its build (its views, `build-arc`'s library call), its trainer
 family's trainer module, `build`, with the process's `Reuse`), its steps (`train_alone`: the
 skeleton's step order, time budget and NaN guard, without the run folder's checkpoints), and its
 evaluation: `evaluate`'s library function (through the CLI's table: the library never imports
-`eval`) on the trained weights handed in memory. The result equals the command route's for the
+`eval`) on the trained weights handed in memory, with the model it predicts with kept by the same
+`Reuse` between tasks (`Reuse.loaded`: built by the family's loader for the first task of an
+architecture, the trained weights copied into it for the others). The result equals the command route's for the
 same task bit for bit on the CPU (tests/test_pertask_build_inprocess.py), and a trainer on a model
-handed back equals a fresh build's (tests/test_pertask_build_reuse.py). A failure keeps the worker's verdicts: a
+handed back, or an evaluation on a kept model, equals a fresh build's (tests/test_pertask_build_reuse.py). A failure keeps the worker's verdicts: a
 refusal (a `UserError`, a diverged loss) is the task's own (`worker.TaskFailed`), with the error
 line in its log; a disk or memory error is from outside (`worker.solve` judges it).
 """
@@ -159,6 +161,7 @@ class Prepared:
     own_epochs: bool  # the user set train.epochs_per_iter
     own_eval_batch: bool  # the user set evaluate's global_batch_size
     reuse: Any = field(default_factory=_reuse)  # training.reuse.Reuse: kept between this process's trainers
+    evaluations: bool = True  # evaluate's model kept between tasks too (`Reuse.loaded`); False: built per task
 
     def task_configs(self, work: Path, train_minutes: float, group: dict[str, dict], chal: Path,
                      eval_batch: Callable[[Path], int]) -> tuple[Any, Any]:
@@ -298,8 +301,11 @@ def trained_state(trainer: Any, steps: int) -> dict:
 
 
 def evaluate_trained(prep: Prepared, trainer: Any, steps: int, eval_cfg: Any, work: Path, keep: bool) -> None:
-    """`evaluate`'s library function on the trainer's weights, handed in memory (`checkpoint.held`);
-    with `keep` (ttt's keep_work) the state is also written where the command route leaves it."""
+    """`evaluate`'s library function on the trainer's weights, handed in memory (`checkpoint.held`),
+    with the process's `Reuse` as the state's loader: the model evaluate predicts with is kept between
+    tasks, the task's trained weights (the average where the trainer keeps one) copied in, never built
+    again for a key it has served (`Reuse.loaded`); the trainer's model is not touched. With `keep`
+    (ttt's keep_work) the state is also written where the command route leaves it."""
     from hrm_deeploop import checkpoint as ckpt  # lazy: torch
 
     state = trained_state(trainer, steps)
@@ -308,7 +314,8 @@ def evaluate_trained(prep: Prepared, trainer: Any, steps: int, eval_cfg: Any, wo
         ckpt.save(path, state)
     ev = copy.copy(eval_cfg)
     ev.checkpoint = str(path)
-    with ckpt.held(path, state):
+    keep_model = prep.reuse is not None and prep.evaluations  # evaluate's model, kept between tasks
+    with ckpt.held(path, state, load=prep.reuse.loaded if keep_model else None):
         try:
             rc = prep.evaluate(ev)
         except UserError as e:

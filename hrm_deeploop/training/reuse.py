@@ -16,13 +16,27 @@ the `train` / `train-vit` commands build without it (`reuse=None`: every call be
   or drawing the init. Its modules are the same objects, so a graph compiled on them is reused.
   A model whose task failed is never handed back (whatever state a half-done step left on it goes
   with it). `KEEP` keys are kept, the least recently used dropped first.
+- `loaded(family, path, state, options)`: `evaluate`'s model for a trained state held in memory
+  (`checkpoint.held(load=...)`, which `loading.load_model` asks instead of the family's loader). The
+  first of a key (the family, the state's model and scaling configs, its tensors' names, shapes and
+  dtypes, whether it holds a weight average and puzzle names, the load options, the fused kernel) is
+  the family's own load; a later state of the key gets that model, kept in eval mode where it is,
+  with the state's weights copied in by the one safe loader (`checkpoint.load_weights`: its
+  checks, then a strict `load_state_dict`; the weight average where the family's loader takes it).
+  Every tensor the model holds is then the state's or one its construction computes from the
+  config, so the model equals the family's fresh load of that state (tests/test_pertask_build_reuse.py),
+  without constructing it, drawing its init, or counting it for the memory check (the model it
+  sizes is already held). It is a model of its own, never the trainer's. Only our own train states
+  (not an export, not an official file) are kept; any other goes to the family's loader.
 """
 
 from __future__ import annotations
 
+import copy
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -57,7 +71,9 @@ class Reuse:
         self._fresh: OrderedDict[str, _Fresh] = OrderedDict()
         self._idle: dict[str, nn.Module] = {}  # one model per key, handed back
         self._lent: dict[int, tuple[str, nn.Module]] = {}  # id(model) -> its key, while a trainer holds it
+        self._evaluated: OrderedDict[str, Any] = OrderedDict()  # key -> evaluate's first LoadedModel of it
         self.built = self.reused = 0
+        self.eval_built = self.eval_reused = 0
 
     def once(self, key: Any, make: Callable[[], Any]) -> Any:
         k = repr(key)
@@ -90,6 +106,52 @@ class Reuse:
         k, _ = self._lent.pop(id(model), (None, None))
         if k is not None and k in self._fresh:
             self._idle[k] = model
+
+    def loaded(self, family: Any, path: Path, state: dict, opts: Any) -> Any:
+        """`evaluate`'s model for the trained state held at `path` (module docstring): a `LoadedModel`
+        equal to `family.load(path, state, opts)`'s."""
+        k = _evaluation_key(state, family, opts)
+        first = self._evaluated.get(k) if k is not None else None
+        if first is None:
+            loaded = family.load(path, state, opts)
+            self.eval_built += 1
+            if k is not None:
+                self._evaluated[k] = loaded
+                while len(self._evaluated) > KEEP:
+                    self._evaluated.popitem(last=False)
+            return loaded
+        from hrm_deeploop import checkpoint as ckpt  # lazy: the layer below, read only here
+        from hrm_deeploop.families.weights import with_average  # lazy: as above
+
+        del self._evaluated[k]  # a load that fails part-way leaves the model for no one
+        weights = ckpt.strip_prefixes(state["model"])
+        if opts.ema and state.get("ema") is not None:  # as the families' loaders take it
+            weights = with_average(weights, state["ema"]["shadow"], str(path))
+        ckpt.load_weights(first.model, weights, str(path))
+        self._evaluated[k] = first
+        self.eval_reused += 1
+        step = state.get("step")
+        return replace(first, config=copy.copy(first.config), step=None if step is None else int(step), path=path,
+                       puzzle_names=None if first.puzzle_names is None else state.get("puzzle_names"),
+                       run_config=state.get("config"))
+
+
+def _evaluation_key(state: dict, family: Any, opts: Any) -> str | None:
+    """What decides the model `family.load` builds for `state` and the fields it reads from it besides
+    the weights, step, path, puzzle names and run config (`Reuse.loaded`); None: not our own train state."""
+    from hrm_deeploop import checkpoint as ckpt  # lazy: the layer below
+    from hrm_deeploop import runtime  # lazy: as above
+
+    conf, model = state.get("config"), state.get("model")
+    if state.get("format") != ckpt.FORMAT or "exported" in state or not isinstance(conf, dict) or \
+            not isinstance(model, dict) or not isinstance(conf.get("model"), dict):
+        return None
+    ema = state.get("ema")
+    shadow = ema.get("shadow") if isinstance(ema, dict) else None
+    tensors = [(n, tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else (n, type(t).__name__)
+               for n, t in {**model, **{f"ema:{n}": t for n, t in (shadow or {}).items()}}.items()]
+    return repr((family.name, conf.get("model"), conf.get("scaling"), tensors, ema is not None,
+                 state.get("puzzle_names") is None, opts, runtime.env().fused_kernel))
 
 
 def _record(model: nn.Module, device: torch.device) -> _Fresh:
