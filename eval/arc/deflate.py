@@ -130,12 +130,10 @@ def encode_row(tok, ntok, cur, prev, has_prev):
 @njit(cache=True, inline="always")
 def row_sums(row):
     """Adler-32's terms of a scanline of w bytes: sum of its bytes, sum of (w - j) * byte j, mod 65521."""
-    w = row.shape[0]
     s, t = np.int64(0), np.int64(0)
-    for k in range(w):
-        v = np.int64(row[k])
-        s += v
-        t += (w - k) * v
+    for k in range(row.shape[0]):  # t: the sum of the running sums, sum of (w - j) * byte j (no multiply)
+        s += np.int64(row[k])
+        t += s
     return s % 65521, t % 65521
 
 
@@ -334,18 +332,28 @@ def _write_block(tok, ntok, lengths_table, dist, order, out, pos, acc, nacc):
                 pos, acc, nacc = _put(out, pos, acc, nacc, cl[j, 1], 3)
     _codes(lit_len, lit_codes)
     _codes(dist_len, dist_codes)
+    # every token's bits as one value: a literal's code, or a match's length code, its extra bits,
+    # distance code and extra bits one after another (at most 15 + 5 + 15 + 13 bits), so that each
+    # token is one `_put`
+    bits = np.empty(768, np.int64)
+    nbits = np.empty(768, np.int64)
+    for v in range(256):
+        bits[v] = lit_codes[v]
+        nbits[v] = lit_len[v]
+    for v in range(256, 768):
+        n, up = 3 + ((v - 256) >> 1), (v - 256) & 1
+        sym, d = lengths_table[n, 0], dist[up, 0]
+        value, count = lit_codes[sym], lit_len[sym]
+        value |= lengths_table[n, 1] << count
+        count += lengths_table[n, 2]
+        value |= dist_codes[d] << count
+        count += dist_len[d]
+        value |= dist[up, 1] << count
+        bits[v] = value
+        nbits[v] = count + dist[up, 2]
     for j in range(ntok):
         v = tok[j]
-        if v < 256:
-            pos, acc, nacc = _put(out, pos, acc, nacc, lit_codes[v], lit_len[v])
-        else:
-            n, up = 3 + ((v - 256) >> 1), (v - 256) & 1
-            sym = lengths_table[n, 0]
-            pos, acc, nacc = _put(out, pos, acc, nacc, lit_codes[sym], lit_len[sym])
-            pos, acc, nacc = _put(out, pos, acc, nacc, lengths_table[n, 1], lengths_table[n, 2])
-            d = dist[up, 0]
-            pos, acc, nacc = _put(out, pos, acc, nacc, dist_codes[d], dist_len[d])
-            pos, acc, nacc = _put(out, pos, acc, nacc, dist[up, 1], dist[up, 2])
+        pos, acc, nacc = _put(out, pos, acc, nacc, bits[v], nbits[v])
     return _put(out, pos, acc, nacc, lit_codes[256], lit_len[256])
 
 

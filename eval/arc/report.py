@@ -20,6 +20,7 @@ import numpy as np
 from arc_data.arc.palette import LINE, UNKNOWN
 from arc_data.arc.palette import PALETTE as ARC_PALETTE
 from arc_data.files.names import file_stem
+from eval.arc import glyphs
 from eval.arc.arcprize import LABEL as PRIZE_LABEL
 from eval.arc.arcprize import submission as arc_submission
 from eval.arc.deflate import CL_ORDER, LENGTHS, MAX_DISTANCE, bound, distances
@@ -140,24 +141,14 @@ TITLE_SIZE, LABEL_SIZE = 15, 13  # px (Pillow's bundled FreeType font)
 MIN_CELL, MAX_CELL, BOX = 8, 24, 240  # px per cell: a task's largest grid drawn about BOX px wide, cells 8-24 px
 
 
-@cache
 def _font(size: int) -> ImageFont.FreeTypeFont:
-    from PIL import ImageFont  # lazy: the glyphs are the one thing Pillow draws here
-
-    return ImageFont.load_default(size=size)  # decodes the bundled font: once per size, not per label
+    return glyphs.font(size)
 
 
-@cache
 def _glyph(ch: str, size: int) -> tuple[np.ndarray, float]:
-    """One character drawn at the pen's origin on a line-high strip (uint8 coverage), and its advance."""
-    from PIL import Image, ImageDraw  # lazy: as `_font`
-
-    font = _font(size)
-    ascent, descent = font.getmetrics()
-    right = max(1, int(np.ceil(max(font.getbbox(ch)[2], font.getlength(ch)))))
-    strip = Image.new("L", (right + 1, ascent + descent + 1), 0)
-    ImageDraw.Draw(strip).text((0, 0), ch, fill=255, font=font)
-    return np.asarray(strip, np.uint8), font.getlength(ch)
+    """One character drawn at the pen's origin on a line-high strip (uint8 coverage), and its advance:
+    Pillow's drawing, kept on disk once drawn (`eval.arc.glyphs`)."""
+    return glyphs.store().glyph(ch, size)
 
 
 class _Glyphs:
@@ -211,22 +202,23 @@ def _texts(texts: list[str], size: int) -> None:
         return
     if len(_LABELS) > 1 << 16:  # a long-lived process drawing many reports: start afresh
         _LABELS.clear()
-    glyphs = _glyphs(size)
-    glyphs.add(set().union(*texts))
-    index = glyphs.index
+    atlas = _glyphs(size)
+    atlas.add(set().union(*texts))
+    glyphs.store().save()  # the glyphs drawn now, if any, kept for the next report
+    index = atlas.index
     chars = _readonly(np.array([index[ch] for text in texts for ch in text], np.int64))
     ends = _readonly(np.cumsum([len(text) for text in texts], dtype=np.int64))
-    ascent, descent = _font(size).getmetrics()
+    ascent, descent = glyphs.store().line_metrics(size)
     line_h = ascent + descent + 3
     dims = np.empty((len(texts), 2), np.int64)
-    measure_labels(glyphs.widths, glyphs.advances, chars, ends, line_h, dims)
+    measure_labels(atlas.widths, atlas.advances, chars, ends, line_h, dims)
     _readonly(dims)
     sizes = dims[:, 0] * dims[:, 1]
     offsets = np.zeros(len(texts) + 1, np.int64)
     np.cumsum(sizes, out=offsets[1:])
     flat = np.zeros(int(offsets[-1]), np.uint8)
     extents = np.empty((len(texts), 2), np.int64)
-    paint_labels(glyphs.atlas, glyphs.widths, glyphs.advances, chars, ends, dims, _readonly(offsets[:-1]), line_h,
+    paint_labels(atlas.atlas, atlas.widths, atlas.advances, chars, ends, dims, _readonly(offsets[:-1]), line_h,
                  _TEXT, _TEXT_LEVELS, flat, extents)
     _readonly(flat)
     for text, (height, width), (rows, cols), at in zip(texts, dims.tolist(), extents.tolist(), offsets.tolist()):
@@ -431,7 +423,19 @@ def write_report(result: VoteResult, folder: Path, num_candidates: int) -> None:
         ok = task.correct_at(HEADLINE_K)
         parts += [heading(3, f"{task.name}: {'solved' if ok else 'failed'} at pass@{HEADLINE_K}", "ok" if ok else "fail"),
                   image(png, task.name), candidate_table(task, num_candidates, result.halting).html()]
-    (folder / "report.html").write_text(page("ARC vote report", parts))
+    _write_page(folder / "report.html", "ARC vote report", parts)
+
+
+def _write_page(path: Path, title: str, parts: list[str]) -> None:
+    """`eval.html.page(title, parts)` written part by part: the same bytes, without the 4 MB page (its
+    pictures embedded) made as one string and then encoded as another."""
+    head, _, tail = page(title, ["\0"]).partition("\0")  # no part holds NUL: escaped text and base64
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(head)
+        for part in parts:
+            f.write(part)
+            f.write("\n")
+        f.write(tail.removeprefix("\n"))
 
 
 def _pngs(tasks: list[TaskResult], panels: list, num_candidates: int, folder: Path) -> Iterator[bytes]:
