@@ -5,9 +5,9 @@ about 0.02-0.03 s of CPU of a 0.8 s `vote`; docs/notebook/2026-12-06-vote.md, fo
 
 The cache file holds, per font size, the font's ascent and descent and each character's strip
 (uint8 coverage, as `glyph` draws it) and advance: the very arrays Pillow gave, so labels drawn from
-it are the same pixels (tests/test_vote_glyphs.py). Its name hashes Pillow's version, its FreeType
-module's file (size and time) and this file's source: another Pillow, another FreeType build or
-another way of drawing reads another file. A file that is not a regular file, too large, not an
+it are the same pixels (tests/test_vote_glyphs.py). Its name hashes Pillow's version file, its
+FreeType module's file (name, size and time) and this file's source: another Pillow, another
+FreeType build or another way of drawing reads another file. A file that is not a regular file, too large, not an
 .npz of the expected arrays, or inconsistent is ignored (its glyphs drawn again and a good file
 written over it); a new file is written whole under a temporary name and renamed, so a reader sees an
 old file or a new one, never half of one. Where no cache folder is writable, glyphs are drawn in
@@ -174,25 +174,22 @@ def _readonly(a: np.ndarray) -> np.ndarray:
 
 def cache_path() -> Path | None:
     """The cache file for this Pillow and this source, in the compiled kernels' folder; None where
-    there is none (no writable folder, no Pillow)."""
+    there is none (no writable folder, no Pillow). Pillow is found, not imported."""
     from arc_data import native  # the kernels' folder (imported already by the vote's kernels)
 
     try:
-        spec = importlib.util.find_spec("PIL._imagingft")  # imports PIL's __init__ only (its version)
+        spec = importlib.util.find_spec("PIL")
         where = native.folder()
-    except (ImportError, ValueError, OSError):
+        package = Path(next(iter(spec.submodule_search_locations))) if spec is not None else None
+        h = hashlib.sha256(Path(__file__).read_bytes())
+        if package is None or where is None:
+            return None
+        h.update((package / "_version.py").read_bytes())
+        for ft in sorted(package.glob("_imagingft*")):  # the FreeType module (and so its FreeType build)
+            st = ft.stat()
+            h.update(f"{ft.name} {st.st_size} {st.st_mtime_ns}".encode())
+    except (ImportError, ValueError, OSError, StopIteration, TypeError):
         return None
-    if spec is None or spec.origin is None or where is None:
-        return None
-    import PIL
-
-    try:
-        ft = os.stat(spec.origin)
-        source = Path(__file__).read_bytes()
-    except OSError:
-        return None
-    h = hashlib.sha256(source)
-    h.update(f"{PIL.__version__} {spec.origin} {ft.st_size} {ft.st_mtime_ns}".encode())
     return where / f"vote_glyphs_{h.hexdigest()[:20]}.npz"
 
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from arc_data.jit import njit
 
 
@@ -51,6 +53,9 @@ def paint_labels(atlas, widths, advances, chars, ends, dims, offsets, line_h, fi
     """Compose label i into flat[offsets[i]:] (zeros, dims[i] row-major), turn its inked extent into
     palette indices (`first_index` + coverage in `levels` steps, rounded: (c * (levels - 1) + 127) // 255)
     and set extents[i] = (rows, cols) of it."""
+    index = np.empty(256, np.uint8)  # coverage -> palette index, looked up (a division a pixel cost 2/3 of the call)
+    for v in range(256):
+        index[v] = first_index + (v * (levels - 1) + 127) // 255
     start = 0
     for i in range(ends.shape[0]):
         height, width, base = dims[i, 0], dims[i, 1], offsets[i]
@@ -79,9 +84,9 @@ def paint_labels(atlas, widths, advances, chars, ends, dims, offsets, line_h, fi
                             cols = left + c + 1
             pen += advances[g]
         for r in range(rows):
+            at = base + r * width
             for c in range(cols):
-                at = base + r * width + c
-                flat[at] = first_index + (flat[at] * (levels - 1) + 127) // 255
+                flat[at + c] = index[flat[at + c]]
         extents[i, 0] = rows
         extents[i, 1] = cols
         start = ends[i]
