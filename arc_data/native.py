@@ -60,12 +60,15 @@ KERNELS: dict[str, tuple[str, ...]] = {
     "eval.arc.paint.paint_png": ("int", "int", "int", "int", "u1/1 ro", "i8/2 ro", "i8/2 ro", "u1/1 ro", "i8/2 ro",
                                  "i8/2 ro", "i8/2 ro", "i8/1 ro", "u1/2", "i4/1", "u1/1", "i8/1"),
     "eval.arc.deflate.deflate_rows": ("u1/2 ro", "b1/1 ro", "i8/2 ro", "i8/2 ro", "i8/1 ro", "i4/1", "u1/1", "i8/1"),
+    # the vote's groupings of rows by equal keys (`eval.arc.grouping`)
+    "eval.arc.grouping._group_rows": ("i8/1 ro", "u8/2 ro", "i8/1", "i8/1", "i8/1"),
 }
 # Every file whose code or constants the kernels compile in (and this one: the types above), in
 # arc_data; and the vote's, beside it (relative to the folder holding arc_data).
 SOURCES = ("native.py", "jit.py", "format.py", "compact.py", "arc/kernels.py", "arc/taskscan.py", "arc/pairscan.py",
            "grid_key.py")
-VOTE_SOURCES = ("eval/arc/decode.py", "eval/arc/labels.py", "eval/arc/paint.py", "eval/arc/deflate.py")
+VOTE_SOURCES = ("eval/arc/decode.py", "eval/arc/labels.py", "eval/arc/paint.py", "eval/arc/deflate.py",
+                "eval/arc/grouping.py")
 
 UNRESOLVED = object()  # a listed kernel's export, not looked up yet
 _HERE = Path(__file__).resolve().parent

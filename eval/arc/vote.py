@@ -153,17 +153,6 @@ def load_ground_truth(data_dir: Path, split: str, table: AugTable) -> GroundTrut
 # ---------------------------------------------------------------- counting
 
 
-def _segments(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Stable sort rows by cols (first col = primary key); return (order, start of each run)."""
-    order = np.lexsort(cols[::-1])
-    change = np.zeros(len(order), dtype=bool)
-    change[:1] = True
-    for c in cols:
-        s = c[order]
-        change[1:] |= s[1:] != s[:-1]
-    return order, np.flatnonzero(change)
-
-
 def _truth_ranks(tests: list[TestInput], k1: np.ndarray, k2: np.ndarray, cand_test: np.ndarray,
                  bounds: np.ndarray) -> list[int | None]:
     """Per test input, the 0-based rank of the candidate whose key is its truth's (None: no such
@@ -234,6 +223,7 @@ def vote(
         )
 
     from eval.arc.decode import decode_grids, decode_keys, grid_of_shape  # lazy: keeps numba off `vote --help`
+    from eval.arc.grouping import group_rows  # lazy: as decode
 
     t1 = time.perf_counter()
     inv = table.inv_colour
@@ -246,7 +236,7 @@ def vote(
     # Which original test input each row predicts.
     lookup = {(truth.task_index[t.task], t.input_key): i for i, t in enumerate(truth.test_inputs)}
     test_of_row = np.full(len(keep), -1, dtype=np.int64)
-    order, starts = _segments(task, in_keys[:, 0], in_keys[:, 1])
+    order, starts = group_rows(task, in_keys)
     ends = np.append(starts[1:], len(order))
     for s, e in zip(starts, ends):
         r = order[s]
@@ -271,7 +261,7 @@ def vote(
     t2 = time.perf_counter()
     m = np.flatnonzero(~unmatched)
     q = sigmoid(preds.q_halt[keep[m]])
-    order, starts = _segments(test_of_row[m], keys[m, 0], keys[m, 1])
+    order, starts = group_rows(test_of_row[m], keys[m])
     votes = np.diff(np.append(starts, len(order)))
     mean_q = np.add.reduceat(q[order], starts) / votes
     first = m[order[starts]]  # index into keep; the stable sort puts the earliest row first
