@@ -47,7 +47,7 @@ KERNELS: dict[str, tuple[str, ...]] = {
     "arc_data.compact.encode_examples": ("u1/1", "i8/1", "i8/2", "i8/2", "i8/1", "i8/1", "u1/1", "u1/2", "u1/2",
                                          "u1/2", "u1/2"),
     # the vote's (`hrm-deeploop vote`: no numba at start-up either): decode, and its report's labels
-    "eval.arc.decode._decode_keys": ("u1/2 ro", "i8/1 ro", "i8/1 ro", "u1/1 ro", "u1/2 ro", "u8/2", "u1/2"),
+    "eval.arc.decode._decode_keys": ("u1/2 ro", "i8/1 ro", "i8/1 ro", "u1/1 ro", "u1/2 ro", "u8/2", "u1/2", "u1/1"),
     "eval.arc.decode._decode_grids": ("u1/2 ro", "i8/1 ro", "i8/1 ro", "u1/1 ro", "u1/2 ro", "u1/2 ro", "i8/1 ro",
                                       "u1/1"),
     "eval.arc.labels.measure_labels": ("i8/1 ro", "f8/1 ro", "i8/1 ro", "i8/1 ro", "int", "i8/2"),

@@ -149,6 +149,25 @@ def test_ids_outside_table_raise(scenario):
         vote(Predictions(p.puzzle_identifiers + 10_000, p.inputs, p.predictions, p.q_halt), root / "data")
 
 
+@pytest.mark.parametrize("field, row, col, token", [
+    ("predictions", 0, 899, 12),  # past any crop: the decode kernel reads every token of a row all the same
+    ("predictions", 5, 0, 255),
+    ("inputs", 3, 450, 13),
+    ("blank predictions", 2, 10, 200),  # a blank padding row is not decoded, and is checked
+    ("blank inputs", 1, 899, 12),
+])
+def test_tokens_outside_the_vocabulary_raise(scenario, field, row, col, token):
+    root, _, _, path = scenario
+    p = load_predictions(path)
+    ids, inputs, predictions = p.puzzle_identifiers.copy(), p.inputs.copy(), p.predictions.copy()
+    name = field.split()[-1]
+    if field.startswith("blank"):
+        ids[row] = 0
+    (inputs if name == "inputs" else predictions)[row, col] = token
+    with pytest.raises(UserError, match=f"field '{name}' has token {token}, expected tokens 0..11"):
+        vote(Predictions(ids, inputs, predictions, p.q_halt), root / "data")
+
+
 def test_ids_of_tasks_outside_split_raise(scenario, tmp_path):
     root, split, tasks, path = scenario
     # the same table, but a test split that holds only task aaaa

@@ -262,11 +262,12 @@ def test_decode_exports_are_the_jit():
     args = (_ro(tokens), rows, rows, _ro(tids), _ro(inv))
     out = []
     for fn in _both(_decode_keys):
-        keys, shapes = np.empty((60, 2), np.uint64), np.empty((60, 2), np.uint8)
-        assert fn is not None and (not isinstance(fn, native.Native) or fn.accepts(args + (keys, shapes)))
-        fn(*args, keys, shapes)
-        out.append((keys, shapes))
+        keys, shapes, top = np.empty((60, 2), np.uint64), np.empty((60, 2), np.uint8), np.zeros(1, np.uint8)
+        assert fn is not None and (not isinstance(fn, native.Native) or fn.accepts(args + (keys, shapes, top)))
+        fn(*args, keys, shapes, top)
+        out.append((keys, shapes, top))
     assert np.array_equal(out[0][0], out[1][0]) and np.array_equal(out[0][1], out[1][1])
+    assert out[0][2][0] == out[1][2][0] == tokens.max()
     shapes = _ro(out[0][1])
     offsets = np.concatenate([[0], np.cumsum(shapes[:, 0].astype(np.int64) * shapes[:, 1])]).astype(np.int64)
     cells = []
