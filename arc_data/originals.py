@@ -101,9 +101,24 @@ def load_aug_table(data_dir: Path) -> AugTable:
     if (table.dihedral > 7).any():
         raise DatasetError(f"{path}: dihedral ids outside 0..7")
     rows = np.flatnonzero(table.base_task >= 0)
-    if not (np.sort(table.colour_map[rows], axis=1) == IDENTITY_COLOURS).all():
+    if not all_permutations(table.colour_map[rows]):
         raise DatasetError(f"{path}: a colour_map row is not a permutation of 0..9")
     return table
+
+
+def all_permutations(cm: np.ndarray) -> bool:
+    """Whether every row of `cm` [n, 10] is a permutation of 0..9 (`np.sort(cm, axis=1) == 0..9` for
+    all): every value 0..9 and all ten present, a bit each (0.002 s at 126k rows; sorting them took 0.02 s)."""
+    if cm.ndim != 2 or cm.shape[1] != 10 or cm.dtype.kind not in "iu":
+        return bool((np.sort(cm, axis=1) == IDENTITY_COLOURS).all())
+    if not cm.size:
+        return True
+    if cm.min() < 0 or cm.max() > 9:
+        return False
+    seen = np.zeros(len(cm), np.uint16)
+    for k in range(10):
+        seen |= np.left_shift(np.uint16(1), cm[:, k].astype(np.uint16))
+    return bool((seen == 0x3FF).all())
 
 
 def read_rows(path: Path, ranges: list[tuple[int, int]]) -> np.ndarray:
