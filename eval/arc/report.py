@@ -116,7 +116,8 @@ def tasks_json(result: VoteResult, max_candidates: int, grid: Callable[[Any], An
                     ],
                 }
             )
-        tasks[task.name] = {"correct": {str(k): task.correct_at(k) if task.labelled else None for k in result.ks},
+        labelled = task.labelled  # once a task, not once a K
+        tasks[task.name] = {"correct": {str(k): task.correct_at(k) if labelled else None for k in result.ks},
                             "test_inputs": tests}
     return {
         "ranking": ranking(result),
@@ -427,8 +428,7 @@ def write_report(result: VoteResult, folder: Path, num_candidates: int) -> None:
 
 
 def _write_page(path: Path, title: str, parts: list[str]) -> None:
-    """`eval.html.page(title, parts)` written part by part: the same bytes, without the 4 MB page (its
-    pictures embedded) made as one string and then encoded as another."""
+    """`eval.html.page(title, parts)` written part by part: the same bytes, no 4 MB page string and its copy."""
     head, _, tail = page(title, ["\0"]).partition("\0")  # no part holds NUL: escaped text and base64
     with open(path, "w", encoding="utf-8") as f:
         f.write(head)
