@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from arc_data import native
+
 if TYPE_CHECKING:
     from PIL import ImageFont
 
@@ -175,8 +177,6 @@ def _readonly(a: np.ndarray) -> np.ndarray:
 def cache_path() -> Path | None:
     """The cache file for this Pillow and this source, in the compiled kernels' folder; None where
     there is none (no writable folder, no Pillow). Pillow is found, not imported."""
-    from arc_data import native  # the kernels' folder (imported already by the vote's kernels)
-
     try:
         spec = importlib.util.find_spec("PIL")
         where = native.folder()

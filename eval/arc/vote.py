@@ -13,6 +13,7 @@ Entry points: `vote(predictions, data_dir)` (library) and `run(cfg)` (the comman
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import gc
 import sys
@@ -231,7 +232,11 @@ def vote(
             f"e.g. puzzle ids {bad}"
         )
 
-    from eval.arc.decode import decode_grids, decode_keys, grid_of_shape  # lazy: keeps numba off `vote --help`
+    from eval.arc.decode import (  # lazy: keeps numba off `vote --help`
+        decode_grids,
+        decode_keys,
+        grid_of_shape,
+    )
     from eval.arc.grouping import group_rows  # lazy: as decode
 
     t1 = time.perf_counter()
@@ -378,8 +383,6 @@ def keep_freed_memory() -> None:
     and a page zeroed by the kernel (about 4,000 faults and 0.05 s of CPU at 126k predictions,
     docs/notebook/2026-12-06-vote.md, fourth pass). For the command's process only (`run`); the
     memory is the process's until it ends. Nothing where the C library is not glibc's."""
-    import ctypes  # numpy has imported it already
-
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):  # not glibc (musl, macOS): their allocators as they are
