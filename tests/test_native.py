@@ -140,7 +140,10 @@ def test_two_processes_compiling_at_once_and_one_interrupted_leave_one_module(tm
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     cmd = [sys.executable, "-c", BUILD.format(setup=setup), str(raw)]
     # Ctrl-C while the module compiles: nothing is left in the cache, and the next run compiles it
-    proc = subprocess.Popen([*cmd, str(tmp_path / "int")], cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
+    # Ctrl-C as a terminal sends it, even where this test runs with SIGINT ignored (started in the
+    # background by a non-interactive shell, which a child inherits and Python then keeps)
+    proc = subprocess.Popen([*cmd, str(tmp_path / "int")], cwd=REPO, env=env, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     for line in proc.stderr:
         if "compiling the builder's kernels" in line:
             proc.send_signal(signal.SIGINT)
