@@ -158,3 +158,27 @@ def test_build_probe_measures_the_reasoner_lanes(pretrained, tmp_path, capsys, m
         runtime.teardown()
     lines = [LINE.search(x) for x in capsys.readouterr().out.splitlines() if LINE.search(x)]
     assert [x.group(2) for x in lines] == ["memory", "the cap for cpu"] and float(lines[0].group(3)) > 1.0
+
+
+@pytest.mark.slow  # a hybrid LoopViT trained (~10 s) and its probe
+def test_build_copies_0_for_a_model_no_lane_holds_runs_one_at_a_time(pretrained, vit, tmp_path, capsys):  # noqa: F811
+    """A hybrid LoopViT with dropout (inside SDPA: no lane draws it) takes no lane whatever its task:
+    copies=0 says so and picks K = 1 (the pool's one task at a time), not a K whose lanes would each
+    train alone."""
+    from hrm_deeploop import families, runtime
+    from tests.test_pertask_build_lanes import _vit
+
+    hybrid = _vit(pretrained[0], tmp_path / "hybrid", "hybrid")
+    chal = vit[1]
+    cfg = _cfg(hybrid, chal, tmp_path / "o", copies=0)
+    tasks = plan.load_challenges(chal)
+    env = runtime.setup("cpu")
+    try:
+        k = build_lanes.measured_lanes(cfg, tasks, deque(sorted(tasks)), build_lanes.lanes_class(families.family("loopvit")),
+                                       env)
+    finally:
+        runtime.teardown()
+    said = capsys.readouterr().out
+    assert k == 1, said
+    assert "copies=0: K = 1: this model takes no lane (attention dropout inside SDPA" in said, said
+    assert not list((tmp_path / "o").glob(".probe-*"))

@@ -83,13 +83,23 @@ def measured_lanes(cfg: PerTaskConfig, tasks: dict[str, dict], pending: deque, c
     meter = sizing.Meter(env.device)
     fp, why = None, "the peak memory cannot be read here (no /proc/self/clear_refs)"
     if meter.ok:
-        fp, why = probe(cfg, tasks, pending, cls, env, meter)
+        try:
+            fp, why = probe(cfg, tasks, pending, cls, env, meter)
+        except NoLane as e:  # every task of this checkpoint would train alone: one at a time (the pool)
+            print(f"ttt: copies=0: K = 1: this model takes no lane ({e}); its tasks train one at a time", flush=True)
+            return 1
     if fp is None:
         print(f"ttt: copies=0: {why}: K from six times the checkpoint file a lane", flush=True)
         fp = sizing.Footprint(6 * ckpt.resolve(cfg.checkpoint).stat().st_size, 0, "estimated: 6 x the checkpoint file")
         meter.free = meter.available()
     cuda = env.device.type == "cuda"
     return sizing.choose(fp, meter.free, AUTO_MAX["cuda" if cuda else "cpu"], len(pending), env.device, "copies=0")
+
+
+class NoLane(Exception):
+    """A fresh set of lanes refused the probe's trainer: for what its model or optimiser is (LoopViT's
+    dropout inside SDPA, train.ema; the reasoners' Muon, compile), never for its task, so no task of
+    this checkpoint would take a lane either (`Engine.alone` would train each)."""
 
 
 def probe(cfg: PerTaskConfig, tasks: dict[str, dict], pending: deque, cls: type, env: Any, meter: Any
@@ -112,7 +122,11 @@ def probe(cfg: PerTaskConfig, tasks: dict[str, dict], pending: deque, cls: type,
 
         def step_k(k: int, trainer: Any) -> None:
             lanes = cls(k, env.device)
-            for i in range(k):
+            try:
+                lanes.open(0, trainer)
+            except (AssertionError, ValueError) as e:  # a fresh set refuses what the model is, never its task
+                raise NoLane(str(e).split(": ", 1)[-1]) from None
+            for i in range(1, k):
                 lanes.open(i, trainer)
             lanes.step()
 
@@ -120,6 +134,8 @@ def probe(cfg: PerTaskConfig, tasks: dict[str, dict], pending: deque, cls: type,
         try:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                 return sizing.measure(step_k, env.device, meter, build), ""
+        except NoLane:
+            raise
         except Exception as e:  # noqa: BLE001 - the task's own failure (its run reports it) or the lanes' refusal
             why = f"the probe on {tid} failed ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})"
         finally:
