@@ -203,6 +203,16 @@ def test_presets_fit_the_checkpoint_and_yield_to_the_user():
     assert "preset gpu" in presets.line(mine) and "yours: steps" in presets.line(mine)
 
 
+def test_a_small_model_on_the_cpu_trains_with_one_thread_a_worker():
+    """threads=0 on the CPU: one torch thread for a model under ONE_THREAD parameters (two threads cost
+    1.6-2.4x the wall time of one at these sizes), the machine's count otherwise, the user's always."""
+    small = presets.choose("auto", "cpu", 20_000, {}, [])
+    assert small.threads == 1 and "1 torch thread a worker" in presets.line(small)
+    assert presets.choose("auto", "cpu", 20_000, {}, [], threads=2).threads is None  # the user's
+    assert presets.choose("auto", "cpu", presets.ONE_THREAD, {}, []).threads is None  # large enough to share
+    assert presets.choose("auto", "cuda", 20_000, {}, []).threads is None  # a GPU's workers: the CPU count
+
+
 def test_budget_pieces():
     # equal free slots: the left time over the rounds; a busy slot gives the other tasks more rounds
     assert budget.window(0.0, 100.0, 4, [], 2) == pytest.approx(50.0)

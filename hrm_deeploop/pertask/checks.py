@@ -68,9 +68,11 @@ def before_the_first_task(cfg) -> tuple[dict[str, dict], Path, dict]:
         raise UserError(f"views=official runs the official per-task loop of {loops}; {cfg.checkpoint} holds a "
                         f"{fam.title} model (views=build trains it)")
     chosen = presets.choose(cfg.preset, cfg.device, ckpt.parameters,
-                            {k: getattr(cfg, k) for k in presets.SIZES["gpu"]}, cfg.train_overrides)
+                            {k: getattr(cfg, k) for k in presets.SIZES["gpu"]}, cfg.train_overrides, cfg.threads)
     for k, v in chosen.sizes.items():
         setattr(cfg, k, v)
+    if chosen.threads is not None:
+        cfg.threads = chosen.threads
     cfg.train_overrides = ([f"optim.warmup_steps={chosen.warmup}"] if chosen.warmup is not None else []) \
         + (["checkpoint.every=0"] if chosen.checkpoint_every == 0 else []) + list(cfg.train_overrides)
     check_views(tasks, cfg.num_aug, cfg.workers, ckpt, cfg.leave_one_out)

@@ -8,6 +8,11 @@ and thrown away). What the user set, on the command line or in `train_overrides`
 
 `auto` picks `gpu` when the tasks train on CUDA, else `cpu`; on the CPU a checkpoint above
 `CPU_LARGE` parameters gets the smaller `cpu` row.
+
+On the CPU a checkpoint under `ONE_THREAD` parameters trains with one torch thread a worker unless
+`threads` is set: its ops are too small for intra-op threads to pay (measured on 2 cores, 3 tasks of
+`ttt`'s defaults: two threads took 1.6-2.4x the wall time and 2-3x the CPU of one, for the tiny HRM
+and LoopViT at canvas 16 and 32; docs/per-task.md#options); `workers` runs tasks side by side instead.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ SIZES = {
     "cpu-large": {"steps": 10, "batch": 4, "num_aug": 4, "passes": 2},
 }
 CPU_LARGE = 2_000_000  # parameters (puzzle tables included) above which a CPU copy gets the smaller row
+ONE_THREAD = 1_000_000  # parameters under which a CPU worker gets one torch thread (threads=0)
 WARMUP_FRACTION = 0.1  # of the copy's own steps
 
 
@@ -34,10 +40,11 @@ class Chosen:
     warmup: int | None  # optim.warmup_steps for the copy; None when train_overrides set it
     checkpoint_every: int | None  # checkpoint.every for the copy; None when train_overrides set it
     why: str
+    threads: int | None = None  # torch threads a worker where the preset sets them (threads=0, a small CPU model)
 
 
 def choose(preset: str, device: str, parameters: int, given: dict[str, int | None],
-           train_overrides: list[str]) -> Chosen:
+           train_overrides: list[str], threads: int = 0) -> Chosen:
     """The preset's row for this device and checkpoint, the user's sizes kept (`given`: None = unset)."""
     on_gpu = _cuda(device)
     name = preset if preset != "auto" else ("gpu" if on_gpu else "cpu")
@@ -49,14 +56,17 @@ def choose(preset: str, device: str, parameters: int, given: dict[str, int | Non
     every = None if "checkpoint.every" in keys else 0
     why = (f"{'auto: ' if preset == 'auto' else ''}device {'cuda' if on_gpu else 'cpu'}, "
            f"checkpoint {parameters / 1e6:.2f}M parameters")
-    return Chosen(name, sizes, tuple(k for k in SIZES[name] if given.get(k) is not None), warmup, every, why)
+    one = 1 if not on_gpu and not threads and parameters < ONE_THREAD else None
+    return Chosen(name, sizes, tuple(k for k in SIZES[name] if given.get(k) is not None), warmup, every, why, one)
 
 
 def line(c: Chosen) -> str:
     """The one line that says what the preset chose."""
     sizes = " ".join(f"{k}={v}" for k, v in c.sizes.items())
     sched = ", ".join(p for p in (f"warm-up {c.warmup} step(s)" if c.warmup is not None else "",
-                                  "no checkpoint before the last step" if c.checkpoint_every == 0 else "") if p)
+                                  "no checkpoint before the last step" if c.checkpoint_every == 0 else "",
+                                  "1 torch thread a worker (a small model; workers=N runs N tasks at once)"
+                                  if c.threads == 1 else "") if p)
     kept = f"; yours: {', '.join(c.given)}" if c.given else ""
     return f"ttt: preset {c.name} ({c.why}): {sizes}" + (f", {sched}" if sched else "") + kept
 
