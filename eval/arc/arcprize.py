@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from hrm_deeploop.errors import UserError
 
 MISSING = "???"  # omegaconf.MISSING (a required field): `vote` imports this module, not omegaconf
