@@ -108,7 +108,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("compile_", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("compile_", [False, pytest.param(True, marks=pytest.mark.slow)],  # compiled: .ci/run's second step
+                         ids=["eager", "compiled"])
 def test_ddp_two_processes_match_one(tmp_path, compile_):
     """2 gloo processes x 2 sequences == 1 eager process x 4 sequences (same global batch, same
     windows); compiled: DDP around torch.compile(model) on both ranks."""
