@@ -21,7 +21,8 @@ from hrm_deeploop.loading import load_model
 from hrm_deeploop.pertask import inprocess, plan, worker
 from hrm_deeploop.training.reuse import Reuse
 from tests.test_pertask import pretrained  # noqa: F401 - the module's fixture: a tiny HRM and two unseen tasks
-from tests.test_pertask_build_inprocess import TIMES, _cfg
+from tests.test_pertask_build_inprocess import _cfg
+from tests.test_pertask_build_reuse import solve_each
 
 
 @pytest.fixture(scope="module")
@@ -41,16 +42,8 @@ def _tasks(checkpoint, chal, out: Path, keep: bool, **kw) -> tuple[dict, inproce
     cfg = _cfg(checkpoint, chal, out, **kw)
     prep = inprocess.prepared(cfg)
     prep.evaluations = keep
-    tasks = plan.load_challenges(chal)
-    got = {}
-    for tid in sorted(tasks):
-        work = plan.task_dir(out, tid) / worker.WORK
-        work.mkdir(parents=True)
-        r = worker._solve(cfg, tid, tasks[tid], math.inf, work)
-        files = {str(f.relative_to(work / "eval")): _content(f, out) for f in sorted((work / "eval").rglob("*"))
-                 if f.is_file()}
-        got[tid] = ({k: v for k, v in r.items() if k not in TIMES}, files)
-    return got, prep
+    return solve_each(cfg, chal, out, lambda r, work: (r, {str(f.relative_to(work / "eval")): _content(f, out)
+                                                          for f in sorted((work / "eval").rglob("*")) if f.is_file()})), prep
 
 
 def _content(f: Path, out: Path) -> object:

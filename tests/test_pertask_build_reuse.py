@@ -26,16 +26,21 @@ def _two_tasks(checkpoint, chal, out: Path, reuse: bool) -> tuple[dict, inproces
     prep = inprocess.prepared(cfg)
     if not reuse:
         prep.reuse = None
+    return solve_each(cfg, chal, out, lambda r, work: (r, ckpt.load(ckpt.resolve(work / "run"))["model"],
+                                                      json.loads((work / "run" / "summary.json").read_text()))), prep
+
+
+def solve_each(cfg, chal, out: Path, read) -> dict:
+    """Every task of `chal` solved in this process, in order: task id -> read(its result without
+    times, its work folder)."""
     tasks = plan.load_challenges(chal)
     got = {}
     for tid in sorted(tasks):
         work = plan.task_dir(out, tid) / worker.WORK
         work.mkdir(parents=True)
         r = worker._solve(cfg, tid, tasks[tid], math.inf, work)
-        state = ckpt.load(ckpt.resolve(work / "run"))
-        got[tid] = ({k: v for k, v in r.items() if k not in TIMES}, state["model"],
-                    json.loads((work / "run" / "summary.json").read_text()))
-    return got, prep
+        got[tid] = read({k: v for k, v in r.items() if k not in TIMES}, work)
+    return got
 
 
 def _same(a: dict, b: dict) -> None:

@@ -251,7 +251,7 @@ class Engine:
             with self._to(ln):
                 print(f"ttt: trained alone: {why}", file=sys.stderr)
                 t0 = time.monotonic()
-                summary = train_alone(ln.trainer, ln.train_cfg)
+                summary = train_alone(ln.trainer, ln.train_cfg, self.prep.trainer)
         except Exception as e:  # noqa: BLE001 - judged by `verdict`
             self.failed(ln, e)
             return

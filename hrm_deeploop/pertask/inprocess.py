@@ -258,7 +258,7 @@ def set_rng_state(state: dict, device: Any) -> None:
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
-def train_alone(trainer: Any, train_cfg: Any) -> dict:
+def train_alone(trainer: Any, train_cfg: Any, command: str = "train") -> dict:
     """The trainer's steps in the skeleton's order (`training.loop`): up to its total (or
     `train.stop_after`), stopping before a step once `train.time_budget` minutes have passed since
     the first; a non-finite loss or gradient is the task's own failure. Returns {steps, wall_time_s,
@@ -279,7 +279,7 @@ def train_alone(trainer: Any, train_cfg: Any) -> dict:
         try:
             m = trainer.train_step(step + 1)
         except TrainingDiverged as e:
-            raise Refused(BUILD_COMMAND.get(trainer.name, "train"), e) from None
+            raise Refused(command, e) from None
         step += 1
         losses.append(float(m["loss"]))
     status = "finished" if step >= total else "stopped"
@@ -288,9 +288,6 @@ def train_alone(trainer: Any, train_cfg: Any) -> dict:
     train_loss = sum(recent) / len(recent) if recent else None
     return {"status": status, "steps": step, "final_train_loss": train_loss, "wall_time_s": time.perf_counter() - begun,
             "losses": losses, **trainer.summary(status, None, train_loss)}
-
-
-BUILD_COMMAND = {"loopvit": "train-vit"}  # a trainer's name -> its command, for the error line (else train)
 
 
 def trained_state(trainer: Any, steps: int) -> dict:
@@ -336,7 +333,7 @@ def solve_build(cfg: PerTaskConfig, tid: str, group: dict[str, dict], chal: Path
     env = runtime.setup(train_cfg.device)
     try:
         trainer = build_trainer(prep, train_cfg, env)
-        summary = train_alone(trainer, train_cfg)
+        summary = train_alone(trainer, train_cfg, prep.trainer)
         summary["minutes"] = train_minutes
     finally:
         runtime.teardown()
