@@ -332,6 +332,15 @@ def test_ttt_refuses_a_bad_challenges_file_before_writing(tmp_path, capsys, chal
     assert (tmp_path / "victim" / "log.txt").read_text() == "keep me"
 
 
+def test_ttt_leave_one_out_names_checked_before_writing(tmp_path, capsys):
+    """An id of 200 characters is a plain name, but its pseudo-task `<id>-loo0` is not: refused
+    before anything is written (it used to fail in the worker, the task `failed`, exit 0)."""
+    two = {"train": _GOOD["train"] * 2, "test": _GOOD["test"]}
+    (tmp_path / "c.json").write_text(json.dumps({"a" * 200: two}))
+    refused(tmp_path, capsys, ["ttt", "checkpoint=run", "challenges=c.json", "output_dir=out", "leave_one_out=true"],
+            "c.json", "leave_one_out=true", f"'{'a' * 200}-loo0'")
+
+
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero", "too-big"])
 def test_ttt_challenges_that_is_no_regular_file_or_too_big(tmp_path, capsys, monkeypatch, kind):
     """A FIFO is never opened for a blocking read (no hang), /dev/zero never read (no MemoryError)."""

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from arc_data.budget import check_count, check_fits
+from arc_data.errors import DatasetError
 from arc_data.files.jsonio import read_json
 from hrm_deeploop import families
 from hrm_deeploop.errors import UserError
@@ -56,6 +57,8 @@ def before_the_first_task(cfg) -> tuple[dict[str, dict], Path, dict]:
         raise UserError("challenges: required (an ARC challenges JSON file)")
     data = challenges.read_regular(Path(cfg.challenges), "challenges", challenges.MAX_CHALLENGES_BYTES)
     tasks = challenges.read_challenges(cfg.challenges)
+    if cfg.leave_one_out:
+        check_pseudo_task_names(tasks, cfg.challenges)
     out = check_output_dir(cfg.output_dir, [cfg.challenges, cfg.checkpoint, cfg.solutions or None])
     if cfg.solutions:
         read_solutions(cfg.solutions)
@@ -88,6 +91,21 @@ def before_the_first_task(cfg) -> tuple[dict[str, dict], Path, dict]:
     plan.check_claim(out, identity)
     print(presets.line(chosen), flush=True)
     return tasks, out, identity
+
+
+def check_pseudo_task_names(tasks: dict[str, dict], where: str) -> None:
+    """`leave_one_out=true` names each task's pseudo-tasks `<id>-loo<i>`: each a plain name too (an id
+    at the length limit is refused here, not in its worker)."""
+    from arc_data.files.names import check_task_name
+    from hrm_deeploop.pertask.plan import leave_one_out
+
+    for tid, t in tasks.items():
+        for name in leave_one_out(tid, t):
+            try:
+                check_task_name(name, f"challenges={where}")
+            except DatasetError as e:
+                raise UserError(f"leave_one_out=true: {e} (a pseudo-task named after its task: shorten "
+                                "the task id, or leave leave_one_out off)") from None
 
 
 def read_solutions(path: str) -> dict[str, list]:
