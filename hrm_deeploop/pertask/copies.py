@@ -23,8 +23,10 @@ measures it); nothing of one copy enters another's numbers.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
+import warnings
 from collections.abc import Iterator
 
 import torch
@@ -217,6 +219,17 @@ def probe_step(start: LoopViT, k: int, device: torch.device, batch: int, lr: flo
     Copies(start, k, device, lr).step([rows] * k, [lr] * k)
 
 
+@contextlib.contextmanager
+def sdpa_lane_by_lane() -> Iterator[None]:
+    """CPU SDPA (LoopViT's hybrid block) has no vmap batching rule, so vmap runs it copy by copy, as
+    meant here: torch's warning on every call ("There is a performance drop ... file us an issue")
+    is not the user's to read, and is kept off their stderr (as `reasoner_copies` does)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="There is a performance drop because we have not yet implemented "
+                                "the batching rule for aten::_scaled_dot_product")
+        yield
+
+
 KEYS = ("canvas", "task_ids", "mask", "target")  # a LoopViT batch's tensors, in the vmapped loss's order
 
 
@@ -292,13 +305,14 @@ class Copies:
         self.exact: list[int | None] = [None] * self.k
         self.preds: list[Tensor | None] = [None] * self.k
         total = None
-        for idx, params, lanes, stacked in lane_groups(self.params, self.lanes,
-                                                       {i: b for i, b in enumerate(batches) if b is not None}):
-            got, exact, pred = self._loss(params, lanes, *stacked)  # (len(idx),) each; pred (len(idx), B, S, S)
-            total = got.sum() if total is None else total + got.sum()
-            for i, x, n, p in zip(idx, got.detach().cpu().tolist(), exact.cpu().tolist(), pred):
-                losses[i], self.exact[i], self.preds[i] = x, n, p
-        total.backward()
+        with sdpa_lane_by_lane():
+            for idx, params, lanes, stacked in lane_groups(self.params, self.lanes,
+                                                           {i: b for i, b in enumerate(batches) if b is not None}):
+                got, exact, pred = self._loss(params, lanes, *stacked)  # (len(idx),) each; pred (len(idx), B, S, S)
+                total = got.sum() if total is None else total + got.sum()
+                for i, x, n, p in zip(idx, got.detach().cpu().tolist(), exact.cpu().tolist(), pred):
+                    losses[i], self.exact[i], self.preds[i] = x, n, p
+            total.backward()
         with torch.no_grad():
             self._clip()
             self._adamw(active, lrs)

@@ -32,7 +32,7 @@ from hrm_deeploop import runtime
 from hrm_deeploop.data.canvas import IGNORE
 from hrm_deeploop.models.loopvit_config import NUM_COLORS
 from hrm_deeploop.pertask import copies
-from hrm_deeploop.pertask.copies import lane_cross_entropy, lane_groups, template_of
+from hrm_deeploop.pertask.copies import lane_cross_entropy, lane_groups, sdpa_lane_by_lane, template_of
 from hrm_deeploop.training.optim import loopvit_lr_at, lr_at
 from hrm_deeploop.training.vision import gate_regularisers
 
@@ -124,12 +124,13 @@ class VisionCopies:
             p.grad = None
         losses: dict[int, float] = {}
         total = None
-        with runtime.autocast(self.device, self.dtype):  # a no-op on CPU and for float32, as train-vit's step
-            for idx, params, lanes, stacked in lane_groups(self.params, self.lanes, batches):
-                got = self._loss(params, lanes, *stacked)  # (len(idx),)
-                total = got.sum() if total is None else total + got.sum()
-                losses |= dict(zip(idx, got.detach().cpu().tolist()))
-        total.backward()
+        with sdpa_lane_by_lane():
+            with runtime.autocast(self.device, self.dtype):  # a no-op on CPU and for float32, as train-vit's step
+                for idx, params, lanes, stacked in lane_groups(self.params, self.lanes, batches):
+                    got = self._loss(params, lanes, *stacked)  # (len(idx),)
+                    total = got.sum() if total is None else total + got.sum()
+                    losses |= dict(zip(idx, got.detach().cpu().tolist()))
+            total.backward()
         active = [i in losses for i in range(self.k)]
         with torch.no_grad():
             norms = self._clip(active)
