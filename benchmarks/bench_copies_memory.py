@@ -155,7 +155,8 @@ def one(a: argparse.Namespace) -> int:
     row = {"case": a.case, "probe_peaks_mib": [round(x / MIB, 1) for x in fp.peaks],
            "per_copy_mib": round(fp.per_copy / MIB, 1), "fixed_mib": round(fp.fixed / MIB, 1),
            "probe_cpu_s": round(probe_cpu, 2), "k_here": k_here, "available_mib": round(meter.free / MIB),
-           "k_24gib_half": int((sizing.RESERVE * 24 * GIB - fp.fixed) // fp.per_copy), "k_24gib_whole": in24,
+           "kept_mib": round(fp.kept / MIB, 2),  # what the worker keeps between tasks (views=build's Reuse)
+           "k_24gib_half": int((sizing.RESERVE * 24 * GIB - fp.fixed - fp.kept) // fp.per_copy), "k_24gib_whole": in24,
            "peaks_mib": slope, "slope_2_8_mib": round(slope_per, 1),
            "k_24gib_whole_by_slope": int((24 * GIB - (slope[2] - 2 * slope_per) * MIB) // (slope_per * MIB)),
            "load": os.getloadavg()}

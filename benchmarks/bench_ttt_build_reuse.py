@@ -175,6 +175,7 @@ def measure(a: argparse.Namespace) -> None:
     tasks = plan.load_challenges(cfg.challenges)
     ids = sorted(tasks)[:a.tasks]
     per_task, first, results = [], None, {}
+    by_key: dict[str, list[dict]] = {"new": [], "kept": []}  # tasks 2.. whose model was built / handed back
     for i, tid in enumerate(ids):
         work = plan.task_dir(run, tid) / worker.WORK
         work.mkdir(parents=True)
@@ -183,12 +184,19 @@ def measure(a: argparse.Namespace) -> None:
             t.cpu.clear()
             t.calls.clear()
         c0, w0 = time.process_time(), time.perf_counter()
+        before, built = dict(t.cpu), prep.reuse.built if prep.reuse is not None else None
         with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
             r = worker._solve(cfg, tid, tasks[tid], math.inf, work)
         results[tid] = {k: v for k, v in r.items() if k not in TIMES}
         per_task.append((time.process_time() - c0, time.perf_counter() - w0))
+        parts = {k: round(1000 * (v - before.get(k, 0.0)), 2) for k, v in t.cpu.items()
+                 if k.startswith(("build:", "task: trainer")) and v - before.get(k, 0.0) > 0}
+        new_key = None if built is None else prep.reuse.built > built
+        if i:  # the first task pays one-off costs (the start read, the first counts)
+            (by_key["new"] if new_key else by_key["kept"]).append(parts)
         print(json.dumps({"task": tid, "cpu_s": round(per_task[-1][0], 3), "wall_s": round(per_task[-1][1], 3),
-                          "steps": r["steps"], "status": r["status"]}), flush=True)
+                          "steps": r["steps"], "status": r["status"], "model built": new_key,
+                          "trainer build ms CPU": parts}), flush=True)
     digest = hashlib.sha256(json.dumps(results, sort_keys=True).encode()).hexdigest()[:16]
     rest = per_task[1:]
     total = sum(c for c, _ in rest)
@@ -204,6 +212,12 @@ def measure(a: argparse.Namespace) -> None:
         v = t.cpu[label] / len(rest)
         print(f"| {label} ({t.calls[label] // len(rest)} call(s)) | {v:.4f} | {100 * v / (total / len(rest)):.2f}% | "
               f"{first.get(label, 0.0):.4f} |")
+    for which, rows in by_key.items():  # the trainer build's parts by whether the task's key was new
+        if rows:
+            labels = sorted({k for r in rows for k in r})
+            print(f"# trainer build, tasks 2.. whose model was {'built (a new key)' if which == 'new' else 'handed back'}: "
+                  f"{len(rows)} task(s); ms CPU per task: "
+                  + "; ".join(f"{k} {sum(r.get(k, 0.0) for r in rows) / len(rows):.1f}" for k in labels))
     if a.profile:
         pstats.Stats(prof).sort_stats("cumulative").print_stats(a.profile)
 

@@ -197,3 +197,27 @@ def test_the_evaluation_leaves_the_trainer_s_model_as_it_was(pretrained, vit, tm
             assert torch.equal(torch.get_rng_state(), rng)
         prep.reuse.release(trainer.model)
     assert (prep.reuse.built, prep.reuse.reused, prep.reuse.eval_built, prep.reuse.eval_reused) == (1, 1, 1, 1)
+
+
+def test_a_kept_model_never_skips_a_memory_check_its_task_would_fail(pretrained):  # noqa: F811
+    """The family's load refuses a model and batch this machine cannot hold (the reasoners' memory
+    check, at evaluate's rows per forward). Everything that check reads (the state's model and
+    scaling configs, the dtype, the device, the batch) is in the kept model's key: a later task of
+    the same model whose own batch would not fit gets no kept model but the family's load, refused
+    in one line; the kept model then still serves its key."""
+    from arc_data.errors import DatasetError  # what the memory check raises (the CLI's one line)
+
+    root, _ = pretrained
+    path, state = _state(root / "run", 0.25, ema=False)
+    reuse = Reuse()
+    with ckpt.held(path, state, load=reuse.loaded):
+        first = load_model(path, "cpu", batch=4, command="evaluate")
+        with pytest.raises(DatasetError) as refused:
+            load_model(path, "cpu", batch=10 ** 12, command="evaluate")
+        again = load_model(path, "cpu", batch=4, command="evaluate")
+    line = str(refused.value)
+    assert "\n" not in line and "global_batch_size" in line and "at 1000000000000 rows" in line, line
+    with pytest.raises(DatasetError) as fresh:  # the family's own load says the same
+        families.of_state(path, state).load(path, state, LoadOptions(device="cpu", batch=10 ** 12))
+    assert str(fresh.value) == line
+    assert again.model is first.model and (reuse.eval_built, reuse.eval_reused) == (1, 1)

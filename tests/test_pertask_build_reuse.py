@@ -115,3 +115,64 @@ def test_a_model_not_handed_back_is_never_reused():
     first = reuse.model("k", 0, lambda: _vit(4), "cpu")
     assert reuse.model("k", 0, lambda: _vit(4), "cpu") is not first
     assert reuse.once("x", lambda: [1]) is reuse.once("x", lambda: pytest.fail("computed again"))
+
+
+def test_a_model_not_handed_back_is_not_kept_alive():
+    """The lanes of copies=K and a failed task never hand their model back: `Reuse` does not keep it
+    (nor its gradients) alive; what it keeps between tasks is its records, within `most_kept`."""
+    import gc
+
+    from hrm_deeploop.training.reuse import model_bytes
+
+    reuse = Reuse()
+    for rows in (4, 5, 6):
+        m = reuse.model(("vit", rows), 0, lambda rows=rows: _vit(rows), "cpu")
+        for p in m.parameters():
+            p.grad = torch.ones_like(p)
+    del m
+    gc.collect()
+    assert len(reuse._lent) == 0
+    assert 0 < reuse.held_bytes() <= Reuse.most_kept(model_bytes(_vit(6)), 3, handed_back=False)
+
+
+def _rows_tasks() -> dict[str, dict]:
+    """Three tasks with 2, 3 and 2 demonstrations: with leave_one_out their tables have 2 row counts."""
+    def pair(i: int) -> dict:
+        g = [[i % 9 + 1, (i * 3) % 9 + 1], [(i * 5) % 9 + 1, (i * 7) % 9 + 1]]
+        return {"input": g, "output": [row[::-1] for row in g]}
+
+    return {f"r{n}": {"train": [pair(10 * n + i) for i in range(k)], "test": [pair(10 * n + 9)]}
+            for n, k in enumerate((2, 3, 2))}
+
+
+@pytest.mark.slow  # a LoopViT pretrained and six tasks trained (~8 s)
+def test_tasks_of_other_table_sizes_on_one_worker_equal_fresh_builds(pretrained, tmp_path):  # noqa: F811
+    """leave_one_out=true over tasks of 2, 3 and 2 demonstrations (two table sizes) in one worker: the
+    second size is built and recorded beside the first, the third task trains the first's model again,
+    and every result, trained weight and loss equals fresh builds (a tiny LoopViT with dropout)."""
+    from tests.arc_synth import write_kaggle
+
+    root, _ = pretrained
+    vit = tmp_path / "vit"
+    assert run_subcommand("train-vit", ["experiment=loopvit_tiny_cpu", "model.dropout=0.1", "train.progress=false",
+                                        "optim.warmup_steps=1", "train.global_batch_size=4", "train.max_steps=2",
+                                        f"data_dir={root / 'pre'}", f"output_dir={vit}"]) == 0
+    chal = write_kaggle(tmp_path / "raw", "arc-agi_evaluation", _rows_tasks(), solutions=False)
+    runs = {}
+    for reuse in (False, True):
+        cfg = _cfg(vit, chal, tmp_path / f"reuse-{reuse}", leave_one_out=True)
+        prep = inprocess.prepared(cfg)
+        if not reuse:
+            prep.reuse = None
+        runs[reuse] = solve_each(cfg, chal, Path(cfg.output_dir), lambda r, work: (
+            r, ckpt.load(ckpt.resolve(work / "run"))["model"], json.loads((work / "run" / "summary.json").read_text())))
+    tables = {tid: w["task_embed.weight"].shape[0] for tid, (_, w, _) in runs[True].items()}
+    assert tables["r0"] == tables["r2"] != tables["r1"], tables
+    assert (prep.reuse.built, prep.reuse.reused) == (2, 1)  # r2 trained r0's model, handed back across r1's
+    counts = [k for k in prep.reuse._memo if "count_model" in k]
+    assert len(counts) == 2  # the memory check counted each table size once
+    for tid, (r, w, s) in runs[True].items():
+        rf, wf, sf = runs[False][tid]
+        assert r == rf and r["status"].startswith("trained"), tid
+        assert w.keys() == wf.keys() and all(torch.equal(w[k], wf[k]) for k in w), tid
+        assert s["losses"] == sf["losses"] if "losses" in s else s["final_train_loss"] == sf["final_train_loss"], tid

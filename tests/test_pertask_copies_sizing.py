@@ -182,3 +182,55 @@ def test_build_copies_0_for_a_model_no_lane_holds_runs_one_at_a_time(pretrained,
     assert k == 1, said
     assert "copies=0: K = 1: this model takes no lane (attention dropout inside SDPA" in said, said
     assert not list((tmp_path / "o").glob(".probe-*"))
+
+
+def test_what_the_worker_keeps_lowers_k(capsys):
+    """copies=0 sets aside what the worker keeps between tasks whatever K (views=build's evaluation
+    models and fresh records, `Reuse.most_kept` of the model's bytes): K is one less where those
+    bytes take a copy's room; a real Reuse holding models of that size stays within them."""
+    from hrm_deeploop.training.reuse import Reuse, model_bytes
+
+    def model(rows: int) -> LoopViT:
+        return LoopViT(flavour("tiny", block="vanilla", num_tasks=rows, image_size=16, dropout=0.1))
+
+    one = model_bytes(model(12))
+    assert one == 4 * sum(t.numel() for t in [*model(12).parameters(), *model(12).buffers()])  # float32
+    reuse = Reuse()
+    for rows in (12, 11, 12, 10, 9, 12, 8):  # keys of several table sizes, models handed back (more than KEEP)
+        reuse.release(reuse.model(("vit", rows), 0, lambda rows=rows: model(rows), "cpu"))
+    assert one < reuse.held_bytes() <= Reuse.most_kept(one, 7, handed_back=True)
+    kept = Reuse.most_kept(one, 20, handed_back=False)
+    fp = sizing.Footprint(per_copy=kept, fixed=3 * MIB, how="measured", kept=kept)
+    room = 2 * (fp.fixed + 5 * fp.per_copy)  # five copies in half of it, with nothing kept
+    assert sizing.choose(sizing.Footprint(kept, 3 * MIB, "measured"), room, 8, 20, CPU, "copies=0") == 5
+    assert sizing.choose(fp, room, 8, 20, CPU, "copies=0") == 4
+    assert f"{kept / MIB:.1f} MiB kept between tasks" in capsys.readouterr().out
+
+
+@pytest.mark.slow  # a probe and two lanes over four tiny LoopViT tasks (~15 s)
+def test_the_probe_counts_what_the_worker_keeps(vit, tmp_path):  # noqa: F811
+    """The views=build probe's footprint sets aside the bytes the worker's Reuse keeps between tasks
+    (its evaluation model, its fresh records); after a copies=2 run over four tasks the Reuse holds
+    something (the evaluation model), never more than that, and no trainer's model is kept alive by
+    it (the lanes never hand theirs back)."""
+    import gc
+
+    from hrm_deeploop import families, runtime
+    from hrm_deeploop.pertask import inprocess
+
+    checkpoint, chal = vit
+    cfg = _cfg(checkpoint, chal, tmp_path / "o", copies=2)
+    tasks = plan.load_challenges(chal)
+    env = runtime.setup("cpu")
+    try:
+        fp, why = build_lanes.probe(cfg, tasks, deque(sorted(tasks)), build_lanes.lanes_class(families.family("loopvit")),
+                                    env, sizing.Meter(env.device))
+    finally:
+        runtime.teardown()
+    assert fp is not None and fp.kept > 0, why
+    counts = build_lanes.run_shard(cfg, 0, 1)
+    assert counts.get("failed") == 1 and sum(counts.values()) == 4, counts
+    reuse = inprocess.prepared(cfg).reuse
+    gc.collect()
+    assert reuse.eval_built >= 1 and 0 < reuse.held_bytes() <= fp.kept
+    assert len(reuse._lent) == 0

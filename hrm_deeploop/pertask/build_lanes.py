@@ -75,8 +75,9 @@ def lanes_for(cfg: PerTaskConfig, pending: int) -> int:
 
 def measured_lanes(cfg: PerTaskConfig, tasks: dict[str, dict], pending: deque, cls: type, env: Any) -> int:
     """copies=0: K from a lane's footprint measured on a probe (`probe`, `sizing`), half the available
-    memory, at most AUTO_MAX of the device and the tasks to run; where the probe cannot measure, six
-    copies of the checkpoint file a lane (as `checks.check_views` counts a worker's), with a note."""
+    memory less what the worker keeps between tasks (`kept_between_tasks`), at most AUTO_MAX of the
+    device and the tasks to run; where the probe cannot measure, six copies of the checkpoint file a
+    lane (as `checks.check_views` counts a worker's), with a note."""
     from hrm_deeploop import checkpoint as ckpt  # lazy: torch
     from hrm_deeploop.pertask import sizing  # lazy: torch
 
@@ -90,10 +91,27 @@ def measured_lanes(cfg: PerTaskConfig, tasks: dict[str, dict], pending: deque, c
             return 1
     if fp is None:
         print(f"ttt: copies=0: {why}: K from six times the checkpoint file a lane", flush=True)
-        fp = sizing.Footprint(6 * ckpt.resolve(cfg.checkpoint).stat().st_size, 0, "estimated: 6 x the checkpoint file")
+        fp = sizing.Footprint(6 * ckpt.resolve(cfg.checkpoint).stat().st_size, 0, "estimated: 6 x the checkpoint file",
+                              kept=kept_between_tasks(cfg, _state_bytes(inprocess.prepared(cfg).state), len(pending)))
         meter.free = meter.available()
     cuda = env.device.type == "cuda"
     return sizing.choose(fp, meter.free, AUTO_MAX["cuda" if cuda else "cpu"], len(pending), env.device, "copies=0")
+
+
+def kept_between_tasks(cfg: PerTaskConfig, model_bytes: int, tasks: int) -> int:
+    """Bytes the worker's `Reuse` may keep between these tasks whatever K (its evaluation models and
+    fresh records, `Reuse.most_kept`; the lanes never hand a trainer's model back), for models of
+    `model_bytes`; 0 where the worker keeps none."""
+    from hrm_deeploop.training.reuse import Reuse  # lazy: torch
+
+    return Reuse.most_kept(model_bytes, tasks, handed_back=False) if inprocess.prepared(cfg).reuse is not None else 0
+
+
+def _state_bytes(state: dict) -> int:
+    """Bytes of a train state's model tensors (the probe's stand-in where none ran)."""
+    import torch  # lazy: torch
+
+    return sum(t.numel() * t.element_size() for t in (state.get("model") or {}).values() if isinstance(t, torch.Tensor))
 
 
 class NoLane(Exception):
@@ -109,16 +127,20 @@ def probe(cfg: PerTaskConfig, tasks: dict[str, dict], pending: deque, cls: type,
     each; built in a folder of output_dir removed after, printing nothing. Every task's own trainer is
     built later from its own seed and files, so no result changes. (None, why) when no probe ran."""
     from hrm_deeploop.pertask import sizing  # lazy: torch
+    from hrm_deeploop.training.reuse import model_bytes  # lazy: torch
 
     prep = inprocess.prepared(cfg)
     work = Path(cfg.output_dir) / f".probe-{os.getpid()}"
     why = "no probe"
+    built: list[int] = []  # the probe trainer's model bytes: what each kept model of its kind takes
     for tid in list(pending)[:3]:
 
         def build(tid: str = tid) -> Any:
             group, chal = inprocess.build_task(cfg, tid, tasks[tid], work)
             train_cfg, _ = prep.task_configs(work, math.inf, group, chal, inprocess.eval_batch)
-            return inprocess.build_trainer(prep, train_cfg, env)
+            trainer = inprocess.build_trainer(prep, train_cfg, env)
+            built.append(model_bytes(trainer.model))
+            return trainer
 
         def step_k(k: int, trainer: Any) -> None:
             lanes = cls(k, env.device)
@@ -133,7 +155,10 @@ def probe(cfg: PerTaskConfig, tasks: dict[str, dict], pending: deque, cls: type,
         shutil.rmtree(work, ignore_errors=True)
         try:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                return sizing.measure(step_k, env.device, meter, build), ""
+                fp = sizing.measure(step_k, env.device, meter, build)
+            if fp is not None and built:
+                fp.kept = kept_between_tasks(cfg, built[-1], len(pending))
+            return fp, ""
         except NoLane:
             raise
         except Exception as e:  # noqa: BLE001 - the task's own failure (its run reports it) or the lanes' refusal

@@ -4,9 +4,10 @@
 The probe: the run's own lanes opened at K = 1, then at K = 2, each taking one training step at the
 run's real shapes, the memory each added read at its peak; the difference is what one more copy
 costs (`Footprint.per_copy`; on the CPU at least half the K = 2 peak, `measure`), the rest what the
-lanes cost whatever K (`fixed`). Then
-K = (half the available memory - fixed) // per_copy, at most the caller's cap and the tasks to run
-(`choose`, which prints one line saying why).
+lanes cost whatever K (`fixed`); what the worker keeps between tasks and the probe did not hold yet
+(`kept`: views=build's evaluation models and fresh records, `training.reuse.Reuse.most_kept`). Then
+K = (half the available memory - fixed - kept) // per_copy, at most the caller's cap and the tasks to
+run (`choose`, which prints one line saying why).
 
 - CPU (Linux): the process's peak resident memory, VmHWM, reset before each step by writing "5" to
   /proc/self/clear_refs and read from /proc/self/status, over the resident memory before the probe;
@@ -45,6 +46,7 @@ class Footprint:
     how: str
     peaks: tuple[int, ...] = ()  # measured: the peaks at K = 1 and 2 (bytes, a held trainer's excluded)
     most: int | None = None  # at most this many copies whatever the memory (the probe ran out of it)
+    kept: int = 0  # bytes the worker keeps between tasks whatever K, not yet held when measured (Reuse.most_kept)
 
 
 def _status_kib(key: str) -> int:
@@ -185,15 +187,17 @@ def measure(step_k: Callable[[int, object], None], device: torch.device, meter: 
 
 
 def choose(fp: Footprint, available: int, cap: int, pending: int, device: torch.device, what: str) -> int:
-    """K: the copies whose footprint fits RESERVE of `available`, at least 1, at most `cap` and
-    `pending`; prints one line saying why (`what`: the option, e.g. "copies=0")."""
-    fit = int((RESERVE * available - fp.fixed) // max(fp.per_copy, 1))
+    """K: the copies whose footprint fits RESERVE of `available` once what the worker keeps is set
+    aside, at least 1, at most `cap` and `pending`; prints one line saying why (`what`: the option,
+    e.g. "copies=0")."""
+    fit = int((RESERVE * available - fp.fixed - fp.kept) // max(fp.per_copy, 1))
     if fp.most is not None:
         fit = min(fit, fp.most)
     k = max(1, min(fit, cap, pending))
     why = ("the tasks to run" if k == pending and pending <= min(fit, cap) else
            f"the cap for {torch.device(device).type}" if k == cap and cap <= fit else "memory")
+    kept = f", {fp.kept / MIB:.1f} MiB kept between tasks" if fp.kept else ""
     print(f"ttt: {what}: K = {k} ({why}): {fp.per_copy / MIB:.1f} MiB a copy and {fp.fixed / MIB:.1f} MiB "
-          f"fixed ({fp.how}); {available / MIB:,.0f} MiB available, {RESERVE:g} of it for the copies: {max(fit, 0)} "
+          f"fixed ({fp.how}){kept}; {available / MIB:,.0f} MiB available, {RESERVE:g} of it for the copies: {max(fit, 0)} "
           f"fit; cap {cap}, {pending} tasks", flush=True)
     return k

@@ -28,11 +28,17 @@ the `train` / `train-vit` commands build without it (`reuse=None`: every call be
   without constructing it, drawing its init, or counting it for the memory check (the model it
   sizes is already held). It is a model of its own, never the trainer's. Only our own train states
   (not an export, not an official file) are kept; any other goes to the family's loader.
+
+What it keeps between tasks is bounded (`most_kept`, which `copies=0` counts before choosing K,
+pertask/build_lanes.py): at most `KEEP` keys' fresh records, idle models and evaluation models. A
+model lent to a trainer is known only while something else holds it (a weak reference): the lanes
+of `copies=K` and a failed task never hand theirs back, and nothing here keeps it alive.
 """
 
 from __future__ import annotations
 
 import copy
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -61,6 +67,21 @@ def _tensors(model: nn.Module) -> dict[str, torch.Tensor]:
     return {**dict(model.named_parameters()), **{f"buffer:{n}": b for n, b in model.named_buffers()}}
 
 
+def model_bytes(model: nn.Module) -> int:
+    """Bytes of a model's parameters and buffers (each storage once)."""
+    return _storage_bytes(list(_tensors(model).values()))
+
+
+def _storage_bytes(tensors: list[torch.Tensor]) -> int:
+    seen: dict[tuple[str, int], int] = {}
+    for t in tensors:
+        if t.device.type == "meta":
+            continue
+        s = t.untyped_storage()
+        seen[(str(t.device), s.data_ptr())] = s.nbytes()
+    return sum(seen.values())
+
+
 def _rng(device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
     return torch.get_rng_state(), torch.cuda.get_rng_state(device) if device.type == "cuda" else None
 
@@ -70,7 +91,8 @@ class Reuse:
         self._memo: dict[str, Any] = {}
         self._fresh: OrderedDict[str, _Fresh] = OrderedDict()
         self._idle: dict[str, nn.Module] = {}  # one model per key, handed back
-        self._lent: dict[int, tuple[str, nn.Module]] = {}  # id(model) -> its key, while a trainer holds it
+        # model -> its key, while a trainer holds it; weak: one never handed back is not kept alive here
+        self._lent: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()
         self._evaluated: OrderedDict[str, Any] = OrderedDict()  # key -> evaluate's first LoadedModel of it
         self.built = self.reused = 0
         self.eval_built = self.eval_reused = 0
@@ -98,14 +120,29 @@ class Reuse:
                 while len(self._fresh) > KEEP:
                     old, _ = self._fresh.popitem(last=False)
                     self._idle.pop(old, None)
-        self._lent[id(model)] = (k, model)
+        self._lent[model] = k
         return model
 
     def release(self, model: nn.Module) -> None:
         """`model`'s task ended well: it may serve the next trainer of its key."""
-        k, _ = self._lent.pop(id(model), (None, None))
+        k = self._lent.pop(model, None)
         if k is not None and k in self._fresh:
             self._idle[k] = model
+
+    def held_bytes(self) -> int:
+        """Bytes of the tensors kept between tasks: the fresh records, the idle models and the
+        evaluation models (each storage once)."""
+        tensors = [t for f in self._fresh.values() for t in f.values.values()]
+        modules = [*self._idle.values(), *(loaded.model for loaded in self._evaluated.values())]
+        tensors += [t for m in modules for t in _tensors(m).values()]
+        return _storage_bytes(tensors)
+
+    @staticmethod
+    def most_kept(model_bytes: int, tasks: int, handed_back: bool) -> int:
+        """The most `held_bytes` can reach over `tasks` tasks whose models take `model_bytes` each (at
+        most `KEEP` keys, one a task): per key a fresh record and an evaluation model, and the idle
+        model where trainers hand theirs back (one task at a time; the lanes of `copies=K` do not)."""
+        return min(KEEP, max(tasks, 0)) * (3 if handed_back else 2) * max(model_bytes, 0)
 
     def loaded(self, family: Any, path: Path, state: dict, opts: Any) -> Any:
         """`evaluate`'s model for the trained state held at `path` (module docstring): a `LoadedModel`
