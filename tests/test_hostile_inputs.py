@@ -341,6 +341,24 @@ def test_ttt_leave_one_out_names_checked_before_writing(tmp_path, capsys):
             "c.json", "leave_one_out=true", f"'{'a' * 200}-loo0'")
 
 
+@pytest.mark.parametrize("checkpoint, expected", [
+    ("nowhere", "'nowhere' does not exist"),
+    ("hf://me/nosuch", "has no folder"),
+    ("hf://../x", "a Hub checkpoint is hf://OWNER/NAME"),
+])
+def test_ttt_a_checkpoint_that_is_not_there_is_named_as_such_under_strict(tmp_path, capsys, monkeypatch, checkpoint,
+                                                                         expected):
+    """protocol=strict (the default) used to answer a missing checkpoint with `protocol=strict: cannot
+    tell which tasks X was trained on (...); protocol=transductive runs it`, which it does not: the
+    checkpoint is read before the protocol asks its record."""
+    monkeypatch.setenv("HRM_DEEPLOOP_HUB_DIR", str(tmp_path / "hub"))
+    (tmp_path / "hub").mkdir()
+    (tmp_path / "c.json").write_text(json.dumps({"a": _GOOD}))
+    line = refused(tmp_path, capsys, ["ttt", f"checkpoint={checkpoint}", "challenges=c.json", "output_dir=out"],
+                   expected)
+    assert "protocol" not in line, line
+
+
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero", "too-big"])
 def test_ttt_challenges_that_is_no_regular_file_or_too_big(tmp_path, capsys, monkeypatch, kind):
     """A FIFO is never opened for a blocking read (no hang), /dev/zero never read (no MemoryError)."""

@@ -62,8 +62,8 @@ def before_the_first_task(cfg) -> tuple[dict[str, dict], Path, dict]:
     out = check_output_dir(cfg.output_dir, [cfg.challenges, cfg.checkpoint, cfg.solutions or None])
     if cfg.solutions:
         read_solutions(cfg.solutions)
+    ckpt = read_checkpoint(cfg.checkpoint)  # first: a checkpoint that is not there is named as such, not by the protocol
     check_protocol(cfg, list(tasks))
-    ckpt = read_checkpoint(cfg.checkpoint)
     fam = families.of_checkpoint(cfg.checkpoint)
     families.require(fam, "ttt", f"checkpoint '{cfg.checkpoint}'")
     if cfg.views == "official" and not fam.official_loop:
