@@ -25,9 +25,7 @@ import importlib.machinery
 import importlib.util
 import os
 import stat
-import subprocess
 import sys
-import tempfile
 import threading
 from pathlib import Path
 
@@ -283,6 +281,8 @@ def _write_atomic(path: Path, data: bytes, mode: int) -> None:
     """`data` at `path`, whole or not at all. Not `files.atomic.atomic_file`: its one `<path>.tmp`
     would be shared by two processes compiling at once (one could load the other's half-written
     module), and importing its module costs about 50 ms on the start-up this file exists to cut."""
+    import tempfile  # lazy: only where a module is written (a start that loads one skips it)
+
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -300,6 +300,9 @@ def _compile(where: Path, name: str, path: Path) -> tuple[str | None, object]:
     """Compile in a child process (numba stays out of this one), publish the module at `path` and its
     size and sha256 beside it, and load it from the bytes compiled; (None, module), or (the reason
     it failed, None). An interrupted compile leaves nothing and is tried again next time."""
+    import subprocess  # lazy: only to compile (a start that loads the module skips it, 2-3 ms)
+    import tempfile  # lazy: as subprocess
+
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     with tempfile.TemporaryDirectory(prefix="arc-native-") as tmp:
         code = (f"import sys; sys.path.insert(0, {str(_HERE.parent)!r}); "

@@ -16,7 +16,6 @@ module (the trainers' in training/train_config.py), so every `SUB --help`, `scal
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import os
 import re
@@ -245,6 +244,8 @@ def _one_line(name: str, e: Exception) -> str:
     joined = "\n".join(lines)
     if lines and lines[0].startswith("Could not override '") or "not in struct" in joined or " not in '" in joined:
         bad = full_key or next((ln.split("'")[1] for ln in lines if ln.startswith(("Could not override", "Key '"))), "?")
+        import difflib  # lazy: only for a mistake's hint (a plain start skips it)
+
         hint = difflib.get_close_matches(bad, _known_keys(name), n=1)
         return (f"unknown config key '{bad}'" + (f" (did you mean '{hint[0]}'?)" if hint else "")
                 + f"; see `hrm-deeploop {name} --help`")
@@ -422,6 +423,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
+        import difflib  # lazy: only for a mistake's hint (a plain start skips it)
+
         hint = difflib.get_close_matches(name, COMMANDS, n=1)
         print(f"hrm-deeploop: unknown subcommand '{name}'" + (f" (did you mean '{hint[0]}'?)" if hint else "")
               + f"\n\n{_usage()}", file=sys.stderr)

@@ -243,18 +243,21 @@ def _put(out, pos, acc, nacc, value, bits):
 def _write_block(tok, ntok, lengths_table, dist, order, out, pos, acc, nacc):
     """The tokens as one final block: dynamic codes (RFC 1951 3.2.7; code lengths run-length coded
     with symbols 17 and 18 for zeros), or the fixed ones where those take fewer bits."""
+    hist = np.zeros(768, np.int64)  # the tokens by value: one count a token, no branch on its kind
+    for j in range(ntok):
+        hist[tok[j]] += 1
     freq = np.zeros(286, np.int64)
     dfreq = np.zeros(30, np.int64)
     extra = 0
-    for j in range(ntok):
-        v = tok[j]
-        if v < 256:
-            freq[v] += 1
-        else:
+    for v in range(256):
+        freq[v] = hist[v]
+    for v in range(256, 768):
+        h = hist[v]
+        if h:
             n, up = 3 + ((v - 256) >> 1), (v - 256) & 1
-            freq[lengths_table[n, 0]] += 1
-            dfreq[dist[up, 0]] += 1
-            extra += lengths_table[n, 2] + dist[up, 2]
+            freq[lengths_table[n, 0]] += h
+            dfreq[dist[up, 0]] += h
+            extra += h * (lengths_table[n, 2] + dist[up, 2])
     freq[256] = 1  # end of block
     dfreq[dist[0, 0]] = max(dfreq[dist[0, 0]], 1)  # two distance codes at least: one-code sets are special
     dfreq[dist[1, 0]] = max(dfreq[dist[1, 0]], 1)

@@ -10,7 +10,6 @@ import csv
 import json
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,9 +27,8 @@ from eval.arc.jsontext import as_list, dumps
 from eval.arc.labels import measure_labels, paint_labels
 from eval.arc.paint import paint_picture, paint_png
 from eval.arc.png import png_file, zlib_stream
-from eval.arc.poe import RULE as POE_RULE
-from eval.arc.poe import poe_json
 from eval.arc.results import ARC_PRIZE, TaskResult, VoteResult
+from eval.arc.threads import Job, Workers
 from eval.html import Table, heading, image, page, paragraph
 
 if TYPE_CHECKING:
@@ -78,6 +76,8 @@ def format_table(scores: dict[str, dict[str, float | None]], poe_scores: dict | 
     text = score_table(scores).markdown()
     if poe_scores is None:
         return text
+    from eval.arc.poe import RULE as POE_RULE  # lazy: only with a product of experts
+
     return (f"count-first vote ({rule}):\n\n{text}\n\nproduct of experts ({POE_RULE}):\n\n"
             + score_table(poe_scores).markdown())
 
@@ -266,7 +266,7 @@ def cell_size(task: TaskResult, num_candidates: int) -> int:
 
 def _cell(rows: list[list[tuple[str, np.ndarray | None, int | None]]]) -> int:
     side = max([max(g.shape) for r in rows for _, g, _ in r if g is not None and g.size] + [1])
-    return int(np.clip(BOX // side, MIN_CELL, MAX_CELL))
+    return min(max(BOX // side, MIN_CELL), MAX_CELL)  # np.clip's value, without its call on a scalar
 
 
 def _title(task: TaskResult) -> str:
@@ -343,18 +343,24 @@ def _task_stream(layout: tuple) -> tuple[int, int, bytes]:
     height, width, cells, grids, frames, pastes = layout
     if width + 1 > MAX_DISTANCE:
         return height, width, zlib_stream(_paint(layout))
-    table = np.zeros((len(pastes), 5), np.int64)  # y, x, h, w, offset (the kernel clips as numpy's slices)
-    at = 0
-    for j, (label, py, px) in enumerate(pastes):
-        table[j] = py, px, label.shape[0], label.shape[1], at
+    rows, at = [], 0  # y, x, h, w, offset of each label (the kernel clips as numpy's slices)
+    for label, py, px in pastes:
+        rows.append((py, px, label.shape[0], label.shape[1], at))
         at += label.size
+    table = np.array(rows, np.int64).reshape(-1, 5)
     pixels = np.concatenate([label.reshape(-1) for label, _, _ in pastes])
     out = np.empty(bound(height * (width + 1)), np.uint8)
     tok = np.empty(height * (width + 1) + 1, np.int32)  # only the tokens written are touched
     end = np.zeros(1, np.int64)
     paint_png(height, width, _WHITE, _LINE, cells, grids, frames, _readonly(pixels), _readonly(table), LENGTHS,
-              distances(width + 1), CL_ORDER, np.empty((2, width + 1), np.uint8), tok, out, end)
+              _distances(width + 1), CL_ORDER, np.empty((2, width + 1), np.uint8), tok, out, end)
     return height, width, out[:int(end[0])].tobytes()
+
+
+@cache
+def _distances(width: int) -> np.ndarray:
+    """`deflate.distances(width)`, once a width (read-only: the pictures' threads share it)."""
+    return distances(width)
 
 
 def task_image(task: TaskResult, num_candidates: int, rows: list | None = None) -> Image.Image:
@@ -444,8 +450,8 @@ def _pngs(tasks: list[TaskResult], panels: list, num_candidates: int, folder: Pa
     write them meanwhile. At most `ahead` pictures wait, so memory stays flat; the bytes of each
     depend on its layout only, not on the threads' timing."""
     ahead = 8
-    with ThreadPoolExecutor(2, thread_name_prefix="png") as pool:
-        waiting: deque[Future] = deque()
+    with Workers(2, "png") as pool:
+        waiting: deque[Job] = deque()
         for task, rows in zip(tasks, panels):
             path = folder / f"{file_stem(task.name)}.png"
             waiting.append(pool.submit(_write_png, _layout(task, num_candidates, rows), path))
@@ -483,7 +489,7 @@ def write_vote_files(result: VoteResult, folder: Path, max_candidates: int = 10,
         return
     # the JSON files beside the report: its drawing thread waits on the PNG encoding (`_pngs`)
     # anyway, and this work fills those waits
-    with ThreadPoolExecutor(1, thread_name_prefix="json") as side:
+    with Workers(1, "json") as side:
         written = side.submit(_write_json_files, result, folder, max_candidates)
         write_report(result, folder, report_candidates)
         written.result()
@@ -493,6 +499,8 @@ def _write_json_files(result: VoteResult, folder: Path, max_candidates: int) -> 
     (folder / "tasks.json").write_text(dumps(lambda grid: tasks_json(result, max_candidates, grid)))
     (folder / "submission.json").write_text(json.dumps(submission(result)))
     if result.poe is not None:
+        from eval.arc.poe import poe_json  # lazy: only with a product of experts
+
         (folder / "poe.json").write_text(json.dumps(poe_json(result.poe, max_candidates)))
         (folder / "submission_poe.json").write_text(json.dumps(result.poe.submission))
 

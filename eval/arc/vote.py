@@ -19,7 +19,6 @@ import gc
 import sys
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +42,7 @@ from eval.arc.results import (
     VoteResult,
     pass_at_k,
 )
+from eval.arc.threads import Workers
 from eval.outputs import check_outputs, write_outputs
 from eval.predictions import Predictions, check_dataset, load_predictions
 from eval.ranking import rank_keys, sigmoid
@@ -133,6 +133,7 @@ def load_ground_truth(data_dir: Path, split: str, table: AugTable) -> GroundTrut
     inputs = decode_grids(orig.inputs, rows, ids, table.dihedral, table.inv_colour, in_shapes)
     outputs = decode_grids(orig.labels, rows, ids, table.dihedral, table.inv_colour, out_shapes)
     test_inputs: list[TestInput] = []
+    labelled = (orig.labels != fmt.PAD).any(axis=1).tolist()  # False: every label cell PAD, no solution known
     row = 0
     for name, count in zip(orig.names, orig.counts.tolist()):
         seen: set[tuple[int, int]] = set()
@@ -142,7 +143,7 @@ def load_ground_truth(data_dir: Path, split: str, table: AugTable) -> GroundTrut
                 raise UserError(f"{d}: task '{name}' has two identical test inputs")
             seen.add(ik)
             grid_in, grid_out = inputs[row], outputs[row]
-            unlabelled = not (orig.labels[row] != fmt.PAD).any()  # every label cell PAD: no solution known
+            unlabelled = not labelled[row]
             if grid_in.size == 0 or (grid_out.size == 0 and not unlabelled):
                 raise UserError(f"{d}: task '{name}' test input {j} decodes to an empty grid")
             truth_key = None if unlabelled else (int(out_keys[row, 0]), int(out_keys[row, 1]))
@@ -242,7 +243,7 @@ def vote(
     t1 = time.perf_counter()
     inv = table.inv_colour
     top_in, top_pred = np.zeros(1, np.uint8), np.zeros(1, np.uint8)  # the largest token of each (kept) row
-    with ThreadPoolExecutor(1, thread_name_prefix="decode") as side:  # the kernel runs without the GIL
+    with Workers(1, "decode") as side:  # the kernel runs without the GIL
         inputs = side.submit(decode_keys, preds.inputs, pid, table.dihedral, inv, rows=keep, top=top_in)
         keys, shapes = decode_keys(preds.predictions, pid, table.dihedral, inv, rows=keep, top=top_pred)
         in_keys, _ = inputs.result()
