@@ -110,7 +110,7 @@ def equivalence(a) -> int:
     ckpt = tiny_file(work / "tiny.pt", a.size)
     model = start_model(str(ckpt), 1 + 5 * (1 + a.perms), 0, 0.1)
     kw = dict(epochs=a.epochs, batch=8, lr=3e-4, runs=2, passes=a.passes, pool=True, poe=True, seed=0)
-    dev = torch.device("cpu")
+    dev = torch.device(getattr(a, "device", "cpu"))  # bench_ttt_gpu.py equal: cuda
     views = {t: build_views(t, chal[t], ids.index(t), a.perms) for t in ids}
     tests = sum(len(chal[t]["test"]) for t in ids)
     print(f"# equivalence: {len(ids)} ARC-1 evaluation tasks (canvas {a.size}), {tests} test inputs, epochs "
