@@ -19,3 +19,16 @@ def test_a_short_reason_or_one_without_a_log_is_as_before():
     assert pool.first_line(RuntimeError("short (log: x/log.txt)\nmore")) == "short (log: x/log.txt)"
     assert pool.first_line(RuntimeError("b" * 500)) == "b" * 197 + "..."
     assert pool.first_line(RuntimeError()) == "RuntimeError"
+
+
+def test_the_preset_line_of_views_official_names_only_what_applies():
+    """views=official trains by the official loop's epochs, 51 views and batch: the preset line used to print
+    `steps=25 batch=8 num_aug=8 passes=1, warm-up 3 step(s), no checkpoint before the last step` there."""
+    from hrm_deeploop.pertask import presets
+
+    c = presets.choose("auto", "cpu", 20_000, {"passes": 1}, [])
+    official = presets.line(c, views="official")
+    assert "passes=1" in official and "1 torch thread" in official, official
+    assert not any(w in official for w in ("steps=", "batch=", "num_aug=", "warm-up", "no checkpoint before", "workers=N")), official
+    build = presets.line(c)
+    assert "steps=25 batch=8 num_aug=8 passes=1, warm-up 3 step(s)" in build and "workers=N" in build, build

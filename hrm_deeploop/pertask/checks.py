@@ -89,7 +89,7 @@ def before_the_first_task(cfg) -> tuple[dict[str, dict], Path, dict]:
                          ("evaluate", evaluate[:len(evaluate) - len(cfg.eval_overrides)], list(cfg.eval_overrides))])
     identity = plan.identity_of(cfg, data, ckpt.sha256)
     plan.check_claim(out, identity)
-    print(presets.line(chosen), flush=True)
+    print(presets.line(chosen, cfg.views), flush=True)
     return tasks, out, identity
 
 

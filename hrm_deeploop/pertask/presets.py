@@ -60,12 +60,16 @@ def choose(preset: str, device: str, parameters: int, given: dict[str, int | Non
     return Chosen(name, sizes, tuple(k for k in SIZES[name] if given.get(k) is not None), warmup, every, why, one)
 
 
-def line(c: Chosen) -> str:
-    """The one line that says what the preset chose."""
-    sizes = " ".join(f"{k}={v}" for k, v in c.sizes.items())
-    sched = ", ".join(p for p in (f"warm-up {c.warmup} step(s)" if c.warmup is not None else "",
-                                  "no checkpoint before the last step" if c.checkpoint_every == 0 else "",
-                                  "1 torch thread a worker (a small model; workers=N runs N tasks at once)"
+def line(c: Chosen, views: str = "build") -> str:
+    """The one line that says what the preset chose (views=official: only what its loop uses, `passes`
+    and the threads; its epochs, views and batch are `official.*`'s)."""
+    official = views == "official"
+    sizes = " ".join(f"{k}={v}" for k, v in c.sizes.items() if not official or k == "passes")
+    sched = ", ".join(p for p in (f"warm-up {c.warmup} step(s)" if c.warmup is not None and not official else "",
+                                  "no checkpoint before the last step" if c.checkpoint_every == 0 and not official
+                                  else "",
+                                  ("1 torch thread (a small model)" if official else
+                                   "1 torch thread a worker (a small model; workers=N runs N tasks at once)")
                                   if c.threads == 1 else "") if p)
     kept = f"; yours: {', '.join(c.given)}" if c.given else ""
     return f"ttt: preset {c.name} ({c.why}): {sizes}" + (f", {sched}" if sched else "") + kept
