@@ -32,3 +32,19 @@ def test_the_preset_line_of_views_official_names_only_what_applies():
     assert not any(w in official for w in ("steps=", "batch=", "num_aug=", "warm-up", "no checkpoint before", "workers=N")), official
     build = presets.line(c)
     assert "steps=25 batch=8 num_aug=8 passes=1, warm-up 3 step(s)" in build and "workers=N" in build, build
+
+
+def test_the_fallback_count_says_it_spans_both_rankings():
+    """A task of one test input and no valid grid fills 2 attempts by each rule: the console said
+    `4 attempt(s) from the fallback` for a task whose submission holds 2."""
+    from hrm_deeploop.pertask import plan, worker
+
+    task = {"train": [{"input": [[1]], "output": [[2]]}], "test": [{"input": [[3]]}]}
+    res = {"status": "trained", "ranked": [[[]]], "ranked_poe": [[[]]]}
+    worker.fill_attempts(res, task)
+    assert res["status"] == "trained-no-grid" and res["fallback_attempts"] == 4
+    assert pool.fallback_note(res) == ", 4 attempt(s) from the fallback over both rankings"
+    alone = {"status": "trained", "ranked": [[[[5]]]]}
+    worker.fill_attempts(alone, task)
+    assert pool.fallback_note(alone) == ", 1 attempt(s) from the fallback" and plan.is_grid([[5]])
+    assert pool.fallback_note({"fallback_attempts": 0}) == ""
