@@ -124,3 +124,18 @@ def test_a_strict_split_with_a_generated_source_gives_its_held_out_tasks(tmp_pat
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"source {spec}" in err and "has changed since the build" in err
     assert not (tmp_path / "o2").exists()
+
+
+def test_a_training_task_of_a_build_is_refused_saying_which_tasks_a_build_offers(tmp_path, capsys):
+    """A build of training tasks only (no test inputs in its test split) offers no task: asking it for one of
+    its own training tasks said `not among the 0 task(s) of the pretraining build`, and no more (issue 61's
+    new-user audit); the line now says what a build offers and where else the task can come from."""
+    tasks = _tasks(0, ["aa000001", "bb000002"])
+    chal = write_kaggle(tmp_path / "raw", "arc-agi_training", tasks)
+    build(BuildConfig(sources=[str(chal)], output_dir=str(tmp_path / "pre"), num_aug=1, seed=0, progress=False))
+    capsys.readouterr()
+    assert main(["make-challenges", f"source={tmp_path / 'pre'}", f"output_dir={tmp_path / 'out'}",
+                 "tasks=[aa000001]"]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and "aa000001" in err[0] and "trained on" in err[0] and "a folder of task files" in err[0], err
+    assert not (tmp_path / "out").exists()

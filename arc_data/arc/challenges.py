@@ -92,7 +92,7 @@ def _from_build(folder: Path, spill_dir: Path) -> tuple[list[Task], str]:
         chosen, _ = validation_tasks([dataclasses.replace(t, is_eval=True) for t in base])
     else:  # its evaluation tasks: those with test inputs in its test split
         chosen = [t for t in base if t.is_eval]
-    return chosen, f"the {role.split(' ')[0]} build {folder}"
+    return chosen, (f"the {role.split(' ')[0]} build {folder}" if role != "all" else f"the build {folder}")
 
 
 def _grouping(folder: Path, manifest: dict) -> tuple[GeneratedSourceConfig, int]:
@@ -121,7 +121,8 @@ def select(source: str, names: list[str], spill_dir: str | Path = ".") -> tuple[
     """The tasks `source` stands for (see the module docstring), restricted to `names` if given;
     `spill_dir`: where a build's generated sources are held while they are read again."""
     folder = Path(source).expanduser()
-    if folder.is_dir() and (folder / fmt.MANIFEST_FILE).is_file():
+    a_build = folder.is_dir() and (folder / fmt.MANIFEST_FILE).is_file()
+    if a_build:
         tasks, what = _from_build(folder, Path(spill_dir))
     else:
         every, _ = load_sources([source], require_outputs=False)
@@ -131,8 +132,11 @@ def select(source: str, names: list[str], spill_dir: str | Path = ".") -> tuple[
         by_name = {t.name: t for t in tasks}
         missing = [n for n in names if n not in by_name]
         if missing:
+            hint = ("; a build offers its evaluation tasks (those with test inputs; a holdout_dir's: the held-out "
+                    "ones), not the tasks it trained on: give those as a folder of task files or a "
+                    "*_challenges.json (source=FILE)") if a_build else ""
             raise ArcError(f"tasks: {', '.join(missing[:5])} {'is' if len(missing) == 1 else 'are'} not among "
-                           f"the {len(tasks)} task(s) of {what}")
+                           f"the {len(tasks)} task(s) of {what}{hint}")
         tasks = [by_name[n] for n in names]
     if not tasks:
         raise ArcError(f"source={source}: no tasks to write ({what} has none)")
