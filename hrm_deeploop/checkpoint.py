@@ -141,8 +141,8 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
     if not path.is_file():
         raise UserError(f"checkpoint '{path}' {why_not_a_file(path)}")
     # reading it takes about its size in host memory: refused up front when that is not there
-    check_fits(f"checkpoint '{path}'", memory=path.stat().st_size, fix="load it on a machine with more memory",
-               say=None)
+    size = path.stat().st_size
+    check_fits(f"checkpoint '{path}'", memory=size, fix="load it on a machine with more memory", say=None)
     if path.suffix == ".safetensors":  # an exported folder's weights (`hrm-deeploop export`)
         return {"format": FORMAT, **hub.read_export(path.parent)}
     try:
@@ -158,7 +158,8 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
         detail = lines[after[0]] if after and after[0] < len(lines) else "the weights-only reader refused it"
         raise UserError(f"checkpoint '{path}' is corrupt or not a weights-only checkpoint ({detail})") from None
     except Exception as e:  # torch raises several types for truncated/corrupt zip files
-        raise UserError(f"checkpoint '{path}' is corrupt or unreadable: {type(e).__name__}: {e}") from None
+        what = f"{type(e).__name__}: {e}" if str(e) else "it is empty (0 bytes)" if size == 0 else type(e).__name__
+        raise UserError(f"checkpoint '{path}' is corrupt or unreadable: {what}") from None
 
 
 def step_path(run_dir: str | Path, step: int) -> Path:

@@ -373,3 +373,14 @@ def test_ttt_challenges_that_is_no_regular_file_or_too_big(tmp_path, capsys, mon
         (tmp_path / "c.json").write_text(json.dumps({"a": _GOOD, "b": _GOOD}))
     expected = "more than the 100 a challenges file may be" if kind == "too-big" else "is not a regular file"
     refused(tmp_path, capsys, ["ttt", "checkpoint=run", "challenges=c.json", "output_dir=out"], expected)
+
+
+def test_an_empty_checkpoint_file_says_it_is_empty(tmp_path):
+    """A 0-byte step file (a copy cut short) ended `... is corrupt or unreadable: EOFError: ` (issue 61's audit)."""
+    from hrm_deeploop import checkpoint as ckpt
+    from hrm_deeploop.errors import UserError
+
+    (tmp_path / "step_1.pt").write_bytes(b"")
+    with pytest.raises(UserError) as e:
+        ckpt.load(tmp_path / "step_1.pt")
+    assert str(e.value).endswith("is corrupt or unreadable: it is empty (0 bytes)"), str(e.value)
