@@ -108,7 +108,7 @@ def equivalence(a) -> int:
     ids = sorted(chal)
     work = Path(tempfile.mkdtemp(prefix="bench-ttt-eq-"))
     ckpt = tiny_file(work / "tiny.pt", a.size)
-    model = start_model(str(ckpt), 1 + 5 * (1 + a.perms), 0, 0.1)
+    model = start_model(str(ckpt), 1 + 5 * (1 + a.perms), 0, getattr(a, "dropout", 0.1))  # gpu: 0 too
     kw = dict(epochs=a.epochs, batch=8, lr=3e-4, runs=2, passes=a.passes, pool=True, poe=True, seed=0)
     dev = torch.device(getattr(a, "device", "cpu"))  # bench_ttt_gpu.py equal: cuda
     views = {t: build_views(t, chal[t], ids.index(t), a.perms) for t in ids}

@@ -5,6 +5,7 @@
 #           (sized from the memory), on the same ARC-1 evaluation tasks, epochs 0..10, 10 passes, 2 runs;
 #           then copies=0 on 64 tasks. Wall s, tasks/hour, the ratio, time outside training.
 #   equal   the batched lanes (K = 8, 20) against one task at a time on CUDA: attempts agreement, bit-identical or not
+#   equal0  the same at dropout 0 (K = 10, 10 tasks): the arithmetic alone (with dropout the CUDA masks differ)
 #   sizing  copies=0's probe on CUDA (the allocator's peak) for the tiny and b6 copies, the K it chooses,
 #           the peaks of the same lanes up to K = 64
 #   pytest  pytest -m gpu on the test files of the per-task copies / reuse / lanes (those marked gpu)
@@ -29,7 +30,7 @@ DEVICE=${DEVICE:-cuda}
 BUDGET_S=${BUDGET_S:-540}
 REF=${LOOPVIT_REFERENCE:-benchmarks/out/loopvit-reference}
 TASKS=${TASKS_DIR:-benchmarks/out/gpu-ttt}
-ONLY=${ONLY:-}  # step ids to run (default: all): speed equal sizing pytest b6
+ONLY=${ONLY:-}  # step ids to run (default: all): speed equal equal0 sizing pytest b6
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" WANDB_MODE=disabled PYTHONUNBUFFERED=1
 START=$(date +%s)
@@ -73,17 +74,21 @@ step() {  # step ID NAME CAP CMD...: CMD under min(CAP, time left); "@T@" in CMD
 
 D=(benchmarks/bench_ttt_gpu.py)
 if [ "$DEVICE" = cuda ]; then
-  step speed "speed: tiny, official vs ttt K=1,8,0" 240 "$PY" "${D[@]}" speed --device cuda --reference "$REF" \
+  step speed "speed: tiny, official vs ttt K=1,8,0" 230 "$PY" "${D[@]}" speed --device cuda --reference "$REF" \
     --tasks-file "$TASKS/tasks-16.json" --tasks 64 --epochs 10 --passes 10 --copies 1 8 0 --amp-too --budget-s @T@
-  step equal "equal: lanes vs one at a time on CUDA" 90 "$PY" "${D[@]}" equal --device cuda \
+  step equal "equal: lanes vs one at a time on CUDA" 80 "$PY" "${D[@]}" equal --device cuda \
     --tasks-file "$TASKS/tasks-16.json" --tasks 20 --epochs 2 --passes 3 --copies 8 20
-  step sizing "sizing: copies=0's probe on CUDA" 60 "$PY" "${D[@]}" sizing --device cuda
+  step equal0 "equal, dropout 0: the arithmetic alone" 45 "$PY" "${D[@]}" equal --device cuda --dropout 0 \
+    --tasks-file "$TASKS/tasks-16.json" --tasks 10 --epochs 2 --passes 3 --copies 10
+  step sizing "sizing: copies=0's probe on CUDA" 45 "$PY" "${D[@]}" sizing --device cuda
 else  # the same steps at tiny settings, to test this script where there is no GPU
   step speed "speed: tiny, official vs ttt K=1,2,0 (CPU)" 150 "$PY" "${D[@]}" speed --device cpu --threads 1 \
     --reference "$REF" --tasks-file "$TASKS/tasks-16.json" --tasks 3 --epochs 0 --passes 1 --copies 1 2 0 --amp-too \
     --official-share 0.15 --budget-s @T@
   step equal "equal: lanes vs one at a time (CPU)" 60 "$PY" "${D[@]}" equal --device cpu \
     --tasks-file "$TASKS/tasks-16.json" --tasks 3 --epochs 0 --passes 1 --copies 2
+  step equal0 "equal, dropout 0 (CPU)" 40 "$PY" "${D[@]}" equal --device cpu --dropout 0 \
+    --tasks-file "$TASKS/tasks-16.json" --tasks 2 --epochs 0 --passes 1 --copies 2
   step sizing "sizing: copies=0's probe (CPU, tiny only)" 40 "$PY" "${D[@]}" sizing --device cpu --models tiny --ks 1 2 4
 fi
 # the GPU tests of the per-task copies, their sizing, reuse and lanes (test files marked gpu, by name)
