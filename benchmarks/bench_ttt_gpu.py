@@ -231,6 +231,11 @@ def speed(a) -> int:
         setup = sum(p["setup"] for p in phases)
         return f"{100 * setup / wall:.1f}% (process start-up, {setup / max(len(phases), 1):.1f} s a task)" if wall else "-"
 
+    if a.warmup:  # untimed: the first process pays the cold file cache and the byte code; neither side should
+        w, _, rc, _ = timed([sys.executable, __file__, "official-one", "--reference", str(a.reference), "--root", str(work),
+                             "--ckpt", str(ckpt), "--tid", next(iter(chal_all)), "--split", SPLIT, "--epochs", "0",
+                             "--passes", "1", "--threads", str(a.threads), "--t0", str(time.time())], env, min(60, left()))
+        print(f"# warm-up (untimed): the official script on one task, epochs 0..0, 1 pass: {w:.1f} s, exit {rc}")
     ids, wall, cpu, phases = official(False, None, a.official_share * a.budget_s)
     if not ids:
         print("# the official script finished no task: nothing to compare")
@@ -368,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--official-share", type=float, default=0.3, help="of the budget, for the official's tasks")
     s.add_argument("--ours-share", type=float, default=0.25, help="of the budget, at most, for each of ours")
     s.add_argument("--amp-too", action="store_true", help="also the official with fp16 autocast (its CUDA default)")
+    s.add_argument("--no-warmup", dest="warmup", action="store_false", help="no untimed official process first")
     o = sub.add_parser("official-one")
     for k, t in (("--reference", Path), ("--root", Path), ("--ckpt", Path), ("--tid", str), ("--split", str),
                  ("--epochs", int), ("--passes", int), ("--threads", int), ("--t0", float)):

