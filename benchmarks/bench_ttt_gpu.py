@@ -243,9 +243,10 @@ def speed(a) -> int:
     base = row("official, a process per task, fp32 (--no-amp)", len(ids), wall, cpu, None, outside_official(phases, wall))
 
     def ours(k: int, tids: list[str], cap: float, label: str, base_rate: float) -> None:
-        chal = work / f"chal_{label}.json"
+        name = label.split()[0]  # "k8", "all": file names without spaces
+        chal = work / f"chal_{name}.json"
         chal.write_text(json.dumps({t: chal_all[t] for t in tids}))
-        out = work / f"ours_{label}"
+        out = work / f"ours_{name}"
         w, c, rc, text = timed([sys.executable, "-m", "hrm_deeploop.cli", "ttt", f"checkpoint={ckpt}",
                                 f"challenges={chal}", f"output_dir={out}", "views=official",
                                 f"official.epochs={a.epochs}", f"official.copies={k}", f"passes={a.passes}",
@@ -280,7 +281,8 @@ def speed(a) -> int:
     if a.amp_too and left() > 10:
         amp_ids, w, c, ph = official(True, ids, left() - 2)
         row("official, fp16 autocast (its CUDA default)", len(amp_ids), w, c, None, outside_official(ph, w),
-            f"its rate / the fp32 row: {3600 * len(amp_ids) / w / base:.2f}" if w and amp_ids else "")
+            (f"its rate / the fp32 row: {3600 * len(amp_ids) / w / base:.2f}" if w and amp_ids else "")
+            + ("; off CUDA its autocast and scaler are off: the fp32 row's arithmetic" if a.device != "cuda" else ""))
     print(f"# speed done in {time.monotonic() - start:.0f} s; ratios: tasks/hour (wall) over the fp32 official row; "
           f"the row on all tasks ran more tasks than the official (its rate against the official's per-task rate)")
     return 0
