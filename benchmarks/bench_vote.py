@@ -218,7 +218,9 @@ def compare(workdir: Path, ref_dir: Path, repeats: int, fresh: bool = False) -> 
 
 def floor(workdir: Path, repeats: int) -> None:
     """What any process doing the vote's job pays, each side its own process, interleaved: the
-    interpreter's start, + numpy's import, + deflating the report's 400 pictures, two threads, with
+    interpreter's start without `site` (-S: no .pth file runs) and with it, + numpy's import,
+    + reading the predictions (memory-mapped, every page once), + writing a vote's 406 output files
+    (their bytes read beforehand), + deflating the report's 400 pictures, two threads, with
     zlib's level 1 (Pillow's bytes, what the report wrote before) and with the report's own encoder
     (`eval.arc.deflate.deflate_rows`; the report itself paints and deflates in one call, skipping the
     scanlines equal to the one above); the pictures drawn beforehand by `report.task_scanlines` from
@@ -251,15 +253,37 @@ def floor(workdir: Path, repeats: int) -> None:
             "    return int(end[0])\n"
             "pool = ThreadPoolExecutor(2)\nsum(pool.map(z, pictures))\n"
             "print(time.perf_counter() - t0, time.process_time() - c0, file=sys.stderr)")
-    sides = {"python -c pass": "pass", "+ import numpy": "import numpy", "+ zlib's deflate (level 1)": deflate,
-             "+ the report's deflate": ours}
+    # reading the input: the predictions' two token arrays memory-mapped (as `eval.predictions` maps
+    # them) and every page read once (their largest token); writing the output: a vote's 406 files,
+    # read beforehand, written into a fresh folder (its report/ folder too), the bytes on the clock
+    read = ("import sys, time\nimport numpy as np\nfrom eval.predictions import load_predictions\n"
+            "from pathlib import Path\nt0, c0 = time.perf_counter(), time.process_time()\n"
+            f"p = load_predictions(Path({str(workdir / 'predictions.npz')!r}))\n"
+            "int(p.inputs.max()), int(p.predictions.max())\n"
+            "print(time.perf_counter() - t0, time.process_time() - c0, file=sys.stderr)")
+    sample = workdir / "floor_outputs"
+    if not (sample / "tasks.json").exists():
+        shutil.rmtree(sample, ignore_errors=True)
+        run_vote(workdir, report=True)
+        shutil.copytree(workdir / "out", sample)
+    write = ("import os, sys, tempfile, time\nfrom pathlib import Path\n"
+             f"src = Path({str(sample)!r})\n"
+             "files = {p.relative_to(src): p.read_bytes() for p in src.rglob('*') if p.is_file()}\n"
+             f"dst = Path(tempfile.mkdtemp(prefix='floorw_', dir={str(workdir)!r}))\n"
+             "t0, c0 = time.perf_counter(), time.process_time()\n(dst / 'report').mkdir()\n"
+             "[(dst / rel).write_bytes(data) for rel, data in files.items()]\n"
+             "print(time.perf_counter() - t0, time.process_time() - c0, file=sys.stderr)")
+    sides = {"python -S -c pass": None, "python -c pass": "pass", "+ import numpy": "import numpy",
+             "+ read the predictions": read, "+ write the 406 outputs": write,
+             "+ zlib's deflate (level 1)": deflate, "+ the report's deflate": ours}
     res: dict[str, list[tuple[float, float]]] = {k: [] for k in sides}
     inner: dict[str, list[list[float]]] = {k: [] for k in sides}
     print(f"load average at the start {os.getloadavg()[0]:.2f}")
     for _ in range(repeats):
         for side, code in sides.items():
             t0 = time.perf_counter()
-            proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True,
+            argv = [sys.executable, "-S", "-c", "pass"] if code is None else [sys.executable, "-c", code]
+            proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True,
                                     env=dict(os.environ, OPENBLAS_NUM_THREADS="1", PYTHONPATH=str(REPO)))
             err = proc.stderr.read()
             _, status, usage = os.wait4(proc.pid, 0)
@@ -269,10 +293,14 @@ def floor(workdir: Path, repeats: int) -> None:
     for side, v in res.items():
         print(f"{side:<24} wall {statistics.median(w for w, _ in v):.3f} s (min {min(w for w, _ in v):.3f}), "
               f"CPU {statistics.median(c for _, c in v):.3f} s (medians of {repeats})")
-    for side in ("+ zlib's deflate (level 1)", "+ the report's deflate"):
+    for side in ("+ read the predictions", "+ write the 406 outputs", "+ zlib's deflate (level 1)",
+                 "+ the report's deflate"):
+        threads = "; two threads" if "deflate" in side else ""
         print(f"{side.removeprefix('+ ') + ' alone':<32} wall {statistics.median(w for w, _ in inner[side]):.3f} s, "
-              f"CPU {statistics.median(c for _, c in inner[side]):.3f} s (two threads, timed in its process)")
+              f"CPU {statistics.median(c for _, c in inner[side]):.3f} s (timed in its process{threads})")
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
+    for written in workdir.glob("floorw_*"):  # the written outputs' folders, once the clock is off
+        shutil.rmtree(written, ignore_errors=True)
 
 
 def main() -> None:
