@@ -176,14 +176,14 @@ def row(side: str, n: int, wall: float, cpu: float, base: float | None, outside:
 
 
 def speed(a) -> int:
-    from benchmarks.compare_reference_ttt import SPLIT, TOPS, import_official
-    from benchmarks.refcheck import reference_modules
-
     if no_cuda(a.device, "speed on cuda"):
         return 0
     if a.model == "b6" and a.device != "cuda":
         print("# speed of b6: skipped off CUDA (a copy's step holds about 25 GB in fp32)")
         return 0
+    from benchmarks.compare_reference_ttt import SPLIT, TOPS, import_official
+    from benchmarks.refcheck import reference_modules
+
     start = time.monotonic()
     left = lambda: a.budget_s - (time.monotonic() - start)  # noqa: E731
     chal_all, sol_all = load_tasks(a.tasks_file, a.tasks)
