@@ -57,7 +57,7 @@ def _(like: Tensor, lane: Tensor, p: float) -> Tensor:
 def _(info, in_dims, like: Tensor, lane: Tensor, p: float):
     like_dim, lane_dim = in_dims[0], in_dims[1]
     assert lane_dim is not None, "copy_noise under vmap: the copies' indices must be batched"
-    lanes = lane.movedim(lane_dim, 0)
+    lanes = lane.movedim(lane_dim, 0).cpu()  # the indices read once (on CUDA one sync, not one a copy)
     rows = like.movedim(like_dim, 0) if like_dim is not None else like.expand(len(lanes), *like.shape)
     return torch.stack([copy_noise(rows[k], lanes[k], p) for k in range(len(lanes))]), 0
 
