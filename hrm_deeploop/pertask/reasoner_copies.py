@@ -196,7 +196,7 @@ class ReasonerCopies:
                     continue  # the lone trainer stops before its optimiser step: weights hold
                 if got["offset"] is not None:
                     self.row_grads[lane] = got["offset"].grad[j]
-                    self._sparse(lane, w, got["offset"].grad[j])
+                    self._sparse(lane, w, got["data"]["puzzle_identifiers"][j], got["offset"].grad[j])
                 if w["dense_on"]:
                     self._adam_atan2(lane, w["lr"])
                     self._ema(lane)
@@ -245,11 +245,13 @@ class ReasonerCopies:
 
     # -- optimisers -----------------------------------------------------------------------------
 
-    def _sparse(self, lane: int, w: dict[str, Any], grads: Tensor) -> None:
-        """The lone SparseSignSGD step on the lane's own table slice (its rows only)."""
+    def _sparse(self, lane: int, w: dict[str, Any], ids: Tensor, grads: Tensor) -> None:
+        """The lone SparseSignSGD step on the lane's own table slice (its rows only): `ids` the rows the
+        step embedded (the carry's: a slot that did not halt keeps its earlier puzzle), as the lone
+        `PuzzleEmbedding.take_grads` hands them, not the fresh batch's."""
         t = self.lanes[lane].trainer
         sgd = SparseSignSGD(self.buffers[TABLE][lane], w["lr_puzzle"], t.sparse.weight_decay)
-        sgd.step(w["batch"]["puzzle_identifiers"], grads)
+        sgd.step(ids, grads)
 
     def _adam_atan2(self, lane: int, lr: float) -> None:
         """`optim.AdamATan2.step` on the lane's slices, op for op."""
