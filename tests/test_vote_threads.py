@@ -58,3 +58,28 @@ def test_a_plain_vote_start_imports_no_executor_nor_subprocess():
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_tasks_json_reads_the_columns_as_the_candidates_give_them():
+    """report._top (tasks.json's candidates from the vote's columns, no `Candidate` made) yields the
+    values and the Python types the candidates themselves have, for every prefix and past the end."""
+    import numpy as np
+
+    from eval.arc.report import _top
+    from eval.arc.results import Columns, Ranked
+
+    grid = np.zeros((2, 2), np.uint8)
+    col = lambda *v, dt=np.int64: np.array(v, dt)  # noqa: E731
+    columns = Columns(col(1, 5, 9, dt=np.uint64), col(2, 6, 2**64 - 1, dt=np.uint64), col(3, 2, 1),
+                      col(0.25, 0.5, 0.123456789, dt=np.float64), col(7, 0, 4), col(2, 0, 30, dt=np.uint8),
+                      col(2, 0, 1, dt=np.uint8), [grid, None, None])
+    for lo, hi in ((0, 3), (1, 3), (2, 2)):
+        for n in range(5):
+            ranked = Ranked(columns, lo, hi)
+            got = list(_top(ranked, n))
+            want = [(c.key, c.votes, c.mean_q, c.first_seen, c.shape, c.grid) for c in ranked[:n]]
+            assert got == [w[:5] + (w[5],) for w in want] and len(got) == min(n, hi - lo)
+            assert [type(v) for g in got for v in (*g[0], g[1], g[2], g[3], *g[4])] == \
+                [type(v) for w in want for v in (*w[0], w[1], w[2], w[3], *w[4])]
+            assert all(g[5] is w[5] for g, w in zip(got, want))
+            assert list(_top(ranked[:], n)) == got  # a plain list of candidates: the same

@@ -27,7 +27,7 @@ from eval.arc.jsontext import as_list, dumps
 from eval.arc.labels import measure_labels, paint_labels
 from eval.arc.paint import paint_picture, paint_png
 from eval.arc.png import png_file, zlib_stream
-from eval.arc.results import ARC_PRIZE, TaskResult, VoteResult
+from eval.arc.results import ARC_PRIZE, Ranked, TaskResult, VoteResult
 from eval.arc.threads import Job, Workers
 from eval.html import Table, heading, image, page, paragraph
 
@@ -105,14 +105,15 @@ def tasks_json(result: VoteResult, max_candidates: int, grid: Callable[[Any], An
                     "candidates": [
                         {
                             "rank": i + 1,
-                            "votes": c.votes,
-                            "mean_q": round(c.mean_q, 6),
-                            "correct": c.key == t.test.truth_key if t.test.labelled else None,
-                            "shape": list(c.shape),
-                            "first_row": c.first_seen,
-                            "grid": grid(c.grid),
+                            "votes": votes,
+                            "mean_q": round(mean_q, 6),
+                            "correct": key == t.test.truth_key if t.test.labelled else None,
+                            "shape": list(shape),
+                            "first_row": first_seen,
+                            "grid": grid(g),
                         }
-                        for i, c in enumerate(t.candidates[:max_candidates])
+                        for i, (key, votes, mean_q, first_seen, shape, g) in enumerate(_top(t.candidates,
+                                                                                           max_candidates))
                     ],
                 }
             )
@@ -127,6 +128,17 @@ def tasks_json(result: VoteResult, max_candidates: int, grid: Callable[[Any], An
         "warnings": result.warnings,
         "tasks": tasks,
     }
+
+
+def _top(candidates: Any, n: int) -> Iterator[tuple]:
+    """(key, votes, mean_q, first_seen, shape, grid) of the first n candidates: from the vote's columns
+    (`results.Ranked`) in a few `tolist` calls, without making a `Candidate` each; the same values."""
+    if not isinstance(candidates, Ranked):
+        return ((c.key, c.votes, c.mean_q, c.first_seen, c.shape, c.grid) for c in candidates[:n])
+    columns, lo = candidates.columns, candidates.lo
+    hi = min(lo + n, candidates.hi)
+    k1, k2, votes, mean_q, first_seen, rows, cols = (col[lo:hi].tolist() for col in columns.columns)
+    return zip(zip(k1, k2), votes, mean_q, first_seen, zip(rows, cols), columns.grids[lo:hi])
 
 
 # ---------------------------------------------------------------- pictures
