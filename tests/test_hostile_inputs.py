@@ -384,3 +384,12 @@ def test_an_empty_checkpoint_file_says_it_is_empty(tmp_path):
     with pytest.raises(UserError) as e:
         ckpt.load(tmp_path / "step_1.pt")
     assert str(e.value).endswith("is corrupt or unreadable: it is empty (0 bytes)"), str(e.value)
+
+
+def test_ttt_solutions_for_none_of_the_tasks_refused_before_the_first_task(tmp_path, capsys):
+    """A solutions file that shares no task with the challenges (the wrong file) was found out only at the
+    end, every task trained, `0.00% over the 0 tasks submitted` (issue 61's audit)."""
+    (tmp_path / "c.json").write_text(json.dumps({"a": _GOOD, "b": _GOOD}))
+    (tmp_path / "s.json").write_text(json.dumps({"x": [[[1]]], "y": [[[2]]]}))
+    refused(tmp_path, capsys, ["ttt", "checkpoint=run", "challenges=c.json", "output_dir=out", "solutions=s.json"],
+            "solutions=s.json", "none of its 2 task(s)", "e.g. x")

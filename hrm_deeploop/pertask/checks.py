@@ -61,7 +61,10 @@ def before_the_first_task(cfg) -> tuple[dict[str, dict], Path, dict]:
         check_pseudo_task_names(tasks, cfg.challenges)
     out = check_output_dir(cfg.output_dir, [cfg.challenges, cfg.checkpoint, cfg.solutions or None])
     if cfg.solutions:
-        read_solutions(cfg.solutions)
+        sol = read_solutions(cfg.solutions)
+        if not set(sol) & set(tasks):
+            raise UserError(f"solutions={cfg.solutions}: none of its {len(sol)} task(s) is among the challenges' "
+                            f"(e.g. {next(iter(sol))}): the solutions of another set?")
     ckpt = read_checkpoint(cfg.checkpoint)  # first: a checkpoint that is not there is named as such, not by the protocol
     check_protocol(cfg, list(tasks))
     fam = families.of_checkpoint(cfg.checkpoint)
