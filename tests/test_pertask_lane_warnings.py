@@ -7,9 +7,9 @@ import warnings
 
 from hrm_deeploop.cli import run_subcommand
 from hrm_deeploop.pertask import build_lanes
+from tests.arc_synth import write_kaggle
 from tests.test_pertask import _tasks, pretrained  # noqa: F401 - the module's fixture: pre/ and two unseen tasks
 from tests.test_pertask_build_lanes import _cfg
-from tests.arc_synth import write_kaggle
 
 
 def test_hybrid_lanes_raise_no_batching_rule_warning(pretrained, tmp_path):  # noqa: F811
