@@ -176,8 +176,11 @@ class Engine:
     def _start_run(self, i: int, lane: Lane) -> None:
         self.copies.reset(i)
         lane.batches = _epochs(train_batches(lane.views, self.size, self.batch, lane.rng), self.epochs)
-        left = lane.job.train_s - lane.train_s
-        lane.run_deadline = time.monotonic() + left / (self.runs - lane.run) if math.isfinite(left) else math.inf
+        # the task's share is wall time, and its lanes step together: what is left of it is the share less the
+        # wall time the task has spent (its steps' K-th share, `train_s`, would give a later run too long)
+        now = time.monotonic()
+        left = lane.job.train_s - (now - lane.started)
+        lane.run_deadline = now + left / (self.runs - lane.run) if math.isfinite(left) else math.inf
         lane.losses, lane.stop, lane.fit, lane.why = [], False, Fit(*self.fit), "schedule"
 
     def _next(self, i: int, lane: Lane) -> tuple[dict, float] | None:
