@@ -50,15 +50,20 @@ def measure_labels(widths, advances, chars, ends, line_h, dims):
 
 @njit(cache=True)
 def paint_labels(atlas, widths, advances, chars, ends, dims, offsets, line_h, first_index, levels, flat, extents):
-    """Compose label i into flat[offsets[i]:] (zeros, dims[i] row-major), turn its inked extent into
-    palette indices (`first_index` + coverage in `levels` steps, rounded: (c * (levels - 1) + 127) // 255)
-    and set extents[i] = (rows, cols) of it."""
+    """Compose label i into flat[offsets[i]:] (dims[i] row-major; what is there before does not matter)
+    as palette indices (`first_index` + coverage in `levels` steps, rounded: (c * (levels - 1) + 127) // 255)
+    and set extents[i] = (rows, cols) of its inked extent (every pixel a glyph's nonzero coverage reached).
+    The glyphs are composed in index space: the index is a non-decreasing function of the coverage, so
+    the brighter index of two is the index of the brighter coverage, and the canvas starts as the index
+    of coverage 0 (no pass turning coverage into indices after)."""
     index = np.empty(256, np.uint8)  # coverage -> palette index, looked up (a division a pixel cost 2/3 of the call)
     for v in range(256):
         index[v] = first_index + (v * (levels - 1) + 127) // 255
     start = 0
     for i in range(ends.shape[0]):
         height, width, base = dims[i, 0], dims[i, 1], offsets[i]
+        for k in range(base, base + height * width):
+            flat[k] = index[0]
         top, pen = 0, 0.0
         rows, cols = 1, 1  # the inked extent: every pixel a glyph's nonzero coverage reached
         for j in range(start, ends[i]):
@@ -76,17 +81,14 @@ def paint_labels(atlas, widths, advances, chars, ends, dims, offsets, line_h, fi
                 for c in range(min(widths[g], width - left)):
                     v = atlas[g, r, c]
                     if v != 0:
-                        if v > flat[row + c]:
-                            flat[row + c] = v
+                        x = index[v]
+                        if x > flat[row + c]:
+                            flat[row + c] = x
                         if top + r + 1 > rows:
                             rows = top + r + 1
                         if left + c + 1 > cols:
                             cols = left + c + 1
             pen += advances[g]
-        for r in range(rows):
-            at = base + r * width
-            for c in range(cols):
-                flat[at + c] = index[flat[at + c]]
         extents[i, 0] = rows
         extents[i, 1] = cols
         start = ends[i]

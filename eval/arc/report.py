@@ -229,7 +229,7 @@ def _texts(texts: list[str], size: int) -> None:
     sizes = dims[:, 0] * dims[:, 1]
     offsets = np.zeros(len(texts) + 1, np.int64)
     np.cumsum(sizes, out=offsets[1:])
-    flat = np.zeros(int(offsets[-1]), np.uint8)
+    flat = np.empty(int(offsets[-1]), np.uint8)  # every label's canvas filled by the kernel
     extents = np.empty((len(texts), 2), np.int64)
     paint_labels(atlas.atlas, atlas.widths, atlas.advances, chars, ends, dims, _readonly(offsets[:-1]), line_h,
                  _TEXT, _TEXT_LEVELS, flat, extents)
