@@ -2,7 +2,7 @@
 but its trailing `(log: PATH)` stays whole, since the log is what the user opens next (issue 61's
 new-user audit: a canvas error cut at 200 characters printed `(log: out_t/; 0 left`)."""
 
-from hrm_deeploop.pertask import pool
+from hrm_deeploop.pertask import plan, pool
 
 LOG = "out/tasks/" + "a" * 200 + "/log.txt"
 
@@ -12,7 +12,7 @@ def test_a_long_reason_keeps_its_log_path_whole():
     line = pool.first_line(RuntimeError(why + "\nTraceback (most recent call last): ..."))
     assert line.endswith(f"(log: {LOG})") and line.startswith("hrm-deeploop train-vit: error: the grid"), line
     assert "..." in line and len(line) < len(why) and "\n" not in line
-    assert pool.clip(why, 300).endswith(f"(log: {LOG})")
+    assert plan.clip(why, 300).endswith(f"(log: {LOG})")
 
 
 def test_a_short_reason_or_one_without_a_log_is_as_before():
@@ -48,3 +48,19 @@ def test_the_fallback_count_says_it_spans_both_rankings():
     worker.fill_attempts(alone, task)
     assert pool.fallback_note(alone) == ", 1 attempt(s) from the fallback" and plan.is_grid([[5]])
     assert pool.fallback_note({"fallback_attempts": 0}) == ""
+
+
+def test_the_lanes_record_keeps_a_failed_tasks_log_path_whole(tmp_path):
+    """`ttt views=build copies=K` writes a failed task's result through `build_lanes.Engine.record`; its
+    reason was cut at 300 characters, so a long task folder lost the end of its `(log: PATH)`."""
+    from hrm_deeploop.pertask import build_lanes
+
+    tid = "t" * 120
+    log = plan.task_dir(tmp_path, tid) / "log.txt"
+    why = "train-vit: error: " + "the grid is off the canvas " * 8 + f"(log: {log})"
+    engine = build_lanes.Engine.__new__(build_lanes.Engine)  # only what `record` reads
+    engine.out, engine.said = tmp_path, lambda tid, res: None
+    engine.tasks = {tid: {"train": [{"input": [[1]], "output": [[2]]}], "test": [{"input": [[1]]}]}}
+    engine.record(tid, "failed", why)
+    reason = plan.finished(tmp_path, tid)["reason"]
+    assert len(why) > 300 and reason.endswith(f"(log: {log})") and "..." in reason, reason

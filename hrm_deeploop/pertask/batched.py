@@ -318,9 +318,9 @@ def _run_engine(cfg: PerTaskConfig, model, k: int, device: torch.device, tasks: 
             note = f"{error}: fallback attempts"
         elif error is not None:
             why = f"{type(error).__name__}: {error}" if not str(error).startswith("views=") else str(error)
-            result = {"task": job.tid, "status": "failed", "reason": why[:300],
+            result = {"task": job.tid, "status": "failed", "reason": plan.clip(why, 300),
                       "attempts": plan.fallback_attempts(tasks[job.tid])}
-            note = f"failed: {why[:200]}"
+            note = f"failed: {plan.clip(why, 200)}"
         else:
             fill_attempts(result, tasks[job.tid])
             note = (f"{result['status']}, {result['steps']} steps, {result['seconds']:.1f} s "

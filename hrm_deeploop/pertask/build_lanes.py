@@ -366,7 +366,7 @@ class Engine:
         self.record(ln.tid, status, f"{why} (log: {plan.task_dir(self.out, ln.tid) / worker.LOG})")
 
     def record(self, tid: str, status: str, why: str) -> None:
-        res = {"task": tid, "status": status, "reason": why[:300], "attempts": plan.fallback_attempts(self.tasks[tid])}
+        res = {"task": tid, "status": status, "reason": plan.clip(why, 300), "attempts": plan.fallback_attempts(self.tasks[tid])}
         try:
             plan.write_result(self.out, tid, res)
         except OSError as e:  # a full disk: the task stays unfinished; the merge falls back

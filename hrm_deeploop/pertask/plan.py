@@ -161,3 +161,14 @@ def merge(out: Path, tasks: dict[str, dict], suffix: str = "") -> tuple[dict, di
             or [[a["attempt_1"]] for a in attempts]
         counts[status] = counts.get(status, 0) + 1
     return sub, ranked, counts
+
+
+def clip(text: str, most: int) -> str:
+    """`text` cut to about `most` characters, marked `...`; a trailing `(log: PATH)` kept whole (the
+    log is what the user opens next)."""
+    if len(text) <= most:
+        return text
+    head, sep, log = text.rpartition(" (log: ")
+    if sep and log.endswith(")") and "\n" not in log:
+        return head[:max(most - len(sep) - len(log) - 3, 40)] + "..." + sep + log
+    return text[:most - 3] + "..."

@@ -148,7 +148,7 @@ class Shard:
         try:
             res = fut.result()
         except worker.TaskFailed as e:  # the task's own failure: its fallback, named, finished
-            res = {"task": r.tid, "status": "failed", "reason": clip(str(e), 300),
+            res = {"task": r.tid, "status": "failed", "reason": plan.clip(str(e), 300),
                    "attempts": plan.fallback_attempts(self.tasks[r.tid])}
             self.write(r.tid, res)
             note = f"failed: {first_line(e)}"
@@ -199,7 +199,7 @@ class Shard:
         print(f"ttt: [{self.done}/{self.total}] {tid}: {why}: fallback attempts", flush=True)
 
     def error(self, tid: str, why: str) -> dict:
-        res = {"task": tid, "status": "error", "reason": why[:300], "attempts": plan.fallback_attempts(self.tasks[tid])}
+        res = {"task": tid, "status": "error", "reason": plan.clip(why, 300), "attempts": plan.fallback_attempts(self.tasks[tid])}
         self.write(tid, res)
         return res
 
@@ -219,18 +219,7 @@ def fallback_note(res: dict) -> str:
 
 
 def first_line(e: BaseException) -> str:
-    return clip(str(e).splitlines()[0], 200) if str(e) else type(e).__name__
-
-
-def clip(text: str, most: int) -> str:
-    """`text` cut to about `most` characters, marked `...`; a trailing `(log: PATH)` kept whole (the
-    log is what the user opens next)."""
-    if len(text) <= most:
-        return text
-    head, sep, log = text.rpartition(" (log: ")
-    if sep and log.endswith(")") and "\n" not in log:
-        return head[:max(most - len(sep) - len(log) - 3, 40)] + "..." + sep + log
-    return text[:most - 3] + "..."
+    return plan.clip(str(e).splitlines()[0], 200) if str(e) else type(e).__name__
 
 
 def stop(pool: ProcessPoolExecutor) -> None:
