@@ -64,3 +64,19 @@ def test_the_lanes_record_keeps_a_failed_tasks_log_path_whole(tmp_path):
     engine.record(tid, "failed", why)
     reason = plan.finished(tmp_path, tid)["reason"]
     assert len(why) > 300 and reason.endswith(f"(log: {log})") and "..." in reason, reason
+
+
+def test_workers_beside_copies_is_said_unused(capsys, monkeypatch):
+    """`workers=N` with `copies=K` (or `official.copies=K`) was silently unused: one process steps the
+    lanes. The engine is stood in for (what it runs is not this test's); the line comes first."""
+    from hrm_deeploop.pertask import batched, build_lanes, run
+    from hrm_deeploop.pertask.ttt_config import PerTaskConfig, PerTaskOfficial
+
+    for mod in (batched, build_lanes):
+        monkeypatch.setattr(mod, "run_shard", lambda *a, **k: {})
+    for cfg, name in ((PerTaskConfig(workers=2, copies=2), "copies=2"),
+                      (PerTaskConfig(workers=2, views="official", official=PerTaskOfficial(copies=0)), "official.copies=0")):
+        run.any_shard(cfg, 0, 1, {})
+        assert f"ttt: workers=2 is not used with {name}" in capsys.readouterr().out
+    run.any_shard(PerTaskConfig(workers=1, copies=2), 0, 1, {})
+    assert "workers" not in capsys.readouterr().out

@@ -64,6 +64,10 @@ def any_shard(cfg: PerTaskConfig, index: int, count: int, tasks: dict[str, dict]
     (`official.copies` != 1 with views=official: pertask/batched.py; `copies` != 1 with views=build:
     pertask/build_lanes.py), else one task at a time per worker (pertask/pool.py). What a rank of a
     torchrun launch and a job of a submitit array run alike."""
+    lanes = ("official.copies", cfg.official.copies) if cfg.views == "official" else ("copies", cfg.copies)
+    if lanes[1] != 1 and cfg.workers > 1 and index == 0:
+        print(f"ttt: workers={cfg.workers} is not used with {lanes[0]}={lanes[1]}: one process steps the copies "
+              "(the lanes are the parallelism)", flush=True)
     if cfg.views == "official" and cfg.official.copies != 1:
         from hrm_deeploop.pertask.batched import run_shard as run_copies  # lazy: torch where it trains
 
