@@ -25,6 +25,7 @@ from pathlib import Path
 from arc_data.budget import check_count, check_fits
 from arc_data.errors import DatasetError
 from arc_data.files.jsonio import read_json
+from arc_data.files.names import check_task_name
 from hrm_deeploop import families
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.pertask import challenges
@@ -99,8 +100,7 @@ def before_the_first_task(cfg) -> tuple[dict[str, dict], Path, dict]:
 def check_pseudo_task_names(tasks: dict[str, dict], where: str) -> None:
     """`leave_one_out=true` names each task's pseudo-tasks `<id>-loo<i>`: each a plain name too (an id
     at the length limit is refused here, not in its worker)."""
-    from arc_data.files.names import check_task_name
-    from hrm_deeploop.pertask.plan import leave_one_out
+    from hrm_deeploop.pertask.plan import leave_one_out  # lazy: as the entry check's `plan` above
 
     for tid, t in tasks.items():
         for name in leave_one_out(tid, t):
