@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import eval.arc.label_text as LT
 import eval.arc.report as R
 from eval.arc import glyphs
 
@@ -57,21 +58,21 @@ def test_cached_glyphs_are_pillows(tmp_path, monkeypatch):
 def test_labels_from_the_cache_are_the_same_pixels(tmp_path, monkeypatch):
     fresh = glyphs.Store(tmp_path / "g.npz")
     monkeypatch.setattr(glyphs, "store", lambda: fresh)
-    R._LABELS.clear()
-    R._glyphs.cache_clear()
-    want = {(t, s): R._text(t, s).copy() for t in LABELS for s in (R.LABEL_SIZE, R.TITLE_SIZE)}
+    LT._LABELS.clear()
+    LT._glyphs.cache_clear()
+    want = {(t, s): LT.label_of(t, s).copy() for t in LABELS for s in (R.LABEL_SIZE, R.TITLE_SIZE)}
     assert (tmp_path / "g.npz").is_file()  # `_texts` saved what it drew
     cached = glyphs.Store(tmp_path / "g.npz")
     monkeypatch.setattr(glyphs, "store", lambda: cached)
     monkeypatch.setattr(glyphs, "draw", lambda ch, size: pytest.fail(f"drew {ch!r}"))
-    R._LABELS.clear()
-    R._glyphs.cache_clear()
+    LT._LABELS.clear()
+    LT._glyphs.cache_clear()
     try:
         for (t, s), pixels in want.items():
-            assert np.array_equal(R._text(t, s), pixels), t
+            assert np.array_equal(LT.label_of(t, s), pixels), t
     finally:
-        R._LABELS.clear()
-        R._glyphs.cache_clear()
+        LT._LABELS.clear()
+        LT._glyphs.cache_clear()
 
 
 def _damaged(path, kind: str) -> None:

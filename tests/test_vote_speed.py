@@ -24,12 +24,13 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
+import eval.arc.label_text as LT
 import eval.arc.report as R
 from arc_data import format as fmt
 from arc_data import native
 from arc_data.files.publish import remove_tree
 from arc_data.originals import inverse_colour_table
-from eval.arc import labels
+from eval.arc import glyphs, labels
 from eval.arc.arcprize import _is_grid
 from eval.arc.decode import _decode_grids, _decode_keys, decode_grids, decode_keys, grid_of_shape
 from eval.arc.vote import vote, without_cycle_collector
@@ -70,7 +71,7 @@ def test_decode_grids_is_grid_of_shape():
 
 
 def _text_reference(text: str, strips: dict[str, np.ndarray], advance: dict[str, float], line_h: int) -> np.ndarray:
-    """The per-glyph numpy composition `report._text` used before the kernels (palette indices)."""
+    """The per-glyph numpy composition `label_text.label_of` used before the kernels (palette indices)."""
     lines = text.split("\n")
     widths = [sum(advance[ch] for ch in line) for line in lines]
     glyph_w = max((strips[ch].shape[1] for line in lines for ch in line), default=1)
@@ -85,8 +86,8 @@ def _text_reference(text: str, strips: dict[str, np.ndarray], advance: dict[str,
             x += advance[ch]
     rows, cols = np.nonzero(canvas)
     canvas = canvas[:max(rows.max(initial=0) + 1, 1), :max(cols.max(initial=0) + 1, 1)]
-    level = (canvas.astype(np.uint16) * (R._TEXT_LEVELS - 1) + 127) // 255
-    return (R._TEXT + level).astype(np.uint8)
+    level = (canvas.astype(np.uint16) * (LT.TEXT_LEVELS - 1) + 127) // 255
+    return (LT.TEXT + level).astype(np.uint8)
 
 
 LABELS = ["test 0: input", "truth", "truth\n(not given)", "#1: 301 votes\nright, mean q 0.523",
@@ -96,16 +97,16 @@ LABELS = ["test 0: input", "truth", "truth\n(not given)", "#1: 301 votes\nright,
 
 @pytest.mark.parametrize("size", [R.LABEL_SIZE, R.TITLE_SIZE])
 def test_labels_are_the_per_glyph_composition(size):
-    R._LABELS.clear()
-    R._texts(LABELS, size)
-    font = R._font(size)
+    LT._LABELS.clear()
+    LT.draw_labels(LABELS, size)
+    font = glyphs.font(size)
     ascent, descent = font.getmetrics()
     chars = {ch for t in LABELS for ch in t} - {"\n"}
-    strips = {ch: R._glyph(ch, size)[0] for ch in chars}
-    advance = {ch: R._glyph(ch, size)[1] for ch in chars}
+    strips = {ch: LT._glyph(ch, size)[0] for ch in chars}
+    advance = {ch: LT._glyph(ch, size)[1] for ch in chars}
     for text in LABELS:
         want = _text_reference(text, strips, advance, ascent + descent + 3)
-        assert np.array_equal(R._text(text, size), want), repr(text)
+        assert np.array_equal(LT.label_of(text, size), want), repr(text)
 
 
 def test_label_kernels_round_the_pen_half_to_even():
@@ -131,8 +132,8 @@ def test_label_kernels_round_the_pen_half_to_even():
     offsets = np.concatenate([[0], np.cumsum(dims[:, 0] * dims[:, 1])]).astype(np.int64)
     flat = np.zeros(int(offsets[-1]), np.uint8)
     extents = np.empty((len(texts), 2), np.int64)
-    labels.paint_labels(atlas, widths, advances, codes, ends, dims, offsets[:-1].copy(), line_h, R._TEXT,
-                        R._TEXT_LEVELS, flat, extents)
+    labels.paint_labels(atlas, widths, advances, codes, ends, dims, offsets[:-1].copy(), line_h, LT.TEXT,
+                        LT.TEXT_LEVELS, flat, extents)
     for i, text in enumerate(texts):
         (h, w), (rows, cols) = dims[i], extents[i]
         got = flat[offsets[i]:offsets[i] + h * w].reshape(h, w)[:rows, :cols]
@@ -147,7 +148,7 @@ def _task_png_reference(task, num_candidates: int) -> bytes:
     from arc_data.arc.viz import grid_indices
 
     def text(label: str, size: int) -> Image.Image:
-        a = R._text(label, size)
+        a = LT.label_of(label, size)
         return Image.frombytes("P", (a.shape[1], a.shape[0]), a.tobytes())
 
     rows = R._panels(task, num_candidates)
@@ -281,8 +282,8 @@ def test_decode_exports_are_the_jit():
 
 
 def test_label_exports_are_the_jit():
-    R._texts(LABELS, R.LABEL_SIZE)  # the glyphs of every character in LABELS
-    g = R._glyphs(R.LABEL_SIZE)
+    LT.draw_labels(LABELS, R.LABEL_SIZE)  # the glyphs of every character in LABELS
+    g = LT._glyphs(R.LABEL_SIZE)
     chars = _ro(np.array([g.index[ch] for t in LABELS for ch in t], np.int64))
     ends = _ro(np.cumsum([len(t) for t in LABELS]).astype(np.int64))
     results = []
@@ -292,7 +293,7 @@ def test_label_exports_are_the_jit():
         offsets = _ro(np.concatenate([[0], np.cumsum(dims[:, 0] * dims[:, 1])[:-1]]).astype(np.int64))
         flat = np.zeros(int((dims[:, 0] * dims[:, 1]).sum()), np.uint8)
         extents = np.empty((len(LABELS), 2), np.int64)
-        call = (g.atlas, g.widths, g.advances, chars, ends, _ro(dims), offsets, 18, R._TEXT, R._TEXT_LEVELS, flat,
+        call = (g.atlas, g.widths, g.advances, chars, ends, _ro(dims), offsets, 18, LT.TEXT, LT.TEXT_LEVELS, flat,
                 extents)
         assert not isinstance(paint, native.Native) or paint.accepts(call)
         paint(*call)

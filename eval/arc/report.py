@@ -19,12 +19,11 @@ import numpy as np
 from arc_data.arc.palette import LINE, UNKNOWN
 from arc_data.arc.palette import PALETTE as ARC_PALETTE
 from arc_data.files.names import file_stem
-from eval.arc import glyphs
 from eval.arc.arcprize import LABEL as PRIZE_LABEL
 from eval.arc.arcprize import submission as arc_submission
 from eval.arc.deflate import CL_ORDER, LENGTHS, MAX_DISTANCE, bound, distances
 from eval.arc.jsontext import as_list, dumps
-from eval.arc.labels import measure_labels, paint_labels
+from eval.arc.label_text import TEXT, TEXT_LEVELS, draw_labels, label_of, readonly
 from eval.arc.paint import paint_picture, paint_png
 from eval.arc.png import png_file, zlib_stream
 from eval.arc.results import ARC_PRIZE, Ranked, TaskResult, VoteResult
@@ -32,7 +31,7 @@ from eval.arc.threads import Job, Workers
 from eval.html import Table, heading, image, page, paragraph
 
 if TYPE_CHECKING:
-    from PIL import Image, ImageFont
+    from PIL import Image
 
 FILES = ("pass_at_k.json", "pass_at_k.md", "pass_at_k.csv", "tasks.json", "submission.json")
 REPORT_FILES = ("report.html", "report")
@@ -44,6 +43,8 @@ def ranking(result: VoteResult) -> str:
     """The count-first rule as it ranked these candidates: a model without a halting head (every
     row's q_halt the same) is ranked by votes, then first seen."""
     return RANKING if result.halting else RANKING_NO_HALT
+
+
 HEADLINE_K = 2  # failures-first order and the submission use the official two-attempt rule
 
 
@@ -146,108 +147,12 @@ def _top(candidates: Any, n: int) -> Iterator[tuple]:
 # Pictures are palette PNGs: one byte a pixel and no per-row filter search, about 4x cheaper to
 # encode than RGB. Indices 0..9 are the ARC colours, then white, the grid lines, the two frame
 # colours, the grey of a grid not given, and a ramp of greys for anti-aliased text (black on white).
-_WHITE, _LINE, _CORRECT, _WRONG, _UNKNOWN, _TEXT = 10, 11, 12, 13, 14, 15
-_TEXT_LEVELS = 8  # index _TEXT + i: i = 0 white ... 7 black
+_WHITE, _LINE, _CORRECT, _WRONG, _UNKNOWN = 10, 11, 12, 13, 14  # then the text's greys (`label_text.TEXT`)
 PALETTE = np.concatenate([ARC_PALETTE, [[255, 255, 255], LINE, [46, 160, 64], [200, 40, 40], UNKNOWN],
-                          [[255 - 255 * i // (_TEXT_LEVELS - 1)] * 3 for i in range(_TEXT_LEVELS)]]).astype(np.uint8)
+                          [[255 - 255 * i // (TEXT_LEVELS - 1)] * 3 for i in range(TEXT_LEVELS)]]).astype(np.uint8)
+assert len(PALETTE) == TEXT + TEXT_LEVELS  # the text's greys end the palette (`label_text.TEXT`)
 TITLE_SIZE, LABEL_SIZE = 15, 13  # px (Pillow's bundled FreeType font)
 MIN_CELL, MAX_CELL, BOX = 8, 24, 240  # px per cell: a task's largest grid drawn about BOX px wide, cells 8-24 px
-
-
-def _font(size: int) -> ImageFont.FreeTypeFont:
-    return glyphs.font(size)
-
-
-def _glyph(ch: str, size: int) -> tuple[np.ndarray, float]:
-    """One character drawn at the pen's origin on a line-high strip (uint8 coverage), and its advance:
-    Pillow's drawing, kept on disk once drawn (`eval.arc.glyphs`)."""
-    return glyphs.store().glyph(ch, size)
-
-
-class _Glyphs:
-    """The glyphs of one font size met so far, as the arrays the label kernels take (`eval.arc.labels`):
-    an atlas of the line-high strips of `_glyph` (one height), their widths and advances, and a
-    character's place among them."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.index: dict[str, int] = {"\n": -1}  # -1: the line ends there
-        self.strips: list[np.ndarray] = []
-        self.advance_list: list[float] = []
-        self.atlas = np.zeros((0, 1, 1), np.uint8)
-        self.widths, self.advances = np.zeros(0, np.int64), np.zeros(0, np.float64)
-
-    def add(self, chars: set[str]) -> None:
-        new = sorted(chars - self.index.keys())
-        if not new:
-            return
-        for ch in new:
-            strip, advance = _glyph(ch, self.size)
-            self.index[ch] = len(self.strips)
-            self.strips.append(strip)
-            self.advance_list.append(advance)
-        atlas = np.zeros((len(self.strips), self.strips[0].shape[0], max(s.shape[1] for s in self.strips)), np.uint8)
-        for i, strip in enumerate(self.strips):
-            atlas[i, :, :strip.shape[1]] = strip
-        self.atlas = _readonly(atlas)
-        self.widths = _readonly(np.array([s.shape[1] for s in self.strips], np.int64))
-        self.advances = _readonly(np.array(self.advance_list, np.float64))
-
-
-def _readonly(a: np.ndarray) -> np.ndarray:
-    """The kernels' ahead-of-time exports take their inputs read-only (`arc_data.native`)."""
-    a.flags.writeable = False
-    return a
-
-
-@cache
-def _glyphs(size: int) -> _Glyphs:
-    return _Glyphs(size)
-
-
-_LABELS: dict[tuple[str, int], np.ndarray] = {}  # (text, size) -> its label, drawn once a process
-
-
-def _texts(texts: list[str], size: int) -> None:
-    """Draw the labels of `texts` not drawn yet (`_text`), all in two kernel calls."""
-    texts = list(dict.fromkeys(t for t in texts if (t, size) not in _LABELS))
-    if not texts:
-        return
-    if len(_LABELS) > 1 << 16:  # a long-lived process drawing many reports: start afresh
-        _LABELS.clear()
-    atlas = _glyphs(size)
-    atlas.add(set().union(*texts))
-    glyphs.store().save()  # the glyphs drawn now, if any, kept for the next report
-    index = atlas.index
-    chars = _readonly(np.array([index[ch] for text in texts for ch in text], np.int64))
-    ends = _readonly(np.cumsum([len(text) for text in texts], dtype=np.int64))
-    ascent, descent = glyphs.store().line_metrics(size)
-    line_h = ascent + descent + 3
-    dims = np.empty((len(texts), 2), np.int64)
-    measure_labels(atlas.widths, atlas.advances, chars, ends, line_h, dims)
-    _readonly(dims)
-    sizes = dims[:, 0] * dims[:, 1]
-    offsets = np.zeros(len(texts) + 1, np.int64)
-    np.cumsum(sizes, out=offsets[1:])
-    flat = np.empty(int(offsets[-1]), np.uint8)  # every label's canvas filled by the kernel
-    extents = np.empty((len(texts), 2), np.int64)
-    paint_labels(atlas.atlas, atlas.widths, atlas.advances, chars, ends, dims, _readonly(offsets[:-1]), line_h,
-                 _TEXT, _TEXT_LEVELS, flat, extents)
-    _readonly(flat)
-    for text, (height, width), (rows, cols), at in zip(texts, dims.tolist(), extents.tolist(), offsets.tolist()):
-        _LABELS[text, size] = flat[at:at + height * width].reshape(height, width)[:rows, :cols]
-
-
-def _text(text: str, size: int) -> np.ndarray:
-    """A label as palette indices (uint8 [rows, cols], read-only; black on white, anti-aliased in
-    _TEXT_LEVELS greys), composed from cached glyphs (FreeType draws each character once per size,
-    not each label: a report has a thousand distinct labels and about a hundred distinct characters)
-    by `eval.arc.labels`; lines 3 px apart. `_texts` draws many at once."""
-    label = _LABELS.get((text, size))
-    if label is None:
-        _texts([text], size)
-        label = _LABELS[text, size]
-    return label
 
 
 def _votes(n: int) -> str:
@@ -295,14 +200,14 @@ def _layout(task: TaskResult, num_candidates: int, rows: list | None = None) -> 
     cell = _cell(rows)
     sizes = [[None if g is None or not g.size else (g.shape[0] * cell + 1, g.shape[1] * cell + 1) for _, g, _ in r]
              for r in rows]
-    labels = [[_text(lab, LABEL_SIZE) for lab, _, _ in r] for r in rows]
+    labels = [[label_of(lab, LABEL_SIZE) for lab, _, _ in r] for r in rows]
     pad, frame = 14, 3
     num_cols = max(len(r) for r in rows)
     col_w = [max([60] + [g[1] for r in sizes if c < len(r) and (g := r[c]) is not None]
                  + [lab[c].shape[1] for lab in labels if c < len(lab)]) for c in range(num_cols)]
     label_h = max(lab.shape[0] for r in labels for lab in r) + 6
     row_h = [label_h + max([g[0] for g in r if g is not None] + [0]) + 2 * frame + pad for r in sizes]
-    title = _text(_title(task), TITLE_SIZE)
+    title = label_of(_title(task), TITLE_SIZE)
     top = title.shape[0] + 2 * pad
     width = max(sum(col_w) + pad * (num_cols + 1) + 2 * frame, title.shape[1] + 2 * pad)
     height = top + sum(row_h)
@@ -324,8 +229,8 @@ def _layout(task: TaskResult, num_candidates: int, rows: list | None = None) -> 
                                    frame))
             x += col_w[c] + pad
         y += row_h[r]
-    return (height, width, _readonly(np.concatenate(cells) if cells else np.zeros(0, np.uint8)),
-            _readonly(np.array(grids, np.int64).reshape(-1, 6)), _readonly(np.array(frames, np.int64).reshape(-1, 6)),
+    return (height, width, readonly(np.concatenate(cells) if cells else np.zeros(0, np.uint8)),
+            readonly(np.array(grids, np.int64).reshape(-1, 6)), readonly(np.array(frames, np.int64).reshape(-1, 6)),
             pastes)
 
 
@@ -364,7 +269,7 @@ def _task_stream(layout: tuple) -> tuple[int, int, bytes]:
     out = np.empty(bound(height * (width + 1)), np.uint8)
     tok = np.empty(height * (width + 1) + 1, np.int32)  # only the tokens written are touched
     end = np.zeros(1, np.int64)
-    paint_png(height, width, _WHITE, _LINE, cells, grids, frames, _readonly(pixels), _readonly(table), LENGTHS,
+    paint_png(height, width, _WHITE, _LINE, cells, grids, frames, readonly(pixels), readonly(table), LENGTHS,
               _distances(width + 1), CL_ORDER, np.empty((2, width + 1), np.uint8), tok, out, end)
     return height, width, out[:int(end[0])].tobytes()
 
@@ -436,8 +341,8 @@ def write_report(result: VoteResult, folder: Path, num_candidates: int) -> None:
                   "when not (no frame when the truth is not given)."),
     ]
     panels = [_panels(task, num_candidates) for task in order]
-    _texts([label for rows in panels for row in rows for label, _, _ in row], LABEL_SIZE)  # every label at once
-    _texts([_title(task) for task in order], TITLE_SIZE)
+    draw_labels([label for rows in panels for row in rows for label, _, _ in row], LABEL_SIZE)  # all at once
+    draw_labels([_title(task) for task in order], TITLE_SIZE)
     for task, png in zip(order, _pngs(order, panels, num_candidates, folder / "report")):
         ok = task.correct_at(HEADLINE_K)
         parts += [heading(3, f"{task.name}: {'solved' if ok else 'failed'} at pass@{HEADLINE_K}", "ok" if ok else "fail"),
