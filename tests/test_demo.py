@@ -11,6 +11,7 @@ from hrm_deeploop import runtime
 from hrm_deeploop.cli import main
 
 
+@pytest.mark.slow  # about 40 s: .ci/run runs it after the default suite (which stays under 10 minutes)
 def test_demo_micro_end_to_end(tmp_path, capsys):
     out = tmp_path / "demo"
     rc = main(["demo", f"output_dir={out}", "preset.puzzle_train=24", "preset.puzzle_test=6",

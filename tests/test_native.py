@@ -249,7 +249,8 @@ def test_a_stray_file_under_the_modules_name_is_never_opened_or_run(built_cache,
     assert not (tmp_path / "foreign-init-ran").exists()  # never loaded: its init code did not run
 
 
-@pytest.mark.parametrize("kind", [pytest.param(k, marks=[] if k == "FIFO" else [pytest.mark.slow]) for k in STRAYS])
+@pytest.mark.slow  # each compiles the module again (about 11 s): the FIFO case runs in .ci/run's second step
+@pytest.mark.parametrize("kind", STRAYS)
 def test_a_stray_file_under_the_modules_name_is_compiled_again_with_one_line(built_cache, tmp_path, kind):
     cache = tmp_path / "cache"
     shutil.copytree(built_cache / "cache", cache)
