@@ -267,3 +267,28 @@ def test_the_same_command_gives_the_same_submission(pretrained, tmp_path, family
                                       f"output_dir={tmp_path / name}", *TTT, "passes=2"]) == 0
     for f in ("submission.json", "submission_poe.json", "ranked.json"):
         assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
+
+
+def test_an_interrupted_run_says_what_is_kept_and_how_to_go_on(pretrained, tmp_path, capsys, monkeypatch):
+    """Ctrl-C (or SIGTERM) during `ttt` printed `hrm-deeploop ttt: interrupted` and no more: the line now
+    counts the finished tasks, which the same command does not run again, and says so. Counted from the
+    results on disk: 0 of 2 in a fresh folder, 2 of 2 after a run that finished."""
+    from hrm_deeploop.pertask import run
+
+    root, chal = pretrained
+    real = run.any_shard
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    for out, done in ((tmp_path / "fresh", 0), (tmp_path / "ran", 2)):
+        if done:
+            assert _ttt(root, chal, out) == 0  # both tasks trained (two steps each)
+        monkeypatch.setattr(run, "any_shard", interrupted)
+        capsys.readouterr()
+        assert _ttt(root, chal, out) == 130
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1] == (f"hrm-deeploop ttt: interrupted: {done} of 2 task(s) finished and kept; the same command "
+                           "goes on from there"), err
+        monkeypatch.setattr(run, "any_shard", real)
+    assert _ttt(root, chal, tmp_path / "fresh", "time_budget=0") == 0  # the folder is free again

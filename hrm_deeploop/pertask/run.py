@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import sys
 import time
 import uuid
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from arc_data.files.jsonio import parse_json, save_json
 from arc_data.files.locks import RUN_TOKEN, RunLock
-from hrm_deeploop import families
+from hrm_deeploop import families, interrupts
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.pertask import checks, plan
 from hrm_deeploop.pertask.budget import process_start
@@ -53,9 +54,22 @@ def run(cfg: PerTaskConfig) -> int:
         if world > 1:
             wait_for_all(cfg, tasks, out)
         return finish(cfg, tasks, out, start)
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the line says what is kept and how to go on
+        if rank != 0:
+            raise
+        raise interrupts.Interrupted(getattr(e, "signum", signal.SIGINT), kept(out, tasks)) from None
     finally:
         if lock is not None:
             lock.release()
+
+
+def kept(out: Path, tasks: dict[str, dict]) -> str:
+    """What an interrupted run leaves: its finished tasks, which the same command does not run again."""
+    try:
+        done = sum(plan.finished(out, tid) is not None for tid in tasks)
+    except (OSError, ValueError):
+        return "the finished tasks are kept; the same command goes on from them"
+    return f"{done} of {len(tasks)} task(s) finished and kept; the same command goes on from there"
 
 
 def any_shard(cfg: PerTaskConfig, index: int, count: int, tasks: dict[str, dict] | None = None,
