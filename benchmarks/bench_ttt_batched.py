@@ -193,21 +193,13 @@ def timed(cmd: list[str], env: dict) -> tuple[float, float]:
 
 
 def speed(a) -> int:
-    from benchmarks.compare_reference_ttt import SPLIT, TOPS, import_official
-    from benchmarks.refcheck import reference_modules
+    from benchmarks.compare_reference_ttt import SPLIT, import_official, official_views
 
     chal, sol = arc1_tasks(a.size, a.tasks)
     work = Path(tempfile.mkdtemp(prefix="bench-ttt-speed-"))
     ckpt = tiny_file(work / "tiny.pt", a.size)
-    src = work / "raw_data" / "ARC-AGI" / "data" / "evaluation"
-    src.mkdir(parents=True)
-    for t, task in chal.items():  # the official loader needs the test outputs
-        (src / f"{t}.json").write_text(json.dumps({"train": task["train"], "test": [
-            {"input": x["input"], "output": o} for x, o in zip(task["test"], sol[t])]}))
     ref, _ = import_official(a.reference.resolve())
-    with reference_modules(ref.dir, ref.modules, TOPS), contextlib.redirect_stdout(io.StringIO()):
-        ref.aug.augment_raw_data_split_per_task(work / "raw_data" / "ARC-AGI", "evaluation", output_subdir=SPLIT,
-                                                num_permuate=9, only_basic=True, verbose=False)
+    official_views(ref, work, chal, sol)  # the official loader needs the test outputs
     (work / "chal.json").write_text(json.dumps(chal))
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     print(f"# speed: {len(chal)} ARC-1 evaluation tasks (canvas {a.size}), tiny vanilla LoopViT, 51 views, epochs "

@@ -181,23 +181,15 @@ def speed(a) -> int:
     if a.model == "b6" and a.device != "cuda":
         print("# speed of b6: skipped off CUDA (a copy's step holds about 25 GB in fp32)")
         return 0
-    from benchmarks.compare_reference_ttt import SPLIT, TOPS, import_official
-    from benchmarks.refcheck import reference_modules
+    from benchmarks.compare_reference_ttt import SPLIT, import_official, official_views
 
     start = time.monotonic()
     left = lambda: a.budget_s - (time.monotonic() - start)  # noqa: E731
     chal_all, sol_all = load_tasks(a.tasks_file, a.tasks)
     work = Path(tempfile.mkdtemp(prefix="bench-ttt-gpu-"))
     ckpt = official_file(work / f"{a.model}.pt", a.model)
-    src = work / "raw_data" / "ARC-AGI" / "data" / "evaluation"
-    src.mkdir(parents=True)
-    for t, task in chal_all.items():  # the official loader needs the test outputs
-        (src / f"{t}.json").write_text(json.dumps({"train": task["train"], "test": [
-            {"input": x["input"], "output": o} for x, o in zip(task["test"], sol_all[t])]}))
     ref, _ = import_official(a.reference.resolve())
-    with reference_modules(ref.dir, ref.modules, TOPS), contextlib.redirect_stdout(io.StringIO()):
-        ref.aug.augment_raw_data_split_per_task(work / "raw_data" / "ARC-AGI", "evaluation", output_subdir=SPLIT,
-                                                num_permuate=9, only_basic=True, verbose=False)
+    official_views(ref, work, chal_all, sol_all)  # the official loader needs the test outputs
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
     if a.device == "cpu":
         env.update(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")

@@ -38,7 +38,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 VARIANTS = {  # name: (dropout, compile, fallback_random, bf16)
     "eager": (0.1, False, False, False),
@@ -51,35 +50,43 @@ VARIANTS = {  # name: (dropout, compile, fallback_random, bf16)
 }
 
 
-def one(name: str, steps: int, repeats: int) -> dict:
-    """Time one variant in this process; returns its CPU ms a step (median, all) and GFLOP a step."""
+def setup(dropout: float):
+    """The official loop's start for one ARC-1 task: the tiny official-format model (`dropout`), in
+    training mode, its full batches of 8 (epoch 0), and the step's loss."""
     import numpy as np
-    import torch
     import torch.nn.functional as F
-    from torch.utils.flop_counter import FlopCounterMode
 
-    from bench_ttt_batched import arc1_tasks, tiny_file
+    from benchmarks.bench_ttt_batched import arc1_tasks, tiny_file
     from hrm_deeploop.data.canvas import IGNORE
     from hrm_deeploop.models.loopvit_config import NUM_COLORS
     from hrm_deeploop.pertask.official_ttt import start_model, train_batches
     from hrm_deeploop.pertask.official_views import build_views
+
+    chal, _ = arc1_tasks(16, 1)
+    tid = next(iter(chal))
+    path = tiny_file(Path(tempfile.mkdtemp(prefix="bench-levers-")) / "tiny.pt", 16)
+    model = start_model(str(path), 51, 0, dropout).train()
+    batches = [b for b in train_batches(build_views(tid, chal[tid], 0), 16, 8, np.random.default_rng(0))(0)
+               if len(b["canvas"]) == 8]
+
+    def loss_of(canvas, task_ids, mask, target):
+        logits = model(canvas, task_ids, mask).logits
+        return F.cross_entropy(logits.reshape(-1, NUM_COLORS).float(), target.reshape(-1), ignore_index=IGNORE)
+    return model, batches, loss_of
+
+
+def one(name: str, steps: int, repeats: int) -> dict:
+    """Time one variant in this process; returns its CPU ms a step (median, all) and GFLOP a step."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
 
     dropout, compiled, fallback, bf16 = VARIANTS[name]
     torch.set_num_threads(1)
     if fallback:
         import torch._inductor.config as inductor_config
         inductor_config.fallback_random = True
-    chal, _ = arc1_tasks(16, 1)
-    tid = next(iter(chal))
-    views = build_views(tid, chal[tid], 0)
-    path = tiny_file(Path(tempfile.mkdtemp(prefix="bench-levers-")) / "tiny.pt", 16)
-    model = start_model(str(path), 51, 0, dropout).train()
-    batches = [b for b in train_batches(views, 16, 8, np.random.default_rng(0))(0) if len(b["canvas"]) == 8]
+    model, batches, loss_of = setup(dropout)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.0)
-
-    def loss_of(canvas, task_ids, mask, target):
-        logits = model(canvas, task_ids, mask).logits
-        return F.cross_entropy(logits.reshape(-1, NUM_COLORS).float(), target.reshape(-1), ignore_index=IGNORE)
     fn = torch.compile(loss_of) if compiled else loss_of
 
     def step(n: int) -> None:
@@ -115,14 +122,7 @@ def noise() -> dict:
     dispatch mode) and what drawing them costs alone (the same shapes, torch's CPU generator), ms."""
     import numpy as np
     import torch
-    import torch.nn.functional as F
     from torch.utils._python_dispatch import TorchDispatchMode
-
-    from bench_ttt_batched import arc1_tasks, tiny_file
-    from hrm_deeploop.data.canvas import IGNORE
-    from hrm_deeploop.models.loopvit_config import NUM_COLORS
-    from hrm_deeploop.pertask.official_ttt import start_model, train_batches
-    from hrm_deeploop.pertask.official_views import build_views
 
     torch.set_num_threads(1)
     shapes = []
@@ -132,15 +132,10 @@ def noise() -> dict:
             if "bernoulli" in str(func):
                 shapes.append(tuple(args[0].shape))
             return func(*args, **(kwargs or {}))
-    chal, _ = arc1_tasks(16, 1)
-    tid = next(iter(chal))
-    path = tiny_file(Path(tempfile.mkdtemp(prefix="bench-levers-")) / "tiny.pt", 16)
-    model = start_model(str(path), 51, 0, 0.1).train()
-    b = next(b for b in train_batches(build_views(tid, chal[tid], 0), 16, 8, np.random.default_rng(0))(0)
-             if len(b["canvas"]) == 8)
+    _, batches, loss_of = setup(0.1)
+    b = batches[0]
     with Count():
-        logits = model(b["canvas"], b["task_ids"], b["mask"]).logits
-        F.cross_entropy(logits.reshape(-1, NUM_COLORS), b["target"].reshape(-1), ignore_index=IGNORE).backward()
+        loss_of(b["canvas"], b["task_ids"], b["mask"], b["target"]).backward()
     bufs = [torch.empty(s) for s in shapes]
     for _ in range(5):
         for t in bufs:

@@ -204,6 +204,23 @@ def official_vote(ref, grids: list) -> list[tuple]:
     return [(e["prediction"], e["votes"]) for e in ref.evu.get_majority_vote(grids)]
 
 
+def official_views(ref, root: Path, tasks: dict[str, dict], solutions: dict[str, list] | None = None) -> Path:
+    """`tasks` written in the official layout (root/raw_data/ARC-AGI/data/evaluation/<task>.json; the
+    official loader reads the test outputs: `solutions` fills them in when the tasks hold none) and the
+    official augment_data's views made beside them (data/SPLIT/<task>/*.json). Returns the ARC-AGI folder."""
+    arc = root / "raw_data" / "ARC-AGI"
+    src = arc / "data" / "evaluation"
+    src.mkdir(parents=True)
+    for k, t in tasks.items():
+        if solutions is not None:
+            t = {"train": t["train"], "test": [{"input": x["input"], "output": o} for x, o in zip(t["test"], solutions[k])]}
+        (src / f"{k}.json").write_text(json.dumps(t))
+    with reference_modules(ref.dir, ref.modules, TOPS), contextlib.redirect_stdout(io.StringIO()):
+        ref.aug.augment_raw_data_split_per_task(arc, "evaluation", output_subdir=SPLIT, num_permuate=9, only_basic=True,
+                                                verbose=False)
+    return arc
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reference", required=True, type=Path, help="a checkout of github.com/WenjieShu/LoopViT")
@@ -221,19 +238,13 @@ def main(argv: list[str] | None = None) -> int:
     tasks = random_tasks(rng, a.tests)
     tid = TASKS[COMPARED]
     root = Path(tempfile.mkdtemp(prefix="ttt-ref-"))
-    src = root / "raw_data" / "ARC-AGI" / "data" / "evaluation"
-    src.mkdir(parents=True)
-    for k, t in tasks.items():
-        (src / f"{k}.json").write_text(json.dumps(t))
     print(f"# ttt views=official vs the official test-time training ({a.reference}); stand-ins: {stubbed or ['none']}")
     print(f"# task {tid} (file index {COMPARED}), {len(tasks[tid]['train'])} demonstrations, {a.tests} test inputs; "
           f"{a.block} block, canvas 16, d 32, 2 blocks x 3 loops; epochs 0..{a.epochs}, {a.runs} runs, {a.passes} passes")
     failed = False
 
     # 1. the views
-    with reference_modules(ref.dir, ref.modules, TOPS), contextlib.redirect_stdout(io.StringIO()):
-        ref.aug.augment_raw_data_split_per_task(root / "raw_data" / "ARC-AGI", "evaluation", output_subdir=SPLIT,
-                                                num_permuate=9, only_basic=True, verbose=False)
+    official_views(ref, root, tasks)
     files = sorted((root / "raw_data" / "ARC-AGI" / "data" / SPLIT / tid).glob("*.json"))
     strict = {"train": tasks[tid]["train"], "test": [{"input": x["input"]} for x in tasks[tid]["test"]]}
     views = build_views(tid, strict, COMPARED)  # ttt never reads a test output

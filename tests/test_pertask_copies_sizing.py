@@ -174,8 +174,8 @@ def test_build_copies_0_for_a_model_no_lane_holds_runs_one_at_a_time(pretrained,
     tasks = plan.load_challenges(chal)
     env = runtime.setup("cpu")
     try:
-        k = build_lanes.measured_lanes(cfg, tasks, deque(sorted(tasks)), build_lanes.lanes_class(families.family("loopvit")),
-                                       env)
+        lanes = build_lanes.lanes_class(families.of_checkpoint(cfg.checkpoint))  # as `ttt` finds them
+        k = build_lanes.measured_lanes(cfg, tasks, deque(sorted(tasks)), lanes, env)
     finally:
         runtime.teardown()
     said = capsys.readouterr().out
@@ -223,8 +223,8 @@ def test_the_probe_counts_what_the_worker_keeps(vit, tmp_path):  # noqa: F811
     tasks = plan.load_challenges(chal)
     env = runtime.setup("cpu")
     try:
-        fp, why = build_lanes.probe(cfg, tasks, deque(sorted(tasks)), build_lanes.lanes_class(families.family("loopvit")),
-                                    env, sizing.Meter(env.device))
+        lanes = build_lanes.lanes_class(families.of_checkpoint(cfg.checkpoint))  # as `ttt` finds them
+        fp, why = build_lanes.probe(cfg, tasks, deque(sorted(tasks)), lanes, env, sizing.Meter(env.device))
     finally:
         runtime.teardown()
     assert fp is not None and fp.kept > 0, why
