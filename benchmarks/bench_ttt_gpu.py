@@ -24,9 +24,10 @@ hour, with K copies at once; the CUDA equivalence of the lanes; `copies=0`'s siz
   (vanilla, d 512, 6 blocks x 6 loops, canvas 64, 11.2M parameters).
 - equal: `bench_ttt_batched.equivalence` on `--device` (each task one at a time against K lanes;
   attempts, ranked candidates, votes, log-likelihoods, losses), its tasks from the tasks file;
-  `--dropout 0` leaves the arithmetic alone to differ: on CUDA the lone loop's `F.dropout` is a fused
-  kernel drawing its own masks, while a copy draws `bernoulli_` from its generator (copies.copy_noise),
-  so with dropout the two sides most likely train on different masks there.
+  `--dropout 0` leaves the arithmetic alone to differ. With dropout, on CUDA the lone loop's `F.dropout`
+  is torch's fused kernel and a copy runs the same kernel from its own generator (copies.copy_noise;
+  its mask-for-mask test, tests/test_pertask_copies_gpu.py, runs in the pytest step), so only the
+  batched arithmetic should differ there too (not yet run on a GPU).
 - sizing: `copies=0`'s probe (`pertask.sizing.measure`: the allocator's peak on CUDA, peak RSS on the CPU)
   for the official copies of the tiny and b6 models, the K it chooses (cap `batched.AUTO_MAX`), and the
   peaks of the same lanes at larger K (`bench_copies_memory.peaks_at`) against the probe's line.

@@ -5,7 +5,7 @@
 #           (sized from the memory), on the same ARC-1 evaluation tasks, epochs 0..10, 10 passes, 2 runs;
 #           then copies=0 on 64 tasks. Wall s, tasks/hour, the ratio, time outside training.
 #   equal   the batched lanes (K = 8, 20) against one task at a time on CUDA: attempts agreement, bit-identical or not
-#   equal0  the same at dropout 0 (K = 10, 10 tasks): the arithmetic alone (with dropout the CUDA masks differ)
+#   equal0  the same at dropout 0 (K = 10, 10 tasks): the arithmetic alone (no masks at all)
 #   sizing  copies=0's probe on CUDA (the allocator's peak) for the tiny and b6 copies, the K it chooses,
 #           the peaks of the same lanes up to K = 64
 #   pytest  pytest -m gpu on the test files of the per-task copies / reuse / lanes (those marked gpu)

@@ -1,7 +1,7 @@
 """Many copies at once on CUDA (`ttt views=official official.copies=K`): `copies=0`'s probe reads the
 allocator's peak and predicts a larger K's peak; the lanes train what the one-at-a-time loop trains
-(dropout 0: the arithmetic alone; on CUDA the lone loop's fused dropout draws other masks than a
-copy's `bernoulli_`, benchmarks/bench_ttt_gpu.py equal); the whole command with copies=0 on CUDA.
+(dropout 0: the arithmetic alone); a copy's dropout draws the lone `F.dropout`'s masks (on CUDA its
+fused kernel's); the whole command with copies=0 on CUDA.
 Each test runs on the CPU too (marked slow: the same code, where the lanes are bit-identical), so
 that what the GPU runs was run here; benchmarks/gpu_ttt.sh runs the CUDA ones on a lent GPU."""
 
@@ -91,3 +91,38 @@ def test_ttt_copies_0_on_the_device_sizes_from_its_peak_and_writes_every_task(tm
     for t in ("t00", "t01", "t02"):
         res = json.loads((out / "tasks" / t / "result.json").read_text())
         assert res.get("status", "ok") != "failed" and res["steps"] > 0, res
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("shape", [(8, 37, 64), (3, 5, 7)])
+def test_a_copys_dropout_is_the_lone_dropouts_mask_for_mask(device, shape):
+    """Three copies under vmap, each its generator seeded as the lone loop seeds the global one:
+    copy k's outputs and input gradients of two dropouts in a row are `F.dropout`'s with
+    `torch.manual_seed(seeds[k])`, bit for bit (the CPU: bernoulli_; CUDA: the fused kernel)."""
+    from torch.func import vmap
+
+    from hrm_deeploop.pertask import copies
+
+    dev, seeds, p = torch.device(device), [3, 11, 3], 0.1
+    xs = torch.randn(len(seeds), *shape, generator=torch.Generator().manual_seed(0)).to(dev)
+    lone_out, lone_grad = [], []
+    for k, s in enumerate(seeds):
+        torch.manual_seed(s)
+        x = xs[k].clone().requires_grad_(True)
+        y = torch.nn.functional.dropout(torch.nn.functional.dropout(x, p, True) * 1.5, p, True)
+        y.sum().backward()
+        lone_out.append(y.detach())
+        lone_grad.append(x.grad)
+    copies.GENERATORS[:] = [torch.Generator(device=dev).manual_seed(s) for s in seeds]
+    drop = copies.CopyDropout(p)
+
+    def one(x, lane):
+        drop.lane = lane
+        return drop(drop(x) * 1.5)
+
+    x = xs.clone().requires_grad_(True)
+    y = vmap(one, randomness="error")(x, torch.arange(len(seeds), device=dev))
+    y.sum().backward()
+    for k in range(len(seeds)):
+        assert torch.equal(y[k].detach(), lone_out[k]) and torch.equal(x.grad[k], lone_grad[k]), k
+    assert torch.equal(y[0].ne(0), y[2].ne(0)) and not torch.equal(y[0].ne(0), y[1].ne(0))  # a mask per seed

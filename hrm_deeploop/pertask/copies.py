@@ -8,9 +8,10 @@ docs/per-task.md#many-copies-at-once).
 - Dropout: every `nn.Dropout` of the template replaced by `CopyDropout`, whose noise comes from the
   copy's own `torch.Generator` (`copy_noise`, a custom op whose vmap rule draws each copy's noise
   from its generator in turn): a copy's masks are the ones a lone copy would draw from the same
-  generator, whatever its batch-mates. The noise is the CPU `F.dropout`'s (bernoulli(1 - p) /
-  (1 - p), times the input), so a copy on the CPU draws the masks of `official_ttt.train_run` with
-  the global generator seeded alike. The hybrid block's attention dropout (inside SDPA) is off.
+  generator, whatever its batch-mates. The noise is `F.dropout`'s (on the CPU bernoulli(1 - p) /
+  (1 - p), times the input; on CUDA its fused kernel's on ones), so a copy draws the masks of
+  `official_ttt.train_run` with the global generator seeded alike (on CUDA for an input laid out
+  as the lone one's; checked only where a GPU is lent). The hybrid block's attention dropout (inside SDPA) is off.
 - The optimiser: AdamW (weight decay 0) per copy, written out in torch's single-tensor order
   (`_single_tensor_adam`), with each copy's own step count and learning rate; the gradient norm
   clipped per copy (the norm over that copy's gradients only).
@@ -44,8 +45,13 @@ GENERATORS: list[torch.Generator] = []  # copy index -> its dropout generator (s
 
 @torch.library.custom_op("hrm_ttt::copy_noise", mutates_args=())
 def copy_noise(like: Tensor, lane: Tensor, p: float) -> Tensor:
-    """bernoulli(1 - p) / (1 - p) noise of `like`'s shape from copy `lane`'s generator."""
-    return torch.empty_like(like).bernoulli_(1 - p, generator=GENERATORS[int(lane)]).div_(1 - p)
+    """`F.dropout`'s noise of `like`'s shape from copy `lane`'s generator: on the CPU bernoulli(1 - p)
+    / (1 - p), as its CPU kernel; on CUDA its fused kernel's (`native_dropout`: philox draws laid out
+    by the kernel, the kept cells times 1 / (1 - p)), run on ones from the copy's generator."""
+    gen = GENERATORS[int(lane)]
+    if like.is_cuda:  # not testable without a GPU: tests/test_pertask_copies_gpu.py checks it on one
+        return torch._fused_dropout(torch.ones_like(like, memory_format=torch.contiguous_format), 1 - p, gen)[0]
+    return torch.empty_like(like).bernoulli_(1 - p, generator=gen).div_(1 - p)
 
 
 @copy_noise.register_fake
