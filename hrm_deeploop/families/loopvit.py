@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from hrm_deeploop.errors import UserError
-from hrm_deeploop.families.spec import Family, LoadedModel, LoadOptions
+from hrm_deeploop.families.spec import Family, GridRoom, LoadedModel, LoadOptions
 from hrm_deeploop.models.loopvit_config import LoopViTConfig, official_config
 from hrm_deeploop.models.model_config import MODEL_CONFIGS
 from hrm_deeploop.models.scaling import ScalingConfig
@@ -72,6 +72,23 @@ def load(path: Path, state: dict, opts: LoadOptions) -> LoadedModel:
                        path=path, weights=which, scaling=scaling, run_config=state.get("config") if ours else None)
 
 
+def grid_room(path: Path, state: dict, trainer: Any, views: str) -> GridRoom:
+    """The sides a checkpoint's canvas holds (`data.canvas.draw_view`: S - 2 on an S x S canvas, a
+    border row and column kept for the output's edge). views=official draws every pair at a random
+    scale from 1 up; views=build trains so too, but the trainer also evaluates its test split at
+    `canvas.eval_scale` from corner (1, 1) (`training.vision.check_sizes`): its test inputs (and
+    held-out demonstrations) up to (S - 2) // eval_scale. A test output is never known before it is
+    predicted: its room is not checked."""
+    size = read(path, state, ema=False)[0].image_size
+    room = size - 2
+    holds, fix = f"its {size} x {size} canvas holds sides up to {room}", "a checkpoint with a larger canvas"
+    scale = trainer.canvas.eval_scale if views == "build" and trainer is not None else 1
+    if scale == 1:
+        return GridRoom(room, room, holds, fix)
+    return GridRoom(room, room // scale, f"{holds}, test inputs up to {room // scale} at canvas.eval_scale={scale}",
+                    fix, f"train_overrides=['canvas.eval_scale=1'] (test inputs up to {room})")
+
+
 def describe(model: dict, params: int | None) -> str:
     return (f"A LoopViT ({model.get('block')} block, width {model.get('hidden_size')}, {model.get('num_blocks')} "
             f"weight-tied blocks x {model.get('num_loops')} loops, {model.get('image_size')} x "
@@ -84,4 +101,4 @@ FAMILY = Family(
     describe=describe, official=lambda path, state: is_official(state),
     official_source="WenjieShu/LoopViT's scripts (a .pt of {model_state, config})",
     adapts=False, official_loop=True, lanes="hrm_deeploop.pertask.vision_lanes:VisionCopies", halts=False, carried=("canvas",), figures=("pixel accuracy", "exact accuracy"),
-    tiny=("experiment=loopvit_tiny_cpu",))
+    tiny=("experiment=loopvit_tiny_cpu",), grid_room=grid_room)

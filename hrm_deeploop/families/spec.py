@@ -48,6 +48,20 @@ class LoadedModel:
 
 
 @dataclass(frozen=True)
+class GridRoom:
+    """The largest grid side one `ttt` path can put on a checkpoint's model (`Family.grid_room`): a
+    demonstration pair's, input or output (`train`: training draws its scale from 1 up), and a
+    predicted pair's (`test`: a test input; with leave_one_out a held-out demonstration, its output
+    too), what sets them as a user reads it (`holds`) and what a ttt user can change (`fix`)."""
+
+    train: int
+    test: int
+    holds: str  # e.g. "its 16 x 16 canvas holds sides up to 14"
+    fix: str  # what lets a task over `train` train, e.g. "a checkpoint with a larger canvas"
+    test_fix: str = ""  # what else lets a task over `test` alone train, e.g. a lower evaluation scale
+
+
+@dataclass(frozen=True)
 class Family:
     """One model family, as every command needs it."""
 
@@ -70,6 +84,9 @@ class Family:
     carried: tuple[str, ...] = ()  # config sections/keys a checkpoint needs to run, carried by init_from and ttt
     figures: tuple[str, ...] = ()  # what its evaluation prints beside pass@K
     tiny: tuple[str, ...] = ()  # its trainer's overrides for the tiny CPU flavour (conformance tests, demos)
+    # (checkpoint path, its state as the safe loader read it, the task trainer's composed config with
+    # views=build or None, views) -> the grid sides that `ttt` path holds; None (or no callable): any ARC grid
+    grid_room: Callable[[Path, dict, Any, str], GridRoom | None] | None = None
     notes: dict[str, str] = field(default_factory=dict)
 
     def serves(self, command: str) -> bool:

@@ -11,7 +11,9 @@ before anything is written or deleted, never a set of failed tasks:
   sha256 (a resumed set is bound to it) and its parameter count (the presets);
 - the options: `train_overrides` / `eval_overrides` composed once into the very `train` / `evaluate`
   configs the workers will run (an unknown key is one line), keys ttt sets itself refused, and
-  num_aug within what exists and what `workers` copies fit in memory.
+  num_aug within what exists and what `workers` copies fit in memory;
+- the tasks the checkpoint cannot hold (`Family.grid_room`, `canvas_fit`): named in one line, not
+  refused: they get the fallback attempts without training.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from arc_data.budget import check_count, check_fits
 from arc_data.errors import DatasetError
@@ -28,7 +31,7 @@ from arc_data.files.jsonio import read_json
 from arc_data.files.names import check_task_name
 from hrm_deeploop import families
 from hrm_deeploop.errors import UserError
-from hrm_deeploop.pertask import challenges
+from hrm_deeploop.pertask import canvas_fit, challenges
 from hrm_deeploop.pertask.challenges import as_ours
 
 MAX_DISTINCT_AUG = 8 * 362_880 - 1  # build-arc's: 8 dihedral transforms x 9! colour permutations, less the identity
@@ -45,9 +48,10 @@ OWN_EVAL_KEYS = {"checkpoint": "the task's own copy", "data_dir": OWN, "output_d
 VIEW_BYTES, EXAMPLE_BYTES, TEST_ROW_BYTES = 16 * 1024, 2 * 900 * 8, 900 * 12 * 2 + 900 * 16
 
 
-def before_the_first_task(cfg) -> tuple[dict[str, dict], Path, dict]:
+def before_the_first_task(cfg) -> tuple[dict[str, dict], Path, dict, dict[str, str]]:
     """Every check of the module docstring, in order, nothing written; then the preset's sizes set on
-    `cfg` (one line says what it chose). Returns the tasks, the output folder and the set's identity."""
+    `cfg` (one line says what it chose). Returns the tasks, the output folder, the set's identity and
+    the tasks the checkpoint cannot hold (id -> why; one line names them)."""
     from arc_data.files.guard import check_output_dir  # lazy: only the command's entry checks its folder
     from hrm_deeploop.pertask import inprocess, plan, presets, worker  # lazy: plan reads challenges here
     from hrm_deeploop.pertask.strict import check_protocol  # lazy: the strict record reads runs' files
@@ -83,18 +87,24 @@ def before_the_first_task(cfg) -> tuple[dict[str, dict], Path, dict]:
     cfg.train_overrides = ([f"optim.warmup_steps={chosen.warmup}"] if chosen.warmup is not None else []) \
         + (["checkpoint.every=0"] if chosen.checkpoint_every == 0 else []) + list(cfg.train_overrides)
     check_views(tasks, cfg.num_aug, cfg.workers, ckpt, cfg.leave_one_out)
+    trainer = None  # the task trainer's config as composed (views=build)
     if cfg.views == "build":
         tid = next(iter(tasks))
         work = out / "tasks" / tid / worker.WORK
         group = {tid: tasks[tid]} | (plan.leave_one_out(tid, tasks[tid]) if cfg.leave_one_out else {})
         name, train, evaluate = inprocess.commands(cfg, work, 1.0, group, work / "raw" / "challenges.json")
         user = len(cfg.train_overrides)
-        check_overrides([(name, train[:len(train) - user], train[len(train) - user:]),
-                         ("evaluate", evaluate[:len(evaluate) - len(cfg.eval_overrides)], list(cfg.eval_overrides))])
+        trainer = check_overrides([(name, train[:len(train) - user], train[len(train) - user:]),
+                                   ("evaluate", evaluate[:len(evaluate) - len(cfg.eval_overrides)],
+                                    list(cfg.eval_overrides))])[0]
+    room = fam.grid_room(ckpt.file, ckpt.state, trainer, cfg.views) if fam.grid_room else None
+    misfits = canvas_fit.misfits(tasks, room, cfg.leave_one_out)
     identity = plan.identity_of(cfg, data, ckpt.sha256)
     plan.check_claim(out, identity)
     print(presets.line(chosen, cfg.views), flush=True)
-    return tasks, out, identity
+    if misfits:
+        print(canvas_fit.line(misfits, tasks, room, cfg.leave_one_out), flush=True)
+    return tasks, out, identity, misfits
 
 
 def check_pseudo_task_names(tasks: dict[str, dict], where: str) -> None:
@@ -136,6 +146,7 @@ class Checkpoint:
     sha256: str  # of that file's bytes: a resumed set is bound to it
     parameters: int  # tensors' elements in its weights (the presets size from it)
     size: int  # bytes on disk
+    state: Any = field(default=None, repr=False, compare=False)  # as the safe loader read it (the family's grid room)
 
 
 def read_checkpoint(checkpoint: str) -> Checkpoint:
@@ -152,7 +163,7 @@ def read_checkpoint(checkpoint: str) -> Checkpoint:
                 digest.update(chunk)
     except OSError as e:
         raise UserError(f"checkpoint={checkpoint}: cannot read {file} ({e.strerror})") from None
-    return Checkpoint(file, digest.hexdigest(), count_parameters(state), file.stat().st_size)
+    return Checkpoint(file, digest.hexdigest(), count_parameters(state), file.stat().st_size, state)
 
 
 def count_parameters(state: object) -> int:
@@ -162,11 +173,13 @@ def count_parameters(state: object) -> int:
     return int(sum(v.numel() for v in weights.values() if hasattr(v, "numel"))) if isinstance(weights, dict) else 0
 
 
-def check_overrides(commands: list[tuple[str, list[str], list[str]]]) -> None:
+def check_overrides(commands: list[tuple[str, list[str], list[str]]]) -> list[Any]:
     """Compose each (command, ttt's own arguments, the user's overrides) once, as a worker will: an
-    unknown key, a bad value, or a key ttt sets itself is one line before any task runs."""
+    unknown key, a bad value, or a key ttt sets itself is one line before any task runs. Returns the
+    composed configs, in order."""
     from hrm_deeploop.cli import compose, prepare  # lazy: the CLI's command table imports this package
 
+    composed = []
     for name, own, extra in commands:
         option = "eval_overrides" if name == "evaluate" else "train_overrides"
         keys = OWN_EVAL_KEYS if name == "evaluate" else OWN_TRAIN_KEYS
@@ -177,9 +190,10 @@ def check_overrides(commands: list[tuple[str, list[str], list[str]]]) -> None:
                                 + (f"use ttt's {keys[key]}" if keys[key].endswith("=") else keys[key]) + ")")
         with contextlib.redirect_stderr(io.StringIO()):  # `train init_from=`'s note on what it inherits
             try:
-                compose(name, prepare(name, own + list(extra)))
+                composed.append(compose(name, prepare(name, own + list(extra))))
             except UserError as e:
                 raise UserError(f"{option}: {e}") from None
+    return composed
 
 
 def check_views(tasks: dict[str, dict], num_aug: int, workers: int, checkpoint: Checkpoint, leave_one_out: bool) -> None:

@@ -23,7 +23,7 @@ from arc_data.files.jsonio import parse_json, save_json
 from arc_data.files.locks import RUN_TOKEN, RunLock
 from hrm_deeploop import families, interrupts
 from hrm_deeploop.errors import UserError
-from hrm_deeploop.pertask import checks, plan
+from hrm_deeploop.pertask import canvas_fit, checks, plan
 from hrm_deeploop.pertask.budget import process_start
 from hrm_deeploop.pertask.pool import run_shard
 from hrm_deeploop.pertask.ttt_config import RULES, PerTaskConfig
@@ -35,7 +35,7 @@ SUMMARY = "ttt_summary.json"
 def run(cfg: PerTaskConfig) -> int:
     start = min(time.time(), process_start())  # the set's clock (time_budget): from this process's start
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    tasks, out, identity = checks.before_the_first_task(cfg)  # everything that can be refused, nothing written
+    tasks, out, identity, misfits = checks.before_the_first_task(cfg)  # everything that can be refused, nothing written
     if world > 1 and "LOCAL_RANK" in os.environ and "CUDA_VISIBLE_DEVICES" not in os.environ:
         os.environ["CUDA_VISIBLE_DEVICES"] = os.environ["LOCAL_RANK"]  # this rank's workers see its GPU only
     # the folder is this run's while it runs (a second ttt into it is refused); its workers, and the
@@ -46,9 +46,12 @@ def run(cfg: PerTaskConfig) -> int:
     try:
         if rank == 0:
             plan.claim(out, identity)  # a folder of this very set only: resumed, never mixed with another
-        if cfg.launcher == "submitit":
-            return launch_submitit(cfg, tasks, out, start)
-        any_shard(cfg, rank, world, tasks, start)
+            canvas_fit.record(out, tasks, misfits)  # the tasks the checkpoint cannot hold: failed, never started
+        trained = {t: task for t, task in tasks.items() if t not in misfits}  # the time budget is theirs
+        if trained and cfg.launcher == "submitit":
+            return launch_submitit(cfg, tasks, out, start)  # its shards find the others finished
+        if trained:
+            any_shard(cfg, rank, world, trained, start)
         if rank != 0:
             return 0
         if world > 1:
