@@ -117,6 +117,24 @@ def test_init_from_an_official_checkpoint(monkeypatch, data, tmp_path, block):
                      f"init_from={tmp_path / 'loop_vit_base.pt'}") == 0
 
 
+def test_init_from_a_deeploop_run_keeps_its_scaling(monkeypatch, data, tmp_path):
+    """The architecture is the checkpoint's, its residual scaling included: a vanilla DeepLoop run
+    started from without `scaling=` was trained on as baseline (alpha 1: another model; new-user audit)."""
+    from hrm_deeploop import runtime
+    from hrm_deeploop.loading import load_model
+    from hrm_deeploop.training import vision
+
+    assert train_vit(monkeypatch, data, tmp_path / "dl", "train.max_steps=1", "model.block=vanilla",
+                     "scaling=deeploop") == 0
+    cfg = compose("train-vit", ["train.progress=false", "train.global_batch_size=4", f"data_dir={data}",
+                                f"output_dir={tmp_path / 'run'}",
+                                f"init_from={tmp_path / 'dl'}"])
+    trainer = vision.build(cfg, runtime.Env(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"),
+                                            fused_kernel=False))
+    want = load_model(str(tmp_path / "dl"), "cpu", "float32").model
+    assert trainer.cfg.scaling.scheme == "deeploop" and trainer.model.residual == want.residual
+
+
 def test_init_from_refuses_a_file_that_would_run_code(monkeypatch, data, tmp_path):
     import argparse
 

@@ -261,13 +261,13 @@ def read_start(path: str) -> tuple[LoopViTConfig, dict[str, Any]]:
     checkpoint as a step file, a run folder (its latest), an exported folder or `hf://OWNER/NAME`
     (`checkpoint.resolve`), read by the one safe loader and the family's reader (`families.loopvit.read`). Returns
     {"official": bool, "weights": state, "args": an official file's saved arguments (else None),
-    "path": the file read}."""
+    "path": the file read, "scaling": the checkpoint's scaling (an official file's: baseline)}."""
     p = ckpt.resolve(path)
     state = ckpt.load(p)
-    cfg, _, weights, which = read_loopvit(p, state, ema=False)
+    cfg, scaling, weights, which = read_loopvit(p, state, ema=False)
     official = which == "official"
     return cfg, {"official": official, "weights": weights, "args": state["config"] if official else None,
-                 "path": str(p)}
+                 "path": str(p), "scaling": scaling}
 
 
 def start_weights(model: LoopViT, start: dict[str, Any], path: str | None) -> None:
@@ -348,6 +348,7 @@ def build(cfg: TrainViTConfig, env: runtime.Env, reuse: Reuse | None = None) -> 
     if cfg.init_from:  # the architecture is the checkpoint's
         cfg.model, start = remembered(reuse, ("read_start", cfg.init_from), lambda: read_start(cfg.init_from))
         start = dict(start)  # its own: data_dir is the task's
+        cfg.scaling = start["scaling"]  # its alpha and beta too (a DeepLoop run trained on as baseline is another model)
         cfg.model.depth(cfg.scaling)
         start["data_dir"] = cfg.data_dir  # an official file's task order is established from it
     said = penalty_weights(cfg.optim, start)
