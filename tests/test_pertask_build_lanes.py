@@ -96,9 +96,24 @@ def _same_as_alone(checkpoint, chal, tmp_path, ks, in_lanes: bool = True) -> Non
             assert all(torch.equal(sa["model"][n], sb["model"][n]) for n in sb["model"]), (k, tid)
 
 
-def test_batch_mates_change_nothing_and_a_failing_task_fails_alone(vit, tmp_path):
-    """K = 2 lanes over four tasks: lanes refilled as tasks end, one task refused at its build."""
+def test_batch_mates_change_nothing_and_a_failing_task_fails_alone(vit, tmp_path, capsys, monkeypatch):
+    """K = 2 lanes over four tasks: lanes refilled as tasks end, one task refused at its build. Each
+    trained task's console line is the pool's (`plan.task_note`), the fallback's count included (the
+    lanes printed none): every task's count raised by one, alone and in the lanes alike, so that the
+    tiny model's valid grids still leave a count to print."""
+    real = worker.fill_attempts
+
+    def one_more(result: dict, task: dict) -> None:
+        real(result, task)
+        result["fallback_attempts"] += 1
+
+    monkeypatch.setattr(worker, "fill_attempts", one_more)
     _same_as_alone(*vit, tmp_path, (2,))
+    said = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("ttt: [")]
+    for tid in ("t00", "t01", "t02"):
+        res = plan.finished(tmp_path / "k2", tid)
+        assert res["fallback_attempts"] >= 1 and "from the fallback over both rankings" in plan.task_note(res)
+        assert any(ln.endswith(f"] {tid}: {plan.task_note(res)}") for ln in said), (tid, said)
 
 
 @pytest.mark.slow  # two more sets (~40 s)

@@ -43,11 +43,11 @@ def test_the_fallback_count_says_it_spans_both_rankings():
     res = {"status": "trained", "ranked": [[[]]], "ranked_poe": [[[]]]}
     worker.fill_attempts(res, task)
     assert res["status"] == "trained-no-grid" and res["fallback_attempts"] == 4
-    assert pool.fallback_note(res) == ", 4 attempt(s) from the fallback over both rankings"
+    assert plan.fallback_note(res) == ", 4 attempt(s) from the fallback over both rankings"
     alone = {"status": "trained", "ranked": [[[[5]]]]}
     worker.fill_attempts(alone, task)
-    assert pool.fallback_note(alone) == ", 1 attempt(s) from the fallback" and plan.is_grid([[5]])
-    assert pool.fallback_note({"fallback_attempts": 0}) == ""
+    assert plan.fallback_note(alone) == ", 1 attempt(s) from the fallback" and plan.is_grid([[5]])
+    assert plan.fallback_note({"fallback_attempts": 0}) == ""
 
 
 def test_the_lanes_record_keeps_a_failed_tasks_log_path_whole(tmp_path):

@@ -323,8 +323,7 @@ def _run_engine(cfg: PerTaskConfig, model, k: int, device: torch.device, tasks: 
             note = f"failed: {plan.clip(why, 200)}"
         else:
             fill_attempts(result, tasks[job.tid])
-            note = (f"{result['status']}, {result['steps']} steps, {result['seconds']:.1f} s "
-                    f"({result['train_seconds']:.1f} s training)")
+            note = plan.task_note(result)
         plan.write_result(out, job.tid, result)  # last: its presence means finished
         counts[result["status"]] = counts.get(result["status"], 0) + 1
         print(f"ttt: [{state['done']}/{len(pending)}] {job.tid}: {note}", flush=True)

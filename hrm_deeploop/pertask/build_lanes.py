@@ -406,9 +406,8 @@ def run_shard(cfg: PerTaskConfig, index: int, count: int, tasks: dict[str, dict]
     def said(tid: str, res: dict) -> None:
         state["done"] += 1
         counts[res["status"]] = counts.get(res["status"], 0) + 1
-        note = res.get("reason") or (f"{res['steps']} steps, {res['seconds']:.1f} s ({res['train_seconds']:.1f} s "
-                                     "training)")
-        print(f"ttt: [{state['done']}/{total}] {tid}: {res['status']}, {note}", flush=True)
+        note = f"{res['status']}, {res['reason']}" if res.get("reason") else plan.task_note(res)
+        print(f"ttt: [{state['done']}/{total}] {tid}: {note}", flush=True)
 
     total = len(pending)
     runtime.keep_freed_memory()  # the stacked copies' large tensors reuse the heap's pages (runtime's docstring)

@@ -172,3 +172,18 @@ def clip(text: str, most: int) -> str:
     if sep and log.endswith(")") and "\n" not in log:
         return head[:max(most - len(sep) - len(log) - 3, 40)] + "..." + sep + log
     return text[:most - 3] + "..."
+
+
+def fallback_note(res: dict) -> str:
+    """The attempts the test inputs filled in, on the console: `fallback_attempts` counts both rankings'
+    (a task of one test input with no grid at all fills 2 + 2), so the line says so."""
+    n = res.get("fallback_attempts")
+    both = " over both rankings" if "attempts_poe" in res else ""
+    return f", {n} attempt(s) from the fallback{both}" if n else ""
+
+
+def task_note(res: dict) -> str:
+    """A trained task's console note, the same for the pool and both kinds of lanes: its status, steps,
+    seconds and the attempts the fallback filled in."""
+    return (f"{res['status']}, {res['steps']} steps, {res['seconds']:.1f} s ({res['train_seconds']:.1f} s "
+            f"training){fallback_note(res)}")

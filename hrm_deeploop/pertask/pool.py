@@ -169,8 +169,7 @@ class Shard:
             if res.get("steps") and res.get("loop_seconds") is not None:
                 per_step = res["loop_seconds"] / res["steps"]
                 self.natural.append(res["seconds"] - res["loop_seconds"] + self.cfg.steps * per_step)
-            note = (f"{res['status']}, {res['steps']} steps, {res['seconds']:.1f} s ({res['train_seconds']:.1f} s "
-                    f"training){fallback_note(res)}")
+            note = plan.task_note(res)
         self.counts[res["status"]] = self.counts.get(res["status"], 0) + 1
         self.tell(r.tid, note, r, running, pending)
         return broken
@@ -208,14 +207,6 @@ class Shard:
             plan.write_result(self.out, tid, res)
         except OSError as e:  # a full disk: the task stays without a result, so unfinished; the merge falls back
             print(f"ttt: {tid}: could not record its result ({e.strerror or e}); it will be retried", flush=True)
-
-
-def fallback_note(res: dict) -> str:
-    """The attempts the test inputs filled in, on the console: `fallback_attempts` counts both rankings'
-    (a task of one test input with no grid at all fills 2 + 2), so the line says so."""
-    n = res.get("fallback_attempts")
-    both = " over both rankings" if "attempts_poe" in res else ""
-    return f", {n} attempt(s) from the fallback{both}" if n else ""
 
 
 def first_line(e: BaseException) -> str:
