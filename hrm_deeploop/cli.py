@@ -342,17 +342,22 @@ PREPARE: dict[str, str] = {"train": "hrm_deeploop.training.inherit:inherit",
 
 
 def prepare(name: str, overrides: list[str]) -> list[str]:
-    """The overrides with what PREPARE adds; the keys an `experiment=` sets count as given."""
+    """The overrides with what PREPARE adds; the keys an `experiment=` sets count as given; the
+    models `model=` and `experiment=` select, by override (checked against an `init_from`'s)."""
     if name not in PREPARE:
         return overrides
     preset: set[str] = set()
+    chosen: dict[str, str] = {}
     for o in overrides:
         key, _, value = o.partition("=")
-        if key == "experiment" and value and (config_dir() / "experiment" / f"{value}.yaml").is_file():
-            from hrm_deeploop.helptext import read_group_file  # lazy: only with experiment= (omegaconf)
+        if key in ("experiment", "model") and value and (config_dir() / key / f"{value}.yaml").is_file():
+            from hrm_deeploop.helptext import read_group_file  # lazy: with experiment= / model= only
 
-            preset |= read_group_file(config_dir(), "experiment", value)[1]
-    return resolve(PREPARE[name])(overrides, preset, name)
+            model, keys = read_group_file(config_dir(), key, value)
+            preset |= keys if key == "experiment" else set()
+            if model:
+                chosen[o] = model
+    return resolve(PREPARE[name])(overrides, preset, name, chosen)
 
 
 def run_subcommand(name: str, overrides: list[str], ends_process: bool = False) -> int:

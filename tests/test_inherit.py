@@ -80,3 +80,30 @@ def test_warmup_warning():
         "warning: optim.warmup_steps=2000 is longer than the run (23 steps)")
     assert warmup_warning(ReasonerOptim(warmup_steps=23), 23) is None
     assert warmup_warning(None, 5) is None
+
+
+def test_another_model_than_the_checkpoints_is_one_line_and_other_fields_a_warning(pretrained, tmp_path, capsys):
+    """The trainer takes the model and its scaling from the checkpoint: `model=trm` (or an experiment of
+    another model) beside an HRM init_from was dropped without a word and the run trained the HRM
+    (new-user audit): now one line, exit 2. A field or a scheme set otherwise is a warning naming the
+    checkpoint's value; settings equal to the checkpoint's pass silently."""
+    from hrm_deeploop.cli import prepare
+    from hrm_deeploop.errors import UserError
+
+    root = pretrained
+    base = ["device=cpu", "train.progress=false", "train.max_steps=1", "train.global_batch_size=2",
+            f"data_dir={root / 'unseen'}", f"init_from={root / 'run'}", f"output_dir={tmp_path / 'x'}"]
+    for wrong in ("model=trm", "experiment=trm_tiny_cpu", "model.name=urm"):
+        with pytest.raises(UserError, match=f"init_from: the model and its scaling are the checkpoint's .*{wrong} "
+                                            "would not be used"):
+            prepare("train", [*base, wrong])
+    capsys.readouterr()
+    prepare("train", [*base, "model=hrm_tiny", "model.hidden_size=32", "scaling=baseline", "experiment=hrm_tiny_cpu"])
+    assert "warning" not in capsys.readouterr().err
+    prepare("train", [*base, "model.hidden_size=64", "scaling=deeploop"])
+    warned = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning: init_from")]
+    assert len(warned) == 1 and "model.hidden_size=64 is not used (the checkpoint's: 32)" in warned[0]
+    assert "scaling=deeploop is not used (the checkpoint's: 'baseline')" in warned[0]
+    assert run_subcommand("train", [*base[:-1], f"output_dir={tmp_path / 'run'}", "model=trm"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "model=trm would not be used" in err[0] and not (tmp_path / "run").exists()

@@ -24,13 +24,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hrm_deeploop.errors import UserError
 from hrm_deeploop.families import FAMILIES, run_config
 
 INHERITED_SECTIONS = ("optim",)
 INHERITED_KEYS = ("logger", "project")
 BATCH = "train.global_batch_size"
+_ABSENT = object()
 
-__all__ = ["inherit", "run_config", "warmup_warning"]
+__all__ = ["contradictions", "inherit", "run_config", "warmup_warning"]
 
 
 def _value(v: Any) -> str:
@@ -56,7 +58,7 @@ def fewest_per_pass(data_dir: str, epochs_per_iter: int) -> int | None:
     when the split cannot be read here (the trainer then names what is wrong)."""
     import numpy as np  # lazy: only when a batch is inherited
 
-    from arc_data.format import GROUP_INDICES_FILE, PUZZLE_INDICES_FILE  # lazy: only when a batch is inherited
+    from arc_data.format import GROUP_INDICES_FILE, PUZZLE_INDICES_FILE  # lazy: when a batch is inherited
 
     root = Path(data_dir) / "train"
     try:
@@ -70,10 +72,40 @@ def fewest_per_pass(data_dir: str, epochs_per_iter: int) -> int | None:
     return int(np.minimum.reduceat(sizes, np.asarray(groups[:-1], dtype=np.int64)).sum()) * max(1, epochs_per_iter)
 
 
-def inherit(overrides: list[str], preset_keys: set[str] | frozenset[str] = frozenset(), command: str = "train"
-            ) -> list[str]:
+def contradictions(overrides: list[str], chosen: dict[str, str], config: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The overrides that set the model or its scaling otherwise than the checkpoint's run did, each
+    with the run's value: the trainer takes both from the checkpoint, so they would not be used.
+    `chosen`: the model name a `model=` / `experiment=` override selects (cli.prepare reads its file)."""
+    import yaml  # lazy: only with init_from
+
+    model = config.get("model") if isinstance(config.get("model"), dict) else {}
+    scaling = config.get("scaling") if isinstance(config.get("scaling"), dict) else {}
+    out = []
+    for o in overrides:
+        key, _, value = o.partition("=")
+        section, _, field = key.lstrip("+~").partition(".")
+        if o in chosen:
+            saved, differs = model.get("name"), chosen[o] != model.get("name")
+        elif section in ("model", "scaling") and field:
+            saved = (model if section == "model" else scaling).get(field, _ABSENT)
+            try:
+                differs = saved is not _ABSENT and yaml.safe_load(value) != saved
+            except yaml.YAMLError:
+                differs = False  # the composer names what is wrong with it
+        else:
+            saved = scaling.get("scheme")
+            differs = key == "scaling" and bool(scaling) and value != saved
+        if differs:
+            out.append((o, saved))
+    return out
+
+
+def inherit(overrides: list[str], preset_keys: set[str] | frozenset[str] = frozenset(), command: str = "train",
+            chosen: dict[str, str] | None = None) -> list[str]:
     """`command`'s overrides with the checkpoint's run's settings (the rule above) put before them,
-    except the keys the command line (or `preset_keys`, an experiment's) sets."""
+    except the keys the command line (or `preset_keys`, an experiment's) sets. Another model than the
+    checkpoint's (`model=`, `experiment=`, `model.name=`) is refused in one line; a field or scaling
+    set otherwise than the checkpoint's (`contradictions`) is a warning: the trainer would not use it."""
     given = {o.partition("=")[0].lstrip("+~") for o in overrides if "=" in o}
     init_from = _given(overrides, "init_from") or ""
     if not init_from or init_from == "null":
@@ -86,6 +118,16 @@ def inherit(overrides: list[str], preset_keys: set[str] | frozenset[str] = froze
     fam = FAMILIES.get(str(model.get("name", "hrm")))
     if fam is None or fam.trainer != command:
         return overrides  # another trainer's family: the trainer refuses the checkpoint in one line
+    wrong = contradictions(overrides, chosen or {}, config)
+    said = (f"init_from: the model and its scaling are the checkpoint's ({model.get('name')}, scaling "
+            f"{(config.get('scaling') or {}).get('scheme')}, from {source})")
+    other = [o for o, _ in wrong if (o.partition("=")[0] in ("model", "experiment", "model.name"))]
+    if other:  # another model altogether: the run would train the checkpoint's, not the one asked for
+        raise UserError(f"{said}: {', '.join(other)} would not be used; drop {'it' if len(other) == 1 else 'them'}, "
+                        f"or leave init_from out to train that model from scratch")
+    if wrong:  # a field or the scheme: the checkpoint's is used, and this line says so
+        print(f"warning: {said}: " + ", ".join(f"{o} is not used (the checkpoint's: {_value(v)})" for o, v in wrong),
+              file=sys.stderr, flush=True)
     free = set(given) | set(preset_keys)
     taken: list[str] = []
     for section in (*INHERITED_SECTIONS, *fam.carried):
