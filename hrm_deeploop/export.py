@@ -158,7 +158,7 @@ def export(opts: ExportConfig) -> Path:
     path = ckpt.resolve(opts.checkpoint)
     run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent  # never into the run itself
     target = checked_output_dir(opts.output_dir, opts.overwrite, [str(run_dir)], marker=hub.CONFIG,
-                                writer="hrm-deeploop export")
+                                writer="export")
     model, state, which, summary, fam = _load(path, opts.ema)
     config = state["config"]
     model_cfg, scaling = dict(config["model"]), dict(config.get("scaling") or {})

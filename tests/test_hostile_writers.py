@@ -282,3 +282,17 @@ def test_study_reports_past_the_file_size_limit_are_one_line(tmp_path):
                            "seeds=[0,1]"], 8000)  # the tables fit, the picture does not
     one_line(p, "cannot write", "st/study.png", "EFBIG")
     assert not [q.name for q in (tmp_path / "st").iterdir() if q.name.startswith(".") or q.suffix == ".png"]
+
+
+def test_export_past_the_file_size_limit_names_the_command_once(tmp_path, monkeypatch):
+    """`hrm-deeploop export: error: hrm-deeploop export: ...ENOSPC...` named the command twice (its
+    writer was the console name, where every other writer gives its subcommand; new-user audit)."""
+    from tests.test_hardening_runs import GPT, byte_shards
+
+    monkeypatch.chdir(tmp_path)
+    byte_shards(tmp_path)
+    assert main(["train-gpt", *GPT, "output_dir=gpt", "train.max_steps=1"]) == 0
+    line = one_line(limited(tmp_path, ["export", "checkpoint=gpt", "output_dir=exp"], 4096), "EFBIG",
+                    "nothing was published")
+    assert line.count("hrm-deeploop") == 1 and line.startswith("hrm-deeploop export: error: export: "), line
+    assert not (tmp_path / "exp").exists() and not [p for p in os.listdir(tmp_path) if p.startswith(".exp")]
