@@ -135,6 +135,20 @@ def test_init_from_a_deeploop_run_keeps_its_scaling(monkeypatch, data, tmp_path)
     assert trainer.cfg.scaling.scheme == "deeploop" and trainer.model.residual == want.residual
 
 
+def test_init_from_another_familys_run_names_the_commands_that_serve_it(monkeypatch, data, tmp_path, capsys):
+    """As `train init_from=<a LoopViT run>` says (new-user audit: train-vit said only `neither an official
+    LoopViT checkpoint nor a train-vit one`)."""
+    from tests.hrm_helpers import TINY_OVERRIDES
+
+    assert run_subcommand("train", [*TINY_OVERRIDES, f"data_dir={data}", f"output_dir={tmp_path / 'hrm'}",
+                                    "train.max_steps=1", "train.global_batch_size=4"]) == 0
+    capsys.readouterr()
+    assert train_vit(monkeypatch, data, tmp_path / "run", "train.max_steps=1", f"init_from={tmp_path / 'hrm'}") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds a HRM model: train-vit serves LoopViT; HRM is served by train" in err[0]
+    assert not (tmp_path / "run").exists()
+
+
 def test_init_from_refuses_a_file_that_would_run_code(monkeypatch, data, tmp_path):
     import argparse
 

@@ -57,6 +57,7 @@ from hrm_deeploop.data import official_tasks
 from hrm_deeploop.data.batches import TrainSampler, dataset_identity, open_dataset
 from hrm_deeploop.data.canvas import IGNORE, canvas_batch, largest_side
 from hrm_deeploop.errors import UserError
+from hrm_deeploop.families import of_state, require
 from hrm_deeploop.families.loopvit import read as read_loopvit
 from hrm_deeploop.families.loopvit_scores import canvas_accuracy as evaluate
 from hrm_deeploop.families.loopvit_scores import canvas_scores, to_tensors
@@ -264,6 +265,7 @@ def read_start(path: str) -> tuple[LoopViTConfig, dict[str, Any]]:
     "path": the file read, "scaling": the checkpoint's scaling (an official file's: baseline)}."""
     p = ckpt.resolve(path)
     state = ckpt.load(p)
+    require(of_state(p, state), "train-vit", f"checkpoint '{p}'")  # another family: the commands that serve it
     cfg, scaling, weights, which = read_loopvit(p, state, ema=False)
     official = which == "official"
     return cfg, {"official": official, "weights": weights, "args": state["config"] if official else None,
