@@ -393,3 +393,25 @@ def test_ttt_solutions_for_none_of_the_tasks_refused_before_the_first_task(tmp_p
     (tmp_path / "s.json").write_text(json.dumps({"x": [[[1]]], "y": [[[2]]]}))
     refused(tmp_path, capsys, ["ttt", "checkpoint=run", "challenges=c.json", "output_dir=out", "solutions=s.json"],
             "solutions=s.json", "none of its 2 task(s)", "e.g. x")
+
+
+@pytest.mark.parametrize("text, expected", [
+    (None, "challenges 'c.json' does not exist"),
+    ('{"a": [', "challenges 'c.json': invalid JSON"),
+    ("{}", "c.json: holds no tasks"),
+])
+def test_evaluate_reads_its_challenges_before_the_checkpoint_and_the_predictions(tmp_path, capsys, text, expected):
+    """A mistyped or malformed `challenges=` was found only after every test copy was predicted (the vote
+    reads it), and the whole prediction was thrown away (new-user audit: 11 s of 13 on a small run). It is
+    read with the other checks before the checkpoint: here a checkpoint that is not one is never reached."""
+    from arc_data.arc.build import BuildConfig, build
+
+    tasks = synthetic_tasks()["training"]
+    chal = write_kaggle(tmp_path / "raw", "arc-agi_evaluation", {k: tasks[k] for k in ("tr00", "tr01")})
+    build(BuildConfig(sources=[str(chal)], output_dir=str(tmp_path / "ds"), num_aug=1, seed=0, progress=False))
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "run" / "checkpoints" / "step_1.pt").write_bytes(b"not a checkpoint: never read")
+    if text is not None:
+        (tmp_path / "c.json").write_text(text)
+    refused(tmp_path, capsys, ["evaluate", "checkpoint=run", "data_dir=ds", "output_dir=out", "challenges=c.json"],
+            expected)

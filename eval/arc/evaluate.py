@@ -53,6 +53,10 @@ class ArcEvaluation:
         if c.vote:  # fail before the (long) predict step, not after it
             check_outputs(out, output_names(c.report, c.poe), c.overwrite, "vote")
             read_table(Path(c.data_dir))  # the augmentation table the vote reads: a corrupt one, now
+            if c.challenges is not None:  # a missing, malformed or empty challenges file, now
+                from eval.arc.arcprize import cover, read_json  # lazy: as the vote imports them
+
+                cover({}, read_json(c.challenges, "challenges"), str(c.challenges))
 
     def check_split(self, c: EvaluateConfig, split: PuzzleSplit, out: Path) -> None:
         pass  # the split's sizes are ARC's (eval.tasks.evaluation_for); every example is one row
