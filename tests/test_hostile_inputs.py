@@ -415,3 +415,22 @@ def test_evaluate_reads_its_challenges_before_the_checkpoint_and_the_predictions
         (tmp_path / "c.json").write_text(text)
     refused(tmp_path, capsys, ["evaluate", "checkpoint=run", "data_dir=ds", "output_dir=out", "challenges=c.json"],
             expected)
+
+
+def test_eval_gpt_on_shards_without_meta_names_a_switch_that_works(gpt, tmp_path, capsys):
+    """The line said `pass tokenizer_id=None`: on the command line that is the string 'None', which
+    skips nothing (the same line again; new-user audit). The switch it names now does what it says."""
+    import shutil
+
+    (tmp_path / "loose").mkdir()
+    shutil.copy(gpt / "val_000000.bin", tmp_path / "loose" / "val_000000.bin")
+    args = ["eval-gpt", f"checkpoint={gpt / 'gpt'}", "data=loose/val_000000.bin", "output_dir=ev"]
+    line = refused(tmp_path, capsys, args, "loose/meta.json is missing", "tokenizer_id=null (eval-gpt)")
+    switch = line.split("or skip the check: ")[1].split(" (eval-gpt)")[0]
+    old = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        assert main([*args, switch]) == 0
+    finally:
+        os.chdir(old)
+    assert (tmp_path / "ev" / "eval.json").is_file()

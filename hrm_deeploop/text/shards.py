@@ -154,8 +154,8 @@ def read_meta(folder: PathLike) -> dict[str, Any]:
         raise UserError(
             f"{path} is missing: the shards' tokenizer is unknown. Shards written by "
             "`hrm-deeploop prepare-text` carry one; for shards from elsewhere write one with "
-            "hrm_deeploop.text.shards.write_meta(folder, tokenizer_id='gpt2'), or pass tokenizer_id=None "
-            "to skip the check"
+            "hrm_deeploop.text.shards.write_meta(folder, tokenizer_id='gpt2'), or skip the check: "
+            "tokenizer_id=null (eval-gpt), data.tokenizer_id=null (train-gpt, sweep), tokenizer_id=None from Python"
         ) from None
     except OSError as e:
         raise UserError(f"{path}: cannot read it ({e})") from None
