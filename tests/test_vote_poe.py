@@ -113,6 +113,27 @@ def test_vote_command_writes_both_rankings(tmp_path, split, disagree):
     assert "product of experts" in (out / "pass_at_k.md").read_text()
 
 
+def test_a_revote_without_log_probs_leaves_no_earlier_poe_outputs(tmp_path, split, disagree):
+    """`vote overwrite=true` without log_probs into a folder of an earlier poe vote kept that vote's poe.json
+    and submission_poe.json beside the new submission.json (a folder mixing two votes; new-user audit). They
+    are removed now; without overwrite they count as the vote outputs that refuse it."""
+    preds, lp = disagree
+    np.savez(tmp_path / "predictions.npz", puzzle_identifiers=preds.puzzle_identifiers, inputs=preds.inputs,
+             predictions=preds.predictions, q_halt=preds.q_halt)
+    np.save(tmp_path / "log_probs.npy", lp)
+    out = tmp_path / "vote"
+    common = dict(predictions=str(tmp_path / "predictions.npz"), data_dir=str(split.root), output_dir=str(out))
+    assert run(VoteConfig(**common, report=True, log_probs=str(tmp_path / "log_probs.npy"))) == 0
+    assert (out / "submission_poe.json").is_file() and (out / "report.html").is_file()
+    for name in ("pass_at_k.json", "pass_at_k.md", "pass_at_k.csv", "tasks.json", "submission.json"):
+        (out / name).unlink()  # only the poe files and the report of the earlier vote are left
+    with pytest.raises(UserError, match="already holds vote outputs"):
+        run(VoteConfig(**common, report=False))
+    assert run(VoteConfig(**common, report=False, overwrite=True)) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["pass_at_k.csv", "pass_at_k.json", "pass_at_k.md",
+                                                     "submission.json", "tasks.json"]
+
+
 def test_log_probs_of_other_rows_refused(tmp_path):
     np.save(tmp_path / "lp.npy", np.zeros((3, fmt.SEQ_LEN, fmt.VOCAB_SIZE), np.float16))
     with pytest.raises(UserError, match="one row per row of predictions.npz"):

@@ -24,7 +24,7 @@ import numpy as np
 
 from arc_data.files.atomic import atomic_file
 from eval.arc.poe import FILE as POE_FILE
-from eval.arc.report import output_names, write_vote_files
+from eval.arc.report import every_output, write_vote_files
 from eval.arc.vote import VoteConfig, print_summary, read_table, vote_file
 from eval.evaluate_config import EvaluateConfig
 from eval.outputs import check_outputs, write_outputs
@@ -50,8 +50,9 @@ class ArcEvaluation:
         if c.vote and c.split != "test":
             raise ConfigError(f"split={c.split} with vote=true: voting needs the untranslated test split; "
                               "pass vote=false to only write predictions.npz for another split")
-        if c.vote:  # fail before the (long) predict step, not after it
-            check_outputs(out, output_names(c.report, c.poe), c.overwrite, "vote")
+        # fail before the (long) predict step, not after it: any output an earlier evaluate may have left
+        check_outputs(out, (POE_FILE, *every_output()), c.overwrite, "vote" if c.vote else "evaluate")
+        if c.vote:
             read_table(Path(c.data_dir))  # the augmentation table the vote reads: a corrupt one, now
             if c.challenges is not None:  # a missing, malformed or empty challenges file, now
                 from eval.arc.arcprize import cover, read_json  # lazy: as the vote imports them
@@ -90,7 +91,9 @@ class ArcEvaluation:
                                    stage / PREDICTIONS_FILE)
                 write_vote_files(result, stage, vc.max_candidates, vc.report, vc.report_candidates)
 
-        names = (PREDICTIONS_FILE, *((POE_FILE,) if c.poe else ()), *(output_names(c.report, c.poe) if c.vote else ()))
+        # every output an earlier evaluate may have left (log_probs.npy, a vote's poe.json, its report): with
+        # overwrite, those this run does not write are removed, so the folder never mixes two runs
+        names = (PREDICTIONS_FILE, POE_FILE, *every_output())
         write_outputs(out, names, c.overwrite, "vote" if c.vote else "evaluate", "evaluate", write)
         print(f"wrote {pred_path} ({len(preds['q_halt'])} rows)")
         if result is not None:

@@ -55,6 +55,12 @@ def output_names(report: bool, poe: bool = False) -> tuple[str, ...]:
     return FILES + (POE_FILES if poe else ()) + (REPORT_FILES if report else ())
 
 
+def every_output() -> tuple[str, ...]:
+    """Every file a vote may write, whatever its options: what a vote checks and replaces, so that an
+    earlier vote's poe.json or report never stays beside a new submission.json (`eval.outputs`)."""
+    return output_names(report=True, poe=True)
+
+
 def _pct(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.2f}"
 

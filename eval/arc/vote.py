@@ -365,11 +365,11 @@ def vote(
 
 def run(c: VoteConfig) -> int:
     """`hrm-deeploop vote predictions=FILE data_dir=DIR output_dir=OUT [ks=[1,2]] [overwrite=true]`."""
-    from eval.arc.report import output_names  # lazy: keeps PIL off `vote --help`
+    from eval.arc.report import every_output  # lazy: keeps PIL off `vote --help`
 
     out = check_output_dir(c.output_dir, [c.data_dir])
     keep_freed_memory()
-    check_outputs(out, output_names(c.report, bool(c.log_probs)), c.overwrite, "vote")
+    check_outputs(out, every_output(), c.overwrite, "vote")
     with without_cycle_collector():
         result = vote_file(c, Path(c.predictions))
         write_vote(result, out, c.overwrite, c.max_candidates, c.report, c.report_candidates)
@@ -408,10 +408,11 @@ def without_cycle_collector() -> Iterator[None]:
 
 def write_vote(result: VoteResult, output_dir: str | Path, overwrite: bool = False, max_candidates: int = 10,
                report: bool = True, report_candidates: int = 3) -> list[Path]:
-    """Every vote output of `result` (`eval.arc.report`) in output_dir, published together (`eval.outputs`)."""
-    from eval.arc.report import output_names, write_vote_files  # lazy: keeps PIL off `vote --help`
+    """Every vote output of `result` (`eval.arc.report`) in output_dir, published together (`eval.outputs`);
+    with overwrite, an earlier vote's outputs this one does not write (poe.json, the report) are removed."""
+    from eval.arc.report import every_output, write_vote_files  # lazy: keeps PIL off `vote --help`
 
-    return write_outputs(output_dir, output_names(report, result.poe is not None), overwrite, "vote", "vote",
+    return write_outputs(output_dir, every_output(), overwrite, "vote", "vote",
                          lambda stage: write_vote_files(result, stage, max_candidates, report, report_candidates))
 
 
