@@ -114,3 +114,8 @@ def test_evaluate_poe_on_a_loopvit_run_writes_both_rankings(tmp_path):
     scored = [c["log_lik"] for c in poe if c["grid"]]  # the empty candidate (no grid) is not scored, ranked last
     assert scored and None not in scored and scored == sorted(scored, reverse=True)
     assert set(json.loads((out / "submission_poe.json").read_text())) == {"t"}
+    # the reasoners' ACT depth is refused for LoopViT (it was accepted and did nothing; new-user audit)
+    assert run_subcommand("evaluate", [f"checkpoint={tmp_path / 'vit'}", f"data_dir={tmp_path / 'data'}",
+                                       f"output_dir={tmp_path / 'deeper'}", "halt_max_steps=8", "progress=false",
+                                       "device=cpu"]) == 2
+    assert not (tmp_path / "deeper").exists()
