@@ -19,8 +19,9 @@ Standard library only: it runs before anything of ours is installed. In order:
 5. writes `--output`: ttt's submission (or, when it was stopped, each finished task's attempts from
    its `tasks/<id>/result.json`), with the fallback for any task or test input it lacks.
 
-Exit codes: 0 done; 2 one line on stderr (unreadable challenges, a wheel the image cannot take, a
-Python the wheels were not built for), the fallback submission kept; otherwise ttt's own code.
+Exit codes: 0 done; 2 one line on stderr (unreadable challenges, an --output that cannot be written or
+is the challenges file, no bundle.json beside this script, a wheel the image cannot take, a Python the
+wheels were not built for), the fallback submission kept; otherwise ttt's own code.
 """
 
 from __future__ import annotations
@@ -77,10 +78,17 @@ def read_challenges(path: str) -> dict:
 
 def write_json(path: Path, obj: object) -> None:
     """Written beside `path` and renamed over it: a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj))
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_dir():
+            raise IsADirectoryError(21, "a folder, not a file")
+        tmp.write_text(json.dumps(obj))
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise Refusal(f"output {path}: cannot write it ({e.strerror or e})") from None
 
 
 def _grid(g: object) -> bool:
@@ -222,12 +230,19 @@ def parse(argv: list[str] | None, manifest: dict) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
-    manifest = json.loads((HERE / MANIFEST).read_text())
+    try:
+        manifest = json.loads((HERE / MANIFEST).read_text())
+    except (OSError, ValueError) as e:
+        print(f"run.py: error: {HERE / MANIFEST}: cannot read it ({getattr(e, 'strerror', None) or e}); run the "
+              "run.py of a folder `hrm-deeploop bundle` wrote, beside its bundle.json", file=sys.stderr)
+        return 2
     args = parse(argv, manifest)
     python = sys.executable
     try:
         challenges = read_challenges(args.challenges)
         out = Path(args.output)
+        if out.resolve() == Path(args.challenges).resolve():
+            raise Refusal(f"--output {out} is the challenges file itself; write the submission elsewhere")
         write_json(out, fallback(challenges))
         print(f"run.py: {len(challenges)} tasks; fallback submission written to {out}", flush=True)
         if not args.no_install:
@@ -263,7 +278,11 @@ def main(argv: list[str] | None = None) -> int:
     if not isinstance(theirs, dict):  # stopped at the deadline, or ended without a submission
         theirs = finished_results(work, challenges)
     merged, kept = complete(theirs, challenges)
-    write_json(out, merged)
+    try:
+        write_json(out, merged)
+    except Refusal as e:
+        print(f"run.py: error: {e}", file=sys.stderr)
+        return 2
     how = "stopped at the deadline" if rc is None else f"exit {rc}"
     print(f"run.py: wrote {out}: {len(merged)} tasks, {kept} from ttt's results, {len(merged) - kept} fallback "
           f"(ttt {how}); {time.monotonic() - start:.0f} s of {args.minutes * 60:.0f} s", flush=True)

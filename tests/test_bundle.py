@@ -236,6 +236,30 @@ def test_run_script_refuses_in_one_line(tmp_path):
     assert r.returncode == 2 and "set by this script's own arguments" in r.stderr
 
 
+
+def test_run_script_refuses_an_output_it_cannot_write(tmp_path):
+    """--output a folder, or the challenges file itself: one line, exit 2, no temporary file left, the
+    challenges untouched; a run.py without its bundle.json: one line (each was a traceback)."""
+    b = tmp_path / "b"
+    b.mkdir()
+    shutil.copy(kaggle_run.__file__, b / "run.py")
+    chal = write_kaggle(tmp_path, "t", {"a": {"train": [], "test": [{"input": [[1]], "output": [[1]]}]}}, False)
+    before = chal.read_bytes()
+    run = [sys.executable, str(b / "run.py"), "--challenges", str(chal), "--no-install", "--minutes", "0"]
+    r = subprocess.run(run + ["--output", str(tmp_path)], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "bundle.json" in r.stderr, r.stderr
+    (b / "bundle.json").write_text(json.dumps({"version": "0.1.0"}))
+    folder = tmp_path / "out"
+    folder.mkdir()
+    r = subprocess.run(run + ["--output", str(folder)], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.startswith(f"run.py: error: output {folder}: cannot write it"), r.stderr
+    assert "Traceback" not in r.stderr and not list(tmp_path.glob(".out.tmp")) and not any(folder.iterdir())
+    r = subprocess.run(run + ["--output", str(chal)], capture_output=True, text=True)
+    assert r.returncode == 2 and "is the challenges file itself" in r.stderr and chal.read_bytes() == before
+    r = subprocess.run(run + ["--output", str(tmp_path / "w" / "s.json")], capture_output=True, text=True)
+    assert r.returncode == 0 and json.loads((tmp_path / "w" / "s.json").read_text()) == \
+        {"a": [{"attempt_1": [[1]], "attempt_2": [[1]]}]}
+
 # ---- end to end, offline --------------------------------------------------------------------------------
 
 def fake_image(dest: Path, packages: list[str]) -> list[str]:
