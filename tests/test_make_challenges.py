@@ -139,3 +139,18 @@ def test_a_training_task_of_a_build_is_refused_saying_which_tasks_a_build_offers
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert len(err) == 1 and "aa000001" in err[0] and "trained on" in err[0] and "a folder of task files" in err[0], err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_build_without_evaluation_tasks_says_what_a_build_offers(tmp_path, capsys):
+    """make-challenges of a build of training tasks alone, without tasks=: the line said `the build ... has
+    none` of a build holding two tasks (new-user audit); it now says it has no evaluation task and where
+    its training tasks can be taken from."""
+    chal = write_kaggle(tmp_path / "raw", "arc-agi_training", _tasks(1, ["aa000001", "bb000002"]))
+    build(BuildConfig(sources=[str(chal)], output_dir=str(tmp_path / "pre"), num_aug=1, seed=0, progress=False))
+    capsys.readouterr()
+    assert main(["make-challenges", f"source={tmp_path / 'pre'}", f"output_dir={tmp_path / 'out'}"]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and "no evaluation task" in err[0] and "a folder of task files" in err[0], err
+    assert not (tmp_path / "out").exists()
+    assert main(["make-challenges", f"source={chal}", f"output_dir={tmp_path / 'out'}"]) == 0  # as the line says
+    assert sorted(_read(tmp_path / "out")[0]) == ["aa000001", "bb000002"]

@@ -128,18 +128,18 @@ def select(source: str, names: list[str], spill_dir: str | Path = ".") -> tuple[
         every, _ = load_sources([source], require_outputs=False)
         evaluation = [t for t in every if t.is_eval]
         tasks, what = (evaluation, f"the evaluation tasks of {source}") if evaluation else (every, source)
+    hint = ("; a build offers its evaluation tasks (those with test inputs; a holdout_dir's: the held-out "
+            "ones), not the tasks it trained on: give those as a folder of task files or a "
+            "*_challenges.json (source=FILE)") if a_build else ""
     if names:
         by_name = {t.name: t for t in tasks}
         missing = [n for n in names if n not in by_name]
         if missing:
-            hint = ("; a build offers its evaluation tasks (those with test inputs; a holdout_dir's: the held-out "
-                    "ones), not the tasks it trained on: give those as a folder of task files or a "
-                    "*_challenges.json (source=FILE)") if a_build else ""
             raise ArcError(f"tasks: {', '.join(missing[:5])} {'is' if len(missing) == 1 else 'are'} not among "
                            f"the {len(tasks)} task(s) of {what}{hint}")
         tasks = [by_name[n] for n in names]
     if not tasks:
-        raise ArcError(f"source={source}: no tasks to write ({what} has none)")
+        raise ArcError(f"source={source}: no tasks to write ({what} has {'no evaluation task' if a_build else 'none'}{hint})")
     return sorted(tasks, key=lambda t: t.name), what
 
 
