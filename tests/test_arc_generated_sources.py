@@ -208,6 +208,23 @@ def test_barc_errors_name_the_line_and_oversize_can_be_skipped(tmp_path):
     assert len(tasks) == 1 and len(tasks[0].train) == 1
 
 
+def test_a_source_whose_every_pair_is_oversize_says_so(tmp_path, capsys):
+    """Every pair over 30: `no task made` blamed the units' sizes alone (new-user audit); the line now names
+    the pairs generated.oversize=skip dropped, for BARC and RE-ARC, and nothing is written."""
+    big = [[1] * 31]
+    barc = tmp_path / "b.jsonl"
+    barc.write_text(json.dumps({"examples": [[big, [[1]]]] * 6, "seeds": []}) + "\n")
+    root = write_rearc(tmp_path / "re_arc", {"007bbfb7": 1})
+    (root / "tasks" / "007bbfb7.json").write_text(json.dumps([{"input": [[2]], "output": big}] * 6))
+    for spec, where in ((f"barc:{barc}", "b.jsonl: task b-000001: 6 pair(s)"),
+                        (f"rearc:{root}", "007bbfb7.json: task 007bbfb7: 6 pair(s)")):
+        rc = main(["build-arc", f"sources=[{spec}]", "progress=false", f"output_dir={tmp_path / 'out'}"])
+        err = capsys.readouterr().err.strip()
+        assert rc == 2 and len(err.splitlines()) == 1, err
+        assert "no task made" in err and "generated.oversize=skip" in err and where in err, err
+        assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
+
+
 @pytest.mark.parametrize(("kw", "match"), [({"pairs_per_task": 1}, "need 1 <= test_pairs < pairs_per_task"),
                                            ({"examples": -1}, "examples=-1"), ({"oversize": "drop"}, "oversize='drop'")])
 def test_bad_grouping_options(kw, match):

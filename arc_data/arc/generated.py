@@ -370,6 +370,9 @@ def load_generated(spec: str, kind: str, path: str, grouping: GeneratedSourceCon
         skipped.append(f"{spec}: {left} pair(s) left over at the end of units (a chunk of test_pairs or fewer), not used")
     made = table.finish() if table is not None else tasks
     if not len(made):
-        raise ArcError(f"{spec}: no task made (every unit had fewer than generated.test_pairs + 1 pairs)")
+        over = [n for n in skipped if n.endswith(f"with a side over {MAX_SIDE} skipped")]
+        why = (f" after {len(over)} unit(s) lost pairs with a side over {MAX_SIDE} (generated.oversize=skip), "
+               f"e.g. {over[0]}") if over else ""
+        raise ArcError(f"{spec}: no task made (every unit had fewer than generated.test_pairs + 1 pairs{why})")
     info = SourceInfo(spec, kind, str(root), digest.hexdigest(), len(made), 0, skipped)
     return made, info
