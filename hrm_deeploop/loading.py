@@ -26,7 +26,7 @@ from hrm_deeploop.data.rows import row_map
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.families.spec import LoadedModel, LoadOptions
 
-__all__ = ["LoadedModel", "load_model", "table_rows"]
+__all__ = ["LoadedModel", "check_same_puzzles", "load_model", "table_rows"]
 
 
 def load_model(path: str | Path, device: torch.device | str = "cpu", dtype: str = "auto",
@@ -56,11 +56,51 @@ def load_model(path: str | Path, device: torch.device | str = "cpu", dtype: str 
 
 
 def table_rows(loaded: LoadedModel, data_dir: str) -> torch.Tensor | None:
-    """Dataset id -> puzzle-table row for a checkpoint that names its rows (None: ids are rows)."""
+    """Dataset id -> puzzle-table row for a checkpoint that names its rows (None: ids are rows, and
+    `check_same_puzzles` has checked that they are)."""
     if loaded.puzzle_names is None:
+        check_same_puzzles(loaded, data_dir)
         return None
     try:
         names = load_identifiers(data_dir)
     except DatasetError as e:
         raise UserError(f"checkpoint '{loaded.path}' names its puzzle rows, and {e}") from None
     return row_map(loaded.puzzle_names, names, f"checkpoint '{loaded.path}' on '{data_dir}'")
+
+
+def check_same_puzzles(loaded: LoadedModel, data_dir: str) -> None:
+    """A checkpoint whose table rows are its training dataset's puzzle ids (no `puzzle_names`) is
+    evaluated on a dataset that names its puzzles as that one did, or refused in one line: two builds
+    can hold as many identifiers and other puzzles (ARC-1's 400 training and 400 evaluation tasks at
+    one num_aug), and each id would then read another puzzle's row. What the run trained on comes from
+    an exported folder's identifiers.json, or a run folder's data_identity.json (the file's hash);
+    official checkpoints and runs without either are not checked."""
+    from arc_data.format import IDENTIFIERS_FILE  # lazy: only where a dataset is checked
+    from hrm_deeploop.data.batches import file_identity  # lazy: only where a dataset is checked
+
+    here = Path(data_dir) / IDENTIFIERS_FILE
+    if loaded.kind != "hrm-deeploop" or not here.is_file():
+        return
+    path = Path(loaded.path)
+    folder = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+    hint = (f"checkpoint '{loaded.path}' was trained on another dataset than {data_dir} (its puzzle-table rows are "
+            "that dataset's puzzle ids{}): evaluate it on the dataset it trained on, or adapt it to this one "
+            "(train init_from=, ttt)")
+    try:
+        if (folder / IDENTIFIERS_FILE).is_file():  # an exported folder: the names themselves
+            theirs, mine = load_identifiers(folder), load_identifiers(data_dir)
+            if theirs != mine:
+                row = next((i for i, (a, b) in enumerate(zip(theirs, mine)) if a != b), min(len(theirs), len(mine)))
+                shown = (f"; row {row}: '{theirs[row]}' there, '{mine[row]}' here"
+                         if row < min(len(theirs), len(mine)) else f"; {len(theirs)} names there, {len(mine)} here")
+                raise UserError(hint.format(shown))
+        elif (folder / ckpt.IDENTITY_FILE).is_file():
+            import json  # lazy: only where a run folder is checked
+
+            recorded = (json.loads((folder / ckpt.IDENTITY_FILE).read_text()).get("files") or {}).get(".") or {}
+            saved = recorded.get(IDENTIFIERS_FILE)
+            if isinstance(saved, dict) and saved.get("sha256") and saved.get("sha256") != file_identity(here)["sha256"]:
+                raise UserError(hint.format(f"; its {ckpt.IDENTITY_FILE} records another {IDENTIFIERS_FILE}"))
+    except (OSError, ValueError, AttributeError, DatasetError):
+        return  # unreadable records: the checks above are a help, not a gate
+

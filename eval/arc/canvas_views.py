@@ -33,7 +33,7 @@ from hrm_deeploop.data.batches import open_dataset
 from hrm_deeploop.data.canvas import BORDER, View, canvas_batch, decode
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.families.loopvit_scores import canvas_accuracy
-from hrm_deeploop.loading import load_model
+from hrm_deeploop.loading import check_same_puzzles, load_model
 
 
 def canvas_row(pred: np.ndarray, view: View, dihedral: int = 0) -> np.ndarray:
@@ -123,6 +123,7 @@ def evaluate_canvas(c: Any, evaluation: Any, out: Path) -> int:
             raise UserError(f"checkpoint '{loaded.path}' has {loaded.config.num_tasks} task tokens, the dataset {rows} "
                             "puzzle identifiers: a LoopViT predicts the tasks it was trained on (train-vit "
                             "init_from=... on this dataset first, as ttt does)")
+        check_same_puzzles(loaded, c.data_dir)  # as many task tokens as another dataset's puzzles: one line
         model = loaded.model
         G = c.global_batch_size or (256 if env.device.type == "cuda" else 16)
         print(f"evaluate: {loaded.kind} {loaded.family.title} checkpoint {loaded.path} ({loaded.weights} weights), "

@@ -83,6 +83,11 @@ def dataset_identity(data_dir: str | Path) -> dict[str, Any]:
     return out
 
 
+def file_identity(path: Path) -> dict[str, Any]:
+    """{bytes, sha256} of one file, as `dataset_identity` records it."""
+    return _file_identity(path)
+
+
 def _file_identity(path: Path) -> dict[str, Any]:
     h = hashlib.sha256()
     try:
