@@ -264,3 +264,19 @@ def test_same_bytes_across_processes_and_hash_seeds(tmp_path):
                         "families=[colour_map,recolour_by_size,flood_fill]", "tasks_per_family=3", "progress=false",
                         "holdout_families=[flood_fill]"], env=env, check=True, capture_output=True)
     assert _tree(tmp_path / "1") == _tree(tmp_path / "2")
+
+
+def test_a_family_that_cannot_fit_names_only_settings_generate_arc_has(tmp_path, capsys):
+    """The hint of `no valid task` named `num_demos`, a key generate-arc does not take (new-user audit):
+    every setting the line tells the user to change is a field of GenerateArcConfig."""
+    import dataclasses
+    import re
+
+    from hrm_deeploop.cli import main
+
+    assert main(["generate-arc", "families=[tile]", "max_side=2", f"output_dir={tmp_path / 'g'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    hint = err.split("); ", 1)[1]
+    named = set(re.findall(r"[a-z]+_[a-z_]+|difficulty", hint))
+    assert named and named <= {f.name for f in dataclasses.fields(GenerateArcConfig)}, err
+    assert not (tmp_path / "g").exists()

@@ -69,8 +69,8 @@ def make_task(family: Family, name: str, rng: np.random.Generator, difficulty: i
                 check_task(task)
                 return task
     raise GenerationError(f"family {family.name}: no valid task in {PARAM_TRIES} rule instances "
-                          f"(difficulty={difficulty}, {want} pairs, sides <= {max_side}); lower num_demos/num_tests, "
-                          "change difficulty or raise max_side")
+                          f"(difficulty={difficulty}, {want} pairs, sides <= {max_side}); lower max_demos (and min_demos) "
+                          "or num_tests, change difficulty or raise max_side")
 
 
 def check_task(task: GeneratedTask) -> None:
