@@ -51,3 +51,19 @@ def test_viz_errors(tmp_path):
     src = write_layout(tmp_path / "data", {"training": synthetic_tasks()["training"]})
     with pytest.raises(DatasetError, match="task nope: not found"):
         visualize(VizConfig(sources=[str(src)], tasks=["nope"], output_dir=str(tmp_path / "v")))
+
+
+def test_viz_of_a_puzzle_build_says_it_draws_arc_builds(tmp_path, capsys):
+    """viz-arc data_dir=<a build-puzzles Sudoku dataset>: `augmentations.npz: missing (not a built dataset, or a
+    half-written one?)` of a complete build (new-user audit); the line now says what the dataset is."""
+    from hrm_deeploop.cli import main
+
+    raw = tmp_path / "raw"
+    assert main(["generate-puzzles", "task=sudoku", "size=4", "count_train=4", "count_test=2", "progress=false",
+                 f"output_dir={raw}"]) == 0
+    assert main(["build-puzzles", "task=sudoku", f"source={raw}", "progress=false", f"output_dir={tmp_path / 's'}"]) == 0
+    capsys.readouterr()
+    assert main(["viz-arc", f"data_dir={tmp_path / 's'}", f"output_dir={tmp_path / 'v'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "a sudoku dataset, not an ARC one" in err and "missing" not in err, err
+    assert not (tmp_path / "v").exists()

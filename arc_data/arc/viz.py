@@ -196,9 +196,14 @@ def pictures_from_dataset(cfg: VizConfig) -> list[Picture]:
         load_augmentations,
         load_identifiers,
         open_split,
+        task_kind,
     )
 
     root = Path(cfg.data_dir)
+    kind = task_kind(root)
+    if kind != "arc":  # a Sudoku or Maze build has no augmentation table; its rows are no ARC grids
+        raise ArcError(f"data_dir={root}: a {kind} dataset, not an ARC one; viz-arc draws ARC builds (Sudoku and "
+                       "Maze boards are drawn from Python: arc_data/puzzles/viz.render_puzzle, docs/puzzles.md#pictures)")
     aug = load_augmentations(root)
     ids = load_identifiers(root)
     names = [str(n) for n in aug.task_names]
