@@ -134,12 +134,22 @@ def evaluate(opts: EvalGPTConfig) -> dict[str, Any]:
             from hrm_deeploop.text.tokenizer import get_tokenizer  # lazy: `eval-gpt --help` skips it
 
             trained_with = ((loaded.run_config or {}).get("data") or {}).get("tokenizer_id") or "gpt2"
-            table = run_lm_eval(model, opts.tasks, opts.num_fewshot, opts.limit, opts.lm_eval_batch_size,
-                                tokenizer=get_tokenizer(trained_with),
-                                output_path=out_dir if e.is_main else None, include_path=opts.include_path,
-                                max_length=model.cfg.seq_len, device=e.device,
-                                dtype=dtype if e.device.type == "cuda" else None,
-                                include_defaults=opts.include_defaults)
+            try:
+                table = run_lm_eval(model, opts.tasks, opts.num_fewshot, opts.limit, opts.lm_eval_batch_size,
+                                    tokenizer=get_tokenizer(trained_with),
+                                    output_path=out_dir if e.is_main else None, include_path=opts.include_path,
+                                    max_length=model.cfg.seq_len, device=e.device,
+                                    dtype=dtype if e.device.type == "cuda" else None,
+                                    include_defaults=opts.include_defaults)
+            except ConnectionError as err:  # datasets: a task's data neither in the HF cache nor reachable
+                raise UserError(f"lm_eval: {err}: a task's dataset comes from the Hugging Face Hub; run once with "
+                                "network (or HF_HOME at a cache that holds it), or give local tasks with "
+                                "include_path=") from None
+            except KeyError as err:  # lm-eval's task index: a name it does not know
+                if "not a registered task" not in str(err):
+                    raise
+                raise UserError(f"lm_eval: tasks={list(opts.tasks)}: {err.args[0]} (include_path= adds a folder "
+                                "of task YAMLs)") from None
             result["lm_eval"] = {"acc": {str(k): v for k, v in table.acc.items()},
                                  "avg": {str(s): table.average(s) for s in table.acc}}
             runtime.print0(table.markdown())

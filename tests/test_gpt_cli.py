@@ -120,6 +120,35 @@ def test_eval_gpt_lm_eval_on_a_local_task(shards, tmp_path):
 
 
 @pytest.mark.slow
+def test_eval_gpt_lm_eval_unknown_task_and_uncached_dataset_are_one_line(shards, tmp_path):
+    """Offline, a task whose dataset is on the Hub and not cached, and a task name lm-eval does not know:
+    both ended in a traceback, exit 1 (new-user audit). One line each, exit 2, no eval.json. In a
+    subprocess: `datasets` reads HF_DATASETS_OFFLINE when it is first imported."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("lm_eval")
+    run = tmp_path / "run"
+    assert _train(shards, run, "train.max_steps=1") == 0
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "hub_only.yaml").write_text("task: hub_only\ndataset_path: nobody/no-such-dataset\ntest_split: test\n"
+                                         "output_type: multiple_choice\ndoc_to_text: q\ndoc_to_target: 0\n"
+                                         "doc_to_choice: ['a', 'b']\nmetric_list:\n  - metric: acc\n")
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
+           "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    for task, expected in (("nosuch_task", "is not a registered task"), ("hub_only", "run once with network")):
+        p = subprocess.run([sys.executable, "-m", "hrm_deeploop.cli", "eval-gpt", f"checkpoint={run}", "device=cpu",
+                            f"data={shards}/val_000000.bin", "lm_eval=true", f"tasks=[{task}]", f"include_path={tasks}",
+                            "include_defaults=false", f"output_dir={tmp_path / task}"], env=env, capture_output=True,
+                           text=True, timeout=300)
+        lines = [ln for ln in p.stderr.splitlines() if ln.strip() and "Traceback" not in p.stderr]
+        assert p.returncode == 2 and lines and expected in lines[-1] and "Traceback" not in p.stderr, p.stderr[-3000:]
+        assert not (tmp_path / task / "eval.json").exists()
+
+
+@pytest.mark.slow
 def test_sweep_cli_with_torchrun_launcher(shards, tmp_path):
     """`sweep launcher=torchrun`: each run is `torchrun -m hrm_deeploop.cli train-gpt <overrides>`."""
     out = tmp_path / "sweep"
