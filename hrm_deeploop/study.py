@@ -397,6 +397,12 @@ def study(cfg: StudyConfig) -> tuple[list[dict[str, Any]], dict[str, str]]:
 def run(cfg: StudyConfig) -> int:
     rows, failed = study(cfg)
     print(f"study: {len(rows)} runs, {len(failed)} failed; study.md, study.csv, study.png in {cfg.output_dir}")
+    done = [r for r in rows if r["status"] in ("finished", "stopped")]
+    if done and all(r["value"] is None for r in done):  # tables of dashes: say why
+        why = ("; `train` evaluates only with eval.every > 0 (or eval.interval_epochs): add it to base"
+               if cfg.trainer == "train" else "")
+        print(f"warning: none of the {len(done)} finished run(s) has {' or '.join(cfg.metrics)} in its summary.json, "
+              f"so the tables hold no value{why}", file=sys.stderr)
     if failed:
         first = next(iter(failed.items()))
         raise UserError(f"{len(failed)} of {len(rows)} runs failed (first: {first[0]}: {first[1]})")

@@ -305,3 +305,27 @@ def test_sigterm_stops_a_study_within_its_grace_and_starts_no_queued_seed(shards
     assert len(lines) == 1 and "interrupted by SIGTERM: stopped the running run(s) (scaling-baseline/s0)" in lines[0]
     assert not (run / "s1").exists() and not (run / "s2").exists()
     assert not [q for q in run.rglob("*") if q.name.startswith(".") or q.suffix == ".tmp"]
+
+
+def test_a_study_whose_runs_hold_no_metric_says_why(tmp_path, capsys):
+    """trainer=train without eval.every in base: every run finished, study.md all dashes and no word
+    (new-user audit); a warning now names the metric and the setting. The run below is finished already
+    (its summary.json as `train` writes it without an evaluation), so the study only aggregates."""
+    data = tmp_path / "sudoku"
+    assert main(["generate-puzzles", "task=sudoku", "size=4", "count_train=8", "count_test=2",
+                 f"output_dir={tmp_path / 'raw'}", "progress=false"]) == 0
+    assert main(["build-puzzles", "task=sudoku", f"source={tmp_path / 'raw'}", f"output_dir={data}",
+                 "progress=false"]) == 0
+    out = tmp_path / "study"
+    run = out / "scaling-baseline" / "s0"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps({"status": "finished", "steps": 3, "last_eval": None}))
+    capsys.readouterr()
+    args = ["study", "trainer=train", f"output_dir={out}", "grid={scaling:[baseline]}",
+            "base={experiment:hrm_tiny_cpu,train.max_steps:3,data_dir:" + str(data) + "}"]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "none of the 1 finished run(s) has last_eval.eval/exact_accuracy" in err and "eval.every > 0" in err, err
+    (run / "summary.json").write_text(json.dumps({"status": "finished", "steps": 3,
+                                                   "last_eval": {"eval/exact_accuracy": 0.5}}))
+    assert main(args) == 0 and "none of the" not in capsys.readouterr().err
