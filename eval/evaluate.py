@@ -52,6 +52,10 @@ def run(c: EvaluateConfig) -> int:
     if c.all_checkpoints:
         from eval.curve import evaluate_run  # lazy: only with all_checkpoints=true
 
+        if (task := evaluation_for(c.data_dir, c.split, c.task)) != "arc":  # its curve is the vote's pass@K
+            raise ConfigError(f"all_checkpoints=true draws ARC's pass@K against the step, but {c.data_dir} holds "
+                              f"{task}: evaluate each checkpoints/step_N.pt on its own (checkpoint=RUN/checkpoints/"
+                              "step_N.pt), each into its own output_dir")
         return evaluate_run(c, run)
     pred_path = out / "predictions.npz"
     if pred_path.exists() and not c.overwrite:

@@ -434,3 +434,14 @@ def test_eval_gpt_on_shards_without_meta_names_a_switch_that_works(gpt, tmp_path
     finally:
         os.chdir(old)
     assert (tmp_path / "ev" / "eval.json").is_file()
+
+
+def test_evaluate_all_checkpoints_on_a_puzzle_dataset_is_one_line(sudoku_set, tmp_path, capsys):  # noqa: F811
+    """The curve is ARC's pass@K: on a Sudoku build every step was evaluated into OUT/step_N, then a
+    traceback (FileNotFoundError: step_N/pass_at_k.json) left the first step's folder (new-user audit).
+    Refused before any checkpoint is read (here a step file that is not one)."""
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "run" / "checkpoints" / "step_1.pt").write_bytes(b"not a checkpoint: never read")
+    refused(tmp_path, capsys, ["evaluate", "checkpoint=run", f"data_dir={sudoku_set}", "output_dir=out",
+                               "all_checkpoints=true", "progress=false"],
+            "all_checkpoints=true draws ARC's pass@K", "holds sudoku")
