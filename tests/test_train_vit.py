@@ -122,6 +122,7 @@ def test_init_from_a_deeploop_run_keeps_its_scaling(monkeypatch, data, tmp_path)
     started from without `scaling=` was trained on as baseline (alpha 1: another model; new-user audit)."""
     from hrm_deeploop import runtime
     from hrm_deeploop.loading import load_model
+    from hrm_deeploop.pertask import official_ttt
     from hrm_deeploop.training import vision
 
     assert train_vit(monkeypatch, data, tmp_path / "dl", "train.max_steps=1", "model.block=vanilla",
@@ -133,6 +134,8 @@ def test_init_from_a_deeploop_run_keeps_its_scaling(monkeypatch, data, tmp_path)
                                             fused_kernel=False))
     want = load_model(str(tmp_path / "dl"), "cpu", "float32").model
     assert trainer.cfg.scaling.scheme == "deeploop" and trainer.model.residual == want.residual
+    lone = official_ttt.start_model(str(tmp_path / "dl"), 51, 0, None)  # `ttt views=official`'s copy: built as baseline
+    assert lone.scaling.scheme == "deeploop" and lone.residual == want.residual
 
 
 def test_init_from_another_familys_run_names_the_commands_that_serve_it(monkeypatch, data, tmp_path, capsys):

@@ -66,12 +66,13 @@ def torch_seed(seed: int) -> int:
 
 
 def start_model(checkpoint: str, num_views: int, seed: int, dropout: float | None) -> LoopViT:
-    """The checkpoint's LoopViT with a fresh task table of `num_views` rows (trunc-normal 0.02)."""
+    """The checkpoint's LoopViT, its residual scaling included (an official file's: baseline), with a
+    fresh task table of `num_views` rows (trunc-normal 0.02)."""
 
     path = str(resolve(checkpoint))
     cfg, start = read_start(path)
     cfg = replace(cfg, num_tasks=num_views, **({} if dropout is None else {"dropout": dropout}))
-    model = LoopViT(cfg)
+    model = LoopViT(cfg, start["scaling"])  # a DeepLoop run's alpha and beta (it was built as baseline)
     start_weights(model, start, path)
     with torch.no_grad():
         torch.nn.init.trunc_normal_(model.task_embed.weight, std=0.02, generator=torch.Generator().manual_seed(seed))
