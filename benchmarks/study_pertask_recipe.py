@@ -50,6 +50,7 @@ ARMS: dict[str, tuple] = {
     "e_loo": ("ttt", {"leave_one_out": "true"}, [WARMUP]),
     "e_400": ("ttt", {"steps": 400}, [WARMUP]),  # twice the compute: is (e) under-trained?
     "e_b1x1600": ("ttt", {"steps": 1600, "batch": 1}, [WARMUP]),  # (c)'s optimiser steps, the same rows
+    "e_b1x1600_k8": ("ttt", {"steps": 1600, "batch": 1, "copies": 8}, [WARMUP]),  # the same, 8 copies at once
     "e_b2x800": ("ttt", {"steps": 800, "batch": 2}, [WARMUP]),
     # the official loop: 51 views, 2 runs; epochs 0..4 = 5 epochs of ceil(51 x demos / 8) steps, about
     # 100-130 steps a run at 3-4 demonstrations, so about 200-260 a task; dropout 0.1 (its default)
