@@ -154,3 +154,28 @@ def test_a_build_without_evaluation_tasks_says_what_a_build_offers(tmp_path, cap
     assert not (tmp_path / "out").exists()
     assert main(["make-challenges", f"source={chal}", f"output_dir={tmp_path / 'out'}"]) == 0  # as the line says
     assert sorted(_read(tmp_path / "out")[0]) == ["aa000001", "bb000002"]
+
+
+def test_overwrite_never_replaces_a_kaggle_data_folder_and_takes_back_any_prefix(tmp_path, capsys):
+    """overwrite=true replaces the whole folder: one holding Kaggle's download (its arc-agi_evaluation_challenges.json
+    was taken as make-challenges' marker) lost its training and test files (new-user audit). Now only a folder
+    of one pair make-challenges writes is replaced, whatever its prefix (prefix=first, then the default, said
+    'not written by make-challenges')."""
+    tasks = _tasks(2, ["aa000001", "bb000002"])
+    src = write_layout(tmp_path / "raw", {"evaluation": tasks})
+    kaggle = tmp_path / "kaggle"
+    write_kaggle(kaggle, "arc-agi_evaluation", tasks)
+    write_kaggle(kaggle, "arc-agi_training", tasks)
+    (kaggle / "sample_submission.json").write_text("{}")
+    before = {p.name: p.read_bytes() for p in kaggle.iterdir()}
+    capsys.readouterr()
+    assert main(["make-challenges", f"source={src}", f"output_dir={kaggle}", "overwrite=true"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "arc-agi_training_challenges.json" in err and "sample_submission" in err, err
+    assert {p.name: p.read_bytes() for p in kaggle.iterdir()} == before
+    out = tmp_path / "out"
+    assert main(["make-challenges", f"source={src}", f"output_dir={out}", "prefix=first"]) == 0
+    assert main(["make-challenges", f"source={src}", f"output_dir={out}", "overwrite=true"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["arc-agi_evaluation_challenges.json",
+                                                     "arc-agi_evaluation_solutions.json"]
+    assert _read(out) == _expected(tasks)

@@ -155,6 +155,28 @@ def as_kaggle(tasks: list[Task]) -> tuple[dict, dict | None]:
     return challenges, (solutions if complete else None)
 
 
+def _marker(out: Path, default: str) -> str:
+    """The file marking `out` as a folder make-challenges wrote (overwrite=true replaces the whole folder):
+    its one `<P>_challenges.json`, when the folder holds nothing but that and `<P>_solutions.json`, whatever
+    prefix P wrote it. Anything else in it (Kaggle's own data folder: training, evaluation and test pairs and
+    sample_submission.json) is refused here, never replaced."""
+    if out.is_symlink() or not out.is_dir():
+        return default  # checked_output_dir says what it is
+    try:
+        entries = sorted(p.name for p in out.iterdir())
+    except OSError:
+        return default  # checked_output_dir says why it cannot be read
+    pairs = [e for e in entries if e.endswith(f"_{CHALLENGES}")]
+    first = pairs[0] if len(pairs) == 1 else default
+    mine = {first, first.removesuffix(CHALLENGES) + SOLUTIONS}
+    others = [e for e in entries if e not in mine]
+    if others:
+        raise ArcError(f"output_dir={out} holds files make-challenges does not write ({', '.join(others[:3])}"
+                       f"{', ...' if len(others) > 3 else ''}); refusing to replace it with overwrite=true: choose "
+                       "another folder or remove it yourself")
+    return first
+
+
 def run(cfg: ChallengesConfig) -> int:
     if not cfg.source:
         raise ArcError("source= is required (a build-arc dataset, a folder of task files, a *_challenges.json)")
@@ -163,8 +185,8 @@ def run(cfg: ChallengesConfig) -> int:
     if not cfg.prefix or "/" in cfg.prefix or cfg.prefix.startswith("."):
         raise ArcError(f"prefix={cfg.prefix!r}: must be a plain file-name prefix (e.g. arc-agi_evaluation)")
     names = f"{cfg.prefix}_{CHALLENGES}", f"{cfg.prefix}_{SOLUTIONS}"
-    target = checked_output_dir(cfg.output_dir, cfg.overwrite, [cfg.source], marker=names[0],
-                                writer="make-challenges")
+    marker = _marker(Path(cfg.output_dir).expanduser(), names[0]) if cfg.overwrite else names[0]
+    target = checked_output_dir(cfg.output_dir, cfg.overwrite, [cfg.source], marker=marker, writer="make-challenges")
     tasks, what = select(cfg.source, list(cfg.tasks), folder_beside(cfg.output_dir))
     challenges, solutions = as_kaggle(tasks)
     with atomic_dir(target) as tmp:
