@@ -62,6 +62,9 @@ AUGMENTATIONS_FILE = "augmentations.npz"
 MANIFEST_FILE = "manifest.json"
 PUZZLE_AUGMENTATIONS_FILE = "puzzle_augmentations.npz"  # build-puzzles: per split (arc_data.puzzles.build)
 GRIDS_FILE = "grids.npz"
+# every name a build (build-arc, build-puzzles) puts at the top of its folder: overwrite=true replaces a
+# folder holding its manifest and nothing else (arc_data.files.guard.check_replaceable)
+BUILD_OUTPUTS = (IDENTIFIERS_FILE, AUGMENTATIONS_FILE, MANIFEST_FILE, GRIDS_FILE, *SPLITS)
 PLAN_GROUP_PAIRS_FILE = "plan__group_pairs.npy"
 PLAN_GROUP_PAIR_INDICES_FILE = "plan__group_pair_indices.npy"
 PLAN_OFFSETS_FILE = "plan__offsets.npy"

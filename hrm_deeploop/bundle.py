@@ -292,7 +292,8 @@ def bundle(cfg: BundleConfig) -> tuple[Path, dict]:
         raise UserError(f"output_dir={cfg.output_dir} exists and is not an earlier bundle (no {MANIFEST} in it): "
                         "choose another folder")
     inputs = [cfg.checkpoint, *(str(f) for f, _ in files), cfg.source]
-    target = checked_output_dir(cfg.output_dir, True, inputs, marker=MANIFEST, writer="bundle")
+    target = checked_output_dir(cfg.output_dir, True, inputs, marker=MANIFEST, writer="bundle",
+                                outputs=(MANIFEST, "README.md", "run.py", "checkpoint", "wheels"))
     if cfg.ttt_overrides:
         check_ttt_overrides(cfg.ttt_overrides)
     with atomic_dir(target) as tmp:

@@ -235,9 +235,14 @@ def test_overwrite_and_atomic(src, tmp_path):
     assert (out / "keep.txt").exists()
     (out / "keep.txt").unlink()
     _build(src, out, materialize=True, overwrite=True)  # an empty folder may be written
-    (out / "extra.txt").write_text("x")
     _build(src, out, overwrite=True, materialize=False)  # an earlier build is replaced, atomically
-    assert not (out / "extra.txt").exists() and (out / fmt.MANIFEST_FILE).exists()
+    assert (out / fmt.GRIDS_FILE).exists() and not (out / "train" / "all__inputs.npy").exists()
+    (out / "extra.txt").write_text("x")  # a file build-arc does not write: the folder is no longer only a build
+    with pytest.raises(DatasetError, match=r"holds files build-arc does not write \(extra.txt\)"):
+        _build(src, out, overwrite=True)
+    (out / "extra.txt").unlink()
+    _build(src, out, overwrite=True, materialize=True)
+    assert not (out / fmt.GRIDS_FILE).exists() and (out / "train" / "all__inputs.npy").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["ds"]  # no temp folders left
 
 

@@ -263,15 +263,18 @@ def _build_with(cfg: BuildConfig, spill: Spill | None) -> BuildSummary:
     t0 = time.perf_counter()
     inputs = [source_path(s) for s in cfg.sources if s not in SOURCE_NAMES]
     outputs_apart(cfg)
-    target = checked_output_dir(cfg.output_dir, cfg.overwrite, inputs, marker=fmt.MANIFEST_FILE, writer="build-arc")
+    target = checked_output_dir(cfg.output_dir, cfg.overwrite, inputs, marker=fmt.MANIFEST_FILE, writer="build-arc",
+                                outputs=fmt.BUILD_OUTPUTS)
     held_target = val_target = None
     if cfg.holdout_dir:
         held_target = checked_output_dir(cfg.holdout_dir, cfg.overwrite, [*inputs, cfg.output_dir],
-                                         marker=fmt.MANIFEST_FILE, writer="build-arc", field="holdout_dir")
+                                         marker=fmt.MANIFEST_FILE, writer="build-arc", field="holdout_dir",
+                                         outputs=fmt.BUILD_OUTPUTS)
     if cfg.validation_dir:
         val_target = checked_output_dir(cfg.validation_dir, cfg.overwrite,
                                         [*inputs, cfg.output_dir, cfg.holdout_dir],
-                                        marker=fmt.MANIFEST_FILE, writer="build-arc", field="validation_dir")
+                                        marker=fmt.MANIFEST_FILE, writer="build-arc", field="validation_dir",
+                                        outputs=fmt.BUILD_OUTPUTS)
 
     tasks, infos = load_tasks(list(cfg.sources), cfg.eval_name, require_outputs=cfg.test_labels == "required",
                               load=loader(cfg.generated, cfg.seed, spill))

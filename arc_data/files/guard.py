@@ -18,7 +18,7 @@ from __future__ import annotations
 import glob as globlib
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,12 +144,21 @@ def check_output_file(output: str | os.PathLike, overwrite: bool, inputs: Iterab
     return OutputFile(out, None if st is None else (st.st_dev, st.st_ino), writer)
 
 
-def check_replaceable(output_dir: Path, marker: str, writer: str, key: str = "output_dir") -> None:
+def check_replaceable(output_dir: Path, marker: str, writer: str, key: str = "output_dir",
+                      outputs: Collection[str] | None = None) -> None:
     """With overwrite=true an existing output folder is replaced only if it is empty or holds
-    `marker` (a file the writer leaves in every folder it writes): never an arbitrary folder."""
+    `marker` (a file the writer leaves in every folder it writes): never an arbitrary folder. With
+    `outputs` (every name the writer puts in such a folder) it must also hold nothing else: a marker
+    with a common name (manifest.json, generated.json) does not make a user's folder ours."""
     if output_dir.is_dir() and any(output_dir.iterdir()) and not (output_dir / marker).is_file():
         raise DatasetError(f"{key}={output_dir} exists and was not written by {writer} (no {marker} in it); "
                            "refusing to replace it with overwrite=true: choose another folder or remove it yourself")
+    others = [] if outputs is None or not output_dir.is_dir() else \
+        sorted(e.name for e in output_dir.iterdir() if e.name not in outputs)
+    if others:
+        raise DatasetError(f"{key}={output_dir} holds files {writer} does not write ({', '.join(others[:3])}"
+                           f"{', ...' if len(others) > 3 else ''}); refusing to replace it with overwrite=true: "
+                           "choose another folder or remove it yourself")
 
 
 @dataclass(frozen=True)
@@ -172,7 +181,8 @@ def identity(path: Path) -> tuple[int, int] | None:
 
 
 def checked_output_dir(output_dir: str, overwrite: bool, inputs: Iterable[str | os.PathLike | None] = (),
-                       marker: str | None = None, writer: str = "this command", field: str = "output_dir") -> OutputDir:
+                       marker: str | None = None, writer: str = "this command", field: str = "output_dir",
+                       outputs: Collection[str] | None = None) -> OutputDir:
     """The output folder of a writer that replaces it as a whole: `check_output_dir`, then refused if
     it exists without overwrite=true, or (with it) if it is a folder `writer` did not write. The
     folder found here is the only one `atomic_dir` will ever replace."""
@@ -180,7 +190,7 @@ def checked_output_dir(output_dir: str, overwrite: bool, inputs: Iterable[str | 
     if os.path.lexists(out) and not overwrite:
         raise DatasetError(f"{out}: {field} already exists (pass overwrite=true to replace it)")
     if out.exists() and marker is not None:
-        check_replaceable(out, marker, writer, field)
+        check_replaceable(out, marker, writer, field, outputs)
     return OutputDir(out, identity(out), marker, writer)
 
 

@@ -28,6 +28,9 @@ from arc_data.progress import package_version, progress_bar
 MANIFEST = "generated.json"  # marks a folder generate-arc wrote (overwrite=true replaces only those)
 LAYOUTS = ("files", "kaggle")
 KAGGLE_PREFIX = "generated"
+# every name generate-arc puts in its folder, either layout (overwrite=true replaces a folder of these alone)
+OUTPUTS = (MANIFEST, "training", "evaluation",
+           *(f"{KAGGLE_PREFIX}_{s}_{k}.json" for s in ("training", "evaluation") for k in ("challenges", "solutions")))
 
 
 @dataclass
@@ -158,7 +161,8 @@ def generate(cfg: GenerateArcConfig) -> dict:
 
 def _generate(cfg: GenerateArcConfig) -> dict:
     t0 = time.perf_counter()
-    target = checked_output_dir(cfg.output_dir, cfg.overwrite, marker=MANIFEST, writer="generate-arc")
+    target = checked_output_dir(cfg.output_dir, cfg.overwrite, marker=MANIFEST, writer="generate-arc",
+                                outputs=OUTPUTS)
     families = list(cfg.families) or list(FAMILIES)
     total = len(families) * cfg.tasks_per_family
     check_generate_request(cfg, target.path)

@@ -239,7 +239,7 @@ def build_puzzles(cfg: BuildPuzzlesConfig) -> dict:
 def _build(cfg: BuildPuzzlesConfig) -> dict:
     t0 = time.perf_counter()
     target = checked_output_dir(cfg.output_dir, cfg.overwrite, [cfg.source], marker=fmt.MANIFEST_FILE,
-                                writer="build-puzzles")
+                                writer="build-puzzles", outputs=fmt.BUILD_OUTPUTS)
     out = target.path
     bars = progress_bar(cfg.progress, "build-puzzles")
     rng = np.random.Generator(np.random.PCG64(cfg.seed))

@@ -84,7 +84,8 @@ def generate_puzzles(cfg: GeneratePuzzlesConfig) -> dict:
 
 def _generate(cfg: GeneratePuzzlesConfig) -> dict:
     t0 = time.perf_counter()
-    target = checked_output_dir(cfg.output_dir, cfg.overwrite, marker="generated.json", writer="generate-puzzles")
+    target = checked_output_dir(cfg.output_dir, cfg.overwrite, marker="generated.json", writer="generate-puzzles",
+                                outputs=("generated.json", "train.csv", "test.csv"))
     out = target.path
     check_generate_request(cfg, out)
     total = cfg.count_train + cfg.count_test
