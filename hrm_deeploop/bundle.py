@@ -223,14 +223,20 @@ def checkpoint_files(checkpoint: str, step: int | None) -> tuple[list[tuple[Path
     return [*own, (chosen, f"checkpoints/{chosen.name}")], n
 
 
+# `ttt`'s config composed and checked as run.py will start it (its own keys as placeholders), in a child
+# process: a misspelled key or a bad value (steps=-1) is refused here, not after the notebook's install
+_CHECK_TTT = ("import sys\nfrom hrm_deeploop.cli import compose\nfrom hrm_deeploop.errors import UserError\n"
+              "try:\n    compose('ttt', sys.argv[1:])\nexcept UserError as e:\n    sys.exit(f'error: {e}')\n")
+
+
 def check_ttt_overrides(overrides: list[str]) -> None:
-    """`ttt`'s own check of the overrides (its --help composes them): a misspelled key is refused
-    here, not twelve hours into a notebook."""
-    r = subprocess.run([sys.executable, "-m", "hrm_deeploop.cli", "ttt", *overrides, "--help"], capture_output=True,
-                       text=True)
+    """`ttt`'s own check of the overrides (its config composed and its values checked, run.py's own keys
+    filled in): a misspelled key or a value ttt refuses is refused here, not twelve hours into a notebook."""
+    own = ["checkpoint=CHECKPOINT", "challenges=CHALLENGES.json", "output_dir=WORK"]
+    r = subprocess.run([sys.executable, "-c", _CHECK_TTT, *overrides, *own], capture_output=True, text=True)
     if r.returncode != 0:
         line = (r.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise ConfigError(f"ttt_overrides: {line.removeprefix('hrm-deeploop ttt: error: ')}")
+        raise ConfigError(f"ttt_overrides: {line.removeprefix('error: ')}")
 
 
 def readme(manifest: dict) -> str:

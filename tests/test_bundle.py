@@ -103,6 +103,7 @@ def test_refusals_write_nothing(tmp_path, capsys):
         ([f"checkpoint={run}", "step=4"], "has checkpoints at steps 3, 5"),
         ([f"checkpoint={run}", "ttt_overrides=['output_dir=x']"], "run.py sets output_dir itself"),
         ([f"checkpoint={run}", "ttt_overrides=['stepz=2']"], "unknown config key 'stepz'"),
+        ([f"checkpoint={run}", "ttt_overrides=['steps=-1']"], "steps=-1: must be >= 1"),  # a value: checked too
         ([f"checkpoint={run}", "python_version=3"], "python_version=3"),
     ]
     for args, why in cases:
