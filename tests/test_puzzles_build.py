@@ -2,6 +2,7 @@
 exit code 2, nothing written), determinism, options, configs."""
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -252,6 +253,13 @@ def test_bad_sources_and_options(tmp_path, capsys):
     _refused(tmp_path, capsys, ["task=sudoku", f"source={src}", "min_difficulty=100"],
              r"train\.csv: min_difficulty=100 leaves no puzzles")
     _refused(tmp_path, capsys, ["task=sudoku", f"source={src / 'train.csv'}"], "is a file")
+    # a FIFO as the source, or as its train.csv: named as such (it said 'is a file' / 'missing'; new-user audit)
+    os.mkfifo(tmp_path / "fifo")
+    _refused(tmp_path, capsys, ["task=sudoku", f"source={tmp_path / 'fifo'}"], r"is not a folder \(a FIFO")
+    (src / "train.csv").unlink()
+    os.mkfifo(src / "train.csv")
+    _refused(tmp_path, capsys, ["task=sudoku", f"source={src}"], r"train\.csv: not a regular file")
+    src = write_csvs(tmp_path / "csv2", SUDOKU_TRAIN, SUDOKU_TEST)
     _refused(tmp_path, capsys, ["task=sudoku", f"source={tmp_path / 'nope' / 'x' / 'y'}"], "neither a folder nor")
     # a dataset repository id with no network (tests run with HF_HUB_OFFLINE=1)
     _refused(tmp_path, capsys, ["task=sudoku", "source=sapientinc/sudoku-extreme-not-cached"],

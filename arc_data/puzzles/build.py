@@ -209,10 +209,12 @@ def resolve_source(source: str, split: str) -> tuple[Path, str | None]:
     if folder.is_dir():
         path = folder / f"{split}.csv"
         if not path.is_file():
-            raise DatasetError(f"{path}: missing (source folder must hold train.csv and test.csv)")
+            what = "not a regular file (a folder, FIFO or device)" if path.exists() else "missing"
+            raise DatasetError(f"{path}: {what} (source folder must hold train.csv and test.csv)")
         return path, None
     if folder.exists():
-        raise DatasetError(f"source: {source} is a file; give the folder holding train.csv and test.csv")
+        what = "a file" if folder.is_file() else "not a folder (a FIFO, device or socket)"
+        raise DatasetError(f"source: {source} is {what}; give the folder holding train.csv and test.csv")
     if not _REPO_ID.match(source):
         raise DatasetError(f"source: {source} is neither a folder nor a dataset repository id (owner/name)")
     try:
