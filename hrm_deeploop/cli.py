@@ -209,11 +209,16 @@ def compose(name: str, overrides: list[str], convert: bool = True, choices: bool
     from hrm_deeploop.typed_config import check_int64  # lazy: omegaconf; bare `--help` skips it
 
     register_schemas(name)
-    overrides = rewrite_deprecated(name, overrides)
+    overrides, late = group_named(name, rewrite_deprecated(name, overrides))
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
             cfg = hydra_compose(config_name=COMMANDS[name].config, overrides=overrides, return_hydra_config=choices)
+        if late:
+            from hydra.core.override_parser.overrides_parser import OverridesParser  # lazy: as hydra above
+
+            for o in OverridesParser.create().parse_overrides(late):  # the value as Hydra types it
+                OmegaConf.update(cfg, o.key_or_group, o.value(), merge=False)  # struct: an unknown key raises
         if choices:
             from omegaconf import open_dict  # lazy: keeps omegaconf off bare `--help`
 
@@ -234,6 +239,17 @@ def compose(name: str, overrides: list[str], convert: bool = True, choices: bool
                           "(|value| < 2**63)") from None
     finally:
         GlobalHydra.instance().clear()
+
+
+def group_named(name: str, overrides: list[str]) -> tuple[list[str], list[str]]:
+    """(the overrides for Hydra, those set after it): a command that picks no config group takes a key
+    named as one (`ttt preset=gpu`; `configs/preset/` is the demo's group) as a plain setting, which
+    Hydra would read as that group and refuse ('Could not override'), so it is set once composed."""
+    if selects_groups(config_dir() / f"{COMMANDS[name].config}.yaml"):
+        return overrides, []
+    groups = {p.name for p in config_dir().iterdir() if p.is_dir() and not p.name.startswith(("_", "."))}
+    late = [o for o in overrides if o.partition("=")[0] in groups]
+    return [o for o in overrides if o not in late], late
 
 
 def _one_line(name: str, e: Exception) -> str:

@@ -208,3 +208,22 @@ def test_build_arc_as_the_process_entry_ends_it_itself_with_every_line_out(tmp_p
                         f"output_dir={tmp_path / 'ds2'}", "progress=false"], capture_output=True, text=True)
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "no such source" in p.stderr, p.stderr
     assert COMMANDS["build-arc"].exit_fast and not COMMANDS["train"].exit_fast
+
+
+def test_a_plain_setting_named_as_a_config_group_is_taken():
+    """`configs/preset/` is the demo's group: Hydra read `ttt preset=gpu` (a documented ttt setting) as
+    that group and refused it as an unknown key (new-user audit). A command that picks no group now sets
+    such a key once composed, typed as Hydra types it; the demo still picks its group, and elsewhere an
+    unknown key is still one line."""
+    from hrm_deeploop.cli import compose
+    from hrm_deeploop.errors import ConfigError
+
+    base = ["checkpoint=x", "challenges=y"]
+    assert compose("ttt", [*base, "preset=gpu"]).preset == "gpu"
+    with pytest.raises(ConfigError, match="preset='bogus': must be one of auto, cpu, gpu"):
+        compose("ttt", [*base, "preset=bogus"])
+    with pytest.raises(ConfigError, match="unknown config key 'model'"):
+        compose("vote", ["model=hrm"])
+    assert compose("demo", ["preset=gpu"]).preset.name == "gpu"
+    with pytest.raises(ConfigError, match="choose one of: cpu, full, gpu"):
+        compose("demo", ["preset=nope"])
