@@ -23,7 +23,7 @@ revision; files are 0644 (under the usual umask), not the private modes of tempo
 `checkpoint=FOLDER` (or `hf://OWNER/NAME` once uploaded; offline, `HRM_DEEPLOOP_HUB_DIR`, see
 `hub`) loads it back wherever a checkpoint is taken, with bit-identical outputs. The folder is
 written beside the target and renamed into place; overwrite=true replaces only a folder that holds
-a `config.json` (an earlier export).
+a `config.json` and nothing an export does not write (an earlier export; `_outputs`).
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ import yaml
 from hrm_deeploop import hub
 from hrm_deeploop.errors import ConfigError, UserError
 
+TOKENIZER_FILE = "tokenizer_config.json"  # the looped GPT's export: its tokenizer id, vocabulary size, end-of-text id
+
 
 @dataclass
 class ExportConfig:
@@ -52,7 +54,7 @@ class ExportConfig:
     ema: bool = True  # reasoners: export the weight average when the checkpoint holds one
     repo_id: str | None = None  # OWNER/NAME named in the model card's usage lines (default: a placeholder)
     data_dir: str | None = None  # reasoners: the training dataset, when the run's own data_dir is not found from here
-    overwrite: bool = False  # replace an earlier export (a folder holding config.json)
+    overwrite: bool = False  # replace an earlier export (a folder holding config.json and only what export writes)
 
 
 def _load(path: Path, ema: bool) -> tuple[Any, dict[str, Any], str, dict[str, Any], Any]:
@@ -158,7 +160,7 @@ def export(opts: ExportConfig) -> Path:
     path = ckpt.resolve(opts.checkpoint)
     run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent  # never into the run itself
     target = checked_output_dir(opts.output_dir, opts.overwrite, [str(run_dir)], marker=hub.CONFIG,
-                                writer="export")
+                                writer="export", outputs=_outputs())
     model, state, which, summary, fam = _load(path, opts.ema)
     config = state["config"]
     model_cfg, scaling = dict(config["model"]), dict(config.get("scaling") or {})
@@ -183,9 +185,9 @@ def export(opts: ExportConfig) -> Path:
 
             tid = (config.get("data") or {}).get("tokenizer_id") or "gpt2"
             tok = get_tokenizer(tid)
-            (tmp / "tokenizer_config.json").write_text(json.dumps(
+            (tmp / TOKENIZER_FILE).write_text(json.dumps(
                 {"tokenizer_id": tid, "n_vocab": tok.n_vocab, "eot_token": tok.eot_token}, indent=2) + "\n")
-            files.append("tokenizer_config.json")
+            files.append(TOKENIZER_FILE)
         for src in sources:
             shutil.copyfile(src, tmp / src.name)
             files.append(src.name)
@@ -199,6 +201,15 @@ def export(opts: ExportConfig) -> Path:
                                              opts.repo_id or "OWNER/NAME", dataset, fam))
         _shareable(tmp)
     return target.path
+
+
+def _outputs() -> tuple[str, ...]:
+    """Every name an export writes: overwrite=true replaces a folder holding its config.json and
+    nothing else (config.json alone is the marker of any Hugging Face model folder; new-user audit)."""
+    from arc_data.format import IDENTIFIERS_FILE, META_FILE  # lazy: `export --help` skips it
+    from hrm_deeploop.training.record import RECORD  # lazy: `export --help` skips it
+
+    return hub.WEIGHTS, hub.CONFIG, "README.md", TOKENIZER_FILE, META_FILE, IDENTIFIERS_FILE, RECORD
 
 
 def _shareable(folder: Path) -> None:

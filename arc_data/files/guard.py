@@ -20,6 +20,7 @@ import os
 import stat
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 from arc_data.errors import DatasetError
@@ -148,13 +149,14 @@ def check_replaceable(output_dir: Path, marker: str, writer: str, key: str = "ou
                       outputs: Collection[str] | None = None) -> None:
     """With overwrite=true an existing output folder is replaced only if it is empty or holds
     `marker` (a file the writer leaves in every folder it writes): never an arbitrary folder. With
-    `outputs` (every name the writer puts in such a folder) it must also hold nothing else: a marker
-    with a common name (manifest.json, generated.json) does not make a user's folder ours."""
+    `outputs` (every name the writer puts in such a folder, or a glob pattern for names that vary:
+    `train_[0-9]*.bin`) it must also hold nothing else: a marker with a common name (manifest.json,
+    generated.json, config.json) does not make a user's folder ours."""
     if output_dir.is_dir() and any(output_dir.iterdir()) and not (output_dir / marker).is_file():
         raise DatasetError(f"{key}={output_dir} exists and was not written by {writer} (no {marker} in it); "
                            "refusing to replace it with overwrite=true: choose another folder or remove it yourself")
     others = [] if outputs is None or not output_dir.is_dir() else \
-        sorted(e.name for e in output_dir.iterdir() if e.name not in outputs)
+        sorted(e.name for e in output_dir.iterdir() if not any(fnmatchcase(e.name, p) for p in outputs))
     if others:
         raise DatasetError(f"{key}={output_dir} holds files {writer} does not write ({', '.join(others[:3])}"
                            f"{', ...' if len(others) > 3 else ''}); refusing to replace it with overwrite=true: "

@@ -34,6 +34,10 @@ from hrm_deeploop.typed_config import at_least, one_of, optional_at_least, to_di
 # train-gpt's loader reads from a shard. Smaller shards (shard_size=1: one token each) are refused, and
 # a short last shard of a split is appended to the one before it.
 MIN_SHARD_TOKENS = GPTConfig.seq_len + 1
+DEMO_CORPUS = "demo_corpus.jsonl"  # demo_docs=N: the bundled corpus, written beside its shards
+# every name prepare-text writes (shards as `_ShardWriter` names them): overwrite=true replaces a folder
+# holding its meta.json and nothing else (arc_data.files.guard.check_replaceable)
+OUTPUTS = (META_NAME, DEMO_CORPUS, "train_[0-9][0-9][0-9][0-9][0-9][0-9]*.bin", "val_[0-9][0-9][0-9][0-9][0-9][0-9]*.bin")
 
 
 @dataclass
@@ -258,7 +262,8 @@ def prepare(cfg: PrepareTextConfig) -> dict[str, Any]:
     chosen = [bool(cfg.inputs), cfg.hf_dataset is not None, cfg.demo_docs > 0]
     if sum(chosen) != 1:
         raise UserError("give exactly one corpus: inputs=[...], hf_dataset=NAME, or demo_docs=N")
-    target = checked_output_dir(cfg.output_dir, cfg.overwrite, cfg.inputs, marker=META_NAME, writer="prepare-text")
+    target = checked_output_dir(cfg.output_dir, cfg.overwrite, cfg.inputs, marker=META_NAME, writer="prepare-text",
+                                outputs=OUTPUTS)
     out = target.path
     tok = get_tokenizer(cfg.tokenizer)
     if tok.n_vocab > np.iinfo(np.uint16).max + 1:
@@ -270,7 +275,7 @@ def prepare(cfg: PrepareTextConfig) -> dict[str, Any]:
                fix="lower shard_size (tokens per shard; the default is 10**8)")
     with atomic_dir(target) as tmp:
         if cfg.demo_docs > 0:
-            files = [write_demo_corpus(tmp / "demo_corpus.jsonl", cfg.demo_docs, cfg.seed)]
+            files = [write_demo_corpus(tmp / DEMO_CORPUS, cfg.demo_docs, cfg.seed)]
         sources: list[dict[str, Any]] = []
         if cfg.hf_dataset is not None:
             sources.append({"hf_dataset": cfg.hf_dataset, "config": cfg.hf_config, "split": cfg.hf_split})
