@@ -68,7 +68,7 @@ class Task(abc.ABC):
 
     name: str = "model"
     total_steps: int  # the schedule's length
-    eval_every: int = 0  # 0: evaluate only at the end (if `evaluate` returns anything)
+    eval_every: int = 0  # 0: evaluate only at the end (if `evaluate` returns anything: `train`'s does not at 0)
     work_unit: str = "examples"  # what `work_per_step` counts (examples, tokens)
     work_per_step: int = 0
     flops_per_unit: float | None = None  # model FLOPs per unit of work (fwd+bwd), for MFU

@@ -223,6 +223,7 @@ class ReasonerCheckpoint(CheckpointConfig):
 
 @dataclass
 class ReasonerEval(EvalConfig):
+    every: int = 0  # steps between evaluations; 0: never (`train` evaluates only with every > 0 or interval_epochs)
     interval_epochs: int | None = None  # or evaluate every this many epochs (HRM: 10000); sets `every`
     global_batch_size: int | None = None  # None: train.global_batch_size
     max_batches: int | None = None  # cap (tests and quick looks)
