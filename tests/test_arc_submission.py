@@ -148,3 +148,23 @@ def test_score_command_prints_and_writes_the_arc_prize_score(tmp_path, capsys):
     (tmp_path / "bad_sol.json").write_text(json.dumps({"a": [[1]]}))  # a grid where a list of grids belongs
     assert main(["score", f"submission={tmp_path / 'sub.json'}", f"solutions={tmp_path / 'bad_sol.json'}"]) == 2
     assert "task a: not a list of grids" in capsys.readouterr().err
+
+
+def test_score_reads_every_input_before_printing(tmp_path, capsys):
+    """`score ranked=<missing or not an object>`: one line on stderr, exit 2, and nothing on stdout (the
+    pass@2 line was printed before the ranked file was read; new-user audit)."""
+    from hrm_deeploop.cli import main
+
+    (tmp_path / "sol.json").write_text(json.dumps({"a": [[[1]]]}))
+    (tmp_path / "sub.json").write_text(json.dumps({"a": [{"attempt_1": [[1]], "attempt_2": [[0]]}]}))
+    (tmp_path / "list.json").write_text("[]")
+    (tmp_path / "bad_task.json").write_text(json.dumps({"a": "nope"}))
+    args = ["score", f"submission={tmp_path / 'sub.json'}", f"solutions={tmp_path / 'sol.json'}",
+            f"output={tmp_path / 'score.json'}"]
+    for ranked, text in (("nope.json", "does not exist"), ("list.json", "not a JSON object"),
+                         ("bad_task.json", "task a: not a list of candidate lists")):
+        assert main([*args, f"ranked={tmp_path / ranked}"]) == 2, ranked
+        cap = capsys.readouterr()
+        assert cap.out == "" and len(cap.err.strip().splitlines()) == 1 and text in cap.err, (ranked, cap)
+        assert not (tmp_path / "score.json").exists()
+

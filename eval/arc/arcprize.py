@@ -232,6 +232,9 @@ def run(c: ScoreConfig) -> int:
                                    "score")
     sol = load_solutions(c.solutions)
     sub = read_json(c.submission, "submission")
+    at_k = None  # every input read and checked before anything is printed
+    if c.ranked:
+        at_k = ranked_pass_at_k(read_json(c.ranked, "ranked"), sol, sorted(set(c.ks)), f"ranked={c.ranked}")
     score = arc_prize_score(sub, sol)
     for w in score.warnings:
         print(f"warning: {w}", file=sys.stderr)
@@ -243,9 +246,7 @@ def run(c: ScoreConfig) -> int:
     solved = sum(score.tasks.values())
     print(f"{LABEL}: {score.percent:.2f}% ({solved:g} of {len(score.tasks)} tasks' worth of test inputs solved; "
           f"{100 * over_submitted:.2f}% over the {len(submitted)} tasks submitted, the official scorer's denominator)")
-    at_k = None
-    if c.ranked:
-        at_k = ranked_pass_at_k(read_json(c.ranked, "ranked"), sol, sorted(set(c.ks)), f"ranked={c.ranked}")
+    if at_k is not None:
         print("pass@K of the ranked candidates: " + ", ".join(
             f"pass@{k} {at_k['hrm'][k]:.2f}% (per test input {at_k['fractional'][k]:.2f}%)" for k in at_k["hrm"]))
     if target is not None:
