@@ -56,6 +56,7 @@ ARMS: dict[str, tuple] = {
     # 100-130 steps a run at 3-4 demonstrations, so about 200-260 a task; dropout 0.1 (its default)
     "e_official": ("ttt", {"views": "official", "official.epochs": 4, "official.runs": 2, "official.lr": 1e-3}, []),
     "c_200": ("joint", 200),  # the joint fine-tune at a copy's 200 steps of batch 8
+    "c_again": ("joint", 1600),  # (c) rerun by this script, beside the other arms' code
 }
 
 
