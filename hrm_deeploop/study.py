@@ -365,6 +365,9 @@ def launch_submitit(cfg: StudyConfig, runs: list[Run], root: Path) -> dict[str, 
         raise interrupts.Interrupted(getattr(e, "signum", signal.SIGINT),
                                      f"cancelled the job(s) not done ({names}); run the study again to resume "
                                      "them (finished runs are skipped)") from None
+    finally:  # submitit's local controller makes the folder pattern itself (`submitit/%j`), left empty
+        with contextlib.suppress(OSError):  # not there (SLURM), or not empty: left as it is
+            (root / "submitit" / "%j").rmdir()
     return failed
 
 

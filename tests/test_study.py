@@ -81,6 +81,7 @@ def test_submitit_local_executor_runs_two_hrm_cells(tmp_path):
     summary = json.loads((out / "scaling-deeploop" / "s0" / "summary.json").read_text())
     assert summary["model"] == "hrm" and summary["scaling"]["scheme"] == "deeploop" and summary["steps"] == 2
     assert len(list((out / "submitit").glob("*/*_result.pkl"))) == 2  # submitit's own record of each job
+    assert not (out / "submitit" / "%j").exists()  # the empty folder submitit's local controller made (audit)
 
 
 def test_mann_whitney_u_matches_scipy():
