@@ -110,6 +110,7 @@ def test_misspelled_key_is_a_one_line_error_naming_it():
     (["evaluate", "device=tpu"], "device='tpu': must be auto, cpu, cuda or cuda:N"),
     (["vote", "predictions=x", "data_dir=y", "output_dir=z", "ks=[0]"], "ks=[0]: must be"),
     (["build-arc", "num_aug=-1"], "num_aug=-1: must be >= 0"),
+    (["build-arc", "eval_name="], "eval_name is empty"),  # no Kaggle file evaluation: an empty test split, silently
 ])
 def test_config_mistakes_are_one_line_errors_before_anything_runs(capsys, tmp_path, monkeypatch, args, expected):
     monkeypatch.chdir(tmp_path)

@@ -85,6 +85,9 @@ class BuildConfig:
             raise ArcError(f"seed={self.seed!r}: must be >= 0")
         if not self.output_dir:
             raise ArcError("output_dir is empty: give output_dir=PATH for the dataset")
+        if not self.eval_name:  # it would mark no Kaggle file evaluation: their test pairs all train, no word
+            raise ArcError("eval_name is empty: give the part of a Kaggle *_challenges.json's name that marks it "
+                           "an evaluation file (default evaluation)")
         if self.test_labels not in LABEL_MODES:
             raise ArcError(f"test_labels={self.test_labels!r}: must be one of {', '.join(LABEL_MODES)}")
         if self.holdout_pool not in HOLDOUT_POOLS:
