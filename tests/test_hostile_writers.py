@@ -284,6 +284,7 @@ def test_study_reports_past_the_file_size_limit_are_one_line(tmp_path):
     assert not [q.name for q in (tmp_path / "st").iterdir() if q.name.startswith(".") or q.suffix == ".png"]
 
 
+@pytest.mark.slow  # an export under a file-size limit (~4 s); run by .ci/run after the default suite
 def test_export_past_the_file_size_limit_names_the_command_once(tmp_path, monkeypatch):
     """`hrm-deeploop export: error: hrm-deeploop export: ...ENOSPC...` named the command twice (its
     writer was the console name, where every other writer gives its subcommand; new-user audit)."""

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from hrm_deeploop import families
 from hrm_deeploop.cli import run_subcommand
@@ -86,6 +87,7 @@ def test_a_task_is_measured_by_what_each_path_draws():
     assert line.count("(side 9)") == 5 and "and 2 more" in line and "every task (7)" in line
 
 
+@pytest.mark.slow  # a ttt set (~4 s); run by .ci/run after the default suite
 def test_views_official_trains_the_tasks_that_fit_and_submits_the_fallback_for_the_others(tmp_path, capsys):
     rng = np.random.default_rng(0)
     tasks = {"fit00": _task(rng, 3), "big01": _task(rng, 20)}
@@ -117,6 +119,7 @@ def test_when_no_task_fits_no_worker_starts_and_the_fallback_is_submitted(tmp_pa
     _not_trained(out, "big01", tasks["big01"], "sides up to 14")
 
 
+@pytest.mark.slow  # a ttt set (~4 s); run by .ci/run after the default suite
 def test_views_build_leaves_out_the_tasks_its_canvas_or_its_evaluation_scale_cannot_hold(tmp_path, capsys):
     """views=build: demonstrations up to 14 on the 16 x 16 canvas; test inputs up to 7 at the trainer's
     evaluation scale (2: an official file carries no canvas section), the fix for those named."""
