@@ -72,6 +72,9 @@ def run(c: EvaluateConfig) -> int:
     evaluation.check_split(c, split, out)
     fam = families.of_checkpoint(c.checkpoint)  # from the run's config where there is one: no weights read
     families.require(fam, "evaluate", f"checkpoint '{c.checkpoint}'")
+    if c.halt_max_steps is not None and not fam.halts:  # it was accepted and did nothing
+        raise ConfigError(f"halt_max_steps={c.halt_max_steps}: the ACT segments of a model that halts; a "
+                          f"{fam.title} checkpoint runs the loops it was trained with (no ACT segments): drop it")
     return PREDICTORS[fam.predictor](c, evaluation, task, out, split)
 
 
@@ -79,9 +82,6 @@ def _canvas(c: EvaluateConfig, evaluation: TaskEvaluation, task: str, out: Path,
     """A model that predicts canvases (LoopViT): its views of every ARC test copy, then the vote."""
     if task != "arc":
         raise ConfigError(f"a canvas model predicts ARC grids, but {c.data_dir} holds {task}")
-    if c.halt_max_steps is not None:  # it was accepted and did nothing
-        raise ConfigError(f"halt_max_steps={c.halt_max_steps}: the ACT segments of HRM, TRM and URM; a LoopViT "
-                          "checkpoint runs the loops it was trained with (no ACT segments): drop it")
     from eval.arc.canvas_views import evaluate_canvas  # lazy: only for canvas models
 
     return evaluate_canvas(c, evaluation, out)

@@ -163,11 +163,11 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
 
 
 def step_path(run_dir: str | Path, step: int) -> Path:
-    return Path(run_dir) / "checkpoints" / f"step_{step}.pt"
+    return Path(run_dir) / hub.STEPS / f"step_{step}.pt"
 
 
 def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
-    d = Path(run_dir) / "checkpoints"
+    d = Path(run_dir) / hub.STEPS
     if not d.is_dir():
         return []
     found = [(int(m.group(1)), p) for p in d.iterdir() if (m := _STEP_RE.match(p.name))]

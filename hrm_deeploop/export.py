@@ -158,7 +158,7 @@ def export(opts: ExportConfig) -> Path:
     if not opts.output_dir:
         raise ConfigError("output_dir= is required (the folder to write)")
     path = ckpt.resolve(opts.checkpoint)
-    run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent  # never into the run itself
+    run_dir = hub.folder_of(path)  # never into the run itself
     target = checked_output_dir(opts.output_dir, opts.overwrite, [str(run_dir)], marker=hub.CONFIG,
                                 writer="export", outputs=_outputs())
     model, state, which, summary, fam = _load(path, opts.ema)

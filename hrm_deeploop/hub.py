@@ -67,6 +67,13 @@ def parse(spec: str) -> HubRef:
 
 BESIDE = (OFFICIAL_CONFIG, CONFIG, "trained_tasks.json")  # read beside a file: its config, its run's record
 RUN_FILES = ("config.yaml", "trained_tasks.json", "summary.json")  # a run folder's, above checkpoints/step_N.pt
+STEPS = "checkpoints"  # a run folder's step files: RUN/checkpoints/step_N.pt
+
+
+def folder_of(file: Path) -> Path:
+    """The folder a checkpoint file belongs to: a step file's run folder (RUN/checkpoints/step_N.pt),
+    else the file's own folder (an export's model.safetensors, a lone file)."""
+    return file.parent.parent if file.parent.name == STEPS else file.parent
 
 
 def _patterns(path: str) -> list[str] | None:
@@ -81,7 +88,7 @@ def _patterns(path: str) -> list[str] | None:
         return name if str(folder) == "." else f"{folder}/{name}"
 
     out = [path, f"{path}/*", *(at(parent, n) for n in BESIDE)]
-    if parent.name == "checkpoints":
+    if parent.name == STEPS:
         out += [at(parent.parent, n) for n in RUN_FILES]
     return out
 

@@ -21,7 +21,7 @@ import torch
 from arc_data.dataset import load_identifiers
 from arc_data.errors import DatasetError
 from hrm_deeploop import checkpoint as ckpt
-from hrm_deeploop import families
+from hrm_deeploop import families, hub
 from hrm_deeploop.data.rows import row_map
 from hrm_deeploop.errors import UserError
 from hrm_deeploop.families.spec import LoadedModel, LoadOptions
@@ -82,7 +82,7 @@ def check_same_puzzles(loaded: LoadedModel, data_dir: str) -> None:
     if loaded.kind != "hrm-deeploop" or not here.is_file():
         return
     path = Path(loaded.path)
-    folder = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+    folder = hub.folder_of(path)
     hint = (f"checkpoint '{loaded.path}' was trained on another dataset than {data_dir} (its puzzle-table rows are "
             "that dataset's puzzle ids{}): evaluate it on the dataset it trained on, or adapt it to this one "
             "(train init_from=, ttt)")

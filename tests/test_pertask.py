@@ -249,19 +249,25 @@ def test_an_official_loopvit_file_is_trained_per_task(pretrained, tmp_path):
         assert json.loads((out / "tasks" / tid / "work" / "run" / "summary.json").read_text())["model"] == "loopvit"
 
 
+def _vit_with_dropout(root, tmp_path):
+    """A tiny LoopViT with dropout: torch's generator is on the copies' training path."""
+    assert run_subcommand("train-vit", ["experiment=loopvit_tiny_cpu", "model.dropout=0.1", "train.progress=false",
+                                        "optim.warmup_steps=1", "train.global_batch_size=4", "train.max_steps=2",
+                                        f"data_dir={root / 'pre'}", f"output_dir={tmp_path / 'vit'}"]) == 0
+    return tmp_path / "vit"
+
+
+STARTS = {"hrm": lambda root, tmp_path: root / "run", "loopvit": _vit_with_dropout}  # the checkpoint each run starts from
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["hrm", "loopvit"])
-def test_the_same_command_gives_the_same_submission(pretrained, tmp_path, family):
+@pytest.mark.parametrize("start", list(STARTS.values()), ids=list(STARTS))
+def test_the_same_command_gives_the_same_submission(pretrained, tmp_path, start):
     """views=build is reproducible: every generator a task draws from is seeded (the build's views,
     the trainer's batches, dropout and canvas views, evaluate's passes), so two runs of the same
     command write the same submissions, byte for byte (issue 61)."""
     root, chal = pretrained
-    checkpoint = root / "run"
-    if family == "loopvit":  # with dropout: torch's generator is on the copies' training path
-        checkpoint = tmp_path / "vit"
-        assert run_subcommand("train-vit", ["experiment=loopvit_tiny_cpu", "model.dropout=0.1", "train.progress=false",
-                                            "optim.warmup_steps=1", "train.global_batch_size=4", "train.max_steps=2",
-                                            f"data_dir={root / 'pre'}", f"output_dir={checkpoint}"]) == 0
+    checkpoint = start(root, tmp_path)
     for name in ("a", "b"):
         assert run_subcommand("ttt", [f"checkpoint={checkpoint}", f"challenges={chal}",
                                       f"output_dir={tmp_path / name}", *TTT, "passes=2"]) == 0

@@ -79,16 +79,12 @@ def dataset_identity(data_dir: str | Path) -> dict[str, Any]:
     for folder in folders:
         files = sorted(q for q in folder.iterdir() if q.is_file() and not q.name.startswith(".")
                        and not (folder == root and q.name == MANIFEST_FILE))
-        out["." if folder == root else folder.name] = {f.name: _file_identity(f) for f in files}
+        out["." if folder == root else folder.name] = {f.name: file_identity(f) for f in files}
     return out
 
 
 def file_identity(path: Path) -> dict[str, Any]:
     """{bytes, sha256} of one file, as `dataset_identity` records it."""
-    return _file_identity(path)
-
-
-def _file_identity(path: Path) -> dict[str, Any]:
     h = hashlib.sha256()
     try:
         size = path.stat().st_size

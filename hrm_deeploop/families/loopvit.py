@@ -18,6 +18,8 @@ from hrm_deeploop.models.model_config import MODEL_CONFIGS
 from hrm_deeploop.models.scaling import ScalingConfig
 from hrm_deeploop.typed_config import typed
 
+NAME = "loopvit"  # model.name in its configs and checkpoints
+
 
 def is_official(state: dict[str, Any]) -> bool:
     """An official LoopViT file: {model_state, config (its argparse values as a dict), ...}."""
@@ -39,7 +41,7 @@ def read(path: str | Path, state: dict[str, Any], ema: bool = True) -> tuple[Loo
         return cfg, ScalingConfig(), weights, "official"
     conf = state.get("config") if isinstance(state.get("config"), dict) else {}
     model = conf.get("model")
-    if "model" not in state or not isinstance(model, dict) or model.get("name") != "loopvit":
+    if "model" not in state or not isinstance(model, dict) or model.get("name") != NAME:
         raise UserError(f"checkpoint '{path}' is neither an official LoopViT checkpoint nor a train-vit one")
     cfg = typed(model, LoopViTConfig, "checkpoint model.")
     scaling = typed(conf.get("scaling"), ScalingConfig, "checkpoint scaling.")
@@ -96,7 +98,7 @@ def describe(model: dict, params: int | None) -> str:
 
 
 FAMILY = Family(
-    name="loopvit", title="LoopViT", config=MODEL_CONFIGS["loopvit"], trainer="train-vit", evaluator="evaluate",
+    name=NAME, title="LoopViT", config=MODEL_CONFIGS[NAME], trainer="train-vit", evaluator="evaluate",
     predictor="canvas", commands=("train-vit", "evaluate", "export", "ttt", "vote"), load=load, metadata="dataset",
     describe=describe, official=lambda path, state: is_official(state),
     official_source="WenjieShu/LoopViT's scripts (a .pt of {model_state, config})",

@@ -268,7 +268,7 @@ def export_files(checkpoint: Path, config: dict[str, Any]) -> dict[str, bytes]:
     bytes. The run's record as written (checked); for an older run, one made now from its config
     (paths as the run named them: the bytes do not depend on where export runs). A run without
     a data_dir (the looped GPT) carries none."""
-    run_dir = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
+    run_dir = hub.folder_of(checkpoint)
     if (run_dir / RECORD).exists():
         return {RECORD: dumps(read(run_dir / RECORD))}
     if not config.get("data_dir"):
